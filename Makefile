@@ -1,0 +1,40 @@
+# Set-up is implicit: every target that needs the virtual environment creates it first.
+#   make train   trains PPO on CartPole-v1 (the embedded default) and prints the run directory
+#   make test    runs ruff and the whole test suite
+#   make bench   runs the benchmarks against Stable-Baselines3
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.shoal-installed
+BENCH_STAMP := $(VENV)/.shoal-bench-installed
+
+.PHONY: install train test lint bench clean
+
+install: $(STAMP)
+
+# constraints.txt pins torch to the CPU build this project is developed against.
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,video]'
+	touch $(STAMP)
+
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,video,bench]'
+	touch $(BENCH_STAMP)
+
+train: $(STAMP)
+	$(BIN)/shoal train --tuned ppo-cartpole
+
+lint: $(STAMP)
+	$(BIN)/ruff check shoal tests benchmarks
+	$(BIN)/ruff format --check shoal tests benchmarks
+
+test: lint
+	$(BIN)/python -m pytest -q --durations=10
+
+bench: $(BENCH_STAMP)
+	$(BIN)/python benchmarks/ppo_cartpole.py --seeds 3
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .ruff_cache

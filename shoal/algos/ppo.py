@@ -1,0 +1,298 @@
+"""Proximal Policy Optimization (Schulman et al. 2017, arXiv:1707.06347).
+
+Clipped surrogate objective over minibatch SGD epochs on GAE advantages, with optional clipped
+value loss, adaptive KL penalty (RLlib's ``kl_coeff``/``kl_target``, reference 004) and KL
+early stopping. Discrete actions use a categorical policy, continuous ones a diagonal Gaussian.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal, NamedTuple
+
+import gymnasium as gym
+import torch
+
+from shoal.collect import EnvRunner, LocalSampler
+from shoal.config import EnvConfig, ModelConfig, OptimConfig, RunConfig, check, check_positive
+from shoal.envs.base import find_wrapper
+from shoal.envs.normalize import NormalizeObservation
+from shoal.errors import NaNLossError
+from shoal.losses import (
+    adaptive_kl_coeff,
+    clipped_value_loss,
+    entropy_loss,
+    gae,
+    kl_penalty_loss,
+    ppo_clip_loss,
+    value_loss,
+)
+from shoal.nn import ActorCritic
+from shoal.policy import ActorPolicy
+from shoal.train.schedules import scheduled
+from shoal.train.seeding import derive_seed
+from shoal.types import Rollout
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """PPO hyperparameters; the defaults solve CartPole-v1 in a few seconds."""
+
+    run: RunConfig = field(default_factory=RunConfig)
+    env: EnvConfig = field(default_factory=lambda: EnvConfig(num_envs=64))
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=2.5e-3))
+    model: ModelConfig = field(default_factory=ModelConfig)
+    num_steps: int = 64
+    """Steps per environment in each rollout (rollout size = num_steps * env.num_envs)."""
+    num_epochs: int = 4
+    """Passes of minibatch SGD over each rollout."""
+    minibatch_size: int = 1024
+    """Samples per gradient step."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 0.95
+    """GAE lambda: 0 is one-step TD, 1 is Monte-Carlo."""
+    clip_eps: float = 0.2
+    """Clip range of the probability ratio."""
+    clip_schedule: Literal["constant", "linear"] = "constant"
+    """linear: decay clip_eps to zero over optim.anneal_steps."""
+    value_clip: float | None = None
+    """Use the clipped value loss with this range (None: the plain squared error)."""
+    vf_coef: float = 0.5
+    """Weight of the value loss."""
+    ent_coef: float = 0.0
+    """Weight of the entropy bonus."""
+    normalize_advantages: bool = True
+    """Standardize advantages within each minibatch."""
+    target_kl: float | None = None
+    """Stop the epochs of an iteration early once the approximate KL exceeds this."""
+    kl_coeff: float = 0.0
+    """Initial coefficient of the KL penalty to the rollout policy (0 disables it)."""
+    kl_target: float = 0.01
+    """KL the adaptive penalty steers toward: coefficient x1.5 above 2x, x0.5 below 0.5x."""
+
+    def __post_init__(self) -> None:
+        check_positive(self, "num_steps", "num_epochs", "minibatch_size", "clip_eps")
+        check(self, "gamma", 0.0 <= self.gamma <= 1.0, "must be in [0, 1]")
+        check(self, "gae_lambda", 0.0 <= self.gae_lambda <= 1.0, "must be in [0, 1]")
+        check(self, "vf_coef", self.vf_coef >= 0, "must be >= 0")
+        check(self, "kl_coeff", self.kl_coeff >= 0, "must be >= 0")
+        check_positive(self, "kl_target")
+        rollout = self.num_steps * self.env.num_envs
+        check(
+            self,
+            "minibatch_size",
+            self.minibatch_size <= rollout,
+            f"must be <= num_steps * env.num_envs = {rollout}",
+        )
+        if self.value_clip is not None:
+            check_positive(self, "value_clip")
+        if self.target_kl is not None:
+            check_positive(self, "target_kl")
+
+
+class PPOBatch(NamedTuple):
+    """Flat ``[N, ...]`` training samples: the valid transitions of a rollout."""
+
+    obs: torch.Tensor
+    actions: torch.Tensor
+    log_probs: torch.Tensor
+    values: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor
+
+
+def build_model(config: PPOConfig, obs_space: gym.Space, action_space: gym.Space) -> ActorCritic:
+    return ActorCritic(obs_space, action_space, config.model)
+
+
+def make_batch(rollout: Rollout, gamma: float, lam: float) -> PPOBatch:
+    """GAE over the time-major rollout, then keep only the real (non-autoreset) transitions."""
+    advantages, returns = gae(
+        rollout.rewards,
+        rollout.values,
+        rollout.next_values,
+        rollout.terminated,
+        rollout.truncated,
+        gamma,
+        lam,
+    )
+    keep = rollout.valid.flatten()
+    flat = lambda x: x.flatten(0, 1)[keep]
+    return PPOBatch(
+        flat(rollout.obs),
+        flat(rollout.actions),
+        flat(rollout.log_probs),
+        flat(rollout.values),
+        flat(advantages),
+        flat(returns),
+    )
+
+
+class PPOLearner:
+    """Owns the actor-critic and its optimizer; turns a `PPOBatch` into SGD updates."""
+
+    def __init__(self, config: PPOConfig, obs_space: gym.Space, action_space: gym.Space):
+        self.config = config
+        self.model = build_model(config, obs_space, action_space)
+        optim = config.optim
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=optim.lr, eps=optim.eps, weight_decay=optim.weight_decay
+        )
+
+    def update(
+        self, batch: PPOBatch, lr: float, clip_eps: float, kl_coeff: float
+    ) -> dict[str, float]:
+        cfg = self.config
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        n = batch.obs.shape[0]
+        history: list[torch.Tensor] = []
+        epochs_done = 0
+        for _ in range(cfg.num_epochs):
+            epoch_kl = []
+            for idx in torch.randperm(n).split(cfg.minibatch_size):
+                if idx.numel() < 2:
+                    continue  # a lone sample cannot be standardized; skip the remainder
+                losses = self._minibatch_losses(batch, idx, clip_eps, kl_coeff)
+                self._step(losses)
+                epoch_kl.append(losses["approx_kl"])
+                history.append(torch.stack(list(losses.values())).detach())
+            epochs_done += 1
+            if cfg.target_kl is not None and torch.stack(epoch_kl).mean() > cfg.target_kl:
+                break
+        means = torch.stack(history).mean(0).tolist()
+        names = ["loss/" + k if k.endswith("loss") else "train/" + k for k in losses]
+        metrics = dict(zip(names, means, strict=True))
+        metrics["train/epochs"] = epochs_done
+        metrics["train/lr"] = lr
+        return metrics
+
+    def _minibatch_losses(
+        self, batch: PPOBatch, idx: torch.Tensor, clip_eps: float, kl_coeff: float
+    ) -> dict[str, torch.Tensor]:
+        cfg = self.config
+        dist, values = self.model(batch.obs[idx])
+        log_probs = dist.log_prob(batch.actions[idx])
+        advantages = batch.advantages[idx]
+        if cfg.normalize_advantages:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        policy, stats = ppo_clip_loss(log_probs, batch.log_probs[idx], advantages, clip_eps)
+        if cfg.value_clip is None:
+            v_loss = value_loss(values, batch.returns[idx])
+        else:
+            v_loss = clipped_value_loss(
+                values, batch.values[idx], batch.returns[idx], cfg.value_clip
+            )
+        losses = {
+            "policy_loss": policy,
+            "value_loss": v_loss,
+            "entropy_loss": entropy_loss(dist.entropy()),
+        }
+        if kl_coeff > 0:
+            # Sample-based KL(old || new) = E_old[log old - log new], unbiased on-policy.
+            losses["kl_loss"] = kl_penalty_loss(batch.log_probs[idx] - log_probs, kl_coeff)
+        losses["total_loss"] = (
+            policy + cfg.vf_coef * v_loss + cfg.ent_coef * losses["entropy_loss"]
+        ) + losses.get("kl_loss", 0.0)
+        return losses | {k: v for k, v in stats.items()}
+
+    def _step(self, losses: dict[str, torch.Tensor]) -> None:
+        total = losses["total_loss"]
+        if not torch.isfinite(total):
+            bad = [k for k, v in losses.items() if k.endswith("loss") and not torch.isfinite(v)]
+            raise NaNLossError(f"loss/{bad[0]} became {total.item()}; weights left unchanged")
+        self.optimizer.zero_grad(set_to_none=True)
+        total.backward()
+        if self.config.optim.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.optim.max_grad_norm)
+        self.optimizer.step()
+
+    def get_weights(self) -> dict[str, torch.Tensor]:
+        return self.model.state_dict()
+
+    def set_weights(self, weights: dict[str, torch.Tensor]) -> None:
+        self.model.load_state_dict(weights)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+
+
+class PPO:
+    """One PPO iteration: sample a rollout, estimate advantages, update, broadcast weights."""
+
+    def __init__(self, config: PPOConfig):
+        self.config = config
+        # Reward normalization scales by the std of returns discounted with PPO's own gamma.
+        env_config = dataclasses.replace(config.env, gamma=config.gamma)
+        runner = EnvRunner(
+            env_config,
+            lambda obs_space, action_space: build_model(config, obs_space, action_space),
+            config.num_steps,
+            seed=derive_seed(config.run.seed, "env", 0),
+        )
+        self.sampler = LocalSampler(runner)
+        self.learner = PPOLearner(config, runner.env.observation_space, runner.env.action_space)
+        self.sampler.set_weights(self.learner.get_weights())
+        self.env_steps = 0
+        self.iteration = 0
+        self.kl_coeff = config.kl_coeff
+
+    def train_iteration(self) -> dict[str, float]:
+        cfg = self.config
+        progress = self.env_steps / (cfg.optim.anneal_steps or cfg.run.total_steps)
+        lr = scheduled(cfg.optim.lr_schedule, cfg.optim.lr, progress)
+        clip_eps = scheduled(cfg.clip_schedule, cfg.clip_eps, progress)
+        rollout, episodes = self.sampler.sample()
+        self.env_steps += rollout.rewards.numel()
+        self.iteration += 1
+        batch = make_batch(rollout, cfg.gamma, cfg.gae_lambda)
+        metrics = self.learner.update(batch, lr, clip_eps, self.kl_coeff)
+        if cfg.kl_coeff > 0:
+            self.kl_coeff = adaptive_kl_coeff(
+                self.kl_coeff, metrics["train/approx_kl"], cfg.kl_target
+            )
+            metrics["train/kl_coeff"] = self.kl_coeff
+        self.sampler.set_weights(self.learner.get_weights())
+        if episodes.returns.size:
+            metrics["episode/return"] = float(episodes.returns.mean())
+            metrics["episode/length"] = float(episodes.lengths.mean())
+            metrics["episode/count"] = int(episodes.returns.size)
+        return metrics
+
+    def policy(self) -> ActorPolicy:
+        return ActorPolicy(
+            copy.deepcopy(self.learner.model), self._obs_stats(), self.config.env.clip_obs
+        )
+
+    def _obs_stats(self) -> dict[str, Any] | None:
+        wrapper = find_wrapper(self.sampler.runner.env, NormalizeObservation)
+        return wrapper.stats.state_dict() if wrapper is not None else None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "learner": self.learner.state_dict(),
+            "sampler": self.sampler.get_state(),
+            "policy": {"model": self.learner.model.state_dict(), "obs_stats": self._obs_stats()},
+            "counters": {"env_steps": self.env_steps, "iteration": self.iteration},
+            "kl_coeff": self.kl_coeff,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> bool:
+        """Restore; returns False when the envs could not be restored mid-episode."""
+        self.learner.load_state_dict(state["learner"])
+        self.sampler.set_weights(self.learner.get_weights())
+        self.env_steps = state["counters"]["env_steps"]
+        self.iteration = state["counters"]["iteration"]
+        self.kl_coeff = state["kl_coeff"]
+        fallback = derive_seed(self.config.run.seed, "env-restart", self.iteration)
+        return self.sampler.set_state(state["sampler"], fallback)
+
+    def close(self) -> None:
+        self.sampler.close()

@@ -1,0 +1,94 @@
+"""The Python API, mirroring the CLI: ``shoal.train``, ``shoal.load``, ``shoal.make_env``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from shoal.config import EnvConfig, from_dict, replace
+from shoal.envs import VectorEnv
+from shoal.envs import make_env as _make_env
+from shoal.policy import ActorPolicy
+from shoal.registry import algorithm_for_config, find_tuned, get_algorithm
+from shoal.train.checkpoint import load_checkpoint
+from shoal.train.loop import IterationCallback, RunResult, run
+
+
+def build_config(
+    algo_or_config: Any = "ppo",
+    env: str | None = None,
+    tuned: str | None = None,
+    **overrides: Any,
+) -> Any:
+    """A validated config: an algorithm's defaults (or a tuned example), then overrides.
+
+    Overrides use dotted names for nested blocks: ``build_config("ppo", **{"run.seed": 3})``;
+    the plain keywords ``seed``, ``total_steps`` and ``run_dir`` are shorthands for ``run.*``.
+    """
+    if tuned is not None:
+        config = find_tuned(tuned).build_config()
+    elif isinstance(algo_or_config, str):
+        config = get_algorithm(algo_or_config).config_cls()
+    else:
+        config = algo_or_config
+    for short in ("seed", "total_steps", "run_dir", "target_return"):
+        if short in overrides:
+            overrides[f"run.{short}"] = overrides.pop(short)
+    if env is not None:
+        overrides["env.id"] = env
+    return replace(config, **overrides) if overrides else config
+
+
+def train(
+    algo_or_config: Any = "ppo",
+    *,
+    env: str | None = None,
+    tuned: str | None = None,
+    resume: str | Path | None = None,
+    on_iteration: IterationCallback | None = None,
+    **overrides: Any,
+) -> RunResult:
+    """Train and return a `RunResult` (run directory, checkpoint, final evaluation, timings).
+
+    ``shoal.train("ppo", env="CartPole-v1")``, ``shoal.train(tuned="ppo-cartpole")``,
+    ``shoal.train(PPOConfig(...))`` or ``shoal.train(resume="runs/...", total_steps=10**6)``
+    (a resumed run keeps its saved config unless a config of the same algorithm is given).
+    """
+    if resume is not None:
+        checkpoint = load_checkpoint(resume)
+        spec = get_algorithm(checkpoint.meta["algo"])
+        config = algo_or_config
+        if not isinstance(config, spec.config_cls):  # default: the run's own config
+            config = from_dict(spec.config_cls, checkpoint.config)
+        config = build_config(config, env=env, **overrides)
+        return run(spec, config, resume=checkpoint, on_iteration=on_iteration)
+    config = build_config(algo_or_config, env=env, tuned=tuned, **overrides)
+    return run(algorithm_for_config(config), config, on_iteration=on_iteration)
+
+
+def load(path: str | Path) -> ActorPolicy:
+    """The trained policy of a run (or of one checkpoint) with ``act(obs)``."""
+    checkpoint = load_checkpoint(path)
+    spec = get_algorithm(checkpoint.meta["algo"])
+    config = from_dict(spec.config_cls, checkpoint.config)
+    probe = _make_env(replace(config.env, num_envs=1, vectorization="sync"))
+    try:
+        model = spec.build_model(config, probe.observation_space, probe.action_space)
+    finally:
+        probe.close()
+    policy_state = checkpoint.state["algorithm"]["policy"]
+    model.load_state_dict(policy_state["model"])
+    policy = ActorPolicy(model, policy_state["obs_stats"], config.env.clip_obs)
+    policy.config = config
+    return policy
+
+
+def make_env(env: str | EnvConfig, num_envs: int = 1, **kwargs: Any) -> VectorEnv:
+    """A shoal vector env (not yet reset) from an id or an `EnvConfig`."""
+    config = env if isinstance(env, EnvConfig) else from_dict(EnvConfig, {"id": env, **kwargs})
+    if num_envs != config.num_envs:
+        config = replace(config, num_envs=num_envs)
+    return _make_env(config)
+
+
+__all__ = ["build_config", "load", "make_env", "train"]

@@ -1,0 +1,188 @@
+"""The ``shoal`` command line: train, eval, list.
+
+``shoal train ppo --env CartPole-v1 --num-epochs 2``: options after the algorithm name are the
+fields of its config dataclass (nested blocks with a dot: ``--run.seed 3``, ``--env.num-envs
+16``), parsed by tyro from the same dataclasses that the YAML tuned examples fill in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from shoal.errors import ShoalError
+
+# Short flags for the most used fields, translated to their dotted tyro names.
+SHORTHANDS = {
+    "--env": "--env.id",
+    "--seed": "--run.seed",
+    "--total-steps": "--run.total-steps",
+    "--run-dir": "--run.run-dir",
+    "--target-return": "--run.target-return",
+    "--num-envs": "--env.num-envs",
+}
+
+console = Console()
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="shoal", description="Reinforcement learning on PyTorch.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("train", help="train an agent (shoal train ALGO --help)")
+    eval_p = commands.add_parser("eval", help="evaluate a trained run")
+    eval_p.add_argument("run_dir", help="run directory or checkpoint directory")
+    eval_p.add_argument("--episodes", type=int, default=10, help="evaluation episodes")
+    eval_p.add_argument("--seed", type=int, default=12345, help="seed of the evaluation envs")
+    eval_p.add_argument("--video", help="also record one episode to this .gif or .mp4")
+    eval_p.add_argument("--stochastic", action="store_true", help="sample actions")
+    list_p = commands.add_parser("list", help="algorithms and tuned examples")
+    list_p.add_argument("--envs", action="store_true", help="list Gymnasium environment ids")
+
+    try:
+        if argv[:1] == ["train"]:
+            return _train(*_split_train_args(argv[1:]))
+        args = parser.parse_args(argv)
+        if args.command == "eval":
+            return _eval(args)
+        return _list(args)
+    except ShoalError as exc:
+        console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        return 2
+
+
+def _split_train_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """Separate shoal's own train options from the config fields that go to tyro.
+
+    argparse cannot do this split: it would take the value of an unknown ``--field value``
+    for the positional algorithm name.
+    """
+    args = argparse.Namespace(algo=None, config=None, tuned=None, resume=None, help=False)
+    rest: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        name, eq, value = arg.partition("=")
+        if name in ("--config", "--tuned", "--resume"):
+            if not eq:
+                if i + 1 >= len(argv):
+                    raise ShoalError(f"{name} needs a value")
+                i, value = i + 1, argv[i + 1]
+            setattr(args, name[2:], value)
+        elif arg in ("-h", "--help"):
+            args.help = True
+        elif i == 0 and not arg.startswith("-"):
+            args.algo = arg
+        else:
+            rest.append(arg)
+        i += 1
+    return args, rest
+
+
+def _train(args: argparse.Namespace, rest: list[str]) -> int:
+    import tyro
+
+    from shoal.api import train
+    from shoal.config import from_dict
+    from shoal.registry import find_tuned, get_algorithm
+    from shoal.train.checkpoint import load_checkpoint
+
+    if args.resume:
+        checkpoint = load_checkpoint(args.resume)
+        spec = get_algorithm(checkpoint.meta["algo"])
+        base = from_dict(spec.config_cls, checkpoint.config)
+    elif args.config or args.tuned:
+        example = find_tuned(args.config or args.tuned)
+        if args.algo and args.algo != example.algo:
+            raise ShoalError(f"{example.name} configures {example.algo!r}, not {args.algo!r}")
+        spec = get_algorithm(example.algo)
+        base = example.build_config()
+    elif args.algo:
+        spec = get_algorithm(args.algo)
+        base = spec.config_cls()
+    else:
+        raise ShoalError("name an algorithm (shoal train ppo), --tuned NAME, --config or --resume")
+    rest = [SHORTHANDS.get(a, a) for a in rest] + (["--help"] if args.help else [])
+    config = tyro.cli(spec.config_cls, default=base, args=rest, prog=f"shoal train {spec.name}")
+    console.print(f"training [bold]{spec.name}[/] on [bold]{config.env.id}[/]", highlight=False)
+    _print_result(train(config, resume=args.resume))
+    return 0
+
+
+def _print_result(result) -> None:
+    solved = " (target reached)" if result.solved else ""
+    ret = "n/a" if result.eval_return is None else f"{result.eval_return:.1f}"
+    console.print(
+        f"stopped: {result.stop_reason}{solved} after {result.env_steps:,} env steps in "
+        f"{result.wall_s:.1f} s ({result.train_s:.1f} s training)\n"
+        f"eval return: {ret}\n"
+        f"run:         {result.run_dir}\n"
+        f"checkpoint:  {result.checkpoint}\n"
+        f"evaluate:    shoal eval {result.run_dir}\n"
+        f"tensorboard: tensorboard --logdir {result.run_dir / 'tb'}",
+        highlight=False,
+    )
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from shoal.api import load
+    from shoal.config import replace
+    from shoal.envs import make_env
+    from shoal.train.evaluate import evaluate, record_video
+
+    policy = load(args.run_dir)
+    env_config = replace(policy.config.env, normalize_obs=False, normalize_reward=False)
+    env = make_env(replace(env_config, num_envs=args.episodes))
+    try:
+        metrics = evaluate(policy, env, args.seed, deterministic=not args.stochastic)
+    finally:
+        env.close()
+    console.print(
+        f"{args.episodes} episodes on {env_config.id}: return "
+        f"{metrics['eval/return']:.2f} ± {metrics['eval/return_std']:.2f} "
+        f"(min {metrics['eval/return_min']:.2f}), length {metrics['eval/length']:.1f}",
+        highlight=False,
+    )
+    if args.video:
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # render off-screen, no display
+        video_env = make_env(
+            replace(env_config, num_envs=1, vectorization="sync"), render_mode="rgb_array"
+        )
+        try:
+            frames = record_video(policy, video_env, Path(args.video), args.seed)
+        except ImportError as exc:
+            raise ShoalError(f"rendering needs an extra package: {exc}") from exc
+        finally:
+            video_env.close()
+        console.print(f"video: {args.video} ({frames} frames)", highlight=False)
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    from shoal.registry import ALGORITHMS, tuned_examples
+
+    if args.envs:
+        import gymnasium as gym
+
+        for env_id in sorted(gym.envs.registry):
+            print(env_id)
+        return 0
+    algos = Table("algorithm", "action spaces", "what", title="algorithms")
+    for spec in ALGORITHMS.values():
+        algos.add_row(spec.name, spec.action_spaces, spec.summary)
+    console.print(algos)
+    examples = Table("tuned example", "algorithm", "env", "expected", title="tuned examples")
+    for name, example in tuned_examples().items():
+        env_id = example.config.get("env", {}).get("id", "")
+        examples.add_row(name, example.algo, env_id, example.expected)
+    console.print(examples)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

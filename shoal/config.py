@@ -1,0 +1,226 @@
+"""Shared config blocks and the helpers every algorithm config uses.
+
+Configs are frozen dataclasses with a docstring per field (tyro turns them into CLI help) and
+validate themselves in ``__post_init__`` so that a bad value fails before any work starts, with a
+message naming the field and its allowed range.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from shoal.errors import ConfigError
+
+T = TypeVar("T")
+
+
+def check(owner: object, name: str, ok: bool, allowed: str) -> None:
+    """Raise a `ConfigError` naming ``owner.name`` and the allowed range unless ``ok``."""
+    if not ok:
+        value = getattr(owner, name)
+        raise ConfigError(f"{type(owner).__name__}.{name} = {value!r} is invalid: {allowed}")
+
+
+def check_positive(owner: object, *names: str) -> None:
+    for name in names:
+        check(owner, name, getattr(owner, name) > 0, "must be > 0")
+
+
+def check_unit_interval(owner: object, *names: str) -> None:
+    for name in names:
+        check(owner, name, 0.0 <= getattr(owner, name) <= 1.0, "must be in [0, 1]")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """How long to train, where to write, how to seed: shared by every algorithm."""
+
+    seed: int = 0
+    """One seed derives every environment, worker and torch generator seed."""
+    total_steps: int = 100_000
+    """Stop after this many environment steps (summed over parallel environments)."""
+    target_return: float | None = None
+    """Stop as soon as the evaluation mean return reaches this value."""
+    max_wall_s: float | None = None
+    """Stop after this many seconds of wall-clock time."""
+    run_dir: str | None = None
+    """Directory for logs and checkpoints; default runs/<algo>-<env>-<date>-<time>."""
+    eval_every_steps: int = 10_000
+    """Evaluate the deterministic policy every this many environment steps (0 disables)."""
+    eval_episodes: int = 10
+    """Episodes per evaluation, run in parallel on separate environments."""
+    checkpoint_every_steps: int = 50_000
+    """Save a checkpoint every this many environment steps (0: only at the end)."""
+    keep_checkpoints: int = 3
+    """How many of the newest checkpoints to keep on disk."""
+    torch_threads: int = 1
+    """Intra-op threads for torch; one is fastest for the small networks of control tasks."""
+    device: str = "cpu"
+    """Torch device for learning, e.g. cpu or cuda."""
+    console: bool = True
+    """Show the live progress line."""
+    tensorboard: bool = True
+    """Write TensorBoard event files under <run_dir>/tb."""
+
+    def __post_init__(self) -> None:
+        check(self, "seed", self.seed >= 0, "must be >= 0")
+        check_positive(self, "total_steps", "eval_episodes", "keep_checkpoints", "torch_threads")
+        check(self, "eval_every_steps", self.eval_every_steps >= 0, "must be >= 0")
+        check(self, "checkpoint_every_steps", self.checkpoint_every_steps >= 0, "must be >= 0")
+        if self.max_wall_s is not None:
+            check(self, "max_wall_s", self.max_wall_s > 0, "must be > 0 seconds")
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """Which environment to train on and how to vectorize and normalize it."""
+
+    id: str = "CartPole-v1"
+    """A Gymnasium environment id (e.g. CartPole-v1, Pendulum-v1)."""
+    num_envs: int = 8
+    """Environments stepped in parallel as one batch."""
+    vectorization: Literal["auto", "native", "sync", "async"] = "auto"
+    """auto: the env's own vectorized implementation when it has one, else sync."""
+    normalize_obs: bool = False
+    """Normalize observations by running mean and std (statistics saved in checkpoints)."""
+    normalize_reward: bool = False
+    """Scale rewards by the running std of the discounted return."""
+    clip_obs: float = 10.0
+    """Clip normalized observations to [-clip_obs, clip_obs]."""
+    clip_reward: float = 10.0
+    """Clip scaled rewards to [-clip_reward, clip_reward]."""
+    gamma: float = 0.99
+    """Discount used by reward normalization (algorithms copy their own gamma here)."""
+    max_episode_steps: int | None = None
+    """Override the env's time limit."""
+
+    def __post_init__(self) -> None:
+        check(self, "id", bool(self.id), "must name an environment")
+        check_positive(self, "num_envs", "clip_obs", "clip_reward")
+        check(self, "gamma", 0.0 <= self.gamma <= 1.0, "must be in [0, 1]")
+        if self.max_episode_steps is not None:
+            check_positive(self, "max_episode_steps")
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """Optimizer settings shared by gradient-based learners."""
+
+    lr: float = 3e-4
+    """Adam learning rate at the start of training."""
+    lr_schedule: Literal["constant", "linear"] = "constant"
+    """linear: decay to zero over anneal_steps."""
+    anneal_steps: int | None = None
+    """Horizon of the linear schedules in env steps; default run.total_steps. Set it explicitly
+    when a run will be resumed with a larger total_steps, so the schedule does not change."""
+    eps: float = 1e-5
+    """Adam epsilon."""
+    weight_decay: float = 0.0
+    """Decoupled weight decay (AdamW) coefficient."""
+    max_grad_norm: float | None = 0.5
+    """Clip the global gradient norm to this value (None disables)."""
+
+    def __post_init__(self) -> None:
+        check_positive(self, "lr", "eps")
+        check(self, "weight_decay", self.weight_decay >= 0, "must be >= 0")
+        if self.max_grad_norm is not None:
+            check_positive(self, "max_grad_norm")
+        if self.anneal_steps is not None:
+            check_positive(self, "anneal_steps")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Network shapes for MLP actor-critic models."""
+
+    hidden: tuple[int, ...] = (64, 64)
+    """Hidden layer sizes of the MLP encoders."""
+    activation: Literal["tanh", "relu", "silu", "elu"] = "tanh"
+    """Hidden activation."""
+    shared_trunk: bool = False
+    """Share one encoder between actor and critic (separate encoders otherwise)."""
+    init_log_std: float = 0.0
+    """Initial log standard deviation of Gaussian policies."""
+    temperature: float = 1.0
+    """Softmax temperature of categorical policies (logits are divided by it)."""
+
+    def __post_init__(self) -> None:
+        check(self, "hidden", all(h > 0 for h in self.hidden), "sizes must be > 0")
+        check_positive(self, "temperature")
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    """A JSON-ready dict of a (nested) config dataclass."""
+    return dataclasses.asdict(config)
+
+
+def from_dict(cls: type[T], data: dict[str, Any], path: str = "") -> T:
+    """Build a (nested) config dataclass from plain data, e.g. YAML or checkpoint JSON.
+
+    Unknown keys are an error with the closest valid names, because a silently ignored typo in a
+    tuned example would train something other than what its author meant.
+    """
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path or cls.__name__} must be a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls) if f.init}
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        name = key.replace("-", "_")
+        where = f"{path}.{name}" if path else name
+        if name not in names:
+            close = difflib.get_close_matches(name, sorted(names), n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise ConfigError(f"unknown config field {where!r} for {cls.__name__}{hint}")
+        kwargs[name] = _coerce(hints[name], value, where)
+    return cls(**kwargs)
+
+
+def _coerce(hint: Any, value: Any, path: str) -> Any:
+    origin = typing.get_origin(hint)
+    if dataclasses.is_dataclass(hint):
+        return from_dict(hint, value, path)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if value is None:
+            return None
+        return _coerce(args[0], value, path) if len(args) == 1 else value
+    if origin is tuple and isinstance(value, (list, tuple)):
+        return tuple(value)
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+def replace(config: T, **changes: Any) -> T:
+    """`dataclasses.replace` that also accepts dotted names for nested blocks."""
+    nested: dict[str, dict[str, Any]] = {}
+    flat: dict[str, Any] = {}
+    for key, value in changes.items():
+        head, _, rest = key.partition(".")
+        if rest:
+            nested.setdefault(head, {})[rest] = value
+        else:
+            flat[key] = value
+    for head, sub in nested.items():
+        flat[head] = replace(getattr(config, head), **sub)
+    return dataclasses.replace(config, **flat)
+
+
+__all__ = [
+    "EnvConfig",
+    "ModelConfig",
+    "OptimConfig",
+    "RunConfig",
+    "check",
+    "check_positive",
+    "check_unit_interval",
+    "from_dict",
+    "replace",
+    "to_dict",
+]

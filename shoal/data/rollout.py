@@ -1,0 +1,90 @@
+"""Preallocated, time-major storage for on-policy rollouts."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from shoal.errors import UnsupportedSpaceError
+from shoal.nn.actor_critic import ActOutput
+from shoal.types import Rollout, StepResult
+
+
+def space_layout(space: gym.Space) -> tuple[tuple[int, ...], torch.dtype]:
+    """Per-step shape and storage dtype of one element of ``space``.
+
+    Image observations keep their uint8 dtype: converting frames to float in storage would use
+    four times the memory for no gain.
+    """
+    if isinstance(space, gym.spaces.Discrete):
+        return (), torch.int64
+    if isinstance(space, gym.spaces.Box):
+        dtype = torch.uint8 if space.dtype == np.uint8 else torch.float32
+        return tuple(space.shape), dtype
+    raise UnsupportedSpaceError(f"space {space} cannot be stored; supported: Box and Discrete")
+
+
+class RolloutStorage:
+    """``[T, B, ...]`` tensors filled one vector step at a time, then read as a `Rollout`.
+
+    Every tensor has a numpy view sharing its memory, so per-step writes are cheap numpy
+    assignments instead of torch ops; observations are written before the policy reads them, so
+    the policy acts directly on the stored row.
+    """
+
+    def __init__(
+        self, num_steps: int, num_envs: int, obs_space: gym.Space, action_space: gym.Space
+    ):
+        obs_shape, obs_dtype = space_layout(obs_space)
+        action_shape, action_dtype = space_layout(action_space)
+        size = (num_steps, num_envs)
+        self.obs = torch.zeros(size + obs_shape, dtype=obs_dtype)
+        self.actions = torch.zeros(size + action_shape, dtype=action_dtype)
+        self.log_probs = torch.zeros(size)
+        self.values = torch.zeros(size)
+        self.rewards = torch.zeros(size)
+        self.terminated = torch.zeros(size, dtype=torch.bool)
+        self.truncated = torch.zeros(size, dtype=torch.bool)
+        self.valid = torch.zeros(size, dtype=torch.bool)
+        self._np = {
+            name: getattr(self, name).numpy()
+            for name in ("obs", "actions", "log_probs", "values", "rewards")
+        }
+        self._np.update(
+            terminated=self.terminated.numpy(),
+            truncated=self.truncated.numpy(),
+            valid=self.valid.numpy(),
+        )
+        self.num_steps = num_steps
+
+    def write_obs(self, t: int, obs: np.ndarray) -> torch.Tensor:
+        """Store the observation of step ``t`` and return the stored row for the policy."""
+        self._np["obs"][t] = obs
+        return self.obs[t]
+
+    def write_step(self, t: int, out: ActOutput, result: StepResult) -> None:
+        """Store what the policy did at step ``t`` and what the env answered."""
+        views = self._np
+        views["actions"][t] = out.actions.numpy()
+        views["log_probs"][t] = out.log_probs.numpy()
+        views["values"][t] = out.values.numpy()
+        views["rewards"][t] = result.reward
+        views["terminated"][t] = result.terminated
+        views["truncated"][t] = result.truncated
+        views["valid"][t] = ~result.autoreset
+
+    def rollout(self, last_values: torch.Tensor, policy_state: object = None) -> Rollout:
+        """The stored data; valid until the next rollout overwrites the buffers."""
+        return Rollout(
+            obs=self.obs,
+            actions=self.actions,
+            log_probs=self.log_probs,
+            values=self.values,
+            rewards=self.rewards,
+            terminated=self.terminated,
+            truncated=self.truncated,
+            valid=self.valid,
+            last_values=last_values,
+            policy_state=policy_state,
+        )

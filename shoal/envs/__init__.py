@@ -1,0 +1,16 @@
+"""Vector environments: the protocol, the Gymnasium adapter and wrappers."""
+
+from shoal.envs.base import VectorEnv, VectorEnvWrapper
+from shoal.envs.gym import GymVectorEnv, env_spec, make_env
+from shoal.envs.normalize import NormalizeObservation, NormalizeReward, RunningMeanStd
+
+__all__ = [
+    "GymVectorEnv",
+    "NormalizeObservation",
+    "NormalizeReward",
+    "RunningMeanStd",
+    "VectorEnv",
+    "VectorEnvWrapper",
+    "env_spec",
+    "make_env",
+]

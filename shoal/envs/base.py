@@ -1,0 +1,77 @@
+"""The vector-environment protocol every sampler steps."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+import gymnasium as gym
+import numpy as np
+
+from shoal.types import StepResult
+
+
+@runtime_checkable
+class VectorEnv(Protocol):
+    """A batch of ``num_envs`` environments stepped together.
+
+    Spaces describe one environment; arrays carry a leading ``[num_envs]`` axis. Autoreset
+    follows Gymnasium's next-step convention, described on `shoal.types.StepResult`.
+    Multi-agent environments (a later issue) add per-group arrays ``[num_envs, N_group, ...]``.
+    """
+
+    num_envs: int
+    observation_space: gym.Space
+    action_space: gym.Space
+
+    def reset(self, seed: int | None = None) -> np.ndarray: ...
+
+    def step(self, actions: np.ndarray) -> StepResult: ...
+
+    def get_state(self) -> dict[str, Any]:
+        """Everything needed to continue mid-episode after a restart (for exact resume).
+        Raises `shoal.envs.snapshot.EnvStateUnsupported` when that cannot be captured."""
+        ...
+
+    def set_state(self, state: dict[str, Any]) -> None: ...
+
+    def render(self) -> np.ndarray | None: ...
+
+    def close(self) -> None: ...
+
+
+class VectorEnvWrapper:
+    """Base for wrappers: forwards everything to the wrapped env unless overridden."""
+
+    def __init__(self, env: VectorEnv):
+        self.env = env
+        self.num_envs = env.num_envs
+        self.observation_space = env.observation_space
+        self.action_space = env.action_space
+
+    def reset(self, seed: int | None = None) -> np.ndarray:
+        return self.env.reset(seed=seed)
+
+    def step(self, actions: np.ndarray) -> StepResult:
+        return self.env.step(actions)
+
+    def get_state(self) -> dict[str, Any]:
+        return {"inner": self.env.get_state()}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.env.set_state(state["inner"])
+
+    def render(self) -> np.ndarray | None:
+        return self.env.render()
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def find_wrapper(env: VectorEnv, cls: type) -> Any:
+    """The outermost wrapper of type ``cls`` around ``env`` (or ``env`` itself), else None."""
+    current: Any = env
+    while isinstance(current, (VectorEnvWrapper, cls)):
+        if isinstance(current, cls):
+            return current
+        current = current.env
+    return None

@@ -1,0 +1,131 @@
+"""Adapter from any Gymnasium environment id to shoal's `VectorEnv`."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from shoal.config import EnvConfig
+from shoal.envs.base import VectorEnv
+from shoal.envs.normalize import NormalizeObservation, NormalizeReward
+from shoal.envs.snapshot import capture_env_state, restore_env_state
+from shoal.errors import ConfigError, UnknownEnvError
+from shoal.types import StepResult
+
+
+class GymVectorEnv:
+    """Wraps a Gymnasium vector env: records episode statistics, marks autoreset steps and
+    clips continuous actions to the action bounds (the one place where that happens)."""
+
+    def __init__(self, env: gym.vector.VectorEnv):
+        mode = env.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP)
+        if mode != gym.vector.AutoresetMode.NEXT_STEP:
+            raise ConfigError(f"shoal expects next-step autoreset, the env uses {mode}")
+        self.env = env
+        self.num_envs = env.num_envs
+        self.observation_space = env.single_observation_space
+        self.action_space = env.single_action_space
+        self._episode_return = np.zeros(self.num_envs, np.float64)
+        self._episode_length = np.zeros(self.num_envs, np.int64)
+        self._autoreset = np.zeros(self.num_envs, bool)
+        box = isinstance(self.action_space, gym.spaces.Box)
+        self._action_low = self.action_space.low if box else None
+        self._action_high = self.action_space.high if box else None
+
+    def reset(self, seed: int | None = None) -> np.ndarray:
+        obs, _ = self.env.reset(seed=seed)
+        self._episode_return[:] = 0.0
+        self._episode_length[:] = 0
+        self._autoreset[:] = False
+        return obs
+
+    def step(self, actions: np.ndarray) -> StepResult:
+        if self._action_low is not None:
+            actions = np.clip(actions, self._action_low, self._action_high)
+        obs, reward, terminated, truncated, _ = self.env.step(actions)
+        autoreset = self._autoreset
+        # An autoreset step starts a new episode: its reward (0) and step do not count.
+        self._episode_return = np.where(autoreset, 0.0, self._episode_return + reward)
+        self._episode_length = np.where(autoreset, 0, self._episode_length + 1)
+        done = np.logical_or(terminated, truncated)
+        self._autoreset = done
+        return StepResult(
+            obs=obs,
+            reward=np.asarray(reward, np.float32),
+            terminated=np.asarray(terminated, bool),
+            truncated=np.asarray(truncated, bool),
+            autoreset=autoreset,
+            episode_returns=self._episode_return[done],
+            episode_lengths=self._episode_length[done],
+        )
+
+    def get_state(self) -> dict[str, Any]:
+        return {
+            "gym": capture_env_state(self.env),
+            "episode_return": self._episode_return.copy(),
+            "episode_length": self._episode_length.copy(),
+            "autoreset": self._autoreset.copy(),
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        restore_env_state(self.env, state["gym"])
+        self._episode_return = np.asarray(state["episode_return"], np.float64).copy()
+        self._episode_length = np.asarray(state["episode_length"], np.int64).copy()
+        self._autoreset = np.asarray(state["autoreset"], bool).copy()
+
+    def render(self) -> np.ndarray | None:
+        frames = self.env.render()
+        if frames is None:
+            return None
+        # Vector envs render a tuple/array of frames; keep the first environment's view.
+        return np.asarray(frames[0] if isinstance(frames, (tuple, list)) else frames)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
+    """The registered spec of ``env_id``, or an `UnknownEnvError` listing close matches."""
+    try:
+        return gym.spec(env_id)
+    except gym.error.Error as exc:
+        known = list(gym.envs.registry.keys())
+        close = difflib.get_close_matches(env_id, known, n=5, cutoff=0.5)
+        hint = f" Did you mean: {', '.join(close)}?" if close else ""
+        raise UnknownEnvError(
+            f"unknown environment id {env_id!r}.{hint} (`shoal list --envs` shows all ids)"
+        ) from exc
+
+
+def make_gym_vector_env(config: EnvConfig, render_mode: str | None = None) -> gym.vector.VectorEnv:
+    spec = env_spec(config.id)
+    mode = config.vectorization
+    if mode == "auto":
+        mode = "native" if spec.vector_entry_point is not None else "sync"
+    if mode == "native" and spec.vector_entry_point is None:
+        raise ConfigError(
+            f"EnvConfig.vectorization = 'native' is invalid: {config.id} has no native vector "
+            "implementation; use 'sync' or 'async'"
+        )
+    kwargs: dict[str, Any] = {}
+    if config.max_episode_steps is not None:
+        kwargs["max_episode_steps"] = config.max_episode_steps
+    if render_mode is not None:
+        kwargs["render_mode"] = render_mode
+    vectorization = "vector_entry_point" if mode == "native" else mode
+    return gym.make_vec(config.id, config.num_envs, vectorization_mode=vectorization, **kwargs)
+
+
+def make_env(
+    config: EnvConfig, seed: int | None = None, render_mode: str | None = None
+) -> VectorEnv:
+    """Build the vector env described by ``config``, normalized as asked, and reset it."""
+    env: VectorEnv = GymVectorEnv(make_gym_vector_env(config, render_mode))
+    if config.normalize_obs:
+        env = NormalizeObservation(env, clip=config.clip_obs)
+    if config.normalize_reward:
+        env = NormalizeReward(env, gamma=config.gamma, clip=config.clip_reward)
+    return env

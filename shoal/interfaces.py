@@ -1,0 +1,65 @@
+"""The narrow contracts between the parts of shoal (see DESIGN.md's picture).
+
+A sampler steps environments with a copy of the policy; a learner turns batches into updates
+and hands out weights; an algorithm ties the two together for one training iteration, which the
+training loop in `shoal.train.loop` drives. Local and Ray samplers satisfy the same protocol,
+so an algorithm does not know where its data came from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+Weights = Mapping[str, torch.Tensor]
+
+
+class Policy(Protocol):
+    """A deployable policy: numpy observations of a batch of envs in, numpy actions out."""
+
+    def act(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray: ...
+
+
+class Learner(Protocol):
+    def update(self, batch: Any) -> dict[str, float]: ...
+
+    def get_weights(self) -> Weights: ...
+
+    def set_weights(self, weights: Weights) -> None: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class Sampler(Protocol):
+    """Produces batches of experience with the latest weights it was given."""
+
+    def sample(self) -> Any: ...
+
+    def set_weights(self, weights: Weights) -> None: ...
+
+    def get_state(self) -> dict[str, Any]: ...
+
+    def set_state(self, state: dict[str, Any]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Algorithm(Protocol):
+    """What the training loop drives: one iteration at a time, plus state for checkpoints."""
+
+    env_steps: int
+
+    def train_iteration(self) -> dict[str, float]: ...
+
+    def policy(self) -> Policy: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,139 @@
+"""Return and advantage estimators over time-major rollouts.
+
+Every tensor is time-major, ``[T, B, ...]``: time first, then batch (environments), then any
+number of trailing dims (for example an agent axis). Only the time axis is looped over; the
+rest is vectorized.
+
+Episode ends are described by two flags, following the Gymnasium API:
+
+* ``terminated[t]``: transition ``t`` reached a terminal state, whose value is zero by
+  definition, so nothing is bootstrapped.
+* ``truncated[t]``: the episode was cut off (time limit) after transition ``t``. The next
+  state still has a value, so the target bootstraps from ``next_values[t]``, but the
+  recursion must not run into ``t + 1``, which belongs to a new episode.
+
+``next_values[t]`` is the critic's value of the true next state ``s_{t+1}`` of transition
+``t``. At an episode end that is the final observation, not the first observation of the
+reset episode; the caller is responsible for providing it.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = ["discounted_returns", "gae"]
+
+
+def _check_time_major(name_to_tensor: dict[str, Tensor]) -> torch.Size:
+    """Checks that all tensors share one ``[T, B, ...]`` shape with ``T >= 1``."""
+    shapes = {name: t.shape for name, t in name_to_tensor.items()}
+    first = next(iter(shapes.values()))
+    if len(first) < 2 or first[0] == 0:
+        raise ValueError(f"expected time-major tensors of shape [T, B, ...], got {dict(shapes)}")
+    if any(shape != first for shape in shapes.values()):
+        raise ValueError(f"all inputs must have the same shape, got {dict(shapes)}")
+    return first
+
+
+def discounted_returns(
+    rewards: Tensor,
+    next_values: Tensor,
+    terminated: Tensor,
+    truncated: Tensor,
+    gamma: float,
+) -> Tensor:
+    """Bootstrapped discounted returns (Sutton & Barto 2018, Reinforcement Learning, ch. 3, 7).
+
+    ``G_t = r_t + gamma * (1 - terminated_t) * X_t`` where ``X_t = next_values[t]`` if
+    ``truncated_t`` or ``t == T - 1`` (bootstrap at a truncation and at the end of the rollout),
+    else ``X_t = G_{t+1}``.
+
+    Args:
+        rewards: ``[T, B, ...]`` float rewards; the computation runs in this dtype.
+        next_values: ``[T, B, ...]`` critic values of the next state of each transition.
+        terminated: ``[T, B, ...]`` bool or float; 1 means no bootstrap at all.
+        truncated: ``[T, B, ...]`` bool or float; 1 means bootstrap from ``next_values``.
+        gamma: discount factor.
+
+    Returns:
+        ``[T, B, ...]`` returns in the dtype of ``rewards``.
+    """
+    shape = _check_time_major(
+        {
+            "rewards": rewards,
+            "next_values": next_values,
+            "terminated": terminated,
+            "truncated": truncated,
+        }
+    )
+    next_values = next_values.to(rewards.dtype)
+    # Masks via torch.where rather than multiplication, so a non-finite placeholder value at a
+    # masked-out position cannot leak into the result (0 * inf is nan).
+    terminated = terminated.bool()
+    truncated = truncated.bool()
+
+    returns: list[Tensor] = []
+    # The rollout's end behaves like a truncation: bootstrap from the critic.
+    future = next_values[-1]
+    for t in reversed(range(shape[0])):
+        # A truncation restarts the recursion from the critic's estimate of s_{t+1}.
+        future = torch.where(truncated[t], next_values[t], future)
+        future = rewards[t] + torch.where(terminated[t], 0.0, gamma * future)
+        returns.append(future)
+    return torch.stack(returns[::-1])
+
+
+def gae(
+    rewards: Tensor,
+    values: Tensor,
+    next_values: Tensor,
+    terminated: Tensor,
+    truncated: Tensor,
+    gamma: float,
+    lam: float,
+) -> tuple[Tensor, Tensor]:
+    """Generalized advantage estimation (Schulman et al. 2016, arXiv:1506.02438).
+
+    ``delta_t = r_t + gamma * (1 - terminated_t) * next_values_t - values_t`` and
+    ``A_t = delta_t + gamma * lam * (1 - terminated_t) * (1 - truncated_t) * A_{t+1}``
+    with ``A_T = 0``. ``lam = 1`` gives Monte-Carlo returns minus the baseline, ``lam = 0`` the
+    one-step TD error.
+
+    Args:
+        rewards: ``[T, B, ...]`` float rewards; the computation runs in this dtype.
+        values: ``[T, B, ...]`` critic values of the state each transition starts from.
+        next_values: ``[T, B, ...]`` critic values of the next state of each transition.
+        terminated: ``[T, B, ...]`` bool or float episode-termination flags.
+        truncated: ``[T, B, ...]`` bool or float episode-truncation flags.
+        gamma: discount factor.
+        lam: GAE trace-decay parameter lambda.
+
+    Returns:
+        ``(advantages, returns)``, both ``[T, B, ...]`` in the dtype of ``rewards``, with
+        ``returns = advantages + values`` (the lambda-return, a target for the critic).
+    """
+    shape = _check_time_major(
+        {
+            "rewards": rewards,
+            "values": values,
+            "next_values": next_values,
+            "terminated": terminated,
+            "truncated": truncated,
+        }
+    )
+    values = values.to(rewards.dtype)
+    next_values = next_values.to(rewards.dtype)
+    terminated = terminated.bool()
+    # The trace must stop at any episode end, but only termination drops the bootstrap.
+    done = terminated | truncated.bool()
+
+    # All TD errors at once; only the recursion needs the loop.
+    deltas = rewards - values + torch.where(terminated, 0.0, gamma * next_values)
+    advantages: list[Tensor] = []
+    future = torch.zeros_like(deltas[0])  # A_T = 0
+    for t in reversed(range(shape[0])):
+        future = deltas[t] + torch.where(done[t], 0.0, gamma * lam * future)
+        advantages.append(future)
+    adv = torch.stack(advantages[::-1])
+    return adv, adv + values

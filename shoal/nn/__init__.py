@@ -1,0 +1,21 @@
+"""Networks: encoders, heads, distributions and weight initialization."""
+
+from shoal.nn.actor_critic import ActorCritic, ActOutput, ObsEncoding
+from shoal.nn.distributions import Categorical, DiagGaussian
+from shoal.nn.heads import CategoricalHead, GaussianHead, ValueHead
+from shoal.nn.init import init_linear, linear
+from shoal.nn.mlp import MLP
+
+__all__ = [
+    "MLP",
+    "ActOutput",
+    "ActorCritic",
+    "Categorical",
+    "CategoricalHead",
+    "DiagGaussian",
+    "GaussianHead",
+    "ObsEncoding",
+    "ValueHead",
+    "init_linear",
+    "linear",
+]

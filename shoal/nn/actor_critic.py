@@ -1,0 +1,90 @@
+"""Actor-critic model built from an encoder and heads for the env's spaces."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from shoal.config import ModelConfig
+from shoal.errors import UnsupportedSpaceError
+from shoal.nn.distributions import Categorical, DiagGaussian
+from shoal.nn.heads import CategoricalHead, GaussianHead, ValueHead
+from shoal.nn.mlp import MLP
+
+
+class ActOutput(NamedTuple):
+    actions: torch.Tensor
+    log_probs: torch.Tensor
+    values: torch.Tensor
+
+
+class ObsEncoding(nn.Module):
+    """Turns raw observations into flat float features: Box is flattened, Discrete one-hot."""
+
+    def __init__(self, space: gym.Space):
+        super().__init__()
+        if isinstance(space, gym.spaces.Box):
+            self.num_categories = 0
+            self.out_dim = int(np.prod(space.shape))
+        elif isinstance(space, gym.spaces.Discrete):
+            self.num_categories = int(space.n)
+            self.out_dim = self.num_categories
+        else:
+            raise UnsupportedSpaceError(
+                f"observation space {space} is not supported by MLP models; "
+                "supported: Box (flattened) and Discrete (one-hot)"
+            )
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.num_categories:
+            return nn.functional.one_hot(obs.long(), self.num_categories).float()
+        return obs.float().flatten(start_dim=1) if obs.dim() > 2 else obs.float()
+
+
+def policy_head(action_space: gym.Space, in_dim: int, config: ModelConfig) -> nn.Module:
+    if isinstance(action_space, gym.spaces.Discrete):
+        return CategoricalHead(in_dim, int(action_space.n), config.temperature)
+    if isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
+        return GaussianHead(in_dim, action_space.shape[0], config.init_log_std)
+    raise UnsupportedSpaceError(
+        f"action space {action_space} is not supported; supported: Discrete and 1-D Box"
+    )
+
+
+class ActorCritic(nn.Module):
+    """Policy and value function over MLP encoders, shared or separate."""
+
+    def __init__(self, obs_space: gym.Space, action_space: gym.Space, config: ModelConfig):
+        super().__init__()
+        self.encoding = ObsEncoding(obs_space)
+        in_dim = self.encoding.out_dim
+        self.actor_body = MLP(in_dim, config.hidden, config.activation)
+        self.critic_body = (
+            self.actor_body
+            if config.shared_trunk
+            else MLP(in_dim, config.hidden, config.activation)
+        )
+        self.policy_head = policy_head(action_space, self.actor_body.out_dim, config)
+        self.value_head = ValueHead(self.critic_body.out_dim)
+        self.shared_trunk = config.shared_trunk
+
+    def forward(self, obs: torch.Tensor) -> tuple[Categorical | DiagGaussian, torch.Tensor]:
+        x = self.encoding(obs)
+        actor_features = self.actor_body(x)
+        critic_features = actor_features if self.shared_trunk else self.critic_body(x)
+        return self.policy_head(actor_features), self.value_head(critic_features)
+
+    def distribution(self, obs: torch.Tensor) -> Categorical | DiagGaussian:
+        return self.policy_head(self.actor_body(self.encoding(obs)))
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.value_head(self.critic_body(self.encoding(obs)))
+
+    def act(self, obs: torch.Tensor, deterministic: bool = False) -> ActOutput:
+        dist, values = self(obs)
+        actions = dist.mode() if deterministic else dist.sample()
+        return ActOutput(actions, dist.log_prob(actions), values)

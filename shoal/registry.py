@@ -1,0 +1,114 @@
+"""Names to algorithms and tuned examples."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from shoal.algos import ppo
+from shoal.config import from_dict
+from shoal.errors import ConfigError, ShoalError
+
+
+@dataclass(frozen=True)
+class AlgorithmSpec:
+    name: str
+    config_cls: type
+    algorithm_cls: Callable[[Any], Any]
+    """Builds the `shoal.interfaces.Algorithm` from a config."""
+    build_model: Callable[..., Any]
+    """``build_model(config, obs_space, action_space)``: the policy network, for loading."""
+    summary: str
+    action_spaces: str
+
+
+ALGORITHMS: dict[str, AlgorithmSpec] = {
+    "ppo": AlgorithmSpec(
+        "ppo",
+        ppo.PPOConfig,
+        ppo.PPO,
+        ppo.build_model,
+        "Proximal Policy Optimization (clipped surrogate, GAE, adaptive KL)",
+        "Discrete, Box",
+    ),
+}
+
+
+def get_algorithm(name: str) -> AlgorithmSpec:
+    key = name.lower()
+    if key not in ALGORITHMS:
+        close = difflib.get_close_matches(key, list(ALGORITHMS), n=3)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise ShoalError(f"unknown algorithm {name!r}.{hint} Known: {', '.join(ALGORITHMS)}")
+    return ALGORITHMS[key]
+
+
+def algorithm_for_config(config: Any) -> AlgorithmSpec:
+    for spec in ALGORITHMS.values():
+        if isinstance(config, spec.config_cls):
+            return spec
+    raise ShoalError(f"{type(config).__name__} is not the config of a registered algorithm")
+
+
+@dataclass(frozen=True)
+class TunedExample:
+    name: str
+    algo: str
+    description: str
+    expected: str
+    config: dict[str, Any]
+    """Overrides of the algorithm's default config, as in the YAML file."""
+
+    def build_config(self) -> Any:
+        return from_dict(get_algorithm(self.algo).config_cls, self.config, path=self.name)
+
+
+def tuned_dir() -> Path:
+    return Path(str(resources.files("shoal") / "tuned"))
+
+
+def tuned_examples() -> dict[str, TunedExample]:
+    return {p.stem: read_tuned(p) for p in sorted(tuned_dir().glob("*.yaml"))}
+
+
+def read_tuned(path: str | Path) -> TunedExample:
+    """A tuned example from a YAML file with keys algo, description, expected, config."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+    if not isinstance(data, dict) or "algo" not in data:
+        raise ConfigError(f"{path} must be a mapping with at least an 'algo' key")
+    unknown = set(data) - {"algo", "description", "expected", "config"}
+    if unknown:
+        raise ConfigError(f"{path}: unknown top-level keys {sorted(unknown)}")
+    get_algorithm(data["algo"])
+    return TunedExample(
+        name=path.stem,
+        algo=data["algo"],
+        description=str(data.get("description", "")),
+        expected=str(data.get("expected", "")),
+        config=data.get("config") or {},
+    )
+
+
+def find_tuned(name_or_path: str) -> TunedExample:
+    """A tuned example by name (``ppo-cartpole``) or by YAML path."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml"):
+        if not path.exists():
+            raise ConfigError(f"config file {path} does not exist")
+        return read_tuned(path)
+    examples = tuned_examples()
+    if name_or_path not in examples:
+        close = difflib.get_close_matches(name_or_path, list(examples), n=3)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise ConfigError(f"unknown tuned example {name_or_path!r}.{hint}")
+    return examples[name_or_path]

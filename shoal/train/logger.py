@@ -1,0 +1,399 @@
+"""Metric loggers for training runs.
+
+Every logger takes a flat mapping of metric name to scalar plus the global env-step count.
+Values may be Python numbers, numpy scalars or 0-d torch tensors; they are converted with
+``float()`` here so that callers can pass whatever their loss/statistics code produced without
+sprinkling ``.item()`` calls around the training loop.
+
+File loggers flush on every call so that a crashed or killed run still leaves a complete log up
+to its last iteration.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import time
+from collections.abc import Iterable, Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+__all__ = [
+    "ConsoleLogger",
+    "CsvLogger",
+    "JsonlLogger",
+    "Logger",
+    "MultiLogger",
+    "TensorBoardLogger",
+    "make_loggers",
+]
+
+# Metric names the console logger knows how to summarise.
+STEPS_PER_S_KEY = "perf/env_steps_per_s"
+RETURN_KEY = "episode/return"
+EVAL_RETURN_KEY = "eval/return"
+
+# A live terminal display is redrawn at most this often; faster redraws cost training time
+# without being readable.
+_LIVE_REFRESH_PER_S = 10
+
+
+@runtime_checkable
+class Logger(Protocol):
+    """Anything that can record a step's metrics and be closed at the end of a run."""
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _scalar(value: Any) -> float | int:
+    """Convert a metric value to a plain Python number.
+
+    Python ints are kept as ints so counters (episodes, updates) read back exactly; everything
+    else, including numpy scalars and 0-d tensors, goes through ``float()``.
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return float(value)
+
+
+def _check_no_step_key(metrics: Mapping[str, Any]) -> None:
+    # "step" is the name of the step column/field in the file loggers; a metric with the same
+    # name would silently overwrite it (JSON) or collide with it (CSV).
+    if "step" in metrics:
+        raise ValueError("'step' is reserved for the step count; rename the metric")
+
+
+class JsonlLogger:
+    """Append one JSON object per ``log`` call: ``{"step": step, **metrics}``.
+
+    JSON has no NaN or infinity, and writing Python's bare ``NaN`` would make the line
+    unparseable for strict readers. Non-finite values are therefore written as the strings
+    ``"nan"``, ``"inf"`` and ``"-inf"`` rather than ``null``, so a diverged loss stays
+    distinguishable from a missing one; ``float()`` turns each of them back into the number.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], append: bool = False) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # The file stays open for the whole run (closed in close()), hence no `with` block.
+        # A resumed run appends, so its log continues the original one.
+        self._file = open(self.path, "a" if append else "w", encoding="utf-8")  # noqa: SIM115
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        _check_no_step_key(metrics)
+        record: dict[str, Any] = {"step": int(step)}
+        for key, value in metrics.items():
+            record[key] = self._json_value(value)
+        # allow_nan=False guarantees every line is standard JSON: it raises rather than
+        # writing NaN if a non-finite value ever slipped past _json_value.
+        self._file.write(json.dumps(record, allow_nan=False) + "\n")
+        # flush() hands the line to the OS, which is enough to survive a crash of this process.
+        self._file.flush()
+
+    @staticmethod
+    def _json_value(value: Any) -> float | int | str:
+        number = _scalar(value)
+        if isinstance(number, float) and not math.isfinite(number):
+            if math.isnan(number):
+                return "nan"
+            return "inf" if number > 0 else "-inf"
+        return number
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class CsvLogger:
+    """Write metrics as CSV with a ``step`` column followed by metric columns.
+
+    Metric keys may appear after the first row (evaluation metrics only show up at evaluation
+    time). When that happens the file is rewritten with the widened header; earlier rows get
+    empty cells for the new columns, and rows that lack a known key get an empty cell too.
+    Rewriting is fine because new keys are rare and metric files are small.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], append: bool = False) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fields: list[str] = ["step"]
+        # The header is written with the first row, whose keys are the first columns we know.
+        self._header_written = False
+        if append and self.path.exists() and self.path.stat().st_size:
+            # A resumed run continues the file under its existing header.
+            with open(self.path, newline="", encoding="utf-8") as existing:
+                self._fields = next(csv.reader(existing))
+            self._header_written = True
+        self._known: set[str] = set(self._fields)
+        mode = "a" if self._header_written else "w"
+        self._file = open(self.path, mode, newline="", encoding="utf-8")  # noqa: SIM115
+        self._writer = self._make_writer()
+
+    def _make_writer(self) -> csv.DictWriter:
+        return csv.DictWriter(self._file, fieldnames=self._fields, restval="")
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        _check_no_step_key(metrics)
+        new_keys = [key for key in metrics if key not in self._known]
+        if new_keys:
+            self._fields.extend(new_keys)
+            self._known.update(new_keys)
+            if self._header_written:
+                self._rewrite_with_current_header()
+            else:
+                self._writer = self._make_writer()
+        if not self._header_written:
+            self._writer.writeheader()
+            self._header_written = True
+
+        row: dict[str, Any] = {"step": int(step)}
+        for key, value in metrics.items():
+            row[key] = _scalar(value)
+        self._writer.writerow(row)
+        self._file.flush()
+
+    def _rewrite_with_current_header(self) -> None:
+        """Copy the existing rows into a file with the widened header, then swap it in."""
+        self._file.close()
+        tmp_path = self.path.with_name(self.path.name + ".tmp")
+        with (
+            open(self.path, newline="", encoding="utf-8") as src,
+            open(tmp_path, "w", newline="", encoding="utf-8") as dst,
+        ):
+            writer = csv.DictWriter(dst, fieldnames=self._fields, restval="")
+            writer.writeheader()
+            # Stream row by row: the old rows are copied verbatim, the new columns left empty.
+            writer.writerows(csv.DictReader(src))
+        # os.replace is atomic, so a crash mid-rewrite leaves the old, complete file in place.
+        os.replace(tmp_path, self.path)
+        self._file = open(self.path, "a", newline="", encoding="utf-8")  # noqa: SIM115
+        self._writer = self._make_writer()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class TensorBoardLogger:
+    """Write each metric as a TensorBoard scalar under its own name."""
+
+    def __init__(self, log_dir: str | os.PathLike[str]) -> None:
+        # Imported here so that runs without TensorBoard logging don't pay for importing it.
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.log_dir = Path(log_dir)
+        self._writer = SummaryWriter(log_dir=str(self.log_dir))
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        for key, value in metrics.items():
+            self._writer.add_scalar(key, float(value), global_step=int(step))
+
+    def close(self) -> None:
+        # SummaryWriter buffers events and only flushes periodically; make sure all are on disk.
+        self._writer.flush()
+        self._writer.close()
+
+
+class ConsoleLogger:
+    """Human-readable progress on the console.
+
+    On a terminal this is a live ``rich`` progress bar showing env steps / total, env-steps/s,
+    the latest ``episode/return`` and ``eval/return``, and elapsed time. Elsewhere (CI logs,
+    pipes) a live display would spam control codes, so a plain line is printed at most every
+    ``every_s`` seconds, and once more on ``close``::
+
+        steps 40960/100000 | 120,345 steps/s | return 312.4 | eval 500.0 | 0:00:01
+
+    The steps/s figure is ``perf/env_steps_per_s`` when the trainer reports it, otherwise the
+    average rate since the first ``log`` call. ``log`` is cheap: it records the values and only
+    touches the display when a redraw is due.
+    """
+
+    def __init__(
+        self,
+        total_steps: int | None,
+        every_s: float = 1.0,
+        console: Console | None = None,
+    ) -> None:
+        self.total_steps = total_steps
+        self.every_s = every_s
+        self._console = console if console is not None else Console()
+        self._live = self._console.is_terminal
+        self._min_interval_s = 1.0 / _LIVE_REFRESH_PER_S if self._live else every_s
+
+        # Elapsed time counts from construction, i.e. from the start of the run, not from the
+        # first (possibly slow) training iteration.
+        self._start_time = time.monotonic()
+        self._next_render_time = 0.0
+        self._step: int | None = None
+        # (step, time) of the first log call, the baseline for the fallback steps/s estimate.
+        self._rate_origin: tuple[int, float] | None = None
+        self._reported_rate: float | None = None
+        self._return: float | None = None
+        self._eval_return: float | None = None
+        self._closed = False
+
+        self._progress: Progress | None = None
+        self._task: TaskID | None = None
+        self._display_started = False
+        if self._live:
+            self._progress = Progress(
+                TextColumn("steps"),
+                MofNCompleteColumn(),
+                BarColumn(),
+                TextColumn("{task.fields[rate]}", markup=False),
+                TextColumn("{task.fields[returns]}", markup=False),
+                TimeElapsedColumn(),
+                console=self._console,
+                refresh_per_second=_LIVE_REFRESH_PER_S,
+            )
+            # Adding the task now (without starting the display) starts its elapsed clock now.
+            self._task = self._progress.add_task("train", total=total_steps, rate="", returns="")
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        now = time.monotonic()
+        self._step = int(step)
+        if self._rate_origin is None:
+            self._rate_origin = (self._step, now)
+        # Returns are only reported on iterations where episodes finished, so keep the last one.
+        if STEPS_PER_S_KEY in metrics:
+            self._reported_rate = float(metrics[STEPS_PER_S_KEY])
+        if RETURN_KEY in metrics:
+            self._return = float(metrics[RETURN_KEY])
+        if EVAL_RETURN_KEY in metrics:
+            self._eval_return = float(metrics[EVAL_RETURN_KEY])
+
+        if now >= self._next_render_time:
+            self._next_render_time = now + self._min_interval_s
+            self._render(now)
+
+    def _render(self, now: float) -> None:
+        if self._progress is not None:
+            if not self._display_started:
+                # Started lazily so nothing is drawn (or left behind) if no step is ever logged.
+                self._progress.start()
+                self._display_started = True
+            self._progress.update(
+                self._task,
+                completed=self._step,
+                rate=self._rate_text(now),
+                returns=" | ".join(self._return_parts()),
+            )
+        else:
+            self._console.out(self.format_line(now), highlight=False)
+
+    def _rate(self, now: float) -> float | None:
+        if self._reported_rate is not None:
+            return self._reported_rate
+        if self._rate_origin is None or self._step is None:
+            return None
+        origin_step, origin_time = self._rate_origin
+        if now <= origin_time:
+            return None
+        return (self._step - origin_step) / (now - origin_time)
+
+    def _rate_text(self, now: float) -> str:
+        rate = self._rate(now)
+        return "" if rate is None else f"{rate:,.0f} steps/s"
+
+    def _return_parts(self) -> list[str]:
+        parts = []
+        if self._return is not None:
+            parts.append(f"return {self._return:.1f}")
+        if self._eval_return is not None:
+            parts.append(f"eval {self._eval_return:.1f}")
+        return parts
+
+    def format_line(self, now: float | None = None) -> str:
+        """The plain progress line printed when the console is not a terminal."""
+        now = time.monotonic() if now is None else now
+        steps = f"steps {self._step if self._step is not None else 0}"
+        if self.total_steps is not None:
+            steps += f"/{self.total_steps}"
+        parts = [steps]
+        rate_text = self._rate_text(now)
+        if rate_text:
+            parts.append(rate_text)
+        parts.extend(self._return_parts())
+        parts.append(str(timedelta(seconds=int(now - self._start_time))))
+        return " | ".join(parts)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._step is None:
+            # Nothing was logged, so there is no progress worth reporting.
+            return
+        now = time.monotonic()
+        # Always show the final state, even if the last log call fell inside the throttle window.
+        self._render(now)
+        if self._progress is not None:
+            self._progress.stop()
+
+
+class MultiLogger:
+    """Send every call to several loggers."""
+
+    def __init__(self, loggers: Iterable[Logger]) -> None:
+        self.loggers: list[Logger] = list(loggers)
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        for logger in self.loggers:
+            logger.log(metrics, step)
+
+    def close(self) -> None:
+        # Close every logger even if one fails, so the others still flush their files.
+        first_error: BaseException | None = None
+        for logger in self.loggers:
+            try:
+                logger.close()
+            except Exception as error:
+                if first_error is None:
+                    first_error = error
+        if first_error is not None:
+            raise first_error
+
+    def __enter__(self) -> MultiLogger:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def make_loggers(
+    run_dir: Path,
+    total_steps: int | None,
+    console: bool = True,
+    tensorboard: bool = True,
+    append: bool = False,
+) -> MultiLogger:
+    """The standard set of loggers for a run directory.
+
+    Creates ``run_dir/metrics.jsonl``, ``run_dir/metrics.csv``, TensorBoard events under
+    ``run_dir/tb/`` (if ``tensorboard``) and a console progress display (if ``console``).
+    """
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    loggers: list[Logger] = [
+        JsonlLogger(run_dir / "metrics.jsonl", append=append),
+        CsvLogger(run_dir / "metrics.csv", append=append),
+    ]
+    if tensorboard:
+        loggers.append(TensorBoardLogger(run_dir / "tb"))
+    if console:
+        loggers.append(ConsoleLogger(total_steps))
+    return MultiLogger(loggers)

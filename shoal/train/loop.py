@@ -1,0 +1,236 @@
+"""The training loop: drives an algorithm, evaluates, logs, checkpoints and stops.
+
+Algorithms only return metric dicts; this loop is the one place that logs them, decides when to
+evaluate and checkpoint, and handles Ctrl-C (finish the iteration, save, exit) and NaN losses
+(stop without saving the broken state, point at the last good checkpoint).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from shoal.config import to_dict
+from shoal.envs import make_env
+from shoal.errors import NaNLossError, ShoalError
+from shoal.interfaces import Algorithm
+from shoal.registry import AlgorithmSpec
+from shoal.train.checkpoint import Checkpoint, save_checkpoint
+from shoal.train.evaluate import evaluate
+from shoal.train.logger import make_loggers
+from shoal.train.seeding import derive_seed, rng_state, seed_torch, set_rng_state
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_dir: Path
+    checkpoint: Path | None
+    """The last checkpoint written (None only if none could be written)."""
+    env_steps: int
+    iterations: int
+    wall_s: float
+    """Seconds from building the algorithm to the end, evaluation included."""
+    setup_s: float
+    """Seconds spent building the algorithm (environments and networks)."""
+    train_s: float
+    """Seconds spent in training iterations only (no evaluation, no checkpointing)."""
+    eval_return: float | None
+    """Mean return of the last evaluation."""
+    stop_reason: str
+    """total_steps, target_return, max_wall_s or interrupted."""
+
+    @property
+    def solved(self) -> bool:
+        return self.stop_reason == "target_return"
+
+
+IterationCallback = Callable[[int, dict[str, float]], None]
+
+
+def default_run_dir(algo: str, env_id: str) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+    return Path("runs") / f"{algo}-{env_id.replace('/', '_')}-{stamp}"
+
+
+def run(
+    spec: AlgorithmSpec,
+    config: Any,
+    resume: Checkpoint | None = None,
+    on_iteration: IterationCallback | None = None,
+) -> RunResult:
+    """Train ``config`` with ``spec``'s algorithm until a stop condition; see `RunResult`."""
+    run_cfg = config.run
+    torch.set_num_threads(run_cfg.torch_threads)
+    if resume is not None:
+        run_dir = resume.path.parent.parent
+    else:
+        run_dir = (
+            Path(run_cfg.run_dir) if run_cfg.run_dir else default_run_dir(spec.name, config.env.id)
+        )
+        if (run_dir / "checkpoints").exists():
+            raise ShoalError(
+                f"{run_dir} already holds a run; resume it with --resume {run_dir} "
+                "or choose another run.run_dir"
+            )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config_json = to_dict(config)
+    (run_dir / "config.json").write_text(json.dumps(config_json, indent=2))
+
+    seed_torch(run_cfg.seed)  # before building: network init draws from the torch generator
+    start = time.perf_counter()
+    algorithm: Algorithm = spec.algorithm_cls(config)
+    setup_s = time.perf_counter() - start
+    loop = _LoopState(
+        next_eval=run_cfg.eval_every_steps, next_checkpoint=run_cfg.checkpoint_every_steps
+    )
+    if resume is not None:
+        exact = algorithm.load_state_dict(resume.state["algorithm"])
+        set_rng_state(resume.state["rng"])
+        loop = _LoopState(**resume.state["loop"])
+    eval_env = _make_eval_env(config)
+    loggers = make_loggers(
+        run_dir,
+        run_cfg.total_steps,
+        run_cfg.console,
+        run_cfg.tensorboard,
+        append=resume is not None,
+    )
+    if resume is not None and not exact:
+        print(f"note: {config.env.id} state could not be restored; episodes restart on resume")
+
+    def save() -> Path:
+        state = {
+            "algorithm": algorithm.state_dict(),
+            "rng": rng_state(),
+            "loop": dataclasses.asdict(loop),
+        }
+        return save_checkpoint(
+            run_dir, algorithm.env_steps, spec.name, config_json, state, run_cfg.keep_checkpoints
+        )
+
+    checkpoint = resume.path if resume is not None else None
+    stop_reason = "total_steps"
+    try:
+        with _interrupt_flag() as interrupted:
+            while algorithm.env_steps < run_cfg.total_steps:
+                t0 = time.perf_counter()
+                steps_before = algorithm.env_steps
+                metrics = algorithm.train_iteration()
+                dt = time.perf_counter() - t0
+                loop.train_s += dt
+                metrics["perf/env_steps_per_s"] = (algorithm.env_steps - steps_before) / dt
+                metrics["perf/iteration_s"] = dt
+                steps = algorithm.env_steps
+                if eval_env is not None and steps >= loop.next_eval:
+                    seed = derive_seed(run_cfg.seed, "eval", loop.evaluations)
+                    metrics.update(evaluate(algorithm.policy(), eval_env, seed))
+                    loop.evaluations += 1
+                    loop.eval_return = metrics["eval/return"]
+                    loop.next_eval = _next_multiple(steps, run_cfg.eval_every_steps)
+                loggers.log(metrics, steps)
+                if on_iteration is not None:
+                    on_iteration(steps, metrics)
+                if (
+                    run_cfg.target_return is not None
+                    and loop.eval_return is not None
+                    and loop.eval_return >= run_cfg.target_return
+                ):
+                    stop_reason = "target_return"
+                    break
+                if (
+                    run_cfg.max_wall_s is not None
+                    and time.perf_counter() - start > run_cfg.max_wall_s
+                ):
+                    stop_reason = "max_wall_s"
+                    break
+                if interrupted.is_set():
+                    stop_reason = "interrupted"
+                    break
+                if run_cfg.checkpoint_every_steps and steps >= loop.next_checkpoint:
+                    checkpoint = save()
+                    loop.next_checkpoint = _next_multiple(steps, run_cfg.checkpoint_every_steps)
+            checkpoint = save()
+    except NaNLossError as exc:
+        where = f"the last good checkpoint is {checkpoint}" if checkpoint else "no checkpoint yet"
+        raise NaNLossError(f"{exc} at env step {algorithm.env_steps}; {where}") from exc
+    finally:
+        loggers.close()
+        algorithm.close()
+        if eval_env is not None:
+            eval_env.close()
+    return RunResult(
+        run_dir=run_dir,
+        checkpoint=checkpoint,
+        env_steps=algorithm.env_steps,
+        iterations=getattr(algorithm, "iteration", 0),
+        wall_s=time.perf_counter() - start,
+        setup_s=setup_s,
+        train_s=loop.train_s,
+        eval_return=loop.eval_return,
+        stop_reason=stop_reason,
+    )
+
+
+def _next_multiple(steps: int, every: int) -> int:
+    """The first multiple of ``every`` after ``steps`` (every iteration when ``every`` is 0)."""
+    return (steps // every + 1) * every if every else steps + 1
+
+
+@dataclass
+class _LoopState:
+    """The loop's own counters, saved with checkpoints so a resumed run keeps its cadence."""
+
+    next_eval: int = 0
+    next_checkpoint: int = 0
+    evaluations: int = 0
+    eval_return: float | None = None
+    train_s: float = 0.0
+
+
+def _make_eval_env(config: Any):
+    run_cfg = config.run
+    if run_cfg.eval_every_steps == 0 and run_cfg.target_return is None:
+        return None
+    # Raw observations: the deployed policy applies the frozen training statistics itself.
+    env_config = dataclasses.replace(
+        config.env,
+        num_envs=run_cfg.eval_episodes,
+        normalize_obs=False,
+        normalize_reward=False,
+    )
+    return make_env(env_config)
+
+
+@contextmanager
+def _interrupt_flag() -> Iterator[threading.Event]:
+    """First Ctrl-C sets a flag that the loop checks between iterations (so it can save a
+    consistent checkpoint); a second Ctrl-C interrupts immediately."""
+    flag = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        if flag.is_set():
+            raise KeyboardInterrupt
+        flag.set()
+        print(
+            "\ninterrupt: finishing this iteration and saving a checkpoint (Ctrl-C again to abort)"
+        )
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield flag
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -1,0 +1,207 @@
+import csv
+import io
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from rich.console import Console
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from shoal.train.logger import (
+    ConsoleLogger,
+    CsvLogger,
+    JsonlLogger,
+    Logger,
+    MultiLogger,
+    TensorBoardLogger,
+    make_loggers,
+)
+
+
+def read_jsonl(path):
+    # json.loads accepts bare NaN by default; parse_constant makes it reject non-standard JSON.
+    def reject(name):
+        raise ValueError(f"non-standard JSON constant {name}")
+
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line, parse_constant=reject) for line in f]
+
+
+def read_csv(path):
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.reader(f))
+
+
+def plain_console():
+    # A StringIO is not a TTY, so the console logger takes its plain-line path.
+    return Console(file=io.StringIO(), width=200)
+
+
+def test_jsonl_lines_contain_step_and_metrics(tmp_path):
+    logger = JsonlLogger(tmp_path / "metrics.jsonl")
+    logger.log({"loss": 0.5, "episodes": 3}, step=10)
+    logger.log({"loss": np.float32(0.25), "lr": torch.tensor(1e-3)}, step=20)
+    logger.close()
+
+    first, second = read_jsonl(tmp_path / "metrics.jsonl")
+    assert first == {"step": 10, "loss": 0.5, "episodes": 3}
+    assert second["step"] == 20
+    assert second["loss"] == pytest.approx(0.25)
+    assert second["lr"] == pytest.approx(1e-3)
+
+
+def test_jsonl_non_finite_values_stay_valid_json(tmp_path):
+    logger = JsonlLogger(tmp_path / "metrics.jsonl")
+    logger.log({"loss": float("nan"), "grad": float("inf"), "neg": -math.inf, "ok": 1.0}, step=1)
+    logger.close()
+
+    (record,) = read_jsonl(tmp_path / "metrics.jsonl")
+    assert record == {"step": 1, "loss": "nan", "grad": "inf", "neg": "-inf", "ok": 1.0}
+    assert math.isnan(float(record["loss"]))
+    assert float(record["neg"]) == -math.inf
+
+
+def test_jsonl_is_flushed_before_close(tmp_path):
+    logger = JsonlLogger(tmp_path / "metrics.jsonl")
+    logger.log({"loss": 1.0}, step=1)
+    # Read while the logger is still open, as after a crash.
+    assert read_jsonl(tmp_path / "metrics.jsonl") == [{"step": 1, "loss": 1.0}]
+    logger.close()
+
+
+def test_step_is_a_reserved_metric_name(tmp_path):
+    logger = JsonlLogger(tmp_path / "metrics.jsonl")
+    with pytest.raises(ValueError, match="reserved"):
+        logger.log({"step": 1.0}, step=1)
+    logger.close()
+
+
+def test_csv_widens_header_when_new_key_appears(tmp_path):
+    path = tmp_path / "metrics.csv"
+    logger = CsvLogger(path)
+    logger.log({"loss": 0.5, "episode/return": 10.0}, step=100)
+    logger.log({"loss": 0.4}, step=200)
+    assert read_csv(path) == [
+        ["step", "loss", "episode/return"],
+        ["100", "0.5", "10.0"],
+        ["200", "0.4", ""],
+    ]
+
+    # An eval metric appears for the first time: the earlier rows get an empty cell.
+    logger.log({"loss": 0.3, "eval/return": np.float64(50.0)}, step=300)
+    logger.log({"episode/return": 12.0, "loss": 0.2}, step=400)
+    logger.close()
+
+    assert read_csv(path) == [
+        ["step", "loss", "episode/return", "eval/return"],
+        ["100", "0.5", "10.0", ""],
+        ["200", "0.4", "", ""],
+        ["300", "0.3", "", "50.0"],
+        ["400", "0.2", "12.0", ""],
+    ]
+    assert not (tmp_path / "metrics.csv.tmp").exists()
+
+
+def test_tensorboard_writes_readable_scalars(tmp_path):
+    logger = TensorBoardLogger(tmp_path / "tb")
+    logger.log({"train/loss": torch.tensor(0.75)}, step=5)
+    logger.log({"train/loss": 0.5}, step=10)
+    logger.close()
+
+    assert list((tmp_path / "tb").glob("events.out.tfevents.*"))
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    scalars = events.Scalars("train/loss")
+    assert [s.step for s in scalars] == [5, 10]
+    assert [s.value for s in scalars] == pytest.approx([0.75, 0.5])
+
+
+def test_console_plain_line_when_not_a_tty(tmp_path):
+    console = plain_console()
+    logger = ConsoleLogger(total_steps=100_000, every_s=3600.0, console=console)
+    logger.log(
+        {"perf/env_steps_per_s": 120345.0, "episode/return": 312.42, "eval/return": 500.0},
+        step=40960,
+    )
+    # Within every_s of the first line: recorded but not printed.
+    logger.log({"perf/env_steps_per_s": 120000.0}, step=81920)
+    lines = console.file.getvalue().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("steps 40960/100000 | 120,345 steps/s | return 312.4 | eval 500.0")
+    assert "\x1b" not in lines[0]  # no terminal control codes in CI logs
+
+    # close() always prints the final state, keeping the last seen returns.
+    logger.close()
+    lines = console.file.getvalue().splitlines()
+    assert len(lines) == 2
+    assert lines[1].startswith("steps 81920/100000 | 120,000 steps/s | return 312.4 | eval 500.0")
+
+
+def test_console_plain_line_without_total_or_optional_metrics(capsys):
+    logger = ConsoleLogger(total_steps=None, every_s=0.0)
+    logger.log({}, step=7)
+    logger.close()
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("steps 7 | ")
+    assert "return" not in out[0]
+
+
+def test_console_live_display_on_a_terminal():
+    console = Console(file=io.StringIO(), force_terminal=True, width=160)
+    logger = ConsoleLogger(total_steps=1000, console=console)
+    logger.log({"perf/env_steps_per_s": 2500.0, "episode/return": 42.0}, step=500)
+    logger.close()
+    out = console.file.getvalue()
+    assert "500/1000" in out
+    assert "2,500 steps/s" in out
+    assert "return 42.0" in out
+
+
+def test_multi_logger_fans_out_and_closes_all():
+    class Recorder:
+        def __init__(self):
+            self.calls = []
+            self.closed = False
+
+        def log(self, metrics, step):
+            self.calls.append((dict(metrics), step))
+
+        def close(self):
+            self.closed = True
+
+    class FailsOnClose(Recorder):
+        def close(self):
+            raise RuntimeError("boom")
+
+    first, broken, last = Recorder(), FailsOnClose(), Recorder()
+    assert isinstance(first, Logger)
+    multi = MultiLogger([first, broken, last])
+    multi.log({"a": 1.0}, step=3)
+    assert first.calls == last.calls == broken.calls == [({"a": 1.0}, 3)]
+
+    with pytest.raises(RuntimeError, match="boom"):
+        multi.close()
+    # A failing logger does not stop the others from closing.
+    assert first.closed and last.closed
+
+
+def test_make_loggers_creates_run_files(tmp_path):
+    run_dir = tmp_path / "run"
+    with make_loggers(run_dir, total_steps=10, console=False) as loggers:
+        loggers.log({"loss": 1.0}, step=1)
+
+    assert [type(logger) for logger in loggers.loggers] == [
+        JsonlLogger,
+        CsvLogger,
+        TensorBoardLogger,
+    ]
+    assert read_jsonl(run_dir / "metrics.jsonl") == [{"step": 1, "loss": 1.0}]
+    assert read_csv(run_dir / "metrics.csv") == [["step", "loss"], ["1", "1.0"]]
+    assert list((run_dir / "tb").glob("events.out.tfevents.*"))
+
+    with_console = make_loggers(tmp_path / "run2", total_steps=10, tensorboard=False)
+    assert isinstance(with_console.loggers[-1], ConsoleLogger)
+    assert not (tmp_path / "run2" / "tb").exists()
+    with_console.close()
