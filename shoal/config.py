@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import types
 import typing
 from dataclasses import dataclass
@@ -34,6 +35,24 @@ def check_positive(owner: object, *names: str) -> None:
 def check_unit_interval(owner: object, *names: str) -> None:
     for name in names:
         check(owner, name, 0.0 <= getattr(owner, name) <= 1.0, "must be in [0, 1]")
+
+
+def check_choices(owner: object) -> None:
+    """Check every ``Literal``-typed field against its choices (the type hint alone checks
+    nothing outside the CLI, e.g. for YAML files and Python callers)."""
+    for name, choices in _literal_fields(type(owner)).items():
+        allowed = "must be one of " + ", ".join(map(repr, choices))
+        check(owner, name, getattr(owner, name) in choices, allowed)
+
+
+@functools.cache
+def _literal_fields(cls: type) -> dict[str, tuple[Any, ...]]:
+    hints = typing.get_type_hints(cls)
+    return {
+        f.name: typing.get_args(hints[f.name])
+        for f in dataclasses.fields(cls)
+        if typing.get_origin(hints[f.name]) is Literal
+    }
 
 
 @dataclass(frozen=True)
@@ -101,6 +120,7 @@ class EnvConfig:
 
     def __post_init__(self) -> None:
         check(self, "id", bool(self.id), "must name an environment")
+        check_choices(self)
         check_positive(self, "num_envs", "clip_obs", "clip_reward")
         check(self, "gamma", 0.0 <= self.gamma <= 1.0, "must be in [0, 1]")
         if self.max_episode_steps is not None:
@@ -127,6 +147,7 @@ class OptimConfig:
 
     def __post_init__(self) -> None:
         check_positive(self, "lr", "eps")
+        check_choices(self)
         check(self, "weight_decay", self.weight_decay >= 0, "must be >= 0")
         if self.max_grad_norm is not None:
             check_positive(self, "max_grad_norm")
@@ -152,6 +173,7 @@ class ModelConfig:
     def __post_init__(self) -> None:
         check(self, "hidden", all(h > 0 for h in self.hidden), "sizes must be > 0")
         check_positive(self, "temperature")
+        check_choices(self)
 
 
 def to_dict(config: Any) -> dict[str, Any]:
@@ -218,6 +240,7 @@ __all__ = [
     "OptimConfig",
     "RunConfig",
     "check",
+    "check_choices",
     "check_positive",
     "check_unit_interval",
     "from_dict",

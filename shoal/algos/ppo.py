@@ -16,7 +16,15 @@ import gymnasium as gym
 import torch
 
 from shoal.collect import EnvRunner, LocalSampler
-from shoal.config import EnvConfig, ModelConfig, OptimConfig, RunConfig, check, check_positive
+from shoal.config import (
+    EnvConfig,
+    ModelConfig,
+    OptimConfig,
+    RunConfig,
+    check,
+    check_choices,
+    check_positive,
+)
 from shoal.envs.base import find_wrapper
 from shoal.envs.normalize import NormalizeObservation
 from shoal.errors import NaNLossError
@@ -75,6 +83,7 @@ class PPOConfig:
 
     def __post_init__(self) -> None:
         check_positive(self, "num_steps", "num_epochs", "minibatch_size", "clip_eps")
+        check_choices(self)
         check(self, "gamma", 0.0 <= self.gamma <= 1.0, "must be in [0, 1]")
         check(self, "gae_lambda", 0.0 <= self.gae_lambda <= 1.0, "must be in [0, 1]")
         check(self, "vf_coef", self.vf_coef >= 0, "must be >= 0")
@@ -137,9 +146,12 @@ class PPOLearner:
     def __init__(self, config: PPOConfig, obs_space: gym.Space, action_space: gym.Space):
         self.config = config
         self.model = build_model(config, obs_space, action_space)
+        self.parameters = list(self.model.parameters())
         optim = config.optim
+        # The fused kernel updates all parameters in one op; on small networks the default
+        # per-tensor loop costs more than the arithmetic.
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=optim.lr, eps=optim.eps, weight_decay=optim.weight_decay
+            self.parameters, lr=optim.lr, eps=optim.eps, weight_decay=optim.weight_decay, fused=True
         )
 
     def update(
@@ -153,61 +165,62 @@ class PPOLearner:
         epochs_done = 0
         for _ in range(cfg.num_epochs):
             epoch_kl = []
-            for idx in torch.randperm(n).split(cfg.minibatch_size):
-                if idx.numel() < 2:
+            # Shuffle once per epoch, then take contiguous slices (views, no copies).
+            permutation = torch.randperm(n)
+            shuffled = PPOBatch(*(x[permutation] for x in batch))
+            for start in range(0, n, cfg.minibatch_size):
+                minibatch = PPOBatch(*(x[start : start + cfg.minibatch_size] for x in shuffled))
+                if minibatch.obs.shape[0] < 2:
                     continue  # a lone sample cannot be standardized; skip the remainder
-                losses = self._minibatch_losses(batch, idx, clip_eps, kl_coeff)
+                losses, stats = self._minibatch_losses(minibatch, clip_eps, kl_coeff)
                 self._step(losses)
-                epoch_kl.append(losses["approx_kl"])
-                history.append(torch.stack(list(losses.values())).detach())
+                epoch_kl.append(stats["approx_kl"])
+                # Metrics stay tensors until the end: one conversion per update, not per step.
+                history.append(torch.stack([*losses.values(), *stats.values()]).detach())
             epochs_done += 1
             if cfg.target_kl is not None and torch.stack(epoch_kl).mean() > cfg.target_kl:
                 break
-        means = torch.stack(history).mean(0).tolist()
-        names = ["loss/" + k if k.endswith("loss") else "train/" + k for k in losses]
-        metrics = dict(zip(names, means, strict=True))
+        names = [f"loss/{k}" for k in losses] + [f"train/{k}" for k in stats]
+        metrics = dict(zip(names, torch.stack(history).mean(0).tolist(), strict=True))
         metrics["train/epochs"] = epochs_done
         metrics["train/lr"] = lr
         return metrics
 
     def _minibatch_losses(
-        self, batch: PPOBatch, idx: torch.Tensor, clip_eps: float, kl_coeff: float
-    ) -> dict[str, torch.Tensor]:
+        self, mb: PPOBatch, clip_eps: float, kl_coeff: float
+    ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """The loss terms (``total`` last) and diagnostics of one minibatch."""
         cfg = self.config
-        dist, values = self.model(batch.obs[idx])
-        log_probs = dist.log_prob(batch.actions[idx])
-        advantages = batch.advantages[idx]
+        dist, values = self.model(mb.obs)
+        log_probs = dist.log_prob(mb.actions)
+        advantages = mb.advantages
         if cfg.normalize_advantages:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        policy, stats = ppo_clip_loss(log_probs, batch.log_probs[idx], advantages, clip_eps)
+        policy, stats = ppo_clip_loss(log_probs, mb.log_probs, advantages, clip_eps)
         if cfg.value_clip is None:
-            v_loss = value_loss(values, batch.returns[idx])
+            value = value_loss(values, mb.returns)
         else:
-            v_loss = clipped_value_loss(
-                values, batch.values[idx], batch.returns[idx], cfg.value_clip
-            )
-        losses = {
-            "policy_loss": policy,
-            "value_loss": v_loss,
-            "entropy_loss": entropy_loss(dist.entropy()),
-        }
+            value = clipped_value_loss(values, mb.values, mb.returns, cfg.value_clip)
+        losses = {"policy": policy, "value": value, "entropy": entropy_loss(dist.entropy())}
+        total = policy + cfg.vf_coef * value + cfg.ent_coef * losses["entropy"]
         if kl_coeff > 0:
             # Sample-based KL(old || new) = E_old[log old - log new], unbiased on-policy.
-            losses["kl_loss"] = kl_penalty_loss(batch.log_probs[idx] - log_probs, kl_coeff)
-        losses["total_loss"] = (
-            policy + cfg.vf_coef * v_loss + cfg.ent_coef * losses["entropy_loss"]
-        ) + losses.get("kl_loss", 0.0)
-        return losses | {k: v for k, v in stats.items()}
+            losses["kl"] = kl_penalty_loss(mb.log_probs - log_probs, kl_coeff)
+            total = total + losses["kl"]
+        losses["total"] = total
+        return losses, stats
 
     def _step(self, losses: dict[str, torch.Tensor]) -> None:
-        total = losses["total_loss"]
+        total = losses["total"]
         if not torch.isfinite(total):
-            bad = [k for k, v in losses.items() if k.endswith("loss") and not torch.isfinite(v)]
-            raise NaNLossError(f"loss/{bad[0]} became {total.item()}; weights left unchanged")
+            bad = next(k for k, v in losses.items() if not torch.isfinite(v))
+            raise NaNLossError(f"loss/{bad} became {losses[bad].item()}; weights left unchanged")
         self.optimizer.zero_grad(set_to_none=True)
         total.backward()
         if self.config.optim.max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.optim.max_grad_norm)
+            torch.nn.utils.clip_grad_norm_(
+                self.parameters, self.config.optim.max_grad_norm, foreach=True
+            )
         self.optimizer.step()
 
     def get_weights(self) -> dict[str, torch.Tensor]:

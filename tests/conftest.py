@@ -1,0 +1,34 @@
+"""Shared fixtures: tiny PPO settings that keep end-to-end runs well under a second."""
+
+import pytest
+
+# 4 envs x 16 steps = 64 env steps per iteration, two epochs of two minibatches, a tiny network.
+ITERATION_STEPS = 64
+
+
+def _small_ppo(**extra):
+    overrides = {
+        "env.num_envs": 4,
+        "num_steps": 16,
+        "minibatch_size": 32,
+        "num_epochs": 2,
+        "model.hidden": (16,),
+        "run.eval_every_steps": 0,
+        "run.checkpoint_every_steps": 0,
+        "run.console": False,
+        "run.tensorboard": False,
+    }
+    overrides.update(extra)
+    return overrides
+
+
+@pytest.fixture
+def small_ppo():
+    """``small_ppo(**extra)``: override dict for `shoal.train` giving a fast, quiet PPO run
+    of `ITERATION_STEPS` env steps per iteration."""
+    return _small_ppo
+
+
+@pytest.fixture
+def iteration_steps():
+    return ITERATION_STEPS

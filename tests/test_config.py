@@ -1,0 +1,210 @@
+"""Config validation, from_dict, replace and the tuned examples."""
+
+import re
+
+import gymnasium as gym
+import pytest
+
+from shoal.algos.ppo import PPOConfig
+from shoal.config import EnvConfig, ModelConfig, OptimConfig, RunConfig, from_dict, replace, to_dict
+from shoal.envs import env_spec
+from shoal.errors import ConfigError
+from shoal.registry import find_tuned, tuned_examples
+
+# (config class, keyword arguments, qualified field name, allowed-range text)
+INVALID = [
+    (RunConfig, {"seed": -1}, "RunConfig.seed", ">= 0"),
+    (RunConfig, {"total_steps": 0}, "RunConfig.total_steps", "> 0"),
+    (RunConfig, {"eval_episodes": 0}, "RunConfig.eval_episodes", "> 0"),
+    (RunConfig, {"keep_checkpoints": 0}, "RunConfig.keep_checkpoints", "> 0"),
+    (RunConfig, {"torch_threads": 0}, "RunConfig.torch_threads", "> 0"),
+    (RunConfig, {"eval_every_steps": -1}, "RunConfig.eval_every_steps", ">= 0"),
+    (RunConfig, {"checkpoint_every_steps": -5}, "RunConfig.checkpoint_every_steps", ">= 0"),
+    (RunConfig, {"max_wall_s": 0.0}, "RunConfig.max_wall_s", "> 0"),
+    (EnvConfig, {"id": ""}, "EnvConfig.id", "must name an environment"),
+    (EnvConfig, {"num_envs": 0}, "EnvConfig.num_envs", "> 0"),
+    (EnvConfig, {"clip_obs": 0.0}, "EnvConfig.clip_obs", "> 0"),
+    (EnvConfig, {"clip_reward": -1.0}, "EnvConfig.clip_reward", "> 0"),
+    (EnvConfig, {"gamma": 1.5}, "EnvConfig.gamma", "[0, 1]"),
+    (EnvConfig, {"max_episode_steps": 0}, "EnvConfig.max_episode_steps", "> 0"),
+    (EnvConfig, {"vectorization": "threads"}, "EnvConfig.vectorization", "'sync'"),
+    (OptimConfig, {"lr": 0.0}, "OptimConfig.lr", "> 0"),
+    (OptimConfig, {"eps": -1e-8}, "OptimConfig.eps", "> 0"),
+    (OptimConfig, {"weight_decay": -0.1}, "OptimConfig.weight_decay", ">= 0"),
+    (OptimConfig, {"max_grad_norm": 0.0}, "OptimConfig.max_grad_norm", "> 0"),
+    (OptimConfig, {"anneal_steps": 0}, "OptimConfig.anneal_steps", "> 0"),
+    (OptimConfig, {"lr_schedule": "cosine"}, "OptimConfig.lr_schedule", "'linear'"),
+    (ModelConfig, {"hidden": (64, 0)}, "ModelConfig.hidden", "> 0"),
+    (ModelConfig, {"temperature": 0.0}, "ModelConfig.temperature", "> 0"),
+    (ModelConfig, {"activation": "gelu"}, "ModelConfig.activation", "'tanh'"),
+    (PPOConfig, {"clip_eps": -1.0}, "PPOConfig.clip_eps", "> 0"),
+    (PPOConfig, {"num_steps": 0}, "PPOConfig.num_steps", "> 0"),
+    (PPOConfig, {"num_epochs": 0}, "PPOConfig.num_epochs", "> 0"),
+    (PPOConfig, {"minibatch_size": 0}, "PPOConfig.minibatch_size", "> 0"),
+    (PPOConfig, {"gamma": -0.1}, "PPOConfig.gamma", "[0, 1]"),
+    (PPOConfig, {"gae_lambda": 1.01}, "PPOConfig.gae_lambda", "[0, 1]"),
+    (PPOConfig, {"vf_coef": -1.0}, "PPOConfig.vf_coef", ">= 0"),
+    (PPOConfig, {"kl_coeff": -0.2}, "PPOConfig.kl_coeff", ">= 0"),
+    (PPOConfig, {"kl_target": 0.0}, "PPOConfig.kl_target", "> 0"),
+    (PPOConfig, {"value_clip": 0.0}, "PPOConfig.value_clip", "> 0"),
+    (PPOConfig, {"target_kl": -0.01}, "PPOConfig.target_kl", "> 0"),
+    (PPOConfig, {"clip_schedule": "cosine"}, "PPOConfig.clip_schedule", "'constant'"),
+]
+
+
+@pytest.mark.parametrize(
+    ("cls", "kwargs", "field", "allowed"),
+    INVALID,
+    ids=[f"{field}={next(iter(kw.values()))!r}" for _, kw, field, _ in INVALID],
+)
+def test_invalid_values_name_the_field_and_range(cls, kwargs, field, allowed):
+    with pytest.raises(ConfigError) as info:
+        cls(**kwargs)
+    message = str(info.value)
+    assert message.startswith(f"{field} = "), message
+    assert allowed in message, message
+    assert repr(next(iter(kwargs.values()))) in message  # the offending value is shown
+
+
+def test_config_error_is_a_value_error():
+    with pytest.raises(ValueError):
+        RunConfig(total_steps=0)
+
+
+def test_minibatch_larger_than_rollout():
+    env = EnvConfig(num_envs=4)
+    with pytest.raises(ConfigError, match=r"PPOConfig\.minibatch_size = 65 .*<= .*= 64"):
+        PPOConfig(env=env, num_steps=16, minibatch_size=65)
+    assert PPOConfig(env=env, num_steps=16, minibatch_size=64).minibatch_size == 64
+
+
+def test_boundary_values_are_valid():
+    RunConfig(seed=0, eval_every_steps=0, checkpoint_every_steps=0)
+    EnvConfig(gamma=0.0)
+    EnvConfig(gamma=1.0)
+    OptimConfig(weight_decay=0.0, max_grad_norm=None)
+    PPOConfig(gamma=1.0, gae_lambda=0.0, vf_coef=0.0, kl_coeff=0.0)
+
+
+def test_defaults_are_valid_and_ppo_defaults_differ_from_blocks():
+    config = PPOConfig()
+    assert config.env.num_envs == 64
+    assert config.optim.lr == 2.5e-3
+    assert config.minibatch_size <= config.num_steps * config.env.num_envs
+
+
+def test_from_dict_builds_nested_configs():
+    data = {
+        "run": {"seed": 3, "total_steps": 5000, "target_return": 475},
+        "env": {"id": "Pendulum-v1", "num_envs": 4, "max_episode_steps": None},
+        "optim": {"lr": 1, "max_grad_norm": None, "lr_schedule": "linear"},
+        "model": {"hidden": [32, 16], "activation": "relu"},
+        "num-steps": 32,  # dashes as in CLI flags
+        "minibatch_size": 64,
+        "value_clip": 1,
+    }
+    config = from_dict(PPOConfig, data)
+    assert isinstance(config.run, RunConfig) and config.run.seed == 3
+    assert config.run.total_steps == 5000
+    assert config.run.target_return == 475.0 and isinstance(config.run.target_return, float)
+    assert config.env == EnvConfig(id="Pendulum-v1", num_envs=4)
+    assert config.optim.lr == 1.0 and isinstance(config.optim.lr, float)
+    assert config.optim.max_grad_norm is None
+    assert config.model.hidden == (32, 16) and isinstance(config.model.hidden, tuple)
+    assert config.num_steps == 32
+    assert config.value_clip == 1.0 and isinstance(config.value_clip, float)
+    # Untouched fields keep their (algorithm-specific) defaults.
+    assert config.gamma == 0.99
+    assert config.run.eval_episodes == RunConfig().eval_episodes
+
+
+def test_from_dict_round_trips_to_dict():
+    config = PPOConfig(model=ModelConfig(hidden=(8, 8)), target_kl=0.02)
+    assert from_dict(PPOConfig, to_dict(config)) == config
+
+
+@pytest.mark.parametrize(
+    ("data", "where", "suggestion"),
+    [
+        ({"num_step": 8}, "'num_step'", "num_steps"),
+        ({"env": {"num_env": 8}}, "'env.num_env'", "num_envs"),
+        ({"optim": {"learning_rate": 0.1}}, "'optim.learning_rate'", None),
+        ({"model": {"hiden": [8]}}, "'model.hiden'", "hidden"),
+    ],
+)
+def test_from_dict_rejects_unknown_keys_with_did_you_mean(data, where, suggestion):
+    with pytest.raises(ConfigError) as info:
+        from_dict(PPOConfig, data)
+    message = str(info.value)
+    assert f"unknown config field {where}" in message
+    if suggestion:
+        assert re.search(rf"did you mean .*\b{suggestion}\b", message), message
+    else:
+        assert "did you mean" not in message
+
+
+def test_from_dict_requires_mappings():
+    with pytest.raises(ConfigError, match="env must be a mapping"):
+        from_dict(PPOConfig, {"env": "CartPole-v1"})
+    with pytest.raises(ConfigError, match="must be a mapping"):
+        from_dict(PPOConfig, ["num_steps", 8])
+
+
+def test_from_dict_validates_values():
+    with pytest.raises(ConfigError, match=r"EnvConfig\.num_envs"):
+        from_dict(PPOConfig, {"env": {"num_envs": 0}})
+    with pytest.raises(ConfigError, match=r"ModelConfig\.activation"):
+        from_dict(PPOConfig, {"model": {"activation": "gelu"}})
+
+
+def test_replace_with_dotted_keys():
+    config = PPOConfig()
+    new = replace(config, **{"env.id": "Pendulum-v1", "run.seed": 7, "clip_eps": 0.1})
+    assert new.env.id == "Pendulum-v1" and new.env.num_envs == config.env.num_envs
+    assert new.run.seed == 7 and new.run.total_steps == config.run.total_steps
+    assert new.clip_eps == 0.1
+    assert config.env.id == "CartPole-v1" and config.run.seed == 0  # the original is untouched
+    deeper = replace(new, **{"optim.lr": 0.5, "optim.anneal_steps": 10})
+    assert deeper.optim == OptimConfig(lr=0.5, anneal_steps=10)
+
+
+def test_replace_validates():
+    with pytest.raises(ConfigError, match=r"RunConfig\.total_steps"):
+        replace(PPOConfig(), **{"run.total_steps": 0})
+    with pytest.raises(ConfigError, match=r"PPOConfig\.minibatch_size"):
+        replace(PPOConfig(), **{"env.num_envs": 1})
+    # Python's own error for an unknown keyword (a ConfigError would do as well).
+    with pytest.raises((TypeError, ConfigError), match="no_such_field"):
+        replace(PPOConfig(), **{"env.no_such_field": 1})
+
+
+def test_tuned_examples_load_and_build_valid_configs():
+    examples = tuned_examples()
+    assert "ppo-cartpole" in examples
+    for name, example in examples.items():
+        assert example.name == name
+        assert example.description and example.expected, name
+        config = example.build_config()
+        assert type(config).__name__.lower().startswith(example.algo), name
+        # The environment must exist (env_spec raises UnknownEnvError otherwise).
+        assert isinstance(env_spec(config.env.id), gym.envs.registration.EnvSpec)
+        assert config.num_steps * config.env.num_envs >= config.minibatch_size
+
+
+def test_tuned_cartpole_contents():
+    config = find_tuned("ppo-cartpole").build_config()
+    assert config.env.id == "CartPole-v1"
+    assert config.run.target_return == 475.0
+    assert config.model.hidden == (64, 64) and config.model.activation == "relu"
+
+
+def test_unknown_tuned_example_suggests_close_names():
+    with pytest.raises(ConfigError, match="ppo-cartpole"):
+        find_tuned("ppo-cartpol")
+
+
+def test_tuned_yaml_with_unknown_field_fails(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("algo: ppo\nconfig:\n  env:\n    num_env: 4\n")
+    with pytest.raises(ConfigError, match=r"bad\.env\.num_env.*num_envs"):
+        find_tuned(str(path)).build_config()
