@@ -229,6 +229,12 @@ def replace(config: T, **changes: Any) -> T:
             nested.setdefault(head, {})[rest] = value
         else:
             flat[key] = value
+    names = sorted(f.name for f in dataclasses.fields(config) if f.init)
+    for name in (*flat, *nested):
+        if name not in names:
+            close = difflib.get_close_matches(name, names, n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise ConfigError(f"unknown config field {name!r} for {type(config).__name__}{hint}")
     for head, sub in nested.items():
         flat[head] = replace(getattr(config, head), **sub)
     return dataclasses.replace(config, **flat)

@@ -13,7 +13,7 @@ from shoal.config import ModelConfig
 from shoal.errors import UnsupportedSpaceError
 from shoal.nn.distributions import Categorical, DiagGaussian
 from shoal.nn.heads import CategoricalHead, GaussianHead, ValueHead
-from shoal.nn.mlp import MLP
+from shoal.nn.mlp import MLP, ParallelMLP
 
 
 class ActOutput(NamedTuple):
@@ -56,33 +56,39 @@ def policy_head(action_space: gym.Space, in_dim: int, config: ModelConfig) -> nn
 
 
 class ActorCritic(nn.Module):
-    """Policy and value function over MLP encoders, shared or separate."""
+    """Policy and value function over MLP encoders, shared or separate.
+
+    Separate actor and critic encoders are evaluated together as one `ParallelMLP`.
+    """
 
     def __init__(self, obs_space: gym.Space, action_space: gym.Space, config: ModelConfig):
         super().__init__()
         self.encoding = ObsEncoding(obs_space)
         in_dim = self.encoding.out_dim
-        self.actor_body = MLP(in_dim, config.hidden, config.activation)
-        self.critic_body = (
-            self.actor_body
-            if config.shared_trunk
-            else MLP(in_dim, config.hidden, config.activation)
-        )
-        self.policy_head = policy_head(action_space, self.actor_body.out_dim, config)
-        self.value_head = ValueHead(self.critic_body.out_dim)
         self.shared_trunk = config.shared_trunk
+        if config.shared_trunk:
+            self.body: nn.Module = MLP(in_dim, config.hidden, config.activation)
+        else:
+            self.body = ParallelMLP(in_dim, config.hidden, config.activation, members=2)
+        self.policy_head = policy_head(action_space, self.body.out_dim, config)
+        self.value_head = ValueHead(self.body.out_dim)
+
+    def features(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Actor and critic features of a batch of observations ``[N, ...]``."""
+        features = self.body(self.encoding(obs))
+        if self.shared_trunk:
+            return features, features
+        return features[0], features[1]
 
     def forward(self, obs: torch.Tensor) -> tuple[Categorical | DiagGaussian, torch.Tensor]:
-        x = self.encoding(obs)
-        actor_features = self.actor_body(x)
-        critic_features = actor_features if self.shared_trunk else self.critic_body(x)
+        actor_features, critic_features = self.features(obs)
         return self.policy_head(actor_features), self.value_head(critic_features)
 
     def distribution(self, obs: torch.Tensor) -> Categorical | DiagGaussian:
-        return self.policy_head(self.actor_body(self.encoding(obs)))
+        return self.policy_head(self.features(obs)[0])
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.value_head(self.critic_body(self.encoding(obs)))
+        return self.value_head(self.features(obs)[1])
 
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> ActOutput:
         dist, values = self(obs)

@@ -18,7 +18,7 @@ class Categorical:
     """Categorical over the last axis of ``logits [..., n]``."""
 
     def __init__(self, logits: torch.Tensor):
-        self.logits = logits - logits.logsumexp(dim=-1, keepdim=True)
+        self.logits = torch.log_softmax(logits, dim=-1)
 
     def sample(self) -> torch.Tensor:
         # Gumbel-max: argmax(logits + Gumbel noise) is an exact sample, in two tensor ops.
