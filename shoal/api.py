@@ -78,9 +78,7 @@ def load(path: str | Path) -> ActorPolicy:
         probe.close()
     policy_state = checkpoint.state["algorithm"]["policy"]
     model.load_state_dict(policy_state["model"])
-    policy = ActorPolicy(model, policy_state["obs_stats"], config.env.clip_obs)
-    policy.config = config
-    return policy
+    return ActorPolicy(model, policy_state["obs_stats"], config.env.clip_obs, config)
 
 
 def make_env(env: str | EnvConfig, num_envs: int = 1, **kwargs: Any) -> VectorEnv:

@@ -27,7 +27,7 @@ SHORTHANDS = {
     "--num-envs": "--env.num-envs",
 }
 
-console = Console()
+console = Console(soft_wrap=True)  # never break paths across lines
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,9 +20,15 @@ class ActorPolicy:
     """
 
     def __init__(
-        self, model: nn.Module, obs_stats: dict[str, Any] | None = None, clip_obs: float = 10.0
+        self,
+        model: nn.Module,
+        obs_stats: dict[str, Any] | None = None,
+        clip_obs: float = 10.0,
+        config: Any = None,
     ):
         self.model = model.eval()
+        self.config = config
+        """The training config, when loaded from a run (``shoal.load``)."""
         self.obs_stats: RunningMeanStd | None = None
         if obs_stats is not None:
             self.obs_stats = RunningMeanStd()
