@@ -27,6 +27,8 @@ SHORTHANDS = {
     "--num-envs": "--env.num-envs",
 }
 
+EXIT_INTERRUPTED = 130  # the shell's code for a command stopped by Ctrl-C
+
 console = Console(soft_wrap=True)  # never break paths across lines
 
 
@@ -54,6 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     except ShoalError as exc:
         console.print(f"[bold red]error:[/] {exc}", highlight=False)
         return 2
+    except KeyboardInterrupt:  # the second Ctrl-C: abort without saving
+        console.print("aborted", highlight=False)
+        return EXIT_INTERRUPTED
 
 
 def _split_train_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -110,8 +115,9 @@ def _train(args: argparse.Namespace, rest: list[str]) -> int:
     rest = [SHORTHANDS.get(a, a) for a in rest] + (["--help"] if args.help else [])
     config = tyro.cli(spec.config_cls, default=base, args=rest, prog=f"shoal train {spec.name}")
     console.print(f"training [bold]{spec.name}[/] on [bold]{config.env.id}[/]", highlight=False)
-    _print_result(train(config, resume=args.resume))
-    return 0
+    result = train(config, resume=args.resume)
+    _print_result(result)
+    return EXIT_INTERRUPTED if result.stop_reason == "interrupted" else 0
 
 
 def _print_result(result) -> None:

@@ -105,3 +105,32 @@ def test_list_shows_algorithms_and_tuned_examples(capsys):
 def test_list_envs(capsys):
     assert main(["list", "--envs"]) == 0
     assert "CartPole-v1" in capsys.readouterr().out.split()
+
+
+def test_ctrl_c_in_a_real_process_saves_and_exits(tmp_path):
+    """The user's path: SIGINT to a running `shoal train` saves a checkpoint, exits 130."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    run_dir = tmp_path / "run"
+    args = train_args(run_dir, 10_000_000)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shoal.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    metrics = run_dir / "metrics.jsonl"
+    deadline = time.time() + 60
+    while time.time() < deadline and not (metrics.exists() and metrics.stat().st_size):
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out
+    assert "stopped: interrupted" in out
+    latest = (run_dir / "checkpoints" / "latest").read_text().strip()
+    assert (run_dir / "checkpoints" / latest / "state.pt").exists()

@@ -78,7 +78,8 @@ class ActorCritic(nn.Module):
         features = self.body(self.encoding(obs))
         if self.shared_trunk:
             return features, features
-        return features[0], features[1]
+        actor_features, critic_features = features.unbind(0)  # one backward op, not two
+        return actor_features, critic_features
 
     def forward(self, obs: torch.Tensor) -> tuple[Categorical | DiagGaussian, torch.Tensor]:
         actor_features, critic_features = self.features(obs)
