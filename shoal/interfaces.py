@@ -4,6 +4,19 @@ A sampler steps environments with a copy of the policy; a learner turns batches 
 and hands out weights; an algorithm ties the two together for one training iteration, which the
 training loop in `shoal.train.loop` drives. Local and Ray samplers satisfy the same protocol,
 so an algorithm does not know where its data came from.
+
+Where later features plug in:
+
+* Recurrent policies: the `EnvRunner` is the one place that carries state across steps; it
+  resets a policy's recurrent state where `StepResult.autoreset` marks an episode start and
+  records the state at the start of each rollout in `Rollout.policy_state`.
+* Multi-agent groups: arrays gain an agent axis after the env axis (``[T, B, N, ...]``); the
+  return estimators in `shoal.losses` already accept trailing axes, and per-agent returns are
+  logged as ``episode/return/<agent>``.
+* Replay storage: `Sampler.sample` returns whatever batch type the algorithm stores (a
+  `Rollout` for on-policy learners, transitions for replay buffers in ``shoal.data``).
+* Ray: `EnvRunner` is built from plain config values and a model factory, so a remote actor
+  can construct the same class; weights travel through ``get_weights``/``set_weights``.
 """
 
 from __future__ import annotations

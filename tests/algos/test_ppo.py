@@ -657,3 +657,20 @@ def test_target_return_stops_training(tmp_path, small_ppo, iteration_steps):
     assert result.solved and result.stop_reason == "target_return"
     assert result.env_steps == iteration_steps
     assert (result.checkpoint / "state.pt").exists()
+
+
+def test_async_vectorization_trains_and_resumes_with_restarted_episodes(
+    tmp_path, small_ppo, capsys
+):
+    """AsyncVectorEnv keeps env state in subprocesses: training and checkpoints work, and a
+    resume restarts the episodes (and says so) instead of failing."""
+    overrides = small_ppo(**{"env.vectorization": "async", "env.num_envs": 2})
+    steps = 2 * 16 * 2  # two iterations of 2 envs x 16 steps
+    run_dir = tmp_path / "run"
+    first = shoal.train(
+        "ppo", env="CartPole-v1", total_steps=steps, run_dir=str(run_dir), **overrides
+    )
+    assert first.env_steps == steps and (first.checkpoint / "state.pt").exists()
+    resumed = shoal.train(resume=run_dir, total_steps=2 * steps)
+    assert resumed.env_steps == 2 * steps
+    assert "episodes restart on resume" in capsys.readouterr().out
