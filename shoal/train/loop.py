@@ -72,18 +72,7 @@ def run(
     """Train ``config`` with ``spec``'s algorithm until a stop condition; see `RunResult`."""
     run_cfg = config.run
     torch.set_num_threads(run_cfg.torch_threads)
-    if resume is not None:
-        run_dir = resume.path.parent.parent
-    else:
-        run_dir = (
-            Path(run_cfg.run_dir) if run_cfg.run_dir else default_run_dir(spec.name, config.env.id)
-        )
-        if (run_dir / "checkpoints").exists():
-            raise ShoalError(
-                f"{run_dir} already holds a run; resume it with --resume {run_dir} "
-                "or choose another run.run_dir"
-            )
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = _resolve_run_dir(spec, config, resume)
     config_json = to_dict(config)
     (run_dir / "config.json").write_text(json.dumps(config_json, indent=2))
 
@@ -124,38 +113,14 @@ def run(
     try:
         with _interrupt_flag() as interrupted:
             while algorithm.env_steps < run_cfg.total_steps:
-                t0 = time.perf_counter()
-                steps_before = algorithm.env_steps
-                metrics = algorithm.train_iteration()
-                dt = time.perf_counter() - t0
-                loop.train_s += dt
-                metrics["perf/env_steps_per_s"] = (algorithm.env_steps - steps_before) / dt
-                metrics["perf/iteration_s"] = dt
+                metrics = _iteration(algorithm, loop, eval_env, run_cfg)
                 steps = algorithm.env_steps
-                if eval_env is not None and steps >= loop.next_eval:
-                    seed = derive_seed(run_cfg.seed, "eval", loop.evaluations)
-                    metrics.update(evaluate(algorithm.policy(), eval_env, seed))
-                    loop.evaluations += 1
-                    loop.eval_return = metrics["eval/return"]
-                    loop.next_eval = _next_multiple(steps, run_cfg.eval_every_steps)
                 loggers.log(metrics, steps)
                 if on_iteration is not None:
                     on_iteration(steps, metrics)
-                if (
-                    run_cfg.target_return is not None
-                    and loop.eval_return is not None
-                    and loop.eval_return >= run_cfg.target_return
-                ):
-                    stop_reason = "target_return"
-                    break
-                if (
-                    run_cfg.max_wall_s is not None
-                    and time.perf_counter() - start > run_cfg.max_wall_s
-                ):
-                    stop_reason = "max_wall_s"
-                    break
-                if interrupted.is_set():
-                    stop_reason = "interrupted"
+                reason = _early_stop(run_cfg, loop, time.perf_counter() - start, interrupted)
+                if reason is not None:
+                    stop_reason = reason
                     break
                 if run_cfg.checkpoint_every_steps and steps >= loop.next_checkpoint:
                     checkpoint = save()
@@ -180,6 +145,56 @@ def run(
         eval_return=loop.eval_return,
         stop_reason=stop_reason,
     )
+
+
+def _iteration(algorithm: Algorithm, loop: _LoopState, eval_env: Any, run_cfg: Any) -> dict:
+    """One training iteration, timed, then an evaluation when one is due."""
+    t0 = time.perf_counter()
+    steps_before = algorithm.env_steps
+    metrics = algorithm.train_iteration()
+    dt = time.perf_counter() - t0
+    loop.train_s += dt
+    metrics["perf/env_steps_per_s"] = (algorithm.env_steps - steps_before) / dt
+    metrics["perf/iteration_s"] = dt
+    steps = algorithm.env_steps
+    if eval_env is not None and steps >= loop.next_eval:
+        seed = derive_seed(run_cfg.seed, "eval", loop.evaluations)
+        metrics.update(evaluate(algorithm.policy(), eval_env, seed))
+        loop.evaluations += 1
+        loop.eval_return = metrics["eval/return"]
+        loop.next_eval = _next_multiple(steps, run_cfg.eval_every_steps)
+    return metrics
+
+
+def _resolve_run_dir(spec: AlgorithmSpec, config: Any, resume: Checkpoint | None) -> Path:
+    """The run directory, created; a new run never reuses the directory of another run."""
+    if resume is not None:
+        return resume.path.parent.parent
+    run_cfg = config.run
+    run_dir = (
+        Path(run_cfg.run_dir) if run_cfg.run_dir else default_run_dir(spec.name, config.env.id)
+    )
+    if (run_dir / "checkpoints").exists():
+        raise ShoalError(
+            f"{run_dir} already holds a run; resume it with --resume {run_dir} "
+            "or choose another run.run_dir"
+        )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return run_dir
+
+
+def _early_stop(
+    run_cfg: Any, loop: _LoopState, elapsed_s: float, interrupted: threading.Event
+) -> str | None:
+    """Why to stop before total_steps, if at all."""
+    target = run_cfg.target_return
+    if target is not None and loop.eval_return is not None and loop.eval_return >= target:
+        return "target_return"
+    if run_cfg.max_wall_s is not None and elapsed_s > run_cfg.max_wall_s:
+        return "max_wall_s"
+    if interrupted.is_set():
+        return "interrupted"
+    return None
 
 
 def _next_multiple(steps: int, every: int) -> int:
