@@ -86,10 +86,10 @@ def test_boundary_values_are_valid():
     PPOConfig(gamma=1.0, gae_lambda=0.0, vf_coef=0.0, kl_coeff=0.0)
 
 
-def test_defaults_are_valid_and_ppo_defaults_differ_from_blocks():
+def test_ppo_defaults_are_the_common_settings():
     config = PPOConfig()
-    assert config.env.num_envs == 64
-    assert config.optim.lr == 2.5e-3
+    assert config.num_steps * config.env.num_envs == 2048
+    assert (config.num_epochs, config.minibatch_size, config.optim.lr) == (10, 256, 3e-4)
     assert config.minibatch_size <= config.num_steps * config.env.num_envs
 
 
@@ -172,7 +172,7 @@ def test_replace_validates():
     with pytest.raises(ConfigError, match=r"RunConfig\.total_steps"):
         replace(PPOConfig(), **{"run.total_steps": 0})
     with pytest.raises(ConfigError, match=r"PPOConfig\.minibatch_size"):
-        replace(PPOConfig(), **{"env.num_envs": 1})
+        replace(PPOConfig(), **{"env.num_envs": 1, "num_steps": 128})
     with pytest.raises(ConfigError, match="no_such_field"):
         replace(PPOConfig(), **{"env.no_such_field": 1})
     with pytest.raises(ConfigError, match="did you mean num_epochs"):
