@@ -10,7 +10,7 @@ from shoal.envs import VectorEnv
 from shoal.envs import make_env as _make_env
 from shoal.policy import ActorPolicy
 from shoal.registry import algorithm_for_config, find_tuned, get_algorithm
-from shoal.train.checkpoint import load_checkpoint
+from shoal.train.checkpoint import incompatible, load_checkpoint
 from shoal.train.loop import IterationCallback, RunResult, run
 
 
@@ -76,8 +76,11 @@ def load(path: str | Path) -> ActorPolicy:
         model = spec.build_model(config, probe.observation_space, probe.action_space)
     finally:
         probe.close()
-    policy_state = checkpoint.state["algorithm"]["policy"]
-    model.load_state_dict(policy_state["model"])
+    try:
+        policy_state = checkpoint.state["algorithm"]["policy"]
+        model.load_state_dict(policy_state["model"])
+    except (KeyError, RuntimeError) as exc:
+        raise incompatible(checkpoint.path, exc) from exc
     return ActorPolicy(model, policy_state["obs_stats"], config.env.clip_obs, config)
 
 

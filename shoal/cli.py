@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from shoal.errors import ShoalError
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
             return _eval(args)
         return _list(args)
     except ShoalError as exc:
-        console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         return 2
     except KeyboardInterrupt:  # the second Ctrl-C: abort without saving
         console.print("aborted", highlight=False)

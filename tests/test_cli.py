@@ -56,6 +56,8 @@ def test_train_from_yaml_config(tmp_path, capsys):
         (["train", "--tuned", "ppo-cartpol"], "Did you mean ppo-cartpole"),
         (["train", "--resume", "/no/such/run"], "no such run"),
         (["train"], "name an algorithm"),
+        # Square brackets survive the console's markup (a path like this once lost them).
+        (["train", "--config", "exp[1].yaml"], "config file exp[1].yaml does not exist"),
         (["eval", "/no/such/run"], "no such run"),
     ],
 )
@@ -81,10 +83,11 @@ def test_bad_field_values_are_rejected_by_the_parser(args, message, capsys):
     assert message in capsys.readouterr().err.replace("\n", " ")
 
 
-def test_eval_and_gif_video(tmp_path, capsys):
+@pytest.mark.parametrize("suffix", [".gif", ".mp4"])
+def test_eval_and_video(suffix, tmp_path, capsys):
     run_dir = tmp_path / "run"
     assert main(train_args(run_dir, 64)) == 0
-    video = tmp_path / "cartpole.gif"
+    video = tmp_path / f"cartpole{suffix}"
     args = ["eval", str(run_dir), "--episodes", "3", "--video", str(video)]
     assert main(args) == 0
     out = capsys.readouterr().out

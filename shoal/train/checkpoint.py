@@ -147,3 +147,15 @@ def load_checkpoint(path: str | Path, algo: str | None = None) -> Checkpoint:
             f"checkpoint {ckpt} is corrupted (state.pt unreadable: {exc})"
         ) from exc
     return Checkpoint(ckpt, meta, config, state)
+
+
+def incompatible(path: Path, exc: Exception) -> CheckpointError:
+    """The error for a checkpoint whose contents do not fit the model or algorithm built from
+    its own config, e.g. one written by a shoal version with another network layout."""
+    detail = " ".join(str(exc).split()) or type(exc).__name__
+    if len(detail) > 240:
+        detail = detail[:240] + "..."
+    return CheckpointError(
+        f"checkpoint {path} does not match the model this shoal builds from its config "
+        f"({detail}); it was probably written by another shoal version"
+    )

@@ -58,7 +58,9 @@ def record_video(policy: Policy, env: VectorEnv, path: Path, seed: int, episodes
         finished += int(result.terminated[0] or result.truncated[0])
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        kwargs = {"fps": 30} if path.suffix.lower() == ".mp4" else {"duration": 1 / 30}
+        # H.264 with yuv420p needs even frame sizes; anything stricter would rescale frames.
+        mp4 = {"fps": 30, "macro_block_size": 2}
+        kwargs = mp4 if path.suffix.lower() == ".mp4" else {"duration": 1 / 30}
         imageio.mimsave(path, frames, **kwargs)
     except (ImportError, ValueError, RuntimeError) as exc:
         raise ShoalError(

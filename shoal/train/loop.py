@@ -26,7 +26,7 @@ from shoal.envs import make_env
 from shoal.errors import NaNLossError, ShoalError
 from shoal.interfaces import Algorithm
 from shoal.registry import AlgorithmSpec
-from shoal.train.checkpoint import Checkpoint, save_checkpoint
+from shoal.train.checkpoint import Checkpoint, incompatible, save_checkpoint
 from shoal.train.evaluate import evaluate
 from shoal.train.logger import make_loggers
 from shoal.train.seeding import derive_seed, rng_state, seed_torch, set_rng_state
@@ -84,9 +84,13 @@ def run(
         next_eval=run_cfg.eval_every_steps, next_checkpoint=run_cfg.checkpoint_every_steps
     )
     if resume is not None:
-        exact = algorithm.load_state_dict(resume.state["algorithm"])
-        set_rng_state(resume.state["rng"])
-        loop = _LoopState(**resume.state["loop"])
+        try:
+            exact = algorithm.load_state_dict(resume.state["algorithm"])
+            set_rng_state(resume.state["rng"])
+            loop = _LoopState(**resume.state["loop"])
+        except (KeyError, RuntimeError, TypeError, ValueError) as exc:
+            algorithm.close()
+            raise incompatible(resume.path, exc) from exc
     eval_env = _make_eval_env(config)
     loggers = make_loggers(
         run_dir,

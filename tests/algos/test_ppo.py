@@ -674,3 +674,19 @@ def test_async_vectorization_trains_and_resumes_with_restarted_episodes(
     resumed = shoal.train(resume=run_dir, total_steps=2 * steps)
     assert resumed.env_steps == 2 * steps
     assert "episodes restart on resume" in capsys.readouterr().out
+
+
+def test_checkpoint_of_another_model_layout_is_a_clear_error(tmp_path, small_ppo, iteration_steps):
+    """A checkpoint whose weights do not fit the model built from its config (another shoal
+    version, a hand-edited file) fails with CheckpointError, for loading and for resuming."""
+    run_dir = tmp_path / "run"
+    shoal.train("ppo", total_steps=iteration_steps, run_dir=str(run_dir), **small_ppo())
+    checkpoint = load_checkpoint(run_dir)
+    state = checkpoint.state
+    for holder in (state["algorithm"]["policy"]["model"], state["algorithm"]["learner"]["model"]):
+        holder["renamed.weight"] = holder.pop(next(iter(holder)))
+    save_checkpoint(run_dir, 2 * iteration_steps, "ppo", checkpoint.config, state)
+    with pytest.raises(CheckpointError, match="does not match the model"):
+        shoal.load(run_dir)
+    with pytest.raises(CheckpointError, match="renamed.weight"):
+        shoal.train(resume=run_dir, total_steps=4 * iteration_steps)
