@@ -196,7 +196,7 @@ def test_tuned_cartpole_contents():
     config = find_tuned("ppo-cartpole").build_config()
     assert config.env.id == "CartPole-v1"
     assert config.run.target_return == 475.0
-    assert config.model.hidden == (64, 64) and config.model.activation == "relu"
+    assert config.model.hidden == (64,) and config.model.activation == "relu"  # YAML list -> tuple
 
 
 def test_unknown_tuned_example_suggests_close_names():
