@@ -29,24 +29,13 @@ WARMUP = 2
 ITERATIONS = 10
 ROLLOUT = 8 * 32  # env steps per iteration with the zoo hyperparameters
 
-ZOO_SHOAL = {
-    "env.num_envs": 8,
-    "num_steps": 32,
-    "minibatch_size": 256,
-    "num_epochs": 20,
-    "gae_lambda": 0.8,
-    "gamma": 0.98,
-    "optim.lr": 1e-3,
-    "optim.lr_schedule": "linear",
-    "clip_schedule": "linear",
-    "optim.anneal_steps": 100_000,
-    "model.activation": "tanh",
-}
-
 
 def train(library: str, iterations: int) -> None:
     """The measured workload: build the agent, train ``iterations`` iterations."""
     import torch
+
+    # The zoo hyperparameters are defined once, in the wall-clock benchmark beside this file.
+    from ppo_cartpole import SHOAL_ZOO, sb3_model
 
     torch.set_num_threads(1)
     if library == "shoal":
@@ -54,31 +43,11 @@ def train(library: str, iterations: int) -> None:
         from shoal.api import build_config
 
         torch.manual_seed(0)
-        algo = PPO(build_config("ppo", env="CartPole-v1", **ZOO_SHOAL))
+        algo = PPO(build_config("ppo", env="CartPole-v1", **SHOAL_ZOO))
         for _ in range(iterations):
             algo.train_iteration()
-        return
-    from stable_baselines3 import PPO as SB3PPO
-    from stable_baselines3.common.env_util import make_vec_env
-
-    def linear(start: float):
-        return lambda progress_remaining: progress_remaining * start
-
-    model = SB3PPO(
-        "MlpPolicy",
-        make_vec_env("CartPole-v1", n_envs=8, seed=0),
-        n_steps=32,
-        batch_size=256,
-        n_epochs=20,
-        gae_lambda=0.8,
-        gamma=0.98,
-        learning_rate=linear(1e-3),
-        clip_range=linear(0.2),
-        ent_coef=0.0,
-        seed=0,
-        device="cpu",
-    )
-    model.learn(iterations * ROLLOUT)
+    else:
+        sb3_model(seed=0).learn(iterations * ROLLOUT)
 
 
 def count(library: str, iterations: int, workdir: Path) -> dict[str, int]:
