@@ -32,11 +32,6 @@ def check_positive(owner: object, *names: str) -> None:
         check(owner, name, getattr(owner, name) > 0, "must be > 0")
 
 
-def check_unit_interval(owner: object, *names: str) -> None:
-    for name in names:
-        check(owner, name, 0.0 <= getattr(owner, name) <= 1.0, "must be in [0, 1]")
-
-
 def check_choices(owner: object) -> None:
     """Check every ``Literal``-typed field against its choices (the type hint alone checks
     nothing outside the CLI, e.g. for YAML files and Python callers)."""
@@ -248,7 +243,6 @@ __all__ = [
     "check",
     "check_choices",
     "check_positive",
-    "check_unit_interval",
     "from_dict",
     "replace",
     "to_dict",

@@ -37,7 +37,9 @@ class Policy(Protocol):
 
 
 class Learner(Protocol):
-    def update(self, batch: Any) -> dict[str, float]: ...
+    """Owns networks and optimizers. Its ``update`` takes the algorithm's own batch type and
+    hyperparameters of the moment (learning rate, clip range, ...), so only the parts that
+    samplers and checkpoints rely on are common."""
 
     def get_weights(self) -> Weights: ...
 
@@ -57,7 +59,9 @@ class Sampler(Protocol):
 
     def get_state(self) -> dict[str, Any]: ...
 
-    def set_state(self, state: dict[str, Any]) -> None: ...
+    def set_state(self, state: dict[str, Any], fallback_seed: int) -> bool:
+        """Restore mid-episode state; False when the envs restarted with ``fallback_seed``."""
+        ...
 
     def close(self) -> None: ...
 
@@ -66,6 +70,7 @@ class Algorithm(Protocol):
     """What the training loop drives: one iteration at a time, plus state for checkpoints."""
 
     env_steps: int
+    iteration: int
 
     def train_iteration(self) -> dict[str, float]: ...
 

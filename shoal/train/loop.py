@@ -142,7 +142,7 @@ def run(
         run_dir=run_dir,
         checkpoint=checkpoint,
         env_steps=algorithm.env_steps,
-        iterations=getattr(algorithm, "iteration", 0),
+        iterations=algorithm.iteration,
         wall_s=time.perf_counter() - start,
         setup_s=setup_s,
         train_s=loop.train_s,

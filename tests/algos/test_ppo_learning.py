@@ -6,7 +6,6 @@ Run only these with ``pytest -m learning``; skip them with ``pytest -m "not lear
 import pytest
 
 import shoal
-from shoal.registry import tuned_examples
 from shoal.train.evaluate import evaluate
 
 pytestmark = pytest.mark.learning
@@ -28,8 +27,6 @@ def test_ppo_solves_cartpole(tmp_path):
 
 
 def test_ppo_solves_pendulum(tmp_path):
-    if "ppo-pendulum" not in tuned_examples():
-        pytest.skip("shoal/tuned/ppo-pendulum.yaml does not exist yet")
     result = shoal.train(tuned="ppo-pendulum", seed=0, run_dir=str(tmp_path / "run"), **QUIET)
     assert result.eval_return is not None and result.eval_return >= -250, result
 
