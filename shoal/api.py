@@ -28,7 +28,7 @@ def build_config(
     if tuned is not None:
         config = find_tuned(tuned).build_config()
     elif isinstance(algo_or_config, str):
-        config = get_algorithm(algo_or_config).config_cls()
+        config = get_algorithm(algo_or_config).default_config()
     else:
         config = algo_or_config
     for short in ("seed", "total_steps", "run_dir", "target_return"):

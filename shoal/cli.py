@@ -14,7 +14,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
+from rich.table import Column, Table
 
 from shoal.errors import ShoalError
 
@@ -110,7 +110,7 @@ def _train(args: argparse.Namespace, rest: list[str]) -> int:
         base = example.build_config()
     elif args.algo:
         spec = get_algorithm(args.algo)
-        base = spec.config_cls()
+        base = spec.default_config()
     else:
         raise ShoalError("name an algorithm (shoal train ppo), --tuned NAME, --config or --resume")
     rest = [SHORTHANDS.get(a, a) for a in rest] + (["--help"] if args.help else [])
@@ -179,11 +179,19 @@ def _list(args: argparse.Namespace) -> int:
         for env_id in sorted(gym.envs.registry):
             print(env_id)
         return 0
-    algos = Table("algorithm", "action spaces", "what", title="algorithms")
+    # Names never wrap or truncate: they are what users type next.
+    name_column = lambda header: Column(header, no_wrap=True)
+    algos = Table(name_column("algorithm"), "action spaces", "what", title="algorithms")
     for spec in ALGORITHMS.values():
         algos.add_row(spec.name, spec.action_spaces, spec.summary)
     console.print(algos)
-    examples = Table("tuned example", "algorithm", "env", "expected", title="tuned examples")
+    examples = Table(
+        name_column("tuned example"),
+        name_column("algorithm"),
+        "env",
+        "expected",
+        title="tuned examples",
+    )
     for name, example in tuned_examples().items():
         env_id = example.config.get("env", {}).get("id", "")
         examples.add_row(name, example.algo, env_id, example.expected)

@@ -112,6 +112,11 @@ class EnvConfig:
     """Discount used by reward normalization (algorithms copy their own gamma here)."""
     max_episode_steps: int | None = None
     """Override the env's time limit."""
+    kwargs: dict[str, bool | int | float | str] = dataclasses.field(default_factory=dict)
+    """Extra keyword arguments for the env's constructor (e.g. is_slippery: false)."""
+    action_mask: Literal["none", "info", "obs"] = "none"
+    """Where the env reports legal actions: info["action_mask"] (e.g. Taxi-v3), or a Dict
+    observation with keys "observation" and "action_mask" (the PettingZoo convention)."""
 
     def __post_init__(self) -> None:
         check(self, "id", bool(self.id), "must name an environment")

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from shoal.algos import ppo
+from shoal.algos import dqn, ppo, tabular
 from shoal.config import from_dict
 from shoal.errors import ConfigError, ShoalError
 
@@ -26,6 +26,14 @@ class AlgorithmSpec:
     """``build_model(config, obs_space, action_space)``: the policy network, for loading."""
     summary: str
     action_spaces: str
+    defaults: dict[str, Any] = field(default_factory=dict)
+    """Field values that differ from ``config_cls``'s defaults under this name, so that names
+    sharing one config class (``q-learning``, ``sarsa``, ... all use `TabularConfig`) start
+    from their own settings."""
+
+    def default_config(self, **overrides: Any) -> Any:
+        """The config this name starts from: ``config_cls(**defaults, **overrides)``."""
+        return self.config_cls(**{**self.defaults, **overrides})
 
 
 ALGORITHMS: dict[str, AlgorithmSpec] = {
@@ -40,6 +48,41 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
 }
 
 
+# The value-based family: one learner, three names for its value heads.
+for _name, _head, _summary in (
+    (
+        "dqn",
+        "q",
+        "DQN with switches for every Rainbow part (double, dueling, n-step, PER, noisy, C51)",
+    ),
+    ("qrdqn", "quantile", "QR-DQN: distributional DQN by quantile regression"),
+    ("rem", "rem", "REM: DQN with a random convex mixture of Q-heads"),
+):
+    ALGORITHMS[_name] = AlgorithmSpec(
+        _name,
+        dqn.DQNConfig,
+        dqn.DQN,
+        dqn.build_model,
+        _summary,
+        "Discrete",
+        {"value_head": _head} if _head != "q" else {},
+    )
+
+
+# Tabular TD control: one config class, one name per update rule (``spec.defaults`` sets the
+# method), plus the generic ``tabular`` that takes the method from ``--method``.
+for _name, (_method, _summary) in tabular.METHODS.items():
+    ALGORITHMS[_name] = AlgorithmSpec(
+        _name,
+        tabular.TabularConfig,
+        tabular.Tabular,
+        tabular.build_model,
+        _summary,
+        "Discrete (Discrete obs)",
+        {"method": _method} if _method else {},
+    )
+
+
 def get_algorithm(name: str) -> AlgorithmSpec:
     key = name.lower()
     if key not in ALGORITHMS:
@@ -50,9 +93,16 @@ def get_algorithm(name: str) -> AlgorithmSpec:
 
 
 def algorithm_for_config(config: Any) -> AlgorithmSpec:
-    for spec in ALGORITHMS.values():
-        if isinstance(config, spec.config_cls):
-            return spec
+    """The spec of ``config``'s class whose ``defaults`` it matches, the most specific one
+    where several do (a `TabularConfig` with method sarsa is ``sarsa``, not ``tabular``)."""
+    matches = [
+        spec
+        for spec in ALGORITHMS.values()
+        if isinstance(config, spec.config_cls)
+        and all(getattr(config, key) == value for key, value in spec.defaults.items())
+    ]
+    if matches:
+        return max(matches, key=lambda spec: len(spec.defaults))
     raise ShoalError(f"{type(config).__name__} is not the config of a registered algorithm")
 
 
@@ -66,7 +116,8 @@ class TunedExample:
     """Overrides of the algorithm's default config, as in the YAML file."""
 
     def build_config(self) -> Any:
-        return from_dict(get_algorithm(self.algo).config_cls, self.config, path=self.name)
+        spec = get_algorithm(self.algo)
+        return from_dict(spec.config_cls, {**spec.defaults, **self.config}, path=self.name)
 
 
 def tuned_dir() -> Path:

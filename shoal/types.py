@@ -30,6 +30,8 @@ class StepResult(NamedTuple):
     episode_returns: np.ndarray
     """Undiscounted returns of the episodes that ended on this step (any length, often 0)."""
     episode_lengths: np.ndarray
+    action_mask: np.ndarray | None = None
+    """``[B, A]`` bool legal actions at ``obs`` when the env reports them (else None)."""
 
 
 class Rollout(NamedTuple):
@@ -48,6 +50,8 @@ class Rollout(NamedTuple):
     """``[B]`` value of the observation after the last step, to bootstrap the rollout's end."""
     policy_state: Any = None
     """Recurrent state at the start of the rollout (None for feed-forward policies)."""
+    action_mask: torch.Tensor | None = None
+    """``[T, B, A]`` bool legal actions at each ``obs`` (None when the env gives no mask)."""
 
     @property
     def next_values(self) -> torch.Tensor:
@@ -60,3 +64,32 @@ class Rollout(NamedTuple):
 class EpisodeStats(NamedTuple):
     returns: np.ndarray
     lengths: np.ndarray
+
+
+class ReplayBatch(NamedTuple):
+    """Transitions sampled from a replay buffer, ``[N, ...]`` tensors, with n-step windows.
+
+    A sample starts at a stored step ``t`` of one environment and looks ``n`` steps ahead in
+    the same environment, stopping at the end of the episode: ``steps`` (``K``, 1..n) real
+    steps were taken, ``rewards`` holds their rewards (zero after ``K``), and ``next_obs`` is
+    the observation after those ``K`` steps: the true final observation when the episode
+    ended inside the window (so a truncated episode bootstraps from it), else the
+    observation ``n`` steps later. ``terminated`` says the episode terminated at step ``K``,
+    in which case there is nothing to bootstrap from.
+    """
+
+    obs: torch.Tensor
+    actions: torch.Tensor
+    rewards: torch.Tensor
+    """``[N, n]`` float32 rewards of the window, zero after the episode's last step."""
+    steps: torch.Tensor
+    """``[N]`` int64 number of real steps ``K`` in the window (1..n)."""
+    terminated: torch.Tensor
+    """``[N]`` bool: the episode terminated within the window (no bootstrap)."""
+    next_obs: torch.Tensor
+    next_action_mask: torch.Tensor | None
+    """``[N, A]`` bool legal actions at ``next_obs`` (None when the env gives no mask)."""
+    weights: torch.Tensor
+    """``[N]`` float32 importance-sampling weights (ones for uniform replay)."""
+    indices: np.ndarray
+    """``[N]`` int64 positions in the buffer, for priority updates."""

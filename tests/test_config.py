@@ -9,7 +9,7 @@ from shoal.algos.ppo import PPOConfig
 from shoal.config import EnvConfig, ModelConfig, OptimConfig, RunConfig, from_dict, replace, to_dict
 from shoal.envs import env_spec
 from shoal.errors import ConfigError
-from shoal.registry import find_tuned, tuned_examples
+from shoal.registry import algorithm_for_config, find_tuned, get_algorithm, tuned_examples
 
 # (config class, keyword arguments, qualified field name, allowed-range text)
 INVALID = [
@@ -186,10 +186,10 @@ def test_tuned_examples_load_and_build_valid_configs():
         assert example.name == name
         assert example.description and example.expected, name
         config = example.build_config()
-        assert type(config).__name__.lower().startswith(example.algo), name
+        assert isinstance(config, get_algorithm(example.algo).config_cls), name
+        assert algorithm_for_config(config).name == example.algo, name
         # The environment must exist (env_spec raises UnknownEnvError otherwise).
         assert isinstance(env_spec(config.env.id), gym.envs.registration.EnvSpec)
-        assert config.num_steps * config.env.num_envs >= config.minibatch_size
 
 
 def test_tuned_cartpole_contents():

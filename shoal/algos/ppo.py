@@ -98,6 +98,12 @@ class PPOConfig:
             self.minibatch_size <= rollout,
             f"must be <= num_steps * env.num_envs = {rollout}",
         )
+        check(
+            self,
+            "env",
+            self.env.action_mask == "none",
+            "PPO does not use action masks yet; set env.action_mask to none",
+        )
         if self.value_clip is not None:
             check_positive(self, "value_clip")
         if self.target_kl is not None:

@@ -8,7 +8,7 @@ as a remote actor (the Ray sampler of a later issue).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -18,26 +18,43 @@ from shoal.data.rollout import RolloutStorage
 from shoal.envs import make_env
 from shoal.envs.snapshot import EnvStateUnsupported
 from shoal.interfaces import Weights
-from shoal.nn.actor_critic import ActorCritic
+from shoal.nn.actor_critic import ActOutput
 from shoal.types import EpisodeStats, Rollout
+
+
+class ActingModel(Protocol):
+    """What a runner needs from a policy network (`ActorCritic`, DQN's `QNetwork`, ...).
+    ``act`` receives ``action_mask`` only when the env reports legal actions."""
+
+    def act(self, obs: torch.Tensor, deterministic: bool = False) -> ActOutput: ...
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor: ...
+
+    def load_state_dict(self, state: Weights) -> Any: ...
+
+    def requires_grad_(self, requires_grad: bool) -> Any: ...
 
 
 class EnvRunner:
     def __init__(
         self,
         env_config: EnvConfig,
-        model_fn: Callable[[Any, Any], ActorCritic],
+        model_fn: Callable[[Any, Any], ActingModel],
         num_steps: int,
         seed: int,
     ):
         self.env = make_env(env_config)
         self.model = model_fn(self.env.observation_space, self.env.action_space)
         self.model.requires_grad_(False)
+        self.obs = self.env.reset(seed=seed)
         self.storage = RolloutStorage(
-            num_steps, self.env.num_envs, self.env.observation_space, self.env.action_space
+            num_steps,
+            self.env.num_envs,
+            self.env.observation_space,
+            self.env.action_space,
+            action_mask=self.env.action_mask is not None,
         )
         self.num_steps = num_steps
-        self.obs = self.env.reset(seed=seed)
 
     @property
     def num_envs(self) -> int:
@@ -51,8 +68,13 @@ class EnvRunner:
         """Step all envs ``num_steps`` times; returns the rollout and finished episodes."""
         storage, env, model = self.storage, self.env, self.model
         returns, lengths = [], []
+        masked = storage.action_mask is not None
         for t in range(self.num_steps):
-            out = model.act(storage.write_obs(t, self.obs))
+            obs = storage.write_obs(t, self.obs)
+            if masked:
+                out = model.act(obs, action_mask=storage.write_action_mask(t, env.action_mask))
+            else:
+                out = model.act(obs)
             result = env.step(out.actions.numpy())
             storage.write_step(t, out, result)
             self.obs = result.obs

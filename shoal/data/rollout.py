@@ -34,7 +34,12 @@ class RolloutStorage:
     """
 
     def __init__(
-        self, num_steps: int, num_envs: int, obs_space: gym.Space, action_space: gym.Space
+        self,
+        num_steps: int,
+        num_envs: int,
+        obs_space: gym.Space,
+        action_space: gym.Space,
+        action_mask: bool = False,
     ):
         obs_shape, obs_dtype = space_layout(obs_space)
         action_shape, action_dtype = space_layout(action_space)
@@ -47,6 +52,10 @@ class RolloutStorage:
         self.terminated = torch.zeros(size, dtype=torch.bool)
         self.truncated = torch.zeros(size, dtype=torch.bool)
         self.valid = torch.zeros(size, dtype=torch.bool)
+        self.action_mask: torch.Tensor | None = None
+        if action_mask:
+            num_actions = int(action_space.n)
+            self.action_mask = torch.zeros(size + (num_actions,), dtype=torch.bool)
         self._np = {
             name: getattr(self, name).numpy()
             for name in ("obs", "actions", "log_probs", "values", "rewards")
@@ -56,12 +65,19 @@ class RolloutStorage:
             truncated=self.truncated.numpy(),
             valid=self.valid.numpy(),
         )
+        if self.action_mask is not None:
+            self._np["action_mask"] = self.action_mask.numpy()
         self.num_steps = num_steps
 
     def write_obs(self, t: int, obs: np.ndarray) -> torch.Tensor:
         """Store the observation of step ``t`` and return the stored row for the policy."""
         self._np["obs"][t] = obs
         return self.obs[t]
+
+    def write_action_mask(self, t: int, mask: np.ndarray) -> torch.Tensor:
+        """Store the legal actions at step ``t``'s observation and return the stored row."""
+        self._np["action_mask"][t] = mask
+        return self.action_mask[t]
 
     def write_step(self, t: int, out: ActOutput, result: StepResult) -> None:
         """Store what the policy did at step ``t`` and what the env answered."""
@@ -87,4 +103,5 @@ class RolloutStorage:
             valid=self.valid,
             last_values=last_values,
             policy_state=policy_state,
+            action_mask=self.action_mask,
         )

@@ -22,6 +22,8 @@ class VectorEnv(Protocol):
     num_envs: int
     observation_space: gym.Space
     action_space: gym.Space
+    action_mask: np.ndarray | None
+    """``[B, A]`` bool legal actions at the latest observation, None when the env has none."""
 
     def reset(self, seed: int | None = None) -> np.ndarray: ...
 
@@ -47,6 +49,10 @@ class VectorEnvWrapper:
         self.num_envs = env.num_envs
         self.observation_space = env.observation_space
         self.action_space = env.action_space
+
+    @property
+    def action_mask(self) -> np.ndarray | None:
+        return self.env.action_mask
 
     def reset(self, seed: int | None = None) -> np.ndarray:
         return self.env.reset(seed=seed)

@@ -20,7 +20,7 @@ class GymVectorEnv:
     """Wraps a Gymnasium vector env: records episode statistics, marks autoreset steps and
     clips continuous actions to the action bounds (the one place where that happens)."""
 
-    def __init__(self, env: gym.vector.VectorEnv):
+    def __init__(self, env: gym.vector.VectorEnv, action_mask: str = "none"):
         mode = env.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP)
         if mode != gym.vector.AutoresetMode.NEXT_STEP:
             raise ConfigError(f"shoal expects next-step autoreset, the env uses {mode}")
@@ -28,6 +28,20 @@ class GymVectorEnv:
         self.num_envs = env.num_envs
         self.observation_space = env.single_observation_space
         self.action_space = env.single_action_space
+        self._mask_source = action_mask
+        if action_mask == "obs":
+            space = self.observation_space
+            if not (
+                isinstance(space, gym.spaces.Dict)
+                and {"observation", "action_mask"} <= set(space.keys())
+            ):
+                raise ConfigError(
+                    "EnvConfig.action_mask = 'obs' needs a Dict observation space with keys "
+                    f"'observation' and 'action_mask'; the env has {space}"
+                )
+            self.observation_space = space["observation"]
+        self.action_mask: np.ndarray | None = None
+        """``[B, A]`` legal actions at the latest observation (None without a mask source)."""
         self._episode_return = np.zeros(self.num_envs, np.float64)
         self._episode_length = np.zeros(self.num_envs, np.int64)
         self._autoreset = np.zeros(self.num_envs, bool)
@@ -36,7 +50,8 @@ class GymVectorEnv:
         self._action_high = self.action_space.high if box else None
 
     def reset(self, seed: int | None = None) -> np.ndarray:
-        obs, _ = self.env.reset(seed=seed)
+        obs, info = self.env.reset(seed=seed)
+        obs = self._split_mask(obs, info)
         self._episode_return[:] = 0.0
         self._episode_length[:] = 0
         self._autoreset[:] = False
@@ -45,7 +60,8 @@ class GymVectorEnv:
     def step(self, actions: np.ndarray) -> StepResult:
         if self._action_low is not None:
             actions = np.clip(actions, self._action_low, self._action_high)
-        obs, reward, terminated, truncated, _ = self.env.step(actions)
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        obs = self._split_mask(obs, info)
         autoreset = self._autoreset
         # An autoreset step starts a new episode: its reward (0) and step do not count.
         self._episode_return = np.where(autoreset, 0.0, self._episode_return + reward)
@@ -60,7 +76,21 @@ class GymVectorEnv:
             autoreset=autoreset,
             episode_returns=self._episode_return[done],
             episode_lengths=self._episode_length[done],
+            action_mask=self.action_mask,
         )
+
+    def _split_mask(self, obs: Any, info: dict[str, Any]) -> np.ndarray:
+        """Take the legal-action mask out of the observation or info; return the observation."""
+        if self._mask_source == "obs":
+            self.action_mask = np.asarray(obs["action_mask"], bool)
+            return obs["observation"]
+        if self._mask_source == "info":
+            if "action_mask" not in info:
+                raise ConfigError(
+                    "EnvConfig.action_mask = 'info' but the env's info has no 'action_mask'"
+                )
+            self.action_mask = np.asarray(info["action_mask"], bool)
+        return obs
 
     def get_state(self) -> dict[str, Any]:
         return {
@@ -68,6 +98,7 @@ class GymVectorEnv:
             "episode_return": self._episode_return.copy(),
             "episode_length": self._episode_length.copy(),
             "autoreset": self._autoreset.copy(),
+            "action_mask": None if self.action_mask is None else self.action_mask.copy(),
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -75,6 +106,8 @@ class GymVectorEnv:
         self._episode_return = np.asarray(state["episode_return"], np.float64).copy()
         self._episode_length = np.asarray(state["episode_length"], np.int64).copy()
         self._autoreset = np.asarray(state["autoreset"], bool).copy()
+        if state.get("action_mask") is not None:
+            self.action_mask = np.asarray(state["action_mask"], bool).copy()
 
     def render(self) -> np.ndarray | None:
         frames = self.env.render()
@@ -110,7 +143,7 @@ def make_gym_vector_env(config: EnvConfig, render_mode: str | None = None) -> gy
             f"EnvConfig.vectorization = 'native' is invalid: {config.id} has no native vector "
             "implementation; use 'sync' or 'async'"
         )
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Any] = dict(config.kwargs)
     if config.max_episode_steps is not None:
         kwargs["max_episode_steps"] = config.max_episode_steps
     if render_mode is not None:
@@ -123,7 +156,7 @@ def make_env(
     config: EnvConfig, seed: int | None = None, render_mode: str | None = None
 ) -> VectorEnv:
     """Build the vector env described by ``config``, normalized as asked, and reset it."""
-    env: VectorEnv = GymVectorEnv(make_gym_vector_env(config, render_mode))
+    env: VectorEnv = GymVectorEnv(make_gym_vector_env(config, render_mode), config.action_mask)
     if config.normalize_obs:
         env = NormalizeObservation(env, clip=config.clip_obs)
     if config.normalize_reward:

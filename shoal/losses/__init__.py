@@ -7,18 +7,40 @@ from shoal.losses.policy_gradient import (
     policy_gradient_loss,
     ppo_clip_loss,
 )
-from shoal.losses.returns import discounted_returns, gae
+from shoal.losses.q_learning import (
+    categorical_projection,
+    categorical_td_loss,
+    combine_heads,
+    q_learning_target,
+    quantile_huber_loss,
+    quantile_midpoints,
+    quantile_target,
+    random_convex_combination,
+    td_loss,
+)
+from shoal.losses.returns import bootstrap_discount, discounted_returns, gae, n_step_return
 from shoal.losses.value import clipped_value_loss, huber_loss, value_loss
 
 __all__ = [
     "adaptive_kl_coeff",
+    "bootstrap_discount",
+    "categorical_projection",
+    "categorical_td_loss",
     "clipped_value_loss",
+    "combine_heads",
     "discounted_returns",
     "entropy_loss",
     "gae",
     "huber_loss",
     "kl_penalty_loss",
+    "n_step_return",
     "policy_gradient_loss",
     "ppo_clip_loss",
+    "q_learning_target",
+    "quantile_huber_loss",
+    "quantile_midpoints",
+    "quantile_target",
+    "random_convex_combination",
+    "td_loss",
     "value_loss",
 ]

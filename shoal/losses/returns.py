@@ -15,6 +15,9 @@ Episode ends are described by two flags, following the Gymnasium API:
 ``next_values[t]`` is the critic's value of the true next state ``s_{t+1}`` of transition
 ``t``. At an episode end that is the final observation, not the first observation of the
 reset episode; the caller is responsible for providing it.
+
+The n-step helpers for replay (`n_step_return`, `bootstrap_discount`) work on the sample-major
+windows of `shoal.types.ReplayBatch` instead: ``rewards [N, n]`` with ``steps [N]`` real steps.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["discounted_returns", "gae"]
+__all__ = ["bootstrap_discount", "discounted_returns", "gae", "n_step_return"]
 
 
 def _check_time_major(name_to_tensor: dict[str, Tensor]) -> torch.Size:
@@ -137,3 +140,52 @@ def gae(
         advantages.append(future)
     adv = torch.stack(advantages[::-1])
     return adv, adv + values
+
+
+def n_step_return(rewards: Tensor, gamma: float) -> Tensor:
+    """Discounted sum of an n-step reward window (Sutton 1988; Sutton & Barto 2018, ch. 7).
+
+    ``G = sum_{k=0}^{n-1} gamma^k * r_k``. Replay zeroes the rewards after the episode's last
+    step (see `shoal.types.ReplayBatch`), so a window of ``K < n`` real steps sums only those;
+    the bootstrap term is added separately with `bootstrap_discount`.
+
+    Args:
+        rewards: ``[N, n]`` float rewards of each window; the computation runs in this dtype.
+        gamma: discount factor.
+
+    Returns:
+        ``[N]`` discounted reward sums.
+    """
+    if rewards.dim() != 2:
+        raise ValueError(f"rewards must be [N, n], got shape {tuple(rewards.shape)}")
+    powers = gamma ** torch.arange(rewards.shape[1], dtype=rewards.dtype, device=rewards.device)
+    return rewards @ powers
+
+
+def bootstrap_discount(
+    steps: Tensor, terminated: Tensor, gamma: float, dtype: torch.dtype | None = None
+) -> Tensor:
+    """Discount of the bootstrap value after an n-step window: ``gamma^K``, 0 if terminated.
+
+    With `n_step_return` this gives the n-step target
+    ``G + bootstrap_discount * V(s_{t+K})`` (Mnih et al. 2016, arXiv:1602.01783; Hessel et al.
+    2018, arXiv:1710.02298). A truncated window (the episode hit its time limit, or the window
+    is simply ``n`` steps long) keeps ``gamma^K``: its next state still has a value.
+
+    Args:
+        steps: ``[N]`` int number of real steps ``K`` in each window (``1..n``).
+        terminated: ``[N]`` bool or float; the episode terminated within the window.
+        gamma: discount factor.
+        dtype: float dtype of the result; the default dtype when None.
+
+    Returns:
+        ``[N]`` discounts.
+    """
+    if steps.shape != terminated.shape:
+        raise ValueError(
+            f"steps and terminated must have the same shape, got {tuple(steps.shape)} "
+            f"and {tuple(terminated.shape)}"
+        )
+    dtype = dtype or torch.get_default_dtype()
+    discounts = gamma ** steps.to(dtype)
+    return torch.where(terminated.bool(), torch.zeros_like(discounts), discounts)

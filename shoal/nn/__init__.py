@@ -5,6 +5,7 @@ from shoal.nn.distributions import Categorical, DiagGaussian
 from shoal.nn.heads import CategoricalHead, GaussianHead, ValueHead
 from shoal.nn.init import init_linear, linear
 from shoal.nn.mlp import MLP
+from shoal.nn.q_heads import NoisyLinear, QHead
 
 __all__ = [
     "MLP",
@@ -14,7 +15,9 @@ __all__ = [
     "CategoricalHead",
     "DiagGaussian",
     "GaussianHead",
+    "NoisyLinear",
     "ObsEncoding",
+    "QHead",
     "ValueHead",
     "init_linear",
     "linear",

@@ -5,14 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from shoal.nn.activations import ACTIVATIONS
 from shoal.nn.init import HIDDEN_GAIN, linear
-
-ACTIVATIONS: dict[str, type[nn.Module]] = {
-    "tanh": nn.Tanh,
-    "relu": nn.ReLU,
-    "silu": nn.SiLU,
-    "elu": nn.ELU,
-}
 
 
 class MLP(nn.Sequential):

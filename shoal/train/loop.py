@@ -100,7 +100,11 @@ def run(
         append=resume is not None,
     )
     if resume is not None and not exact:
-        print(f"note: {config.env.id} state could not be restored; episodes restart on resume")
+        print(
+            "note: the run could not be restored exactly: the checkpoint lacks the state of "
+            f"{config.env.id} mid-episode (episodes restart) or the replay buffer "
+            "(save_replay is off); training continues from the saved weights"
+        )
 
     def save() -> Path:
         state = {

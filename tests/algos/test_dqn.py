@@ -1,0 +1,277 @@
+"""DQN end to end on tiny settings: every Rainbow switch, QR-DQN, REM, masks, checkpoints."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from state_helpers import assert_states_equal
+
+import shoal
+from shoal.algos.dqn import DQN, DQNConfig, DQNLearner
+from shoal.config import EnvConfig, ModelConfig, RunConfig
+from shoal.errors import ConfigError, NaNLossError, UnsupportedSpaceError
+from shoal.nn.q_network import GreedyDistribution, QNetwork, make_value_kind
+from shoal.train.checkpoint import load_checkpoint
+
+# 2 envs x 8 steps = 16 env steps per iteration, learning from the second iteration on.
+ITERATION = 16
+
+
+def small(**extra):
+    overrides = {
+        "env.num_envs": 2,
+        "rollout_steps": 8,
+        "gradient_steps": 2,
+        "batch_size": 8,
+        "learning_starts": ITERATION,
+        "buffer_size": 200,
+        "target_update_every": 3,
+        "exploration_steps": 4 * ITERATION,
+        "model.hidden": (16,),
+        "run.eval_every_steps": 0,
+        "run.checkpoint_every_steps": 0,
+        "run.console": False,
+        "run.tensorboard": False,
+    }
+    overrides.update(extra)
+    return overrides
+
+
+RAINBOW = {
+    "double_q": True,
+    "dueling": True,
+    "n_step": 3,
+    "replay": "proportional",
+    "noisy": True,
+    "value_head": "c51",
+    "epsilon_start": 0.0,
+    "epsilon_end": 0.0,
+    "head_hidden": 8,
+}
+
+# Each Rainbow switch alone, their combination, and the other heads and options.
+SWITCHES = {
+    "plain": {"double_q": False},
+    "double": {},
+    "dueling": {"dueling": True},
+    "n_step": {"n_step": 3},
+    "proportional": {"replay": "proportional"},
+    "rank": {"replay": "rank"},
+    "noisy": {"noisy": True, "epsilon_start": 0.0, "epsilon_end": 0.0},
+    "c51": {"value_head": "c51", "num_atoms": 11},
+    "rainbow": RAINBOW,
+    "quantile": {"value_head": "quantile", "num_quantiles": 8},
+    "rem": {"value_head": "rem", "num_heads": 3},
+    "mse_soft_target": {"loss": "mse", "tau": 0.05, "target_update_every": 1},
+    "boltzmann": {"exploration": "boltzmann"},
+}
+
+
+@pytest.mark.parametrize("name", list(SWITCHES))
+def test_smoke_every_switch(name, tmp_path):
+    seen = []
+    result = shoal.train(
+        "dqn",
+        run_dir=str(tmp_path / name),
+        total_steps=3 * ITERATION,
+        on_iteration=lambda step, metrics: seen.append(metrics),
+        **small(**SWITCHES[name]),
+    )
+    assert result.env_steps == 3 * ITERATION
+    assert "loss/td" not in seen[0]  # still before learning_starts
+    learned = seen[-1]
+    assert np.isfinite(learned["loss/td"]) and np.isfinite(learned["train/q_mean"])
+    assert learned["train/grad_steps"] == 4
+    state = load_checkpoint(result.run_dir).state["algorithm"]
+    policy = shoal.load(result.run_dir)
+    actions = policy.act(np.zeros((3, 4), np.float32))
+    assert actions.shape == (3,) and actions.dtype == np.int64
+    assert set(state) >= {"learner", "sampler", "policy", "counters"}
+
+
+def test_epsilon_anneals_and_travels_to_the_sampler():
+    config = DQNConfig(
+        env=EnvConfig(num_envs=2), model=ModelConfig(hidden=(8,)), rollout_steps=4,
+        learning_starts=10**6, exploration_steps=32, epsilon_start=1.0, epsilon_end=0.1,
+    )  # fmt: skip
+    algo = DQN(config)
+    try:
+        eps = [algo.train_iteration()["train/epsilon"] for _ in range(5)]
+        assert eps == pytest.approx([1.0, 0.775, 0.55, 0.325, 0.1])
+        assert algo.sampler.runner.model.epsilon.item() == pytest.approx(0.1)
+    finally:
+        algo.close()
+
+
+def q_network(**fields):
+    config = DQNConfig(model=ModelConfig(hidden=(8,)), **fields)
+    import gymnasium as gym
+
+    return QNetwork(
+        gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(4), config, make_value_kind(config)
+    )
+
+
+def test_epsilon_greedy_respects_masks_and_epsilon():
+    torch.manual_seed(0)
+    net = q_network()
+    obs = torch.zeros(4000, 3)
+    mask = torch.zeros(4000, 4, dtype=torch.bool)
+    mask[:, 1:3] = True
+    net.epsilon.fill_(1.0)
+    random = net.act(obs, action_mask=mask).actions
+    assert set(random.tolist()) == {1, 2}
+    assert abs((random == 1).float().mean().item() - 0.5) < 0.05
+    net.epsilon.fill_(0.0)
+    greedy = net.act(obs[:5], action_mask=mask[:5]).actions
+    q = net.q_values(obs[:5])
+    assert torch.equal(greedy, q[:, 1:3].argmax(-1) + 1)
+
+
+def test_boltzmann_sampling_follows_softmax_of_q_over_temperature():
+    torch.manual_seed(1)
+    net = q_network(exploration="boltzmann")
+    q = torch.tensor([[0.0, 1.0, 2.0, -30.0]]).repeat(20000, 1)
+    net.temperature.fill_(2.0)
+    actions = GreedyDistribution(net, q, None).sample()
+    freq = torch.bincount(actions, minlength=4).float() / len(actions)
+    torch.testing.assert_close(freq, torch.softmax(q[0] / 2.0, -1), atol=0.01, rtol=0)
+
+
+def test_action_masks_from_info_are_stored_and_obeyed(tmp_path):
+    # Taxi-v4 reports legal actions in info["action_mask"].
+    result = shoal.train(
+        "dqn",
+        env="Taxi-v4",
+        run_dir=str(tmp_path / "taxi"),
+        total_steps=3 * ITERATION,
+        **small(**{"env.action_mask": "info", "env.num_envs": 2}),
+    )
+    assert result.env_steps == 3 * ITERATION
+    config = DQNConfig(
+        env=EnvConfig(id="Taxi-v4", num_envs=2, action_mask="info"),
+        model=ModelConfig(hidden=(8,)), rollout_steps=16, learning_starts=10**6,
+    )  # fmt: skip
+    algo = DQN(config)
+    try:
+        algo.train_iteration()
+        rollout_mask = algo.sampler.runner.storage.action_mask
+        actions = algo.sampler.runner.storage.actions
+        valid = algo.sampler.runner.storage.valid
+        chosen_legal = rollout_mask.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+        assert chosen_legal[valid].all()
+        batch = algo.replay.sample(8)
+        assert batch.next_action_mask is not None and batch.next_action_mask.shape == (8, 6)
+    finally:
+        algo.close()
+
+
+def test_continuous_actions_are_refused(tmp_path):
+    with pytest.raises(UnsupportedSpaceError, match="Discrete actions"):
+        shoal.train("dqn", env="Pendulum-v1", run_dir=str(tmp_path / "p"), **small())
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "match"),
+    [
+        ("tau", 0.0, "tau"),
+        ("n_step", 0, "n_step"),
+        ("replay", "weird", "replay"),
+        ("v_max", -20.0, "v_max"),
+        ("epsilon_end", 1.5, "epsilon_end"),
+    ],
+)
+def test_bad_config_values_name_the_field(field, value, match):
+    with pytest.raises(ConfigError, match=match):
+        shoal.build_config("dqn", **{field: value})
+
+
+def test_nan_loss_is_reported(tmp_path, monkeypatch):
+    def broken(self, batch):
+        raise NaNLossError("loss/td became nan; weights left unchanged")
+
+    monkeypatch.setattr(DQNLearner, "update", broken)
+    with pytest.raises(NaNLossError, match="loss/td"):
+        shoal.train("dqn", run_dir=str(tmp_path / "nan"), total_steps=4 * ITERATION, **small())
+
+
+def test_nan_in_the_network_raises_naming_the_loss():
+    config = DQNConfig(env=EnvConfig(num_envs=2), model=ModelConfig(hidden=(8,)), rollout_steps=8,
+                       learning_starts=8, batch_size=4)  # fmt: skip
+    algo = DQN(config)
+    try:
+        algo.train_iteration()
+        with torch.no_grad():
+            next(algo.learner.online.parameters()).fill_(float("nan"))
+        before = algo.learner.target.state_dict()
+        with pytest.raises(NaNLossError, match="loss/td"):
+            algo.train_iteration()
+        assert_states_equal(algo.learner.target.state_dict(), before)
+    finally:
+        algo.close()
+
+
+@pytest.mark.parametrize("switches", ["double", "rainbow", "rank"])
+def test_resume_with_saved_replay_is_exact(switches, tmp_path):
+    first, total = 3 * ITERATION, 6 * ITERATION
+    # anneal_steps fixed: by default beta anneals over run.total_steps, which the resume changes
+    overrides = small(
+        save_replay=True,
+        **{"run.checkpoint_every_steps": ITERATION, "optim.anneal_steps": total},
+        **SWITCHES[switches],
+    )
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    part = shoal.train("dqn", seed=3, total_steps=first, run_dir=a, **overrides)
+    resumed = shoal.train(resume=part.run_dir, total_steps=total)
+    straight = shoal.train("dqn", seed=3, total_steps=total, run_dir=b, **overrides)
+    got = load_checkpoint(resumed.run_dir).state
+    want = load_checkpoint(straight.run_dir).state
+    assert_states_equal(got["algorithm"], want["algorithm"])
+    assert_states_equal(got["rng"], want["rng"])
+
+    def rows(run_dir):
+        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+        return [
+            {k: v for k, v in json.loads(line).items() if not k.startswith("perf/")}
+            for line in lines
+        ]
+
+    assert rows(resumed.run_dir) == rows(straight.run_dir)
+
+
+def test_checkpoint_without_replay_resumes_with_an_empty_buffer(tmp_path, capsys):
+    part = shoal.train("dqn", total_steps=2 * ITERATION, run_dir=str(tmp_path / "r"), **small())
+    assert load_checkpoint(part.run_dir).state["algorithm"]["replay"] is None
+    resumed = shoal.train(resume=part.run_dir, total_steps=3 * ITERATION)
+    assert resumed.env_steps == 3 * ITERATION
+    assert "replay" in capsys.readouterr().out
+
+
+def test_hard_and_soft_target_updates():
+    config = DQNConfig(model=ModelConfig(hidden=(4,)), target_update_every=2, tau=1.0)
+    import gymnasium as gym
+
+    learner = DQNLearner(config, gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(2))
+    with torch.no_grad():
+        for p in learner.online.parameters():
+            p.add_(1.0)
+    learner._update_target()
+    for p, t in zip(learner.online.parameters(), learner.target.parameters(), strict=True):
+        assert torch.equal(p, t)
+    soft = DQNLearner(
+        DQNConfig(model=ModelConfig(hidden=(4,)), tau=0.25),
+        gym.spaces.Box(-1, 1, (2,)),
+        gym.spaces.Discrete(2),
+    )
+    before = [t.clone() for t in soft.target.parameters()]
+    with torch.no_grad():
+        for p in soft.online.parameters():
+            p.add_(4.0)
+    soft._update_target()
+    for b, p, t in zip(before, soft.online.parameters(), soft.target.parameters(), strict=True):
+        torch.testing.assert_close(t, b + 0.25 * (p - b))
+
+
+def test_run_config_defaults_are_used():
+    assert isinstance(DQNConfig().run, RunConfig)

@@ -1,0 +1,33 @@
+"""Exact comparison of nested checkpoint states, shared by the algorithm tests."""
+
+import numpy as np
+import torch
+
+
+def flatten_state(tree, prefix=""):
+    """``{path: leaf}`` of a nested dict/list state, for exact comparisons with useful names."""
+    if isinstance(tree, dict):
+        items = tree.items()
+    elif isinstance(tree, (list, tuple)):
+        items = enumerate(tree)
+    else:
+        return {prefix: tree}
+    flat = {}
+    for key, value in items:
+        flat.update(flatten_state(value, f"{prefix}.{key}" if prefix else str(key)))
+    return flat
+
+
+def assert_states_equal(got, want):
+    got, want = flatten_state(got), flatten_state(want)
+    assert got.keys() == want.keys()
+    for path, a in got.items():
+        b = want[path]
+        if isinstance(a, torch.Tensor):
+            assert isinstance(b, torch.Tensor) and a.dtype == b.dtype, path
+            assert torch.equal(a, b), path
+        elif isinstance(a, np.ndarray):
+            assert isinstance(b, np.ndarray) and a.dtype == b.dtype, path
+            assert np.array_equal(a, b), path
+        else:
+            assert type(a) is type(b) and a == b, path
