@@ -181,8 +181,13 @@ def to_dict(config: Any) -> dict[str, Any]:
     return dataclasses.asdict(config)
 
 
-def from_dict(cls: type[T], data: dict[str, Any], path: str = "") -> T:
+def from_dict(cls: type[T], data: dict[str, Any], path: str = "", base: T | None = None) -> T:
     """Build a (nested) config dataclass from plain data, e.g. YAML or checkpoint JSON.
+
+    Fields missing from ``data`` keep the values of ``base`` when given, else the class's
+    defaults. A nested block starts from its parent's default for that block, not from the
+    block class's own defaults: ``optim: {lr: 0.01}`` in a DQN file keeps DQN's default
+    gradient clipping, as ``--optim.lr 0.01`` on the command line does.
 
     Unknown keys are an error with the closest valid names, because a silently ignored typo in a
     tuned example would train something other than what its author meant.
@@ -190,17 +195,28 @@ def from_dict(cls: type[T], data: dict[str, Any], path: str = "") -> T:
     if not isinstance(data, dict):
         raise ConfigError(f"{path or cls.__name__} must be a mapping, got {data!r}")
     hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls) if f.init}
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         name = key.replace("-", "_")
         where = f"{path}.{name}" if path else name
-        if name not in names:
-            close = difflib.get_close_matches(name, sorted(names), n=3)
+        if name not in fields:
+            close = difflib.get_close_matches(name, sorted(fields), n=3)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
             raise ConfigError(f"unknown config field {where!r} for {cls.__name__}{hint}")
-        kwargs[name] = _coerce(hints[name], value, where)
-    return cls(**kwargs)
+        if dataclasses.is_dataclass(hints[name]):
+            block = getattr(base, name) if base is not None else _default(fields[name])
+            kwargs[name] = from_dict(hints[name], value, where, base=block)
+        else:
+            kwargs[name] = _coerce(hints[name], value, where)
+    return dataclasses.replace(base, **kwargs) if base is not None else cls(**kwargs)
+
+
+def _default(field: dataclasses.Field) -> Any:
+    """A field's default value (built by its factory), or None when it has none."""
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return None if field.default is dataclasses.MISSING else field.default
 
 
 def _coerce(hint: Any, value: Any, path: str) -> Any:

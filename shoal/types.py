@@ -65,6 +65,17 @@ class EpisodeStats(NamedTuple):
     returns: np.ndarray
     lengths: np.ndarray
 
+    def metrics(self) -> dict[str, float]:
+        """``episode/return``, ``episode/length`` (means) and ``episode/count``; empty when no
+        episode ended."""
+        if not self.returns.size:
+            return {}
+        return {
+            "episode/return": float(self.returns.mean()),
+            "episode/length": float(self.lengths.mean()),
+            "episode/count": int(self.returns.size),
+        }
+
 
 class ReplayBatch(NamedTuple):
     """Transitions sampled from a replay buffer, ``[N, ...]`` tensors, with n-step windows.

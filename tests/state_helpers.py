@@ -1,4 +1,7 @@
-"""Exact comparison of nested checkpoint states, shared by the algorithm tests."""
+"""Exact comparison of nested checkpoint states and of logged metrics, shared by the
+algorithm tests."""
+
+import json
 
 import numpy as np
 import torch
@@ -31,3 +34,11 @@ def assert_states_equal(got, want):
             assert np.array_equal(a, b), path
         else:
             assert type(a) is type(b) and a == b, path
+
+
+def metric_rows(run_dir):
+    """The logged metrics of a run, one dict per iteration, without the timing (perf/*)."""
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [
+        {k: v for k, v in json.loads(line).items() if not k.startswith("perf/")} for line in lines
+    ]

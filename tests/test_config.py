@@ -209,3 +209,15 @@ def test_tuned_yaml_with_unknown_field_fails(tmp_path):
     path.write_text("algo: ppo\nconfig:\n  env:\n    num_env: 4\n")
     with pytest.raises(ConfigError, match=r"bad\.env\.num_env.*num_envs"):
         find_tuned(str(path)).build_config()
+
+
+def test_yaml_blocks_start_from_the_algorithms_own_block_defaults():
+    # DQNConfig's default optim block clips gradients at 10, not OptimConfig's 0.5; a YAML
+    # block that sets only the learning rate must keep the rest of DQN's block.
+    from shoal.algos.dqn import DQNConfig
+
+    config = from_dict(DQNConfig, {"optim": {"lr": 0.01}, "model": {"hidden": [32]}})
+    assert config.optim.lr == 0.01
+    assert config.optim.max_grad_norm == DQNConfig().optim.max_grad_norm == 10.0
+    assert config.model.activation == DQNConfig().model.activation == "relu"
+    assert config.model.hidden == (32,)

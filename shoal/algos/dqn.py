@@ -29,8 +29,6 @@ from shoal.config import (
 )
 from shoal.data.prioritized import Priorities, ProportionalPriorities, RankBasedPriorities
 from shoal.data.replay import ReplayBuffer
-from shoal.envs.base import find_wrapper
-from shoal.envs.normalize import NormalizeObservation
 from shoal.errors import NaNLossError
 from shoal.losses import bootstrap_discount, n_step_return
 from shoal.nn.q_network import QNetwork, make_value_kind
@@ -207,13 +205,12 @@ class DQNLearner:
 
     @torch.no_grad()
     def _update_target(self) -> None:
-        online = list(self.online.parameters()) + list(self.online.buffers())
-        target = list(self.target.parameters()) + list(self.target.buffers())
         if self.config.tau == 1.0:
-            torch._foreach_copy_(target, online)
-        else:
-            params = list(self.target.parameters())
-            torch._foreach_lerp_(params, list(self.online.parameters()), self.config.tau)
+            self.target.load_state_dict(self.online.state_dict())
+            return
+        pairs = zip(self.target.parameters(), self.online.parameters(), strict=True)
+        for target, online in pairs:
+            target.lerp_(online, self.config.tau)
 
     def set_exploration(self, epsilon: float, temperature: float) -> None:
         self.online.epsilon.fill_(epsilon)
@@ -295,10 +292,7 @@ class DQN:
             metrics["train/temperature"] = temperature
         if self.env_steps > cfg.learning_starts and self.replay.num_sampleable() > 0:
             metrics.update(self._learn())
-        if episodes.returns.size:
-            metrics["episode/return"] = float(episodes.returns.mean())
-            metrics["episode/length"] = float(episodes.lengths.mean())
-            metrics["episode/count"] = int(episodes.returns.size)
+        metrics.update(episodes.metrics())
         return metrics
 
     def _learn(self) -> dict[str, float]:
@@ -321,19 +315,18 @@ class DQN:
 
     def policy(self) -> ActorPolicy:
         return ActorPolicy(
-            copy.deepcopy(self.learner.online), self._obs_stats(), self.config.env.clip_obs
+            copy.deepcopy(self.learner.online), self.sampler.obs_stats(), self.config.env.clip_obs
         )
-
-    def _obs_stats(self) -> dict[str, Any] | None:
-        wrapper = find_wrapper(self.sampler.runner.env, NormalizeObservation)
-        return wrapper.stats.state_dict() if wrapper is not None else None
 
     def state_dict(self) -> dict[str, Any]:
         return {
             "learner": self.learner.state_dict(),
             "sampler": self.sampler.get_state(),
             "replay": self.replay.state_dict() if self.config.save_replay else None,
-            "policy": {"model": self.learner.online.state_dict(), "obs_stats": self._obs_stats()},
+            "policy": {
+                "model": self.learner.online.state_dict(),
+                "obs_stats": self.sampler.obs_stats(),
+            },
             "counters": {"env_steps": self.env_steps, "iteration": self.iteration},
         }
 

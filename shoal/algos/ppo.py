@@ -25,8 +25,6 @@ from shoal.config import (
     check_choices,
     check_positive,
 )
-from shoal.envs.base import find_wrapper
-from shoal.envs.normalize import NormalizeObservation
 from shoal.errors import NaNLossError
 from shoal.losses import (
     adaptive_kl_coeff,
@@ -173,9 +171,12 @@ class PPOLearner:
         epochs_done = 0
         for _ in range(cfg.num_epochs):
             epoch_kl = []
-            # Shuffle once per epoch, then take contiguous slices (views, no copies).
-            permutation = torch.randperm(n)
-            shuffled = PPOBatch(*(x[permutation] for x in batch))
+            # Shuffle once per epoch, then take contiguous slices (views, no copies). A single
+            # minibatch holding the whole batch needs no shuffle: its loss is a mean.
+            shuffled = batch
+            if cfg.minibatch_size < n:
+                permutation = torch.randperm(n)
+                shuffled = PPOBatch(*(x[permutation] for x in batch))
             for start in range(0, n, cfg.minibatch_size):
                 minibatch = PPOBatch(*(x[start : start + cfg.minibatch_size] for x in shuffled))
                 if minibatch.obs.shape[0] < 2:
@@ -281,26 +282,22 @@ class PPO:
             )
             metrics["train/kl_coeff"] = self.kl_coeff
         self.sampler.set_weights(self.learner.get_weights())
-        if episodes.returns.size:
-            metrics["episode/return"] = float(episodes.returns.mean())
-            metrics["episode/length"] = float(episodes.lengths.mean())
-            metrics["episode/count"] = int(episodes.returns.size)
+        metrics.update(episodes.metrics())
         return metrics
 
     def policy(self) -> ActorPolicy:
         return ActorPolicy(
-            copy.deepcopy(self.learner.model), self._obs_stats(), self.config.env.clip_obs
+            copy.deepcopy(self.learner.model), self.sampler.obs_stats(), self.config.env.clip_obs
         )
-
-    def _obs_stats(self) -> dict[str, Any] | None:
-        wrapper = find_wrapper(self.sampler.runner.env, NormalizeObservation)
-        return wrapper.stats.state_dict() if wrapper is not None else None
 
     def state_dict(self) -> dict[str, Any]:
         return {
             "learner": self.learner.state_dict(),
             "sampler": self.sampler.get_state(),
-            "policy": {"model": self.learner.model.state_dict(), "obs_stats": self._obs_stats()},
+            "policy": {
+                "model": self.learner.model.state_dict(),
+                "obs_stats": self.sampler.obs_stats(),
+            },
             "counters": {"env_steps": self.env_steps, "iteration": self.iteration},
             "kl_coeff": self.kl_coeff,
         }

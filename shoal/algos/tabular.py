@@ -25,6 +25,7 @@ from shoal.errors import ConfigError, UnsupportedSpaceError
 from shoal.policy import ActorPolicy
 from shoal.train.schedules import linear
 from shoal.train.seeding import derive_seed
+from shoal.types import EpisodeStats
 
 Method = Literal["q_learning", "sarsa", "expected_sarsa", "sarsa_lambda", "q_lambda"]
 
@@ -315,11 +316,8 @@ class Tabular:
             "train/abs_td_error": abs_delta / max(updates, 1),
             "train/q_mean": float(self.q.mean()),
         }
-        episode_returns = np.concatenate(returns)
-        if episode_returns.size:
-            metrics["episode/return"] = float(episode_returns.mean())
-            metrics["episode/length"] = float(np.concatenate(lengths).mean())
-            metrics["episode/count"] = int(episode_returns.size)
+        episodes = EpisodeStats(np.concatenate(returns), np.concatenate(lengths))
+        metrics.update(episodes.metrics())
         return metrics
 
     def greedy_actions(self) -> np.ndarray:

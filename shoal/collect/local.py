@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from shoal.collect.env_runner import EnvRunner
+from shoal.envs.base import find_wrapper
+from shoal.envs.normalize import NormalizeObservation
 from shoal.interfaces import Weights
 from shoal.types import EpisodeStats, Rollout
 
@@ -22,6 +24,12 @@ class LocalSampler:
 
     def set_weights(self, weights: Weights) -> None:
         self.runner.set_weights(weights)
+
+    def obs_stats(self) -> dict[str, Any] | None:
+        """The observation normalizer's statistics (None without normalization): a deployed
+        policy applies them, frozen."""
+        wrapper = find_wrapper(self.runner.env, NormalizeObservation)
+        return wrapper.stats.state_dict() if wrapper is not None else None
 
     def get_state(self) -> dict[str, Any]:
         return {"runners": [self.runner.get_state()]}

@@ -9,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from state_helpers import assert_states_equal
+from state_helpers import assert_states_equal, metric_rows
 
 import shoal
 from shoal.algos import ppo
@@ -431,14 +431,8 @@ def test_resume_is_exact(
     assert stats["inner"]["stats"]["mean"].shape == (3 if env_id == "Pendulum-v1" else 4,)
 
     # The metrics of the two halves, timings aside, are those of the straight run.
-    def rows(run_dir):
-        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-        return [
-            {k: v for k, v in json.loads(line).items() if not k.startswith("perf/")}
-            for line in lines
-        ]
 
-    assert rows(resumed.run_dir) == rows(straight.run_dir)
+    assert metric_rows(resumed.run_dir) == metric_rows(straight.run_dir)
 
 
 # --- checkpoints --------------------------------------------------------------------------------

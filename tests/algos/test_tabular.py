@@ -6,6 +6,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from state_helpers import assert_states_equal, metric_rows
 
 import shoal
 from shoal.algos import tabular
@@ -425,31 +426,6 @@ def test_env_without_time_limit_is_refused(tmp_path):
 # --- determinism and exact resume ---------------------------------------------------------------
 
 
-def flatten(tree, prefix=""):
-    if isinstance(tree, dict):
-        items = tree.items()
-    elif isinstance(tree, (list, tuple)):
-        items = enumerate(tree)
-    else:
-        return {prefix: tree}
-    out = {}
-    for key, value in items:
-        out.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
-    return out
-
-
-def assert_states_equal(got, want):
-    got, want = flatten(got), flatten(want)
-    assert got.keys() == want.keys()
-    for path, a in got.items():
-        b = want[path]
-        if isinstance(a, (torch.Tensor, np.ndarray)):
-            assert type(a) is type(b) and a.dtype == b.dtype, path
-            assert (torch.equal if isinstance(a, torch.Tensor) else np.array_equal)(a, b), path
-        else:
-            assert type(a) is type(b) and a == b, path
-
-
 # Dense rewards and episodes that span the checkpoint (default limit 200), so the Q table,
 # the traces, the exploration generator and the envs mid-episode all have to be restored.
 RESUME_CASES = [
@@ -479,17 +455,10 @@ def test_resume_is_exact(name, env_id, tmp_path, capsys):
     assert_states_equal(got["algorithm"], want["algorithm"])
     assert got["algorithm"]["env"] is not None  # the toy-text envs resume mid-episode
 
-    def rows(run_dir):
-        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-        return [
-            {k: v for k, v in json.loads(line).items() if not k.startswith("perf/")}
-            for line in lines
-        ]
-
-    assert rows(resumed.run_dir) == rows(straight.run_dir)
+    assert metric_rows(resumed.run_dir) == metric_rows(straight.run_dir)
     # A different seed explores differently.
     other = shoal.train(name, env=env_id, seed=4, total_steps=total, run_dir=a + "c", **overrides)
-    assert rows(other.run_dir) != rows(straight.run_dir)
+    assert metric_rows(other.run_dir) != metric_rows(straight.run_dir)
 
 
 # --- command line -------------------------------------------------------------------------------

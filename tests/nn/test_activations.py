@@ -38,4 +38,5 @@ def test_inference_mode_and_no_grad():
 
 def test_registry_names():
     assert set(ACTIVATIONS) == {"tanh", "relu", "silu", "elu"}
-    assert isinstance(ACTIVATIONS["tanh"](), Tanh)
+    assert ACTIVATIONS["tanh"] is tanh
+    assert isinstance(Tanh()(torch.zeros(2)), torch.Tensor)

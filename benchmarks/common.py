@@ -1,0 +1,333 @@
+"""What the benchmarks against Stable-Baselines3 share: the solve criterion, the timed runs of
+both libraries, warm-up, medians and report helpers.
+
+The benchmarks are scripts (``python benchmarks/x.py``); Python puts the script's directory on
+``sys.path``, so they import this module as ``common``.
+
+The solve criterion is the same for every benchmark: every ``EVAL_EVERY`` env steps, shoal's own
+evaluator runs the deterministic policy for one episode on each of ``EVAL_EPISODES`` separate
+environments, and a run is solved when the mean return is >= ``TARGET_RETURN``. The clock is
+paused while evaluating; building the envs and the model is timed; imports are not (untimed
+warm-up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import shoal
+from shoal.train.evaluate import evaluate
+from shoal.train.seeding import derive_seed
+
+try:
+    import stable_baselines3
+    from stable_baselines3.common.callbacks import BaseCallback
+except ImportError:  # pragma: no cover - reported by the benchmarks' main()
+    stable_baselines3 = None
+    BaseCallback = object
+
+TARGET_RETURN = 475.0
+EVAL_EVERY = 8192
+EVAL_EPISODES = 20
+TORCH_THREADS = 1
+
+SHOAL_QUIET = {
+    "run.console": False,
+    "run.tensorboard": False,
+    "run.checkpoint_every_steps": 0,
+    "run.torch_threads": TORCH_THREADS,
+}
+
+
+@dataclass
+class RunRecord:
+    config: str
+    seed: int
+    kind: str
+    """solve: train until solved or the budget ends; throughput: a fixed budget, no evaluation."""
+    solved: bool
+    env_steps: int
+    """Env steps when solved (or at the end of the budget)."""
+    setup_s: float
+    train_s: float
+    untimed_s: float
+    """Excluded from the clock: evaluation (for shoal also logging and the final checkpoint)."""
+    eval_return: float | None
+    evaluations: int
+
+    @property
+    def solve_s(self) -> float:
+        """Wall-clock to solve: set-up (envs and model) plus training, evaluation excluded."""
+        return self.setup_s + self.train_s
+
+    @property
+    def steps_per_s(self) -> float:
+        return self.env_steps / self.train_s
+
+
+def record_dict(record: RunRecord) -> dict[str, Any]:
+    """A run for the JSON report: its fields plus the derived figures."""
+    return asdict(record) | {"solve_s": record.solve_s, "steps_per_s": record.steps_per_s}
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def require_sb3() -> bool:
+    """False (with a message) when stable-baselines3 is not installed."""
+    if stable_baselines3 is None:
+        print("stable-baselines3 is missing: pip install -e '.[bench]'", file=sys.stderr)
+        return False
+    return True
+
+
+def base_parser(doc: str) -> argparse.ArgumentParser:
+    """The options every benchmark has: ``--seeds``, ``--json``, ``--quick``."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per configuration")
+    parser.add_argument("--json", type=Path, help="also write every run and the summary here")
+    parser.add_argument("--quick", action="store_true", help="smoke check: 1 seed, short budget")
+    return parser
+
+
+# --- shoal -------------------------------------------------------------------------------------
+
+
+def shoal_run(
+    workdir: Path,
+    name: str,
+    seed: int,
+    total_steps: int,
+    solve: bool,
+    *,
+    tuned: str | None = None,
+    algo: str | None = None,
+    env: str | None = None,
+    overrides: dict[str, Any] | None = None,
+    on_iteration: Callable[[int, dict[str, float]], None] | None = None,
+) -> RunRecord:
+    """One shoal run of a tuned example (``tuned``) or of ``algo`` on ``env``, with
+    ``overrides`` on top; the loop's own clocks exclude evaluation and checkpointing.
+
+    ``solve``: evaluate every ``EVAL_EVERY`` steps and stop when solved; otherwise a fixed
+    budget of ``total_steps`` without evaluation."""
+    kwargs: dict[str, Any] = dict(SHOAL_QUIET)
+    kwargs["run.total_steps"] = total_steps
+    if solve:
+        kwargs["run.eval_every_steps"] = EVAL_EVERY
+        kwargs["run.eval_episodes"] = EVAL_EPISODES
+        kwargs["run.target_return"] = TARGET_RETURN
+    else:
+        kwargs["run.eval_every_steps"] = 0
+        kwargs["run.target_return"] = None
+    kwargs.update(overrides or {})
+    run_dir = str(workdir / f"{name}-{seed}-{'solve' if solve else 'throughput'}")
+    if tuned is not None:
+        result = shoal.train(
+            tuned=tuned, seed=seed, run_dir=run_dir, on_iteration=on_iteration, **kwargs
+        )
+    else:
+        result = shoal.train(
+            algo, env=env, seed=seed, run_dir=run_dir, on_iteration=on_iteration, **kwargs
+        )
+    evaluations = result.env_steps // EVAL_EVERY if solve else 0
+    return RunRecord(
+        config=name,
+        seed=seed,
+        kind="solve" if solve else "throughput",
+        solved=result.solved,
+        env_steps=result.env_steps,
+        setup_s=result.setup_s,
+        train_s=result.train_s,
+        untimed_s=result.wall_s - result.setup_s - result.train_s,
+        eval_return=result.eval_return,
+        evaluations=evaluations,
+    )
+
+
+# --- Stable-Baselines3 -------------------------------------------------------------------------
+
+
+class SB3Policy:
+    """Lets shoal's evaluator drive an SB3 model: batched numpy observations to actions."""
+
+    def __init__(self, model: Any):
+        self.model = model
+
+    def act(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
+        return self.model.predict(obs, deterministic=deterministic)[0]
+
+
+class EvalAndStop(BaseCallback):
+    """Evaluates after each training phase that crosses a multiple of ``EVAL_EVERY`` env steps,
+    with the clock paused, and stops learning once solved (or after ``stop_after`` steps).
+
+    Works for on- and off-policy SB3 algorithms alike: both call ``on_rollout_start`` before
+    collecting a rollout, which is after the training on the previous rollout (PPO's
+    ``learn`` trains after ``collect_rollouts`` returns; off-policy ``learn`` trains after
+    ``collect_rollouts`` returns and then calls it again). That is the point where shoal's loop
+    evaluates too, after an iteration's update. The one vector step SB3 then takes before
+    ``on_step`` can stop it is not counted in the time or the steps to solve.
+    """
+
+    def __init__(self, seed: int, eval_env: Any = None, stop_after: int | None = None):
+        super().__init__()
+        self.seed = seed
+        self.eval_env = eval_env
+        self.stop_after = stop_after
+        self.next_eval = EVAL_EVERY
+        self.evaluations = 0
+        self.eval_s = 0.0
+        self.eval_return: float | None = None
+        self.solved_at: tuple[int, float] | None = None  # (env steps, perf_counter)
+
+    def _on_rollout_start(self) -> None:
+        if self.eval_env is None or self.solved_at or self.num_timesteps < self.next_eval:
+            return
+        start = time.perf_counter()
+        seed = derive_seed(self.seed, "eval", self.evaluations)
+        self.eval_return = evaluate(SB3Policy(self.model), self.eval_env, seed)["eval/return"]
+        self.evaluations += 1
+        self.next_eval = (self.num_timesteps // EVAL_EVERY + 1) * EVAL_EVERY
+        if self.eval_return >= TARGET_RETURN:
+            self.solved_at = (self.num_timesteps, start)
+        else:
+            self.eval_s += time.perf_counter() - start
+
+    def _on_training_end(self) -> None:
+        # learn() ends after the last training phase without starting another rollout. When
+        # that phase ended on a multiple of EVAL_EVERY, evaluate, as shoal's loop does after
+        # its last iteration (nothing is due when the budget is not such a multiple).
+        self._on_rollout_start()
+
+    def _on_step(self) -> bool:
+        if self.solved_at is not None:
+            return False
+        return self.stop_after is None or self.num_timesteps <= self.stop_after
+
+
+def sb3_run(
+    config: str,
+    env_id: str,
+    make_model: Callable[[int], Any],
+    seed: int,
+    learn_steps: int,
+    solve: bool,
+    stop_after: int | None = None,
+) -> tuple[RunRecord, Any]:
+    """One SB3 run: ``make_model(seed)`` builds the envs and the model, then
+    ``learn(learn_steps)`` with `EvalAndStop`. The clock runs from building the envs and model
+    to the stop, minus evaluation.
+
+    ``solve``: evaluate and stop when solved (unsolved: the whole budget counts).
+    Otherwise a fixed budget: no evaluation, stop after ``stop_after`` env steps (the vector step
+    taken to stop is not counted). Returns the record and the model (its env closed)."""
+    torch.set_num_threads(TORCH_THREADS)
+    eval_env = shoal.make_env(env_id, num_envs=EVAL_EPISODES) if solve else None
+    try:
+        start = time.perf_counter()
+        model = make_model(seed)
+        setup_s = time.perf_counter() - start
+        if solve:
+            callback = EvalAndStop(seed, eval_env)
+        else:
+            callback = EvalAndStop(seed, stop_after=stop_after)
+        model.learn(learn_steps, callback=callback)
+        end = time.perf_counter()
+        model.get_env().close()
+    finally:
+        if eval_env is not None:
+            eval_env.close()
+    if callback.solved_at is not None:
+        env_steps, end = callback.solved_at
+    else:
+        env_steps = model.num_timesteps if solve or stop_after is None else stop_after
+    train_s = end - start - setup_s - callback.eval_s
+    record = RunRecord(
+        config=config,
+        seed=seed,
+        kind="solve" if solve else "throughput",
+        solved=callback.solved_at is not None,
+        env_steps=env_steps,
+        setup_s=setup_s,
+        train_s=train_s,
+        untimed_s=callback.eval_s,
+        eval_return=callback.eval_return,
+        evaluations=callback.evaluations,
+    )
+    return record, model
+
+
+def sb3_warm_up(env_id: str, make_model: Callable[[int], Any], learn_steps: int) -> None:
+    """Untimed: build an SB3 model, train it briefly and evaluate it once (lazy imports,
+    allocator, evaluator)."""
+    torch.set_num_threads(TORCH_THREADS)
+    model = make_model(0)
+    model.learn(learn_steps)
+    eval_env = shoal.make_env(env_id, num_envs=EVAL_EPISODES)
+    evaluate(SB3Policy(model), eval_env, 0)
+    eval_env.close()
+    model.get_env().close()
+
+
+# --- reports -----------------------------------------------------------------------------------
+
+
+def run_line(record: RunRecord) -> str:
+    """One line per finished run, for the progress log."""
+    status = "solved" if record.solved else "not solved"
+    if record.kind == "throughput":
+        status = "fixed budget"
+    return (
+        f"  {record.config:<12} seed {record.seed} {record.kind:<10} {status:<12} "
+        f"{record.env_steps:>7} steps  {record.solve_s:7.2f} s  "
+        f"{record.steps_per_s:>9,.0f} steps/s  (untimed {record.untimed_s:.2f} s)"
+    )
+
+
+def print_checks(console: Any, checks: dict[str, dict[str, Any]]) -> None:
+    """The targets table: each check's description, value, target and PASS/FAIL."""
+    from rich.table import Table
+
+    table = Table(title="targets")
+    table.add_column("check")
+    table.add_column("value", justify="right")
+    table.add_column("target", justify="right")
+    table.add_column("result")
+    for check in checks.values():
+        value, target = check["value"], check["target"]
+        fmt = (lambda v: f"{v:,.0f}") if target >= 1000 else (lambda v: f"{v:.2f}x")
+        table.add_row(
+            check["description"],
+            fmt(value),
+            ">= " + fmt(target),
+            "[green]PASS[/green]" if check["pass"] else "[red]FAIL[/red]",
+        )
+    console.print(table)
+
+
+def environment() -> dict[str, Any]:
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "torch_threads": TORCH_THREADS,
+        "shoal": getattr(shoal, "__version__", "unknown"),
+        "stable_baselines3": stable_baselines3.__version__,
+        "numpy": np.__version__,
+    }
