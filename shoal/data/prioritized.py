@@ -206,11 +206,11 @@ def _active_only(
     return (idx, p) if keep.all() else (idx[keep], p[keep])
 
 
-class ProportionalPriorities:
-    """``P(i) = p_i^alpha / sum_k p_k^alpha`` with ``p_i = |delta_i| + eps`` (Schaul et al. 2016,
-    proportional variant; their Atari settings are alpha 0.6, beta 0.4 -> 1)."""
+class _TreePriorities:
+    """What both schemes share: a sum tree of sampling masses over the active positions, the
+    largest priority seen so far, and stratified sampling with importance weights."""
 
-    def __init__(self, capacity: int, alpha: float = 0.6, eps: float = 1e-6, scan_size: int = 8192):
+    def __init__(self, capacity: int, alpha: float, eps: float, scan_size: int):
         if alpha < 0:
             raise ValueError(f"alpha must be >= 0, got {alpha}")
         if eps <= 0:
@@ -223,26 +223,26 @@ class ProportionalPriorities:
         self.num_active = 0
         self.max_priority = 1.0
 
-    def activate(self, indices: np.ndarray) -> None:
-        """New transitions get the largest priority seen so far, so each is replayed soon."""
+    def _mark_active(self, indices: np.ndarray) -> np.ndarray:
         idx = np.asarray(indices, dtype=np.int64)
         self.num_active += int(np.count_nonzero(~self.active[idx]))
         self.active[idx] = True
-        self.tree.update(idx, self.max_priority**self.alpha)
+        return idx
+
+    def _new_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> tuple:
+        """``(indices, |priorities| + eps)`` of the still active positions; raises the
+        running maximum that new transitions start from."""
+        idx, p = _active_only(self.active, *_checked(indices, priorities))
+        p = np.abs(p) + self.eps
+        if idx.size:
+            self.max_priority = max(self.max_priority, float(p.max()))
+        return idx, p
 
     def deactivate(self, indices: np.ndarray) -> None:
         idx = np.asarray(indices, dtype=np.int64)
         self.num_active -= int(np.count_nonzero(self.active[idx]))
         self.active[idx] = False
         self.tree.update(idx, 0.0)
-
-    def update(self, indices: np.ndarray, priorities: np.ndarray) -> None:
-        """Store ``(|priorities| + eps)^alpha`` for the still active ``indices``."""
-        idx, p = _active_only(self.active, *_checked(indices, priorities))
-        if idx.size:
-            p = np.abs(p) + self.eps
-            self.max_priority = max(self.max_priority, float(p.max()))
-            self.tree.update(idx, p**self.alpha)
 
     def sample(
         self, batch_size: int, rng: np.random.Generator, beta: float
@@ -264,7 +264,25 @@ class ProportionalPriorities:
         self.max_priority = float(state["max_priority"])
 
 
-class RankBasedPriorities:
+class ProportionalPriorities(_TreePriorities):
+    """``P(i) = p_i^alpha / sum_k p_k^alpha`` with ``p_i = |delta_i| + eps`` (Schaul et al. 2016,
+    proportional variant; their Atari settings are alpha 0.6, beta 0.4 -> 1)."""
+
+    def __init__(self, capacity: int, alpha: float = 0.6, eps: float = 1e-6, scan_size: int = 8192):
+        super().__init__(capacity, alpha, eps, scan_size)
+
+    def activate(self, indices: np.ndarray) -> None:
+        """New transitions get the largest priority seen so far, so each is replayed soon."""
+        self.tree.update(self._mark_active(indices), self.max_priority**self.alpha)
+
+    def update(self, indices: np.ndarray, priorities: np.ndarray) -> None:
+        """Store ``(|priorities| + eps)^alpha`` for the still active ``indices``."""
+        idx, p = self._new_priorities(indices, priorities)
+        if idx.size:
+            self.tree.update(idx, p**self.alpha)
+
+
+class RankBasedPriorities(_TreePriorities):
     """``P(i) ∝ (1 / rank(i))^alpha``, ranked by ``|delta|`` descending (Schaul et al. 2016,
     rank-based variant; their Atari settings are alpha 0.7, beta 0.5 -> 1).
 
@@ -287,46 +305,29 @@ class RankBasedPriorities:
         sort_every: int = 1000,
         scan_size: int = 8192,
     ):
-        if alpha < 0:
-            raise ValueError(f"alpha must be >= 0, got {alpha}")
         if sort_every < 1:
             raise ValueError(f"sort_every must be >= 1, got {sort_every}")
-        self.capacity = capacity
-        self.alpha = alpha
-        self.eps = eps
+        super().__init__(capacity, alpha, eps, scan_size)
         self.sort_every = sort_every
-        self.tree = SumTree(capacity, scan_size)
         self.priorities = np.zeros(capacity)
-        self.active = np.zeros(capacity, dtype=bool)
-        self.num_active = 0
-        self.max_priority = 1.0
         self._rank_mass = np.arange(1, capacity + 1, dtype=np.float64) ** -alpha
         self._num_fresh = 0
         self._updates_since_sort = 0
 
     def activate(self, indices: np.ndarray) -> None:
-        idx = np.asarray(indices, dtype=np.int64)
-        if self._num_fresh + idx.size > self.capacity:
+        count = np.asarray(indices).size
+        if self._num_fresh + count > self.capacity:
             self.sort()
-        self.num_active += int(np.count_nonzero(~self.active[idx]))
-        self.active[idx] = True
+        idx = self._mark_active(indices)
         self.priorities[idx] = self.max_priority
         ranks = slice(self._num_fresh, self._num_fresh + idx.size)
         self.tree.update(idx, self._rank_mass[ranks])
         self._num_fresh += idx.size
 
-    def deactivate(self, indices: np.ndarray) -> None:
-        idx = np.asarray(indices, dtype=np.int64)
-        self.num_active -= int(np.count_nonzero(self.active[idx]))
-        self.active[idx] = False
-        self.tree.update(idx, 0.0)
-
     def update(self, indices: np.ndarray, priorities: np.ndarray) -> None:
         """Store ``|priorities| + eps``; ranks follow at the next sort."""
-        idx, p = _active_only(self.active, *_checked(indices, priorities))
+        idx, p = self._new_priorities(indices, priorities)
         if idx.size:
-            p = np.abs(p) + self.eps
-            self.max_priority = max(self.max_priority, float(p.max()))
             self.priorities[idx] = p
         self._updates_since_sort += 1
         if self._updates_since_sort >= self.sort_every:
@@ -343,28 +344,17 @@ class RankBasedPriorities:
         self._num_fresh = 0
         self._updates_since_sort = 0
 
-    def sample(
-        self, batch_size: int, rng: np.random.Generator, beta: float
-    ) -> tuple[np.ndarray, np.ndarray]:
-        return _stratified_sample(self.tree, batch_size, rng, self.num_active, beta)
-
     def state_dict(self) -> dict[str, Any]:
         return {
-            "leaves": self.tree.values,
+            **super().state_dict(),
             "priorities": self.priorities,
-            "active": self.active,
-            "max_priority": self.max_priority,
             "num_fresh": self._num_fresh,
             "updates_since_sort": self._updates_since_sort,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        _check_capacity(self, state["active"])
-        self.tree.set_all(state["leaves"])
+        super().load_state_dict(state)
         self.priorities[:] = state["priorities"]
-        self.active[:] = state["active"]
-        self.num_active = int(np.count_nonzero(self.active))
-        self.max_priority = float(state["max_priority"])
         self._num_fresh = int(state["num_fresh"])
         self._updates_since_sort = int(state["updates_since_sort"])
 
