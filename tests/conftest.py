@@ -1,5 +1,6 @@
 """Shared fixtures: tiny PPO settings that keep end-to-end runs well under a second."""
 
+import gymnasium as gym
 import pytest
 
 # 4 envs x 16 steps = 64 env steps per iteration, two epochs of two minibatches, a tiny network.
@@ -32,3 +33,18 @@ def small_ppo():
 @pytest.fixture
 def iteration_steps():
     return ITERATION_STEPS
+
+
+@pytest.fixture
+def registered_env():
+    """``registered_env(env_id, cls)`` registers a test env with Gymnasium for one test."""
+    ids = []
+
+    def register(env_id, cls):
+        gym.register(env_id, entry_point=cls)
+        ids.append(env_id)
+        return env_id
+
+    yield register
+    for env_id in ids:
+        gym.registry.pop(env_id, None)

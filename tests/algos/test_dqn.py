@@ -1,5 +1,6 @@
 """DQN end to end on tiny settings: every Rainbow switch, QR-DQN, REM, masks, checkpoints."""
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -194,6 +195,48 @@ def test_action_masks_from_info_are_stored_and_obeyed(tmp_path):
         assert batch.next_action_mask is not None and batch.next_action_mask.shape == (8, 6)
     finally:
         algo.close()
+
+
+class MaskedDictEnv(gym.Env):
+    """Observation ``{"observation": Box(2), "action_mask": MultiBinary(3)}``: only actions 1
+    and 2 are legal and only action 2 pays, so a masked greedy policy must pick 2."""
+
+    observation_space = gym.spaces.Dict(
+        {
+            "observation": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
+            "action_mask": gym.spaces.MultiBinary(3),
+        }
+    )
+    action_space = gym.spaces.Discrete(3)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        assert action in (1, 2), f"illegal action {action} was taken"
+        self.t += 1
+        return self._obs(), float(action == 2), False, self.t >= 5, {}
+
+    def _obs(self):
+        obs = self.np_random.uniform(-1, 1, 2).astype(np.float32)
+        return {"observation": obs, "action_mask": np.array([0, 1, 1], np.int8)}
+
+
+def test_action_masks_from_dict_observations(tmp_path, registered_env):
+    env_id = registered_env("shoal-test/MaskedDict-v0", MaskedDictEnv)
+    result = shoal.train(
+        "dqn",
+        env=env_id,
+        run_dir=str(tmp_path / "masked"),
+        total_steps=6 * ITERATION,
+        **small(**{"env.action_mask": "obs", "env.vectorization": "sync"}),
+    )
+    assert result.env_steps == 6 * ITERATION  # the env asserts that no masked action ran
+    with pytest.raises(ConfigError, match="Dict observation space"):
+        shoal.train("dqn", env="CartPole-v1", run_dir=str(tmp_path / "bad"),
+                    **small(**{"env.action_mask": "obs"}))  # fmt: skip
 
 
 def test_continuous_actions_are_refused(tmp_path):

@@ -261,21 +261,6 @@ class DictObservationEnv(MultiBinaryActionEnv):
         return self.observation_space.sample(), 0.0, False, False, {}
 
 
-@pytest.fixture
-def registered_env():
-    """``registered_env(env_id, cls)`` registers a test env with Gymnasium for one test."""
-    ids = []
-
-    def register(env_id, cls):
-        gym.register(env_id, entry_point=cls)
-        ids.append(env_id)
-        return env_id
-
-    yield register
-    for env_id in ids:
-        gym.registry.pop(env_id, None)
-
-
 def test_unsupported_action_space(tmp_path, small_ppo, registered_env):
     env_id = registered_env("shoal-test/MultiBinary-v0", MultiBinaryActionEnv)
     with pytest.raises(UnsupportedSpaceError, match=r"action space MultiBinary\(4\)"):
