@@ -168,12 +168,28 @@ class ModelConfig:
     init_log_std: float = 0.0
     """Initial log standard deviation of Gaussian policies."""
     temperature: float = 1.0
-    """Softmax temperature of categorical policies (logits are divided by it)."""
+    """Softmax temperature of categorical policies (logits are divided by it); the initial
+    temperature when temperature_min anneals it."""
+    temperature_min: float | None = None
+    """Anneal the temperature linearly from temperature down to this value over
+    temperature_anneal, then hold it (reference 001); None keeps it constant."""
+    temperature_anneal: int = 100_000
+    """Length of the temperature annealing, counted in temperature_unit."""
+    temperature_unit: Literal["steps", "episodes"] = "steps"
+    """What temperature_anneal counts: env steps (summed over parallel envs) or finished
+    episodes."""
 
     def __post_init__(self) -> None:
         check(self, "hidden", all(h > 0 for h in self.hidden), "sizes must be > 0")
-        check_positive(self, "temperature")
+        check_positive(self, "temperature", "temperature_anneal")
         check_choices(self)
+        if self.temperature_min is not None:
+            check(
+                self,
+                "temperature_min",
+                0 < self.temperature_min <= self.temperature,
+                f"must be > 0 and <= temperature = {self.temperature}",
+            )
 
 
 def to_dict(config: Any) -> dict[str, Any]:

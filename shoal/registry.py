@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from shoal.algos import dqn, ppo, tabular
+from shoal.algos import a2c, dqn, pg, ppo, tabular, trpo
 from shoal.config import from_dict
 from shoal.errors import ConfigError, ShoalError
 
@@ -46,6 +46,32 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
         "Discrete, Box",
     ),
 }
+
+ALGORITHMS["pg"] = AlgorithmSpec(
+    "pg",
+    pg.PGConfig,
+    pg.PG,
+    pg.build_model,
+    "REINFORCE: vanilla policy gradient on full-episode returns, optional learned baseline",
+    "Discrete, Box",
+)
+ALGORITHMS["a2c"] = AlgorithmSpec(
+    "a2c",
+    a2c.A2CConfig,
+    a2c.A2C,
+    a2c.build_model,
+    "A2C: synchronous advantage actor-critic (n-step/GAE, RMSProp or Adam)",
+    "Discrete, Box",
+)
+
+ALGORITHMS["trpo"] = AlgorithmSpec(
+    "trpo",
+    trpo.TRPOConfig,
+    trpo.TRPO,
+    trpo.build_model,
+    "Trust Region Policy Optimization (conjugate-gradient natural step, KL line search, GAE)",
+    "Discrete, Box",
+)
 
 
 # The value-based family: one learner, three names for its value heads.

@@ -36,8 +36,9 @@ from shoal.losses import (
     value_loss,
 )
 from shoal.nn import ActorCritic
+from shoal.nn.heads import set_temperature
 from shoal.policy import ActorPolicy
-from shoal.train.schedules import scheduled
+from shoal.train.schedules import annealed_temperature, scheduled
 from shoal.train.seeding import derive_seed
 from shoal.types import Rollout
 
@@ -261,18 +262,30 @@ class PPO:
         )
         self.sampler = LocalSampler(runner)
         self.learner = PPOLearner(config, runner.env.observation_space, runner.env.action_space)
-        self.sampler.set_weights(self.learner.get_weights())
         self.env_steps = 0
+        self.episodes = 0
         self.iteration = 0
         self.kl_coeff = config.kl_coeff
+        self.tempered = self._apply_temperature()
+        self.sampler.set_weights(self.learner.get_weights())
+
+    def _apply_temperature(self) -> bool:
+        """Set the scheduled softmax temperature on the learner's model. It is a buffer of the
+        weights, so the next rollout is sampled with it and its update uses it too, as the
+        probability ratio needs. Returns whether the policy is categorical."""
+        cfg = self.config.model
+        temperature = annealed_temperature(cfg, self.env_steps, self.episodes)
+        return set_temperature(self.learner.model, temperature)
 
     def train_iteration(self) -> dict[str, float]:
         cfg = self.config
         progress = self.env_steps / (cfg.optim.anneal_steps or cfg.run.total_steps)
         lr = scheduled(cfg.optim.lr_schedule, cfg.optim.lr, progress)
         clip_eps = scheduled(cfg.clip_schedule, cfg.clip_eps, progress)
+        temperature = annealed_temperature(cfg.model, self.env_steps, self.episodes)
         rollout, episodes = self.sampler.sample()
         self.env_steps += rollout.rewards.numel()
+        self.episodes += episodes.returns.size
         self.iteration += 1
         batch = make_batch(rollout, cfg.gamma, cfg.gae_lambda)
         metrics = self.learner.update(batch, lr, clip_eps, self.kl_coeff)
@@ -281,6 +294,9 @@ class PPO:
                 self.kl_coeff, metrics["train/approx_kl"], cfg.kl_target
             )
             metrics["train/kl_coeff"] = self.kl_coeff
+        if self.tempered and cfg.model.temperature_min is not None:
+            metrics["train/temperature"] = temperature  # the one this rollout was sampled with
+        self._apply_temperature()
         self.sampler.set_weights(self.learner.get_weights())
         metrics.update(episodes.metrics())
         return metrics
@@ -298,17 +314,23 @@ class PPO:
                 "model": self.learner.model.state_dict(),
                 "obs_stats": self.sampler.obs_stats(),
             },
-            "counters": {"env_steps": self.env_steps, "iteration": self.iteration},
+            "counters": {
+                "env_steps": self.env_steps,
+                "episodes": self.episodes,
+                "iteration": self.iteration,
+            },
             "kl_coeff": self.kl_coeff,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> bool:
         """Restore; returns False when the envs could not be restored mid-episode."""
         self.learner.load_state_dict(state["learner"])
-        self.sampler.set_weights(self.learner.get_weights())
         self.env_steps = state["counters"]["env_steps"]
+        self.episodes = state["counters"].get("episodes", 0)  # absent before reference 001
         self.iteration = state["counters"]["iteration"]
         self.kl_coeff = state["kl_coeff"]
+        self._apply_temperature()
+        self.sampler.set_weights(self.learner.get_weights())
         fallback = derive_seed(self.config.run.seed, "env-restart", self.iteration)
         return self.sampler.set_state(state["sampler"], fallback)
 

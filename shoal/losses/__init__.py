@@ -1,5 +1,12 @@
 """Pure loss and return functions: tensors in, tensors out, no state."""
 
+from shoal.losses.natural_gradient import (
+    conjugate_gradient,
+    fisher_vector_product,
+    flat_concat,
+    flat_grad,
+    set_flat_params,
+)
 from shoal.losses.policy_gradient import (
     adaptive_kl_coeff,
     entropy_loss,
@@ -18,7 +25,13 @@ from shoal.losses.q_learning import (
     random_convex_combination,
     td_loss,
 )
-from shoal.losses.returns import bootstrap_discount, discounted_returns, gae, n_step_return
+from shoal.losses.returns import (
+    bootstrap_discount,
+    discounted_returns,
+    episode_returns,
+    gae,
+    n_step_return,
+)
 from shoal.losses.value import clipped_value_loss, huber_loss, value_loss
 
 __all__ = [
@@ -28,8 +41,13 @@ __all__ = [
     "categorical_td_loss",
     "clipped_value_loss",
     "combine_heads",
+    "conjugate_gradient",
     "discounted_returns",
     "entropy_loss",
+    "episode_returns",
+    "fisher_vector_product",
+    "flat_concat",
+    "flat_grad",
     "gae",
     "huber_loss",
     "kl_penalty_loss",
@@ -41,6 +59,7 @@ __all__ = [
     "quantile_midpoints",
     "quantile_target",
     "random_convex_combination",
+    "set_flat_params",
     "td_loss",
     "value_loss",
 ]

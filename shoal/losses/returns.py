@@ -25,7 +25,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["bootstrap_discount", "discounted_returns", "gae", "n_step_return"]
+__all__ = [
+    "bootstrap_discount",
+    "discounted_returns",
+    "episode_returns",
+    "gae",
+    "n_step_return",
+]
 
 
 def _check_time_major(name_to_tensor: dict[str, Tensor]) -> torch.Size:
@@ -189,3 +195,42 @@ def bootstrap_discount(
     dtype = dtype or torch.get_default_dtype()
     discounts = gamma ** steps.to(dtype)
     return torch.where(terminated.bool(), torch.zeros_like(discounts), discounts)
+
+
+def episode_returns(
+    rewards: Tensor, terminated: Tensor, truncated: Tensor, gamma: float
+) -> tuple[Tensor, Tensor]:
+    """Monte-Carlo returns of complete episodes, no bootstrapping (Williams 1992, Machine
+    Learning 8:229-256; Sutton & Barto 2018, ch. 5 and 13.3).
+
+    ``G_t = r_t + gamma * (1 - done_t) * G_{t+1}`` with ``done = terminated | truncated`` and
+    ``G_T = 0``. A truncation ends the episode like a termination: the return counts the rewards
+    up to the cut and nothing after it. ``complete[t]`` says that the episode of transition
+    ``t`` ends within the rollout (some ``done`` at a step ``>= t``), so ``G_t`` is its true
+    return; where it is False, ``G_t`` only sums the rewards seen so far and must not be used as
+    a return. Per environment the incomplete steps form a suffix of the time axis.
+
+    Args:
+        rewards: ``[T, B, ...]`` float rewards; the computation runs in this dtype.
+        terminated: ``[T, B, ...]`` bool or float episode-termination flags.
+        truncated: ``[T, B, ...]`` bool or float episode-truncation flags.
+        gamma: discount factor.
+
+    Returns:
+        ``(returns, complete)``: ``[T, B, ...]`` returns in the dtype of ``rewards`` and a
+        ``[T, B, ...]`` bool mask of the steps whose episode is complete.
+    """
+    shape = _check_time_major(
+        {"rewards": rewards, "terminated": terminated, "truncated": truncated}
+    )
+    done = terminated.bool() | truncated.bool()
+    returns: list[Tensor] = []
+    complete: list[Tensor] = []
+    future = torch.zeros_like(rewards[0])
+    ended = torch.zeros_like(done[0])
+    for t in reversed(range(shape[0])):
+        future = rewards[t] + torch.where(done[t], 0.0, gamma * future)
+        ended = ended | done[t]
+        returns.append(future)
+        complete.append(ended)
+    return torch.stack(returns[::-1]), torch.stack(complete[::-1])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -12,20 +14,52 @@ from shoal.nn.init import POLICY_GAIN, VALUE_GAIN, linear
 class CategoricalHead(nn.Module):
     """Logits for ``n`` discrete actions, divided by a softmax ``temperature``.
 
-    Temperature above 1 flattens the policy (more exploration), below 1 sharpens it; schedules
-    may change ``temperature`` between iterations (reference 001 anneals it).
+    Temperature above 1 flattens the policy (more exploration), below 1 sharpens it. It is a
+    persistent buffer, so it travels with the weights (``state_dict``, ``get_weights``,
+    checkpoints) and every sampler acts with the temperature the learner trains with; change
+    it with `set_temperature` (reference 001 anneals it between iterations).
     """
 
     def __init__(self, in_dim: int, num_actions: int, temperature: float = 1.0):
         super().__init__()
         self.logits = linear(in_dim, num_actions, POLICY_GAIN)
-        self.temperature = temperature
+        self.register_buffer("temperature", torch.tensor(float(temperature)))
+        # A host-side copy of the buffer, so the hot path needs no device read to skip the
+        # division at temperature 1; kept in sync by set_temperature and load_state_dict.
+        self._untempered = float(temperature) == 1.0
 
     def forward(self, features: torch.Tensor) -> Categorical:
         logits = self.logits(features)
-        if self.temperature != 1.0:
+        if not self._untempered:
             logits = logits / self.temperature
         return Categorical(logits)
+
+    @torch.no_grad()
+    def set_temperature(self, value: float) -> None:
+        if not value > 0:
+            raise ValueError(f"softmax temperature must be > 0, got {value}")
+        self.temperature.fill_(value)
+        self._untempered = float(self.temperature) == 1.0
+
+    def _load_from_state_dict(
+        self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any
+    ) -> None:
+        # Weights saved before the temperature was a buffer keep the configured one, as
+        # BatchNorm does for its num_batches_tracked.
+        state_dict.setdefault(prefix + "temperature", self.temperature.detach().clone())
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        self._untempered = float(self.temperature) == 1.0
+
+
+def set_temperature(model: nn.Module, value: float) -> bool:
+    """Set the softmax temperature of every `CategoricalHead` in ``model``; returns whether
+    it has one (models with only continuous or value heads are left unchanged). Call it on
+    the learner's model before its weights go to the samplers, so rollouts and updates use
+    the same temperature."""
+    heads = [m for m in model.modules() if isinstance(m, CategoricalHead)]
+    for head in heads:
+        head.set_temperature(value)
+    return bool(heads)
 
 
 class GaussianHead(nn.Module):

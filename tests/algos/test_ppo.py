@@ -641,3 +641,35 @@ def test_checkpoint_of_another_model_layout_is_a_clear_error(tmp_path, small_ppo
         shoal.load(run_dir)
     with pytest.raises(CheckpointError, match="renamed.weight"):
         shoal.train(resume=run_dir, total_steps=4 * iteration_steps)
+
+
+def test_temperature_schedule_is_logged_shared_with_the_sampler_and_resumed_exactly(
+    tmp_path, small_ppo, iteration_steps
+):
+    """Reference 001: the temperature anneals per iteration, the rollout and its update use the
+    same one (it travels with the weights), and a resumed run continues the schedule exactly."""
+    anneal = {"temperature": 2.0, "temperature_min": 0.5, "temperature_anneal": 4 * iteration_steps}
+    model_overrides = {f"model.{k}": v for k, v in anneal.items()}
+    algo = PPO(shoal.config.replace(small_config(), **model_overrides))
+    for _ in range(2):
+        algo.train_iteration()
+        want = 2.0 - 1.5 * algo.env_steps / (4 * iteration_steps)
+        for model in (algo.learner.model, algo.sampler.runner.model):
+            assert model.policy_head.temperature.item() == pytest.approx(want)
+    assert algo.state_dict()["counters"]["episodes"] == algo.episodes > 0
+    algo.close()
+
+    overrides = small_ppo(**model_overrides)
+    first, total = 3 * iteration_steps, 5 * iteration_steps
+    run_a, run_b = str(tmp_path / "a"), str(tmp_path / "b")
+    part = shoal.train("ppo", seed=1, total_steps=first, run_dir=run_a, **overrides)
+    resumed = shoal.train(resume=part.run_dir, total_steps=total)
+    straight = shoal.train("ppo", seed=1, total_steps=total, run_dir=run_b, **overrides)
+    rows = metric_rows(straight.run_dir)
+    assert [row["train/temperature"] for row in rows] == pytest.approx(
+        [2.0, 1.625, 1.25, 0.875, 0.5]
+    )
+    assert metric_rows(resumed.run_dir) == rows
+    got, want = load_checkpoint(resumed.run_dir).state, load_checkpoint(straight.run_dir).state
+    assert_states_equal(got["algorithm"], want["algorithm"])
+    assert got["algorithm"]["learner"]["model"]["policy_head.temperature"].item() == 0.5

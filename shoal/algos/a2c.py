@@ -1,0 +1,210 @@
+"""A2C: synchronous advantage actor-critic (Mnih et al. 2016, arXiv:1602.01783; the synchronous
+variant of OpenAI Baselines, Wu et al. 2017).
+
+Short rollouts over vector envs, n-step or GAE advantages bootstrapped from the critic (at the
+rollout's end and at time-limit truncations, from the true final observation), one gradient step
+per rollout on policy gradient + value loss - entropy bonus, with RMSProp as in the paper or
+Adam. The rollout batch and its advantages are PPO's (`shoal.algos.ppo.make_batch`).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import gymnasium as gym
+import torch
+
+from shoal.algos.pg import gradient_step
+from shoal.algos.ppo import PPOBatch, make_batch
+from shoal.collect import EnvRunner, LocalSampler
+from shoal.config import (
+    EnvConfig,
+    ModelConfig,
+    OptimConfig,
+    RunConfig,
+    check,
+    check_choices,
+    check_positive,
+)
+from shoal.losses import entropy_loss, policy_gradient_loss, value_loss
+from shoal.nn import ActorCritic
+from shoal.policy import ActorPolicy
+from shoal.train.schedules import scheduled
+from shoal.train.seeding import derive_seed
+
+
+@dataclass(frozen=True)
+class A2CConfig:
+    """A2C hyperparameters. The defaults are Stable-Baselines3's (5 steps, RMSProp 7e-4,
+    entropy 0.0, gradient norm 0.5), which follow the A3C paper."""
+
+    run: RunConfig = field(default_factory=RunConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=7e-4))
+    model: ModelConfig = field(default_factory=ModelConfig)
+    num_steps: int = 5
+    """Steps per environment in each rollout: the n of the n-step returns."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 1.0
+    """GAE lambda; 1.0 gives the paper's n-step returns bootstrapped from V(s_{t+n})."""
+    vf_coef: float = 0.5
+    """Weight of the value loss."""
+    ent_coef: float = 0.0
+    """Weight of the entropy bonus."""
+    normalize_advantages: bool = False
+    """Standardize the advantages within each rollout."""
+    optimizer: Literal["rmsprop", "adam"] = "rmsprop"
+    """rmsprop: as Mnih et al. 2016 / SB3 (smoothing rms_alpha, epsilon optim.eps = 1e-5,
+    weight decay as an L2 term); adam: AdamW (decoupled weight decay)."""
+    rms_alpha: float = 0.99
+    """Smoothing constant of RMSProp's squared-gradient average."""
+
+    def __post_init__(self) -> None:
+        check_positive(self, "num_steps")
+        check_choices(self)
+        check(self, "gamma", 0.0 <= self.gamma <= 1.0, "must be in [0, 1]")
+        check(self, "gae_lambda", 0.0 <= self.gae_lambda <= 1.0, "must be in [0, 1]")
+        check(self, "vf_coef", self.vf_coef >= 0, "must be >= 0")
+        check(self, "ent_coef", self.ent_coef >= 0, "must be >= 0")
+        check(self, "rms_alpha", 0.0 < self.rms_alpha < 1.0, "must be in (0, 1)")
+        check(
+            self,
+            "env",
+            self.env.action_mask == "none",
+            "A2C does not use action masks yet; set env.action_mask to none",
+        )
+
+
+def build_model(config: A2CConfig, obs_space: gym.Space, action_space: gym.Space) -> ActorCritic:
+    return ActorCritic(obs_space, action_space, config.model)
+
+
+def make_optimizer(config: A2CConfig, parameters: list[torch.Tensor]) -> torch.optim.Optimizer:
+    optim = config.optim
+    if config.optimizer == "rmsprop":
+        return torch.optim.RMSprop(
+            parameters,
+            lr=optim.lr,
+            alpha=config.rms_alpha,
+            eps=optim.eps,
+            weight_decay=optim.weight_decay,
+        )
+    return torch.optim.AdamW(
+        parameters, lr=optim.lr, eps=optim.eps, weight_decay=optim.weight_decay
+    )
+
+
+class A2CLearner:
+    """Owns the actor-critic and its optimizer; one gradient step per rollout."""
+
+    def __init__(self, config: A2CConfig, obs_space: gym.Space, action_space: gym.Space):
+        self.config = config
+        self.model = build_model(config, obs_space, action_space)
+        self.parameters = list(self.model.parameters())
+        self.optimizer = make_optimizer(config, self.parameters)
+
+    def losses(self, batch: PPOBatch) -> dict[str, torch.Tensor]:
+        """The loss terms of one batch, ``total`` last."""
+        cfg = self.config
+        dist, values = self.model(batch.obs)
+        advantages = batch.advantages
+        if cfg.normalize_advantages and advantages.numel() > 1:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        losses = {
+            "policy": policy_gradient_loss(dist.log_prob(batch.actions), advantages),
+            "value": value_loss(values, batch.returns),
+            "entropy": entropy_loss(dist.entropy()),
+        }
+        losses["total"] = (
+            losses["policy"] + cfg.vf_coef * losses["value"] + cfg.ent_coef * losses["entropy"]
+        )
+        return losses
+
+    def update(self, batch: PPOBatch, lr: float) -> dict[str, float]:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        losses = self.losses(batch)
+        gradient_step(losses, self.optimizer, self.parameters, self.config.optim.max_grad_norm)
+        values = torch.stack(list(losses.values())).detach().tolist()
+        metrics = {f"loss/{k}": v for k, v in zip(losses, values, strict=True)}
+        metrics["train/lr"] = lr
+        return metrics
+
+    def get_weights(self) -> dict[str, torch.Tensor]:
+        return self.model.state_dict()
+
+    def set_weights(self, weights: dict[str, torch.Tensor]) -> None:
+        self.model.load_state_dict(weights)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+
+
+class A2C:
+    """One A2C iteration: sample a rollout, estimate advantages, one update, broadcast."""
+
+    def __init__(self, config: A2CConfig):
+        self.config = config
+        env_config = dataclasses.replace(config.env, gamma=config.gamma)
+        runner = EnvRunner(
+            env_config,
+            lambda obs_space, action_space: build_model(config, obs_space, action_space),
+            config.num_steps,
+            seed=derive_seed(config.run.seed, "env", 0),
+        )
+        self.sampler = LocalSampler(runner)
+        self.learner = A2CLearner(config, runner.env.observation_space, runner.env.action_space)
+        self.sampler.set_weights(self.learner.get_weights())
+        self.env_steps = 0
+        self.iteration = 0
+
+    def train_iteration(self) -> dict[str, float]:
+        cfg = self.config
+        progress = self.env_steps / (cfg.optim.anneal_steps or cfg.run.total_steps)
+        lr = scheduled(cfg.optim.lr_schedule, cfg.optim.lr, progress)
+        rollout, episodes = self.sampler.sample()
+        self.env_steps += rollout.rewards.numel()
+        self.iteration += 1
+        # Autoreset transitions are dropped by make_batch; truncations bootstrap from the
+        # final observation's value (`Rollout.next_values`).
+        batch = make_batch(rollout, cfg.gamma, cfg.gae_lambda)
+        metrics = self.learner.update(batch, lr)
+        self.sampler.set_weights(self.learner.get_weights())
+        metrics.update(episodes.metrics())
+        return metrics
+
+    def policy(self) -> ActorPolicy:
+        return ActorPolicy(
+            copy.deepcopy(self.learner.model), self.sampler.obs_stats(), self.config.env.clip_obs
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "learner": self.learner.state_dict(),
+            "sampler": self.sampler.get_state(),
+            "policy": {
+                "model": self.learner.model.state_dict(),
+                "obs_stats": self.sampler.obs_stats(),
+            },
+            "counters": {"env_steps": self.env_steps, "iteration": self.iteration},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> bool:
+        """Restore; returns False when the envs could not be restored mid-episode."""
+        self.learner.load_state_dict(state["learner"])
+        self.sampler.set_weights(self.learner.get_weights())
+        self.env_steps = state["counters"]["env_steps"]
+        self.iteration = state["counters"]["iteration"]
+        fallback = derive_seed(self.config.run.seed, "env-restart", self.iteration)
+        return self.sampler.set_state(state["sampler"], fallback)
+
+    def close(self) -> None:
+        self.sampler.close()

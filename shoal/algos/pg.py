@@ -1,0 +1,271 @@
+"""REINFORCE: vanilla policy gradient on full-episode returns (Williams 1992, Machine Learning
+8:229-256), with an optional learned baseline (Sutton & Barto 2018, sec. 13.4).
+
+Every transition is weighted by the true discounted Monte-Carlo return of its episode, never a
+bootstrapped estimate. The vector envs keep running across iterations, so a rollout usually ends
+in the middle of some episodes: those transitions are *carried over* (`EpisodeCarry`) and trained
+on in the first iteration in which their episode ends. Dropping them instead would bias the
+batch toward short episodes (a good CartPole policy's 500-step episodes would rarely fit in one
+rollout). The carried actions were sampled by a policy one or a few updates older; like the lag
+of asynchronous actor-critic (Mnih et al. 2016) this is not importance-corrected.
+
+A time-limit truncation (CartPole's 500 steps) ends the episode: REINFORCE uses the return up to
+the cut, as the episode's score is defined by it, rather than bootstrapping a critic.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import gymnasium as gym
+import torch
+
+from shoal.collect import EnvRunner, LocalSampler
+from shoal.config import EnvConfig, ModelConfig, OptimConfig, RunConfig, check, check_positive
+from shoal.errors import NaNLossError
+from shoal.losses import entropy_loss, episode_returns, policy_gradient_loss, value_loss
+from shoal.nn import ActorCritic
+from shoal.policy import ActorPolicy
+from shoal.train.schedules import scheduled
+from shoal.train.seeding import derive_seed
+from shoal.types import Rollout
+
+
+@dataclass(frozen=True)
+class PGConfig:
+    """REINFORCE hyperparameters; the tuned examples hold settings for specific tasks."""
+
+    run: RunConfig = field(default_factory=RunConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-3))
+    model: ModelConfig = field(default_factory=ModelConfig)
+    num_steps: int = 128
+    """Steps per environment in each rollout (new env steps per iteration = num_steps *
+    env.num_envs); transitions of episodes still running at its end wait for a later one."""
+    gamma: float = 0.99
+    """Discount factor of the Monte-Carlo returns."""
+    baseline: bool = True
+    """Subtract a learned state-value baseline: advantage = G - V(s), V regressed on G."""
+    vf_coef: float = 0.5
+    """Weight of the baseline's value loss (unused without a baseline)."""
+    ent_coef: float = 0.0
+    """Weight of the entropy bonus."""
+    normalize_advantages: bool = True
+    """Standardize the returns (or advantages) within each batch."""
+    max_carry_steps: int = 4096
+    """Most steps of unfinished episodes carried to the next iteration per env; older steps of
+    an episode longer than this are dropped (set env.max_episode_steps for endless envs)."""
+
+    def __post_init__(self) -> None:
+        check_positive(self, "num_steps", "max_carry_steps")
+        check(self, "gamma", 0.0 <= self.gamma <= 1.0, "must be in [0, 1]")
+        check(self, "vf_coef", self.vf_coef >= 0, "must be >= 0")
+        check(self, "ent_coef", self.ent_coef >= 0, "must be >= 0")
+        check(
+            self,
+            "env",
+            self.env.action_mask == "none",
+            "REINFORCE does not use action masks yet; set env.action_mask to none",
+        )
+
+
+class EpisodeCarry(NamedTuple):
+    """Time-major ``[P, B, ...]`` transitions kept across iterations until their episode ends.
+    ``valid`` is False for autoreset steps and for steps that were already trained on."""
+
+    obs: torch.Tensor
+    actions: torch.Tensor
+    rewards: torch.Tensor
+    terminated: torch.Tensor
+    truncated: torch.Tensor
+    valid: torch.Tensor
+
+
+class PGBatch(NamedTuple):
+    """Flat ``[N, ...]`` samples: valid transitions whose episode is complete."""
+
+    obs: torch.Tensor
+    actions: torch.Tensor
+    returns: torch.Tensor
+
+
+def build_model(config: PGConfig, obs_space: gym.Space, action_space: gym.Space) -> ActorCritic:
+    return ActorCritic(obs_space, action_space, config.model)
+
+
+def carry_rollout(rollout: Rollout) -> EpisodeCarry:
+    return EpisodeCarry(
+        rollout.obs,
+        rollout.actions,
+        rollout.rewards,
+        rollout.terminated,
+        rollout.truncated,
+        rollout.valid,
+    )
+
+
+def make_batch(
+    carry: EpisodeCarry | None, rollout: Rollout, gamma: float, max_carry_steps: int
+) -> tuple[PGBatch, EpisodeCarry | None]:
+    """Monte-Carlo returns over the carried steps followed by ``rollout``; returns the batch of
+    complete episodes and what to carry to the next iteration (None when nothing is pending)."""
+    data = carry_rollout(rollout)
+    if carry is not None:
+        data = EpisodeCarry(*(torch.cat([c, x]) for c, x in zip(carry, data, strict=True)))
+    returns, complete = episode_returns(data.rewards, data.terminated, data.truncated, gamma)
+    keep = (data.valid & complete).flatten()
+    flat = lambda x: x.flatten(0, 1)[keep]
+    batch = PGBatch(flat(data.obs), flat(data.actions), flat(returns))
+    pending = data.valid & ~complete
+    rows = pending.any(dim=1).nonzero()
+    if rows.numel() == 0:
+        return batch, None
+    start = max(int(rows[0]), data.rewards.shape[0] - max_carry_steps)
+    # Clone: the rollout's tensors are the sampler's buffers, overwritten by the next rollout.
+    next_carry = EpisodeCarry(*(x[start:].clone() for x in data._replace(valid=pending)))
+    return batch, next_carry
+
+
+def gradient_step(
+    losses: dict[str, torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    parameters: list[torch.Tensor],
+    max_grad_norm: float | None,
+) -> None:
+    """Minimize ``losses["total"]``; a non-finite loss raises `NaNLossError` naming the term."""
+    total = losses["total"]
+    if not torch.isfinite(total):
+        bad = next(k for k, v in losses.items() if not torch.isfinite(v))
+        raise NaNLossError(f"loss/{bad} became {losses[bad].item()}; weights left unchanged")
+    optimizer.zero_grad(set_to_none=True)
+    total.backward()
+    if max_grad_norm is not None:
+        torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm, foreach=True)
+    optimizer.step()
+
+
+class PGLearner:
+    """Owns the policy (and baseline) network and its optimizer; one gradient step per batch."""
+
+    def __init__(self, config: PGConfig, obs_space: gym.Space, action_space: gym.Space):
+        self.config = config
+        self.model = build_model(config, obs_space, action_space)
+        self.parameters = list(self.model.parameters())
+        optim = config.optim
+        self.optimizer = torch.optim.AdamW(
+            self.parameters, lr=optim.lr, eps=optim.eps, weight_decay=optim.weight_decay
+        )
+
+    def losses(self, batch: PGBatch) -> dict[str, torch.Tensor]:
+        """The loss terms of one batch, ``total`` last."""
+        cfg = self.config
+        dist, values = self.model(batch.obs)
+        advantages = batch.returns - values.detach() if cfg.baseline else batch.returns
+        if cfg.normalize_advantages and advantages.numel() > 1:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        losses = {
+            "policy": policy_gradient_loss(dist.log_prob(batch.actions), advantages),
+            "entropy": entropy_loss(dist.entropy()),
+        }
+        total = losses["policy"] + cfg.ent_coef * losses["entropy"]
+        if cfg.baseline:
+            losses["value"] = value_loss(values, batch.returns)
+            total = total + cfg.vf_coef * losses["value"]
+        losses["total"] = total
+        return losses
+
+    def update(self, batch: PGBatch, lr: float) -> dict[str, float]:
+        metrics = {"train/lr": lr, "train/samples": batch.returns.numel()}
+        if batch.returns.numel() == 0:
+            return metrics  # no episode has ended yet
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        losses = self.losses(batch)
+        gradient_step(losses, self.optimizer, self.parameters, self.config.optim.max_grad_norm)
+        values = torch.stack(list(losses.values())).detach().tolist()
+        metrics.update({f"loss/{k}": v for k, v in zip(losses, values, strict=True)})
+        metrics["train/return_mean"] = batch.returns.mean().item()
+        return metrics
+
+    def get_weights(self) -> dict[str, torch.Tensor]:
+        return self.model.state_dict()
+
+    def set_weights(self, weights: dict[str, torch.Tensor]) -> None:
+        self.model.load_state_dict(weights)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+
+
+class PG:
+    """One REINFORCE iteration: sample, finish returns of ended episodes, update, broadcast."""
+
+    def __init__(self, config: PGConfig):
+        self.config = config
+        env_config = dataclasses.replace(config.env, gamma=config.gamma)
+        runner = EnvRunner(
+            env_config,
+            lambda obs_space, action_space: build_model(config, obs_space, action_space),
+            config.num_steps,
+            seed=derive_seed(config.run.seed, "env", 0),
+        )
+        self.sampler = LocalSampler(runner)
+        self.learner = PGLearner(config, runner.env.observation_space, runner.env.action_space)
+        self.sampler.set_weights(self.learner.get_weights())
+        self.carry: EpisodeCarry | None = None
+        self.env_steps = 0
+        self.iteration = 0
+
+    def train_iteration(self) -> dict[str, float]:
+        cfg = self.config
+        progress = self.env_steps / (cfg.optim.anneal_steps or cfg.run.total_steps)
+        lr = scheduled(cfg.optim.lr_schedule, cfg.optim.lr, progress)
+        rollout, episodes = self.sampler.sample()
+        self.env_steps += rollout.rewards.numel()
+        self.iteration += 1
+        batch, self.carry = make_batch(self.carry, rollout, cfg.gamma, cfg.max_carry_steps)
+        metrics = self.learner.update(batch, lr)
+        metrics["train/carried_steps"] = 0 if self.carry is None else int(self.carry.valid.sum())
+        self.sampler.set_weights(self.learner.get_weights())
+        metrics.update(episodes.metrics())
+        return metrics
+
+    def policy(self) -> ActorPolicy:
+        return ActorPolicy(
+            copy.deepcopy(self.learner.model), self.sampler.obs_stats(), self.config.env.clip_obs
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "learner": self.learner.state_dict(),
+            "sampler": self.sampler.get_state(),
+            "policy": {
+                "model": self.learner.model.state_dict(),
+                "obs_stats": self.sampler.obs_stats(),
+            },
+            "counters": {"env_steps": self.env_steps, "iteration": self.iteration},
+            "carry": None if self.carry is None else self.carry._asdict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> bool:
+        """Restore; returns False when the envs could not be restored mid-episode."""
+        self.learner.load_state_dict(state["learner"])
+        self.sampler.set_weights(self.learner.get_weights())
+        self.env_steps = state["counters"]["env_steps"]
+        self.iteration = state["counters"]["iteration"]
+        fallback = derive_seed(self.config.run.seed, "env-restart", self.iteration)
+        exact = self.sampler.set_state(state["sampler"], fallback)
+        carry = state.get("carry")
+        # Restarted episodes never finish the carried ones: their returns are unknowable.
+        self.carry = EpisodeCarry(**carry) if carry is not None and exact else None
+        return exact
+
+    def close(self) -> None:
+        self.sampler.close()

@@ -1,0 +1,276 @@
+"""Trust Region Policy Optimization (Schulman et al. 2015, arXiv:1502.05477).
+
+Each iteration takes one natural-gradient step on the surrogate objective: the step direction
+solves ``F s = g`` by conjugate gradient on Fisher-vector products (double backprop of the mean
+KL), is scaled to the trust region ``0.5 s^T F s = max_kl`` and shrunk by a backtracking line
+search until the sampled KL and surrogate improvement hold. The value function is fitted
+separately by Adam regression on GAE returns, as in the paper's successors (GAE, Schulman et
+al. 2016, arXiv:1506.02438, which TRPO implementations follow).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import torch
+
+from shoal.algos.ppo import PPOBatch, make_batch
+from shoal.collect import EnvRunner, LocalSampler
+from shoal.config import EnvConfig, ModelConfig, RunConfig, check, check_positive
+from shoal.errors import NaNLossError
+from shoal.losses import (
+    conjugate_gradient,
+    fisher_vector_product,
+    flat_concat,
+    flat_grad,
+    set_flat_params,
+    value_loss,
+)
+from shoal.nn import ActorCritic
+from shoal.policy import ActorPolicy
+from shoal.train.seeding import derive_seed
+
+
+@dataclass(frozen=True)
+class TRPOConfig:
+    """TRPO hyperparameters. The defaults follow the paper and OpenAI Baselines' TRPO
+    (max_kl 0.01, 10 CG iterations, damping 0.1); the tuned examples hold faster settings."""
+
+    run: RunConfig = field(default_factory=RunConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    num_steps: int = 256
+    """Steps per environment in each rollout (rollout size = num_steps * env.num_envs)."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 0.95
+    """GAE lambda: 0 is one-step TD, 1 is Monte-Carlo."""
+    max_kl: float = 0.01
+    """Trust-region size: the largest mean KL(old || new) a policy step may take."""
+    cg_iters: int = 10
+    """Conjugate-gradient iterations (Fisher-vector products) per step direction."""
+    cg_damping: float = 0.1
+    """Added to the Fisher matrix's diagonal, so the system stays well conditioned."""
+    cg_residual_tol: float = 1e-10
+    """Stop conjugate gradient early once the squared residual norm is below this."""
+    line_search_steps: int = 10
+    """Halvings of the step the backtracking line search tries before keeping the old policy."""
+    normalize_advantages: bool = True
+    """Standardize advantages over the rollout."""
+    vf_lr: float = 1e-3
+    """Adam learning rate of the value-function regression."""
+    vf_epochs: int = 5
+    """Passes of minibatch Adam over each rollout for the value function."""
+    vf_minibatch_size: int = 256
+    """Samples per value-function gradient step."""
+    vf_max_grad_norm: float | None = 0.5
+    """Clip the value function's gradient norm to this value (None disables)."""
+
+    def __post_init__(self) -> None:
+        check_positive(self, "num_steps", "max_kl", "cg_iters", "line_search_steps")
+        check_positive(self, "vf_lr", "vf_epochs", "vf_minibatch_size")
+        check(self, "gamma", 0.0 <= self.gamma <= 1.0, "must be in [0, 1]")
+        check(self, "gae_lambda", 0.0 <= self.gae_lambda <= 1.0, "must be in [0, 1]")
+        check(self, "cg_damping", self.cg_damping >= 0, "must be >= 0")
+        check(self, "cg_residual_tol", self.cg_residual_tol >= 0, "must be >= 0")
+        rollout = self.num_steps * self.env.num_envs
+        check(
+            self,
+            "vf_minibatch_size",
+            self.vf_minibatch_size <= rollout,
+            f"must be <= num_steps * env.num_envs = {rollout}",
+        )
+        # The policy step and the value regression must move disjoint parameters: a shared
+        # trunk would let each undo the other (and break the trust region's KL bound).
+        check(self, "model", not self.model.shared_trunk, "TRPO needs shared_trunk: false")
+        check(
+            self,
+            "env",
+            self.env.action_mask == "none",
+            "TRPO does not use action masks yet; set env.action_mask to none",
+        )
+        if self.vf_max_grad_norm is not None:
+            check_positive(self, "vf_max_grad_norm")
+
+
+def build_model(config: TRPOConfig, obs_space: gym.Space, action_space: gym.Space) -> ActorCritic:
+    return ActorCritic(obs_space, action_space, config.model)
+
+
+class TRPOLearner:
+    """Owns the actor-critic, a natural-gradient policy step and the value optimizer.
+
+    The separate actor and critic encoders live in one stacked `ParallelMLP` tensor per layer,
+    so both parameter lists hold the body. That is safe: the policy's gradient and Fisher
+    products are exactly zero on the critic's slices (so is the CG step there), and the
+    value loss's gradient is exactly zero on the actor's, which Adam leaves untouched.
+    """
+
+    def __init__(self, config: TRPOConfig, obs_space: gym.Space, action_space: gym.Space):
+        self.config = config
+        self.model = build_model(config, obs_space, action_space)
+        body = list(self.model.body.parameters())
+        self.policy_params = body + list(self.model.policy_head.parameters())
+        self.value_params = body + list(self.model.value_head.parameters())
+        self.vf_optimizer = torch.optim.Adam(self.value_params, lr=config.vf_lr, eps=1e-5)
+
+    def update(self, batch: PPOBatch) -> dict[str, float]:
+        metrics = self.update_policy(batch)
+        metrics.update(self.update_value(batch))
+        return metrics
+
+    def _surrogate(self, dist: Any, batch: PPOBatch, advantages: torch.Tensor) -> torch.Tensor:
+        """The importance-sampled surrogate ``E[pi/pi_old * A]`` (TRPO eq. 14), to maximize."""
+        return (torch.exp(dist.log_prob(batch.actions) - batch.log_probs) * advantages).mean()
+
+    def update_policy(self, batch: PPOBatch) -> dict[str, float]:
+        cfg = self.config
+        advantages = batch.advantages
+        if cfg.normalize_advantages:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        dist = self.model.distribution(batch.obs)
+        with torch.no_grad():
+            old_dist = _frozen(self.model.distribution(batch.obs))
+        surrogate = self._surrogate(dist, batch, advantages)
+        kl = old_dist.kl(dist).mean()
+        if not torch.isfinite(surrogate):
+            raise NaNLossError(f"loss/policy became {surrogate.item()}; weights left unchanged")
+        g = flat_grad(surrogate, self.policy_params, retain_graph=True)
+        fvp = fisher_vector_product(kl, self.policy_params, cfg.cg_damping)
+        step_dir = conjugate_gradient(fvp, g, cfg.cg_iters, cfg.cg_residual_tol)
+        shs = 0.5 * (step_dir @ fvp(step_dir))
+        if not torch.isfinite(shs):
+            raise NaNLossError(f"the Fisher quadratic form became {shs.item()}; weights unchanged")
+        # Largest step along step_dir whose quadratic KL model reaches max_kl (Appendix C).
+        # A zero gradient (e.g. all advantages equal) gives shs = 0: no step to take.
+        full_step = step_dir * torch.sqrt(cfg.max_kl / shs) if shs > 0 else step_dir
+        expected = g @ full_step
+        old_params = flat_concat(self.policy_params).detach()
+        before = surrogate.item()
+        accepted, step_kl, improvement = 0.0, 0.0, 0.0
+        with torch.no_grad():
+            for i in range(cfg.line_search_steps if shs > 0 else 0):
+                fraction = 0.5**i
+                set_flat_params(self.policy_params, old_params + fraction * full_step)
+                new_dist = self.model.distribution(batch.obs)
+                new_kl = old_dist.kl(new_dist).mean().item()
+                gain = self._surrogate(new_dist, batch, advantages).item() - before
+                # Sampled KL, not the quadratic model, must hold: the model can be far off.
+                if new_kl <= cfg.max_kl and gain > 0:
+                    accepted, step_kl, improvement = fraction, new_kl, gain
+                    break
+            else:
+                set_flat_params(self.policy_params, old_params)
+        return {
+            "loss/policy": -before,
+            "train/kl": step_kl,
+            "train/step_fraction": accepted,
+            "train/improvement": improvement,
+            "train/expected_improvement": expected.item(),
+            "train/entropy": dist.entropy().mean().item(),
+        }
+
+    def update_value(self, batch: PPOBatch) -> dict[str, float]:
+        cfg = self.config
+        n = batch.obs.shape[0]
+        losses = []
+        for _ in range(cfg.vf_epochs):
+            permutation = torch.randperm(n)
+            for start in range(0, n, cfg.vf_minibatch_size):
+                idx = permutation[start : start + cfg.vf_minibatch_size]
+                loss = value_loss(self.model.value(batch.obs[idx]), batch.returns[idx])
+                if not torch.isfinite(loss):
+                    raise NaNLossError(f"loss/value became {loss.item()}; stopping this update")
+                self.vf_optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if cfg.vf_max_grad_norm is not None:
+                    torch.nn.utils.clip_grad_norm_(self.value_params, cfg.vf_max_grad_norm)
+                self.vf_optimizer.step()
+                losses.append(loss.detach())
+        return {"loss/value": torch.stack(losses).mean().item(), "train/vf_lr": cfg.vf_lr}
+
+    def get_weights(self) -> dict[str, torch.Tensor]:
+        return self.model.state_dict()
+
+    def set_weights(self, weights: dict[str, torch.Tensor]) -> None:
+        self.model.load_state_dict(weights)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"model": self.model.state_dict(), "vf_optimizer": self.vf_optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.vf_optimizer.load_state_dict(state["vf_optimizer"])
+
+
+def _frozen(dist: Any) -> Any:
+    """``dist`` owning copies of its tensors: a Gaussian's ``log_std`` is a view of the
+    parameter, which the line search overwrites in place."""
+    frozen = copy.copy(dist)
+    for name, value in vars(dist).items():
+        if isinstance(value, torch.Tensor):
+            setattr(frozen, name, value.detach().clone())
+    return frozen
+
+
+class TRPO:
+    """One TRPO iteration: sample a rollout, estimate advantages, update, broadcast weights."""
+
+    def __init__(self, config: TRPOConfig):
+        self.config = config
+        # Reward normalization scales by the std of returns discounted with TRPO's own gamma.
+        env_config = dataclasses.replace(config.env, gamma=config.gamma)
+        runner = EnvRunner(
+            env_config,
+            lambda obs_space, action_space: build_model(config, obs_space, action_space),
+            config.num_steps,
+            seed=derive_seed(config.run.seed, "env", 0),
+        )
+        self.sampler = LocalSampler(runner)
+        self.learner = TRPOLearner(config, runner.env.observation_space, runner.env.action_space)
+        self.sampler.set_weights(self.learner.get_weights())
+        self.env_steps = 0
+        self.iteration = 0
+
+    def train_iteration(self) -> dict[str, float]:
+        cfg = self.config
+        rollout, episodes = self.sampler.sample()
+        self.env_steps += rollout.rewards.numel()
+        self.iteration += 1
+        batch = make_batch(rollout, cfg.gamma, cfg.gae_lambda)
+        metrics = self.learner.update(batch)
+        self.sampler.set_weights(self.learner.get_weights())
+        metrics.update(episodes.metrics())
+        return metrics
+
+    def policy(self) -> ActorPolicy:
+        return ActorPolicy(
+            copy.deepcopy(self.learner.model), self.sampler.obs_stats(), self.config.env.clip_obs
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "learner": self.learner.state_dict(),
+            "sampler": self.sampler.get_state(),
+            "policy": {
+                "model": self.learner.model.state_dict(),
+                "obs_stats": self.sampler.obs_stats(),
+            },
+            "counters": {"env_steps": self.env_steps, "iteration": self.iteration},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> bool:
+        """Restore; returns False when the envs could not be restored mid-episode."""
+        self.learner.load_state_dict(state["learner"])
+        self.sampler.set_weights(self.learner.get_weights())
+        self.env_steps = state["counters"]["env_steps"]
+        self.iteration = state["counters"]["iteration"]
+        fallback = derive_seed(self.config.run.seed, "env-restart", self.iteration)
+        return self.sampler.set_state(state["sampler"], fallback)
+
+    def close(self) -> None:
+        self.sampler.close()

@@ -1,0 +1,190 @@
+"""A2C end to end on tiny settings: batches, optimizers, trunks, smoke, NaN losses, exact
+resume."""
+
+import math
+
+import gymnasium as gym
+import pytest
+import torch
+from state_helpers import assert_states_equal, metric_rows
+
+import shoal
+from shoal.algos import a2c
+from shoal.algos.a2c import A2C, A2CConfig, A2CLearner
+from shoal.algos.ppo import make_batch
+from shoal.config import EnvConfig, ModelConfig, OptimConfig
+from shoal.errors import ConfigError, NaNLossError
+from shoal.train.checkpoint import load_checkpoint
+from shoal.types import Rollout
+
+ITERATION_STEPS = 32  # 4 envs x 8 steps
+
+
+def small_a2c(**extra):
+    overrides = {
+        "env.num_envs": 4,
+        "num_steps": 8,
+        "model.hidden": (16,),
+        "run.eval_every_steps": 0,
+        "run.checkpoint_every_steps": 0,
+        "run.console": False,
+        "run.tensorboard": False,
+    }
+    overrides.update(extra)
+    return overrides
+
+
+SPACES = (gym.spaces.Box(-1.0, 1.0, (4,)), gym.spaces.Discrete(2))
+
+
+def test_n_step_returns_bootstrap_at_rollout_end_and_truncation():
+    """gae_lambda = 1: n-step returns; env 0 is truncated at t=0 (bootstrap from its final
+    observation's value 10), env 1 terminates at t=1, t=2 is its autoreset step."""
+    F, T = False, True
+    rollout = Rollout(
+        obs=torch.arange(6.0).reshape(3, 2, 1),
+        actions=torch.zeros(3, 2, dtype=torch.int64),
+        log_probs=torch.zeros(3, 2),
+        values=torch.tensor([[1.0, 1.0], [10.0, 1.0], [1.0, 7.0]]),
+        rewards=torch.tensor([[1.0, 1.0], [1.0, 1.0], [1.0, 0.0]]),
+        terminated=torch.tensor([[F, F], [F, T], [F, F]]),
+        truncated=torch.tensor([[T, F], [F, F], [F, F]]),
+        valid=torch.tensor([[T, T], [T, T], [T, F]]),
+        last_values=torch.tensor([4.0, 3.0]),
+    )
+    batch = make_batch(rollout, gamma=0.5, lam=1.0)
+    # env 0: t0: 1 + 0.5 * 10 = 6; t1: 1 + 0.5 * (1 + 0.5 * 4) = 2.5; t2: 1 + 0.5 * 4 = 3.
+    # env 1: t0: 1 + 0.5 * 1 = 1.5; t1: 1 (terminal); t2 dropped (autoreset).
+    assert batch.returns.tolist() == [6.0, 1.5, 2.5, 1.0, 3.0]
+    assert batch.obs.flatten().tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+
+
+@pytest.mark.parametrize(
+    ("optimizer", "cls"), [("rmsprop", torch.optim.RMSprop), ("adam", torch.optim.AdamW)]
+)
+def test_optimizers(optimizer, cls):
+    config = A2CConfig(optimizer=optimizer, optim=OptimConfig(lr=1e-3, weight_decay=0.01))
+    learner = A2CLearner(config, *SPACES)
+    assert isinstance(learner.optimizer, cls)
+    group = learner.optimizer.param_groups[0]
+    assert group["weight_decay"] == 0.01 and group["eps"] == 1e-5
+    if optimizer == "rmsprop":
+        assert group["alpha"] == 0.99  # Mnih et al. 2016 / SB3
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_losses_and_one_step(shared):
+    config = A2CConfig(model=ModelConfig(hidden=(8,), shared_trunk=shared), ent_coef=0.1)
+    learner = A2CLearner(config, *SPACES)
+    assert learner.model.shared_trunk == shared
+    obs = torch.randn(6, 4)
+    actions = torch.tensor([0, 1, 1, 0, 1, 0])
+    advantages, returns = torch.randn(6), torch.randn(6)
+    batch = a2c.PPOBatch(obs, actions, torch.zeros(6), torch.zeros(6), advantages, returns)
+    losses = learner.losses(batch)
+    dist, values = learner.model(obs)
+    expected_policy = -(dist.log_prob(actions) * advantages).mean()
+    expected_value = 0.5 * ((values - returns) ** 2).mean()
+    expected_total = expected_policy + 0.5 * expected_value - 0.1 * dist.entropy().mean()
+    assert losses["policy"].item() == pytest.approx(expected_policy.item(), rel=1e-5)
+    assert losses["value"].item() == pytest.approx(expected_value.item(), rel=1e-5)
+    assert losses["total"].item() == pytest.approx(expected_total.item(), rel=1e-5)
+    before = {k: v.clone() for k, v in learner.model.state_dict().items()}
+    metrics = learner.update(batch, lr=1e-2)
+    assert metrics["train/lr"] == 1e-2
+    assert learner.optimizer.state[learner.parameters[0]]["step"] == 1  # one step per rollout
+    assert any(not torch.equal(before[k], v) for k, v in learner.model.state_dict().items())
+
+
+def test_iteration_counts_steps_and_syncs_weights():
+    algo = A2C(A2CConfig(env=EnvConfig(num_envs=4), model=ModelConfig(hidden=(8,)), num_steps=5))
+    algo.train_iteration()
+    algo.train_iteration()
+    assert algo.env_steps == 2 * 5 * 4 and algo.iteration == 2
+    runner_state = algo.sampler.runner.model.state_dict()
+    for name, tensor in algo.learner.model.state_dict().items():
+        assert torch.equal(runner_state[name], tensor), name
+    algo.close()
+
+
+@pytest.mark.parametrize(("env_id", "action_shape"), [("CartPole-v1", ()), ("Pendulum-v1", (1,))])
+def test_a2c_smoke(env_id, action_shape, tmp_path):
+    seen = []
+    result = shoal.train(
+        "a2c",
+        env=env_id,
+        seed=0,
+        total_steps=2 * ITERATION_STEPS,
+        run_dir=str(tmp_path / "run"),
+        on_iteration=lambda steps, metrics: seen.append(dict(metrics)),
+        **small_a2c(),
+    )
+    assert result.env_steps == 2 * ITERATION_STEPS and result.iterations == 2
+    assert (result.checkpoint / "state.pt").exists()
+    for metrics in seen:
+        for key in ("loss/policy", "loss/value", "loss/entropy", "loss/total"):
+            assert math.isfinite(metrics[key]), key
+    policy = shoal.load(result.run_dir)
+    env = shoal.make_env(env_id, num_envs=3)
+    actions = policy.act(env.reset(seed=1))
+    assert actions.shape == (3, *action_shape)
+    assert all(env.action_space.contains(a) for a in actions)
+    env.close()
+
+
+def test_nan_loss_names_the_loss(tmp_path, monkeypatch):
+    monkeypatch.setattr(a2c, "value_loss", lambda v, r: (v - r).mean() * float("nan"))
+    with pytest.raises(NaNLossError, match="loss/value"):
+        shoal.train(
+            "a2c", run_dir=str(tmp_path / "run"), total_steps=ITERATION_STEPS, **small_a2c()
+        )
+
+
+@pytest.mark.parametrize(
+    ("env_id", "vectorization", "max_episode_steps", "optimizer"),
+    [("CartPole-v1", "native", None, "rmsprop"), ("Pendulum-v1", "sync", 20, "adam")],
+)
+def test_resume_is_exact(env_id, vectorization, max_episode_steps, optimizer, tmp_path):
+    first, total = 2 * ITERATION_STEPS, 4 * ITERATION_STEPS
+    overrides = small_a2c(
+        **{
+            "env.vectorization": vectorization,
+            "env.max_episode_steps": max_episode_steps,
+            "env.normalize_obs": True,
+            "env.normalize_reward": True,
+            "optimizer": optimizer,
+            "optim.lr_schedule": "linear",
+            "optim.anneal_steps": total,
+            "run.checkpoint_every_steps": ITERATION_STEPS,
+        }
+    )
+    run_a, run_b = str(tmp_path / "a"), str(tmp_path / "b")
+    part = shoal.train("a2c", env=env_id, seed=5, total_steps=first, run_dir=run_a, **overrides)
+    resumed = shoal.train(resume=part.run_dir, total_steps=total)
+    straight = shoal.train("a2c", env=env_id, seed=5, total_steps=total, run_dir=run_b, **overrides)
+    assert resumed.env_steps == straight.env_steps == total
+    got, want = load_checkpoint(resumed.run_dir).state, load_checkpoint(straight.run_dir).state
+    assert_states_equal(got["algorithm"], want["algorithm"])
+    assert_states_equal(got["rng"], want["rng"])
+    assert metric_rows(resumed.run_dir) == metric_rows(straight.run_dir)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "match"),
+    [
+        ("num_steps", 0, "num_steps"),
+        ("gae_lambda", 1.5, "gae_lambda"),
+        ("optimizer", "sgd", "optimizer"),
+        ("rms_alpha", 1.0, "rms_alpha"),
+        ("ent_coef", -0.1, "ent_coef"),
+    ],
+)
+def test_config_validation(field, value, match):
+    with pytest.raises(ConfigError, match=match):
+        A2CConfig(**{field: value})
+
+
+def test_tuned_example_builds():
+    config = shoal.registry.find_tuned("a2c-cartpole").build_config()
+    assert isinstance(config, A2CConfig) and config.optimizer == "rmsprop"
+    assert config.run.target_return == 475 and config.run.eval_episodes == 20

@@ -1,0 +1,27 @@
+"""Fixed-seed learning tests: REINFORCE and A2C tuned examples solve CartPole-v1.
+
+Run only these with ``pytest -m learning``; skip them with ``pytest -m "not learning"``.
+"""
+
+import pytest
+
+import shoal
+from shoal.train.evaluate import evaluate
+
+pytestmark = pytest.mark.learning
+
+QUIET = {"run.console": False, "run.tensorboard": False}
+
+
+@pytest.mark.parametrize("tuned", ["pg-cartpole", "a2c-cartpole"])
+def test_solves_cartpole(tuned, tmp_path):
+    result = shoal.train(tuned=tuned, seed=0, run_dir=str(tmp_path / "run"), **QUIET)
+    assert result.solved, result
+    assert result.eval_return >= 475
+
+    # Independent check on fresh environments, through the public loading path.
+    policy = shoal.load(result.run_dir)
+    env = shoal.make_env("CartPole-v1", num_envs=20)
+    metrics = evaluate(policy, env, seed=2024)
+    env.close()
+    assert metrics["eval/return"] >= 475, metrics

@@ -1,0 +1,23 @@
+"""Fixed-seed learning test: the tuned TRPO example must solve CartPole-v1."""
+
+import pytest
+
+import shoal
+from shoal.train.evaluate import evaluate
+
+pytestmark = pytest.mark.learning
+
+QUIET = {"run.console": False, "run.tensorboard": False}
+
+
+def test_trpo_solves_cartpole(tmp_path):
+    result = shoal.train(tuned="trpo-cartpole", seed=0, run_dir=str(tmp_path / "run"), **QUIET)
+    assert result.solved, result
+    assert result.eval_return >= 475
+
+    # Independent check on fresh environments, through the public loading path.
+    policy = shoal.load(result.run_dir)
+    env = shoal.make_env("CartPole-v1", num_envs=20)
+    metrics = evaluate(policy, env, seed=2024)
+    env.close()
+    assert metrics["eval/return"] >= 475, metrics
