@@ -32,7 +32,7 @@ from shoal.config import (
 from shoal.losses import entropy_loss, policy_gradient_loss, value_loss
 from shoal.nn import ActorCritic
 from shoal.policy import ActorPolicy
-from shoal.train.schedules import scheduled
+from shoal.train.schedules import apply_temperature, scheduled
 from shoal.train.seeding import derive_seed
 
 
@@ -162,8 +162,10 @@ class A2C:
         )
         self.sampler = LocalSampler(runner)
         self.learner = A2CLearner(config, runner.env.observation_space, runner.env.action_space)
-        self.sampler.set_weights(self.learner.get_weights())
         self.env_steps = 0
+        self.episodes = 0
+        self.temperature = apply_temperature(self.learner.model, config.model, 0, 0)
+        self.sampler.set_weights(self.learner.get_weights())
         self.iteration = 0
 
     def train_iteration(self) -> dict[str, float]:
@@ -172,11 +174,17 @@ class A2C:
         lr = scheduled(cfg.optim.lr_schedule, cfg.optim.lr, progress)
         rollout, episodes = self.sampler.sample()
         self.env_steps += rollout.rewards.numel()
+        self.episodes += episodes.returns.size
         self.iteration += 1
         # Autoreset transitions are dropped by make_batch; truncations bootstrap from the
         # final observation's value (`Rollout.next_values`).
         batch = make_batch(rollout, cfg.gamma, cfg.gae_lambda)
         metrics = self.learner.update(batch, lr)
+        if self.temperature is not None:  # the temperature this rollout was sampled with
+            metrics["train/temperature"] = self.temperature
+        self.temperature = apply_temperature(
+            self.learner.model, cfg.model, self.env_steps, self.episodes
+        )
         self.sampler.set_weights(self.learner.get_weights())
         metrics.update(episodes.metrics())
         return metrics
@@ -194,15 +202,23 @@ class A2C:
                 "model": self.learner.model.state_dict(),
                 "obs_stats": self.sampler.obs_stats(),
             },
-            "counters": {"env_steps": self.env_steps, "iteration": self.iteration},
+            "counters": {
+                "env_steps": self.env_steps,
+                "episodes": self.episodes,
+                "iteration": self.iteration,
+            },
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> bool:
         """Restore; returns False when the envs could not be restored mid-episode."""
         self.learner.load_state_dict(state["learner"])
-        self.sampler.set_weights(self.learner.get_weights())
         self.env_steps = state["counters"]["env_steps"]
+        self.episodes = state["counters"]["episodes"]
         self.iteration = state["counters"]["iteration"]
+        self.temperature = apply_temperature(
+            self.learner.model, self.config.model, self.env_steps, self.episodes
+        )
+        self.sampler.set_weights(self.learner.get_weights())
         fallback = derive_seed(self.config.run.seed, "env-restart", self.iteration)
         return self.sampler.set_state(state["sampler"], fallback)
 

@@ -29,7 +29,7 @@ from shoal.errors import NaNLossError
 from shoal.losses import entropy_loss, episode_returns, policy_gradient_loss, value_loss
 from shoal.nn import ActorCritic
 from shoal.policy import ActorPolicy
-from shoal.train.schedules import scheduled
+from shoal.train.schedules import apply_temperature, scheduled
 from shoal.train.seeding import derive_seed
 from shoal.types import Rollout
 
@@ -218,10 +218,12 @@ class PG:
         )
         self.sampler = LocalSampler(runner)
         self.learner = PGLearner(config, runner.env.observation_space, runner.env.action_space)
-        self.sampler.set_weights(self.learner.get_weights())
         self.carry: EpisodeCarry | None = None
         self.env_steps = 0
+        self.episodes = 0
         self.iteration = 0
+        self.temperature = apply_temperature(self.learner.model, config.model, 0, 0)
+        self.sampler.set_weights(self.learner.get_weights())
 
     def train_iteration(self) -> dict[str, float]:
         cfg = self.config
@@ -229,10 +231,16 @@ class PG:
         lr = scheduled(cfg.optim.lr_schedule, cfg.optim.lr, progress)
         rollout, episodes = self.sampler.sample()
         self.env_steps += rollout.rewards.numel()
+        self.episodes += episodes.returns.size
         self.iteration += 1
         batch, self.carry = make_batch(self.carry, rollout, cfg.gamma, cfg.max_carry_steps)
         metrics = self.learner.update(batch, lr)
         metrics["train/carried_steps"] = 0 if self.carry is None else int(self.carry.valid.sum())
+        if self.temperature is not None:  # the temperature this rollout was sampled with
+            metrics["train/temperature"] = self.temperature
+        self.temperature = apply_temperature(
+            self.learner.model, cfg.model, self.env_steps, self.episodes
+        )
         self.sampler.set_weights(self.learner.get_weights())
         metrics.update(episodes.metrics())
         return metrics
@@ -250,16 +258,24 @@ class PG:
                 "model": self.learner.model.state_dict(),
                 "obs_stats": self.sampler.obs_stats(),
             },
-            "counters": {"env_steps": self.env_steps, "iteration": self.iteration},
+            "counters": {
+                "env_steps": self.env_steps,
+                "episodes": self.episodes,
+                "iteration": self.iteration,
+            },
             "carry": None if self.carry is None else self.carry._asdict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> bool:
         """Restore; returns False when the envs could not be restored mid-episode."""
         self.learner.load_state_dict(state["learner"])
-        self.sampler.set_weights(self.learner.get_weights())
         self.env_steps = state["counters"]["env_steps"]
+        self.episodes = state["counters"]["episodes"]
         self.iteration = state["counters"]["iteration"]
+        self.temperature = apply_temperature(
+            self.learner.model, self.config.model, self.env_steps, self.episodes
+        )
+        self.sampler.set_weights(self.learner.get_weights())
         fallback = derive_seed(self.config.run.seed, "env-restart", self.iteration)
         exact = self.sampler.set_state(state["sampler"], fallback)
         carry = state.get("carry")

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from torch import nn
+
+from shoal.nn.heads import set_temperature
+
 if TYPE_CHECKING:
     from shoal.config import ModelConfig
 
@@ -37,3 +41,15 @@ def annealed_temperature(model: ModelConfig, env_steps: int, episodes: int) -> f
         return model.temperature
     done = env_steps if model.temperature_unit == "steps" else episodes
     return linear(model.temperature, model.temperature_min, done / model.temperature_anneal)
+
+
+def apply_temperature(
+    model: nn.Module, config: ModelConfig, env_steps: int, episodes: int
+) -> float | None:
+    """Set the scheduled temperature on ``model``'s categorical heads and return it; None when
+    the model has none or no schedule is configured (nothing to log). The temperature is a
+    buffer of the weights, so a sampler given the weights afterwards samples with it, and the
+    next update uses the same value the rollout was sampled with."""
+    value = annealed_temperature(config, env_steps, episodes)
+    has_head = set_temperature(model, value)
+    return value if has_head and config.temperature_min is not None else None
