@@ -178,9 +178,15 @@ class ModelConfig:
     temperature_unit: Literal["steps", "episodes"] = "steps"
     """What temperature_anneal counts: env steps (summed over parallel envs) or finished
     episodes."""
+    lstm_hidden: int | None = None
+    """Size of an LSTM core after the MLP encoder (None: a feed-forward model). The recurrent
+    model shares its encoder and LSTM between actor and critic, whatever shared_trunk says;
+    its state is carried across steps by the sampler and reset at episode starts."""
 
     def __post_init__(self) -> None:
         check(self, "hidden", all(h > 0 for h in self.hidden), "sizes must be > 0")
+        if self.lstm_hidden is not None:
+            check_positive(self, "lstm_hidden")
         check_positive(self, "temperature", "temperature_anneal")
         check_choices(self)
         if self.temperature_min is not None:

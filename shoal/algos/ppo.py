@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
@@ -25,6 +26,7 @@ from shoal.config import (
     check_choices,
     check_positive,
 )
+from shoal.data.rollout import episode_starts, to_chunks
 from shoal.errors import NaNLossError
 from shoal.losses import (
     adaptive_kl_coeff,
@@ -35,8 +37,9 @@ from shoal.losses import (
     ppo_clip_loss,
     value_loss,
 )
-from shoal.nn import ActorCritic
+from shoal.nn import ActorCritic, RecurrentActorCritic, build_actor_critic
 from shoal.nn.heads import set_temperature
+from shoal.nn.recurrent import chunk_start_states
 from shoal.policy import ActorPolicy
 from shoal.train.schedules import annealed_temperature, scheduled
 from shoal.train.seeding import derive_seed
@@ -81,6 +84,10 @@ class PPOConfig:
     """Initial coefficient of the KL penalty to the rollout policy (0 disables it)."""
     kl_target: float = 0.01
     """KL the adaptive penalty steers toward: coefficient x1.5 above 2x, x0.5 below 0.5x."""
+    bptt_chunk: int | None = None
+    """Recurrent models (model.lstm_hidden): truncated backpropagation through time over
+    pieces of this many steps per env (None: the whole rollout, num_steps). It must divide
+    num_steps, and minibatch_size must hold whole pieces."""
 
     def __post_init__(self) -> None:
         check_positive(self, "num_steps", "num_epochs", "minibatch_size", "clip_eps")
@@ -107,6 +114,31 @@ class PPOConfig:
             check_positive(self, "value_clip")
         if self.target_kl is not None:
             check_positive(self, "target_kl")
+        self._check_recurrent()
+
+    @property
+    def chunk(self) -> int:
+        """Steps per truncated-BPTT piece of a recurrent model."""
+        return self.bptt_chunk or self.num_steps
+
+    def _check_recurrent(self) -> None:
+        if self.model.lstm_hidden is None:
+            check(self, "bptt_chunk", self.bptt_chunk is None, "needs model.lstm_hidden set")
+            return
+        if self.bptt_chunk is not None:
+            check_positive(self, "bptt_chunk")
+        check(
+            self,
+            "bptt_chunk",
+            self.num_steps % self.chunk == 0,
+            f"must divide num_steps = {self.num_steps}",
+        )
+        check(
+            self,
+            "minibatch_size",
+            self.minibatch_size % self.chunk == 0,
+            f"must be a multiple of bptt_chunk = {self.chunk} (minibatches hold whole pieces)",
+        )
 
 
 class PPOBatch(NamedTuple):
@@ -120,13 +152,27 @@ class PPOBatch(NamedTuple):
     returns: torch.Tensor
 
 
-def build_model(config: PPOConfig, obs_space: gym.Space, action_space: gym.Space) -> ActorCritic:
-    return ActorCritic(obs_space, action_space, config.model)
+class PPOSequenceBatch(NamedTuple):
+    """Training data of a recurrent model: ``chunks`` holds ``[chunk, N, ...]`` pieces of the
+    env sequences (`shoal.data.rollout.to_chunks`), with their ``valid`` and episode
+    ``starts`` flags; the rest recomputes the state at each piece's start."""
+
+    chunks: PPOBatch
+    valid: torch.Tensor
+    starts: torch.Tensor
+    rollout_obs: torch.Tensor
+    rollout_starts: torch.Tensor
+    initial_state: torch.Tensor
 
 
-def make_batch(rollout: Rollout, gamma: float, lam: float) -> PPOBatch:
-    """GAE over the time-major rollout, then keep only the real (non-autoreset) transitions."""
-    advantages, returns = gae(
+def build_model(
+    config: PPOConfig, obs_space: gym.Space, action_space: gym.Space
+) -> ActorCritic | RecurrentActorCritic:
+    return build_actor_critic(obs_space, action_space, config.model)
+
+
+def _gae(rollout: Rollout, gamma: float, lam: float) -> tuple[torch.Tensor, torch.Tensor]:
+    return gae(
         rollout.rewards,
         rollout.values,
         rollout.next_values,
@@ -135,6 +181,27 @@ def make_batch(rollout: Rollout, gamma: float, lam: float) -> PPOBatch:
         gamma,
         lam,
     )
+
+
+def make_sequence_batch(rollout: Rollout, gamma: float, lam: float, chunk: int) -> PPOSequenceBatch:
+    """GAE over the rollout, then pieces of ``chunk`` steps per env (autoreset steps stay in
+    place, flagged invalid, so that the sequences keep their timing)."""
+    advantages, returns = _gae(rollout, gamma, lam)
+    starts = episode_starts(rollout.valid)
+    fields = (rollout.obs, rollout.actions, rollout.log_probs, rollout.values, advantages, returns)
+    return PPOSequenceBatch(
+        PPOBatch(*(to_chunks(x, chunk) for x in fields)),
+        to_chunks(rollout.valid, chunk),
+        to_chunks(starts, chunk),
+        rollout.obs,
+        starts,
+        rollout.policy_state,
+    )
+
+
+def make_batch(rollout: Rollout, gamma: float, lam: float) -> PPOBatch:
+    """GAE over the time-major rollout, then keep only the real (non-autoreset) transitions."""
+    advantages, returns = _gae(rollout, gamma, lam)
     keep = rollout.valid.flatten()
     flat = lambda x: x.flatten(0, 1)[keep]
     return PPOBatch(
@@ -162,27 +229,18 @@ class PPOLearner:
         )
 
     def update(
-        self, batch: PPOBatch, lr: float, clip_eps: float, kl_coeff: float
+        self, batch: PPOBatch | PPOSequenceBatch, lr: float, clip_eps: float, kl_coeff: float
     ) -> dict[str, float]:
         cfg = self.config
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        n = batch.obs.shape[0]
         history: list[torch.Tensor] = []
         epochs_done = 0
+        epoch = self._sequence_epoch if isinstance(batch, PPOSequenceBatch) else self._epoch
         for _ in range(cfg.num_epochs):
             epoch_kl = []
-            # Shuffle once per epoch, then take contiguous slices (views, no copies). A single
-            # minibatch holding the whole batch needs no shuffle: its loss is a mean.
-            shuffled = batch
-            if cfg.minibatch_size < n:
-                permutation = torch.randperm(n)
-                shuffled = PPOBatch(*(x[permutation] for x in batch))
-            for start in range(0, n, cfg.minibatch_size):
-                minibatch = PPOBatch(*(x[start : start + cfg.minibatch_size] for x in shuffled))
-                if minibatch.obs.shape[0] < 2:
-                    continue  # a lone sample cannot be standardized; skip the remainder
-                losses, stats = self._minibatch_losses(minibatch, clip_eps, kl_coeff)
+            for minibatch, outputs in epoch(batch):
+                losses, stats = self._minibatch_losses(minibatch, clip_eps, kl_coeff, outputs)
                 self._step(losses)
                 epoch_kl.append(stats["approx_kl"])
                 # Metrics stay tensors until the end: one conversion per update, not per step.
@@ -196,12 +254,54 @@ class PPOLearner:
         metrics["train/lr"] = lr
         return metrics
 
+    def _epoch(self, batch: PPOBatch) -> Iterator[tuple[PPOBatch, None]]:
+        """Feed-forward minibatches of one epoch: shuffled samples."""
+        n, size = batch.obs.shape[0], self.config.minibatch_size
+        # Shuffle once per epoch, then take contiguous slices (views, no copies). A single
+        # minibatch holding the whole batch needs no shuffle: its loss is a mean.
+        shuffled = batch
+        if size < n:
+            permutation = torch.randperm(n)
+            shuffled = PPOBatch(*(x[permutation] for x in batch))
+        for start in range(0, n, size):
+            minibatch = PPOBatch(*(x[start : start + size] for x in shuffled))
+            if minibatch.obs.shape[0] < 2:
+                continue  # a lone sample cannot be standardized; skip the remainder
+            yield minibatch, None
+
+    def _sequence_epoch(self, batch: PPOSequenceBatch) -> Iterator[tuple[PPOBatch, tuple]]:
+        """Recurrent minibatches of one epoch: shuffled whole pieces of env sequences.
+
+        Each piece starts from the state the current network reaches over the rollout,
+        recomputed once per epoch from the rollout's stored initial state. States stored
+        while sampling would be those of older weights from the second epoch on; the
+        recomputation costs one gradient-free forward pass per epoch and keeps the start of
+        every piece consistent with the network being trained (on the first epoch it equals
+        what the sampler saw). The gradient stops at piece boundaries (truncated BPTT)."""
+        chunk = self.config.chunk
+        states = chunk_start_states(
+            self.model, batch.rollout_obs, batch.initial_state, batch.rollout_starts, chunk
+        ).flatten(0, 1)
+        n, per = states.shape[0], self.config.minibatch_size // chunk
+        order = torch.randperm(n) if per < n else torch.arange(n)
+        for start in range(0, n, per):
+            index = order[start : start + per]
+            keep = batch.valid[:, index].flatten()
+            if int(keep.sum()) < 2:
+                continue
+            features, _ = self.model(
+                batch.chunks.obs[:, index], states[index], batch.starts[:, index]
+            )
+            outputs = self.model.heads(features.flatten(0, 1)[keep])
+            yield PPOBatch(*(x[:, index].flatten(0, 1)[keep] for x in batch.chunks)), outputs
+
     def _minibatch_losses(
-        self, mb: PPOBatch, clip_eps: float, kl_coeff: float
+        self, mb: PPOBatch, clip_eps: float, kl_coeff: float, outputs: tuple | None = None
     ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-        """The loss terms (``total`` last) and diagnostics of one minibatch."""
+        """The loss terms (``total`` last) and diagnostics of one minibatch; ``outputs`` is
+        the model's ``(distribution, values)`` when already computed (recurrent models)."""
         cfg = self.config
-        dist, values = self.model(mb.obs)
+        dist, values = self.model(mb.obs) if outputs is None else outputs
         log_probs = dist.log_prob(mb.actions)
         advantages = mb.advantages
         if cfg.normalize_advantages:
@@ -287,7 +387,10 @@ class PPO:
         self.env_steps += rollout.rewards.numel()
         self.episodes += episodes.returns.size
         self.iteration += 1
-        batch = make_batch(rollout, cfg.gamma, cfg.gae_lambda)
+        if cfg.model.lstm_hidden is None:
+            batch = make_batch(rollout, cfg.gamma, cfg.gae_lambda)
+        else:
+            batch = make_sequence_batch(rollout, cfg.gamma, cfg.gae_lambda, cfg.chunk)
         metrics = self.learner.update(batch, lr, clip_eps, self.kl_coeff)
         if cfg.kl_coeff > 0:
             self.kl_coeff = adaptive_kl_coeff(

@@ -17,8 +17,10 @@ from shoal.config import EnvConfig
 from shoal.data.rollout import RolloutStorage
 from shoal.envs import make_env
 from shoal.envs.snapshot import EnvStateUnsupported
+from shoal.errors import ConfigError
 from shoal.interfaces import Weights
 from shoal.nn.actor_critic import ActOutput
+from shoal.nn.recurrent import is_recurrent
 from shoal.types import EpisodeStats, Rollout
 
 
@@ -55,6 +57,16 @@ class EnvRunner:
             action_mask=self.env.action_mask is not None,
         )
         self.num_steps = num_steps
+        self.recurrent = is_recurrent(self.model)
+        self.policy_state: torch.Tensor | None = None
+        """Recurrent models: the state ``[B, ...]`` before the pending observation."""
+        if self.recurrent:
+            if self.storage.action_mask is not None:
+                raise ConfigError(
+                    "recurrent models do not support action masks yet; "
+                    "set env.action_mask to none or model.lstm_hidden to None"
+                )
+            self.policy_state = self.model.initial_state(self.env.num_envs)
 
     @property
     def num_envs(self) -> int:
@@ -66,6 +78,8 @@ class EnvRunner:
     @torch.inference_mode()
     def sample(self) -> tuple[Rollout, EpisodeStats]:
         """Step all envs ``num_steps`` times; returns the rollout and finished episodes."""
+        if self.recurrent:
+            return self._sample_recurrent()
         storage, env, model = self.storage, self.env, self.model
         returns, lengths = [], []
         masked = storage.action_mask is not None
@@ -85,21 +99,53 @@ class EnvRunner:
         rollout = storage.rollout(last_values=model.value(last_obs))
         return rollout, EpisodeStats(_concat(returns), _concat(lengths, np.int64))
 
+    def _sample_recurrent(self) -> tuple[Rollout, EpisodeStats]:
+        """`sample` for recurrent models: the state goes from step to step and is zeroed for
+        the envs whose step was an autoreset, so the next observation, the first of a new
+        episode, starts from zeros. (The autoreset step itself still sees the old episode's
+        state: its observation is that episode's final one, whose value bootstraps it.)"""
+        storage, env, model = self.storage, self.env, self.model
+        returns, lengths = [], []
+        initial = state = self.policy_state
+        for t in range(self.num_steps):
+            out, state = model.step(storage.write_obs(t, self.obs), state)
+            result = env.step(out.actions.numpy())
+            storage.write_step(t, out, result)
+            if result.autoreset.any():
+                keep = torch.as_tensor(~result.autoreset, dtype=state.dtype)
+                state = state * keep.view(-1, *([1] * (state.dim() - 1)))
+            self.obs = result.obs
+            if result.episode_returns.size:
+                returns.append(result.episode_returns)
+                lengths.append(result.episode_lengths)
+        self.policy_state = state
+        last_obs = torch.as_tensor(self.obs, dtype=storage.obs.dtype)
+        rollout = storage.rollout(model.step_value(last_obs, state), policy_state=initial)
+        return rollout, EpisodeStats(_concat(returns), _concat(lengths, np.int64))
+
     def get_state(self) -> dict[str, Any]:
-        """Env state and the pending observation; ``env`` is None when it cannot be saved."""
+        """Env state and the pending observation; ``env`` is None when it cannot be saved.
+        Recurrent models add their state ``policy_state``."""
         try:
             env_state = self.env.get_state()
         except EnvStateUnsupported:
             env_state = None
-        return {"env": env_state, "obs": np.array(self.obs)}
+        state = {"env": env_state, "obs": np.array(self.obs)}
+        if self.recurrent:
+            state["policy_state"] = self.policy_state.clone()
+        return state
 
     def set_state(self, state: dict[str, Any], fallback_seed: int) -> bool:
         """Restore mid-episode state; returns False when episodes had to restart instead."""
         if state.get("env") is None:
             self.obs = self.env.reset(seed=fallback_seed)
+            if self.recurrent:
+                self.policy_state = self.model.initial_state(self.env.num_envs)
             return False
         self.env.set_state(state["env"])
         self.obs = np.asarray(state["obs"]).copy()
+        if self.recurrent:
+            self.policy_state = state["policy_state"].clone()
         return True
 
     def close(self) -> None:

@@ -105,3 +105,22 @@ class RolloutStorage:
             policy_state=policy_state,
             action_mask=self.action_mask,
         )
+
+
+def episode_starts(valid: torch.Tensor) -> torch.Tensor:
+    """``[T, B]`` bool: step ``t`` is the first step of an episode inside the rollout.
+
+    With next-step autoreset (see `shoal.types.StepResult`) the step after an autoreset step
+    is an episode's first, and autoreset steps are exactly the invalid ones, so the flags are
+    ``valid`` shifted by one and need no storage of their own. Step 0 is never flagged: the
+    rollout's initial state (`Rollout.policy_state`) already had any reset applied.
+    """
+    starts = torch.zeros_like(valid)
+    starts[1:] = ~valid[:-1]
+    return starts
+
+
+def to_chunks(x: torch.Tensor, chunk: int) -> torch.Tensor:
+    """Cut time-major ``[T, B, ...]`` into ``T // chunk`` pieces per env: ``[chunk, N, ...]``
+    with ``N = (T // chunk) * B``, piece ``k`` of env ``b`` at column ``k * B + b``."""
+    return x.unflatten(0, (x.shape[0] // chunk, chunk)).transpose(0, 1).flatten(1, 2)

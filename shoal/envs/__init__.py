@@ -2,7 +2,10 @@
 
 from shoal.envs.base import VectorEnv, VectorEnvWrapper
 from shoal.envs.gym import GymVectorEnv, env_spec, make_env
+from shoal.envs.memory import register as _register_memory
 from shoal.envs.normalize import NormalizeObservation, NormalizeReward, RunningMeanStd
+
+_register_memory()
 
 __all__ = [
     "GymVectorEnv",

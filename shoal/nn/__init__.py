@@ -6,6 +6,7 @@ from shoal.nn.heads import CategoricalHead, GaussianHead, ValueHead
 from shoal.nn.init import init_linear, linear
 from shoal.nn.mlp import MLP
 from shoal.nn.q_heads import NoisyLinear, QHead
+from shoal.nn.recurrent import RecurrentActorCritic, build_actor_critic, is_recurrent
 
 __all__ = [
     "MLP",
@@ -18,7 +19,10 @@ __all__ = [
     "NoisyLinear",
     "ObsEncoding",
     "QHead",
+    "RecurrentActorCritic",
     "ValueHead",
+    "build_actor_critic",
     "init_linear",
+    "is_recurrent",
     "linear",
 ]

@@ -1,0 +1,151 @@
+"""Recurrent actor-critic: MLP encoder -> LSTM core -> policy and value heads.
+
+The recurrent state of ``B`` environments is one tensor ``[B, 2, H]`` (LSTM ``h`` and ``c``
+stacked), so samplers and checkpoints handle it like any other ``[B, ...]`` array. The sampler
+(`shoal.collect.EnvRunner`) carries it across steps and zeroes it at episode starts; learners
+replay stored sequences with `RecurrentActorCritic.forward`, which zeroes the state of an
+environment wherever ``starts`` marks the first step of an episode.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import torch
+from torch import nn
+
+from shoal.config import ModelConfig
+from shoal.nn.actor_critic import ActorCritic, ActOutput, ObsEncoding, policy_head
+from shoal.nn.distributions import Categorical, DiagGaussian
+from shoal.nn.heads import ValueHead
+from shoal.nn.mlp import MLP
+
+
+class RecurrentActorCritic(nn.Module):
+    """Shared MLP encoder and LSTM, then a policy head and a value head.
+
+    Three ways in: `step` for acting (one step, explicit state), `forward` for training over
+    time-major sequences ``[T, B, ...]`` with episode-start resets, and the stateless
+    `distribution` used by deployed policies (`shoal.policy.ActorPolicy`), which carries its
+    own state from call to call (zero at first, or after `reset_state`).
+    """
+
+    def __init__(self, obs_space: gym.Space, action_space: gym.Space, config: ModelConfig):
+        super().__init__()
+        if config.lstm_hidden is None:
+            raise ValueError("RecurrentActorCritic needs ModelConfig.lstm_hidden")
+        self.encoding = ObsEncoding(obs_space)
+        self.body = MLP(self.encoding.out_dim, config.hidden, config.activation)
+        self.hidden_size = config.lstm_hidden
+        self.lstm = nn.LSTM(self.body.out_dim, self.hidden_size)
+        for name, param in self.lstm.named_parameters():
+            if name.startswith("weight"):
+                nn.init.orthogonal_(param)
+            else:
+                # Forget-gate bias 1 (Jozefowicz et al. 2015), split over bias_ih and bias_hh:
+                # remember by default.
+                nn.init.zeros_(param)
+                param.data[self.hidden_size : 2 * self.hidden_size] = 0.5
+        self.policy_head = policy_head(action_space, self.hidden_size, config)
+        self.value_head = ValueHead(self.hidden_size)
+        self._deployed_state: torch.Tensor | None = None
+
+    def initial_state(self, batch_size: int) -> torch.Tensor:
+        """Zero state ``[batch_size, 2, H]``."""
+        return torch.zeros(batch_size, 2, self.hidden_size)
+
+    def forward(
+        self, obs: torch.Tensor, state: torch.Tensor, starts: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """LSTM features ``[T, B, H]`` of observations ``[T, B, ...]`` from ``state`` ``[B, 2, H]``,
+        and the state after the last step.
+
+        ``starts[t, b]`` (bool ``[T, B]``) zeroes env ``b``'s state before step ``t``. The
+        sequence is cut only at the steps where some env starts an episode; between cuts one
+        fused `nn.LSTM` call runs the whole segment.
+        """
+        steps, batch = obs.shape[:2]
+        x = self.body(self.encoding(obs.flatten(0, 1))).unflatten(0, (steps, batch))
+        h, c = state[:, 0].unsqueeze(0).contiguous(), state[:, 1].unsqueeze(0).contiguous()
+        cuts = [0, steps]
+        if starts is not None:
+            cuts = sorted({0, steps, *torch.nonzero(starts.any(1)).flatten().tolist()})
+        outputs = []
+        for begin, end in zip(cuts[:-1], cuts[1:], strict=True):
+            if starts is not None:
+                keep = (~starts[begin]).to(h.dtype).view(1, batch, 1)
+                h, c = h * keep, c * keep
+            out, (h, c) = self.lstm(x[begin:end], (h, c))
+            outputs.append(out)
+        features = outputs[0] if len(outputs) == 1 else torch.cat(outputs)
+        return features, torch.stack([h[0], c[0]], dim=1)
+
+    def heads(self, features: torch.Tensor) -> tuple[Categorical | DiagGaussian, torch.Tensor]:
+        """Action distribution and value of LSTM features ``[N, H]``."""
+        return self.policy_head(features), self.value_head(features)
+
+    def step(
+        self, obs: torch.Tensor, state: torch.Tensor, deterministic: bool = False
+    ) -> tuple[ActOutput, torch.Tensor]:
+        """Act on one step of observations ``[B, ...]``; returns the output and the new state."""
+        features, state = self(obs.unsqueeze(0), state)
+        dist, values = self.heads(features[0])
+        actions = dist.mode() if deterministic else dist.sample()
+        return ActOutput(actions, dist.log_prob(actions), values), state
+
+    def step_value(self, obs: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        """Values ``[B]`` of one step of observations from ``state``."""
+        features, _ = self(obs.unsqueeze(0), state)
+        return self.value_head(features[0])
+
+    def distribution(self, obs: torch.Tensor) -> Categorical | DiagGaussian:
+        """Deployment: the action distribution at ``obs`` ``[B, ...]``, carrying the state
+        from the previous call. Nothing tells this call where episodes end, so the state
+        is zeroed only at the first call, when ``B`` changes, or by `reset_state`: right for
+        the first episode of each env, which is what `shoal.train.evaluate` scores."""
+        state = self._deployed_state
+        if state is None or state.shape[0] != obs.shape[0]:
+            state = self.initial_state(obs.shape[0])
+        features, self._deployed_state = self(obs.unsqueeze(0), state)
+        return self.policy_head(features[0])
+
+    def reset_state(self, mask: torch.Tensor | None = None) -> None:
+        """Zero the deployment state: all envs, or those where ``mask`` ``[B]`` is True."""
+        if mask is None or self._deployed_state is None:
+            self._deployed_state = None
+        else:
+            keep = (~torch.as_tensor(mask, dtype=torch.bool)).to(self._deployed_state.dtype)
+            self._deployed_state = self._deployed_state * keep.view(-1, 1, 1)
+
+
+def is_recurrent(model: object) -> bool:
+    return isinstance(model, RecurrentActorCritic)
+
+
+@torch.no_grad()
+def chunk_start_states(
+    model: RecurrentActorCritic,
+    obs: torch.Tensor,
+    state: torch.Tensor,
+    starts: torch.Tensor,
+    chunk: int,
+) -> torch.Tensor:
+    """States ``[T // chunk, B, 2, H]`` at the start of each ``chunk``-step piece of a rollout
+    ``[T, B, ...]`` that started from ``state``, by running ``model`` over it (no gradient:
+    truncated backpropagation through time stops at chunk boundaries).
+
+    A state is the one before its chunk's first step; an episode start at that step is
+    applied by the forward pass over the chunk, as it is here."""
+    states = []
+    for begin in range(0, obs.shape[0], chunk):
+        states.append(state)
+        _, state = model(obs[begin : begin + chunk], state, starts[begin : begin + chunk])
+    return torch.stack(states)
+
+
+def build_actor_critic(
+    obs_space: gym.Space, action_space: gym.Space, config: ModelConfig
+) -> ActorCritic | RecurrentActorCritic:
+    """`RecurrentActorCritic` when ``config.lstm_hidden`` is set, else the MLP `ActorCritic`."""
+    if config.lstm_hidden is not None:
+        return RecurrentActorCritic(obs_space, action_space, config)
+    return ActorCritic(obs_space, action_space, config)
