@@ -5,6 +5,11 @@ Short rollouts over vector envs, n-step or GAE advantages bootstrapped from the 
 rollout's end and at time-limit truncations, from the true final observation), one gradient step
 per rollout on policy gradient + value loss - entropy bonus, with RMSProp as in the paper or
 Adam. The rollout batch and its advantages are PPO's (`shoal.algos.ppo.make_batch`).
+
+With an LSTM core (``model.lstm_hidden``) the update replays the rollout ``[T, B]`` in time
+order from the state the sampler started it with (`Rollout.policy_state`), zeroing the state
+at episode starts inside the rollout and detaching it every ``bptt_chunk`` steps (truncated
+backpropagation through time); autoreset steps stay in the sequence but out of the loss.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import gymnasium as gym
 import torch
 
 from shoal.algos.pg import gradient_step
-from shoal.algos.ppo import PPOBatch, make_batch
+from shoal.algos.ppo import PPOBatch, PPOSequenceBatch, make_batch, make_sequence_batch
 from shoal.collect import EnvRunner, LocalSampler
 from shoal.config import (
     EnvConfig,
@@ -30,7 +35,7 @@ from shoal.config import (
     check_positive,
 )
 from shoal.losses import entropy_loss, policy_gradient_loss, value_loss
-from shoal.nn import ActorCritic
+from shoal.nn import ActorCritic, RecurrentActorCritic, build_actor_critic
 from shoal.policy import ActorPolicy
 from shoal.train.schedules import apply_temperature, scheduled
 from shoal.train.seeding import derive_seed
@@ -62,6 +67,10 @@ class A2CConfig:
     weight decay as an L2 term); adam: AdamW (decoupled weight decay)."""
     rms_alpha: float = 0.99
     """Smoothing constant of RMSProp's squared-gradient average."""
+    bptt_chunk: int | None = None
+    """Recurrent models (model.lstm_hidden): truncated backpropagation through time over
+    pieces of this many steps per env (None: the whole rollout, num_steps). It must divide
+    num_steps."""
 
     def __post_init__(self) -> None:
         check_positive(self, "num_steps")
@@ -77,10 +86,31 @@ class A2CConfig:
             self.env.action_mask == "none",
             "A2C does not use action masks yet; set env.action_mask to none",
         )
+        self._check_recurrent()
+
+    @property
+    def chunk(self) -> int:
+        """Steps per truncated-BPTT piece of a recurrent model."""
+        return self.bptt_chunk or self.num_steps
+
+    def _check_recurrent(self) -> None:
+        if self.model.lstm_hidden is None:
+            check(self, "bptt_chunk", self.bptt_chunk is None, "needs model.lstm_hidden set")
+            return
+        if self.bptt_chunk is not None:
+            check_positive(self, "bptt_chunk")
+        check(
+            self,
+            "bptt_chunk",
+            self.num_steps % self.chunk == 0,
+            f"must divide num_steps = {self.num_steps}",
+        )
 
 
-def build_model(config: A2CConfig, obs_space: gym.Space, action_space: gym.Space) -> ActorCritic:
-    return ActorCritic(obs_space, action_space, config.model)
+def build_model(
+    config: A2CConfig, obs_space: gym.Space, action_space: gym.Space
+) -> ActorCritic | RecurrentActorCritic:
+    return build_actor_critic(obs_space, action_space, config.model)
 
 
 def make_optimizer(config: A2CConfig, parameters: list[torch.Tensor]) -> torch.optim.Optimizer:
@@ -107,10 +137,13 @@ class A2CLearner:
         self.parameters = list(self.model.parameters())
         self.optimizer = make_optimizer(config, self.parameters)
 
-    def losses(self, batch: PPOBatch) -> dict[str, torch.Tensor]:
+    def losses(self, batch: PPOBatch | PPOSequenceBatch) -> dict[str, torch.Tensor]:
         """The loss terms of one batch, ``total`` last."""
         cfg = self.config
-        dist, values = self.model(batch.obs)
+        if isinstance(batch, PPOSequenceBatch):
+            (dist, values), batch = self._replay(batch)
+        else:
+            dist, values = self.model(batch.obs)
         advantages = batch.advantages
         if cfg.normalize_advantages and advantages.numel() > 1:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
@@ -124,7 +157,26 @@ class A2CLearner:
         )
         return losses
 
-    def update(self, batch: PPOBatch, lr: float) -> dict[str, float]:
+    def _replay(self, batch: PPOSequenceBatch) -> tuple[tuple, PPOBatch]:
+        """Recurrent models: the ``(distribution, values)`` of the valid steps of a time-major
+        rollout batch ``[T, B]``, run in time order from its initial state; the state is
+        detached every ``config.chunk`` steps, so the gradient stops there (truncated BPTT).
+        Also returns the valid samples, flat, in the same order."""
+        chunk, steps = self.config.chunk, batch.chunks.obs.shape[0]
+        state = batch.initial_state
+        pieces = []
+        for begin in range(0, steps, chunk):
+            features, state = self.model(
+                batch.chunks.obs[begin : begin + chunk], state, batch.starts[begin : begin + chunk]
+            )
+            pieces.append(features)
+            state = state.detach()
+        keep = batch.valid.flatten()
+        features = pieces[0] if len(pieces) == 1 else torch.cat(pieces)
+        outputs = self.model.heads(features.flatten(0, 1)[keep])
+        return outputs, PPOBatch(*(x.flatten(0, 1)[keep] for x in batch.chunks))
+
+    def update(self, batch: PPOBatch | PPOSequenceBatch, lr: float) -> dict[str, float]:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         losses = self.losses(batch)
@@ -177,8 +229,12 @@ class A2C:
         self.episodes += episodes.returns.size
         self.iteration += 1
         # Autoreset transitions are dropped by make_batch; truncations bootstrap from the
-        # final observation's value (`Rollout.next_values`).
-        batch = make_batch(rollout, cfg.gamma, cfg.gae_lambda)
+        # final observation's value (`Rollout.next_values`). Recurrent models keep the
+        # rollout time-major ([T, B]: one piece of num_steps per env), masked the same way.
+        if cfg.model.lstm_hidden is None:
+            batch = make_batch(rollout, cfg.gamma, cfg.gae_lambda)
+        else:
+            batch = make_sequence_batch(rollout, cfg.gamma, cfg.gae_lambda, cfg.num_steps)
         metrics = self.learner.update(batch, lr)
         if self.temperature is not None:  # the temperature this rollout was sampled with
             metrics["train/temperature"] = self.temperature
