@@ -22,8 +22,8 @@ from typing import Any, Literal
 import gymnasium as gym
 import torch
 
+from shoal.algos.on_policy import PPOBatch, PPOSequenceBatch, make_batch, make_sequence_batch
 from shoal.algos.pg import gradient_step
-from shoal.algos.ppo import PPOBatch, PPOSequenceBatch, make_batch, make_sequence_batch
 from shoal.collect import EnvRunner, LocalSampler
 from shoal.config import (
     EnvConfig,

@@ -11,11 +11,12 @@ import copy
 import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 import gymnasium as gym
 import torch
 
+from shoal.algos.on_policy import PPOBatch, PPOSequenceBatch, make_batch, make_sequence_batch
 from shoal.collect import EnvRunner, LocalSampler
 from shoal.config import (
     EnvConfig,
@@ -26,24 +27,20 @@ from shoal.config import (
     check_choices,
     check_positive,
 )
-from shoal.data.rollout import episode_starts, to_chunks
 from shoal.errors import NaNLossError
 from shoal.losses import (
     adaptive_kl_coeff,
     clipped_value_loss,
     entropy_loss,
-    gae,
     kl_penalty_loss,
     ppo_clip_loss,
     value_loss,
 )
 from shoal.nn import ActorCritic, RecurrentActorCritic, build_actor_critic
-from shoal.nn.heads import set_temperature
 from shoal.nn.recurrent import chunk_start_states
 from shoal.policy import ActorPolicy
-from shoal.train.schedules import annealed_temperature, scheduled
+from shoal.train.schedules import apply_temperature, scheduled
 from shoal.train.seeding import derive_seed
-from shoal.types import Rollout
 
 
 @dataclass(frozen=True)
@@ -141,77 +138,10 @@ class PPOConfig:
         )
 
 
-class PPOBatch(NamedTuple):
-    """Flat ``[N, ...]`` training samples: the valid transitions of a rollout."""
-
-    obs: torch.Tensor
-    actions: torch.Tensor
-    log_probs: torch.Tensor
-    values: torch.Tensor
-    advantages: torch.Tensor
-    returns: torch.Tensor
-
-
-class PPOSequenceBatch(NamedTuple):
-    """Training data of a recurrent model: ``chunks`` holds ``[chunk, N, ...]`` pieces of the
-    env sequences (`shoal.data.rollout.to_chunks`), with their ``valid`` and episode
-    ``starts`` flags; the rest recomputes the state at each piece's start."""
-
-    chunks: PPOBatch
-    valid: torch.Tensor
-    starts: torch.Tensor
-    rollout_obs: torch.Tensor
-    rollout_starts: torch.Tensor
-    initial_state: torch.Tensor
-
-
 def build_model(
     config: PPOConfig, obs_space: gym.Space, action_space: gym.Space
 ) -> ActorCritic | RecurrentActorCritic:
     return build_actor_critic(obs_space, action_space, config.model)
-
-
-def _gae(rollout: Rollout, gamma: float, lam: float) -> tuple[torch.Tensor, torch.Tensor]:
-    return gae(
-        rollout.rewards,
-        rollout.values,
-        rollout.next_values,
-        rollout.terminated,
-        rollout.truncated,
-        gamma,
-        lam,
-    )
-
-
-def make_sequence_batch(rollout: Rollout, gamma: float, lam: float, chunk: int) -> PPOSequenceBatch:
-    """GAE over the rollout, then pieces of ``chunk`` steps per env (autoreset steps stay in
-    place, flagged invalid, so that the sequences keep their timing)."""
-    advantages, returns = _gae(rollout, gamma, lam)
-    starts = episode_starts(rollout.valid)
-    fields = (rollout.obs, rollout.actions, rollout.log_probs, rollout.values, advantages, returns)
-    return PPOSequenceBatch(
-        PPOBatch(*(to_chunks(x, chunk) for x in fields)),
-        to_chunks(rollout.valid, chunk),
-        to_chunks(starts, chunk),
-        rollout.obs,
-        starts,
-        rollout.policy_state,
-    )
-
-
-def make_batch(rollout: Rollout, gamma: float, lam: float) -> PPOBatch:
-    """GAE over the time-major rollout, then keep only the real (non-autoreset) transitions."""
-    advantages, returns = _gae(rollout, gamma, lam)
-    keep = rollout.valid.flatten()
-    flat = lambda x: x.flatten(0, 1)[keep]
-    return PPOBatch(
-        flat(rollout.obs),
-        flat(rollout.actions),
-        flat(rollout.log_probs),
-        flat(rollout.values),
-        flat(advantages),
-        flat(returns),
-    )
 
 
 class PPOLearner:
@@ -366,23 +296,14 @@ class PPO:
         self.episodes = 0
         self.iteration = 0
         self.kl_coeff = config.kl_coeff
-        self.tempered = self._apply_temperature()
+        self.temperature = apply_temperature(self.learner.model, config.model, 0, 0)
         self.sampler.set_weights(self.learner.get_weights())
-
-    def _apply_temperature(self) -> bool:
-        """Set the scheduled softmax temperature on the learner's model. It is a buffer of the
-        weights, so the next rollout is sampled with it and its update uses it too, as the
-        probability ratio needs. Returns whether the policy is categorical."""
-        cfg = self.config.model
-        temperature = annealed_temperature(cfg, self.env_steps, self.episodes)
-        return set_temperature(self.learner.model, temperature)
 
     def train_iteration(self) -> dict[str, float]:
         cfg = self.config
         progress = self.env_steps / (cfg.optim.anneal_steps or cfg.run.total_steps)
         lr = scheduled(cfg.optim.lr_schedule, cfg.optim.lr, progress)
         clip_eps = scheduled(cfg.clip_schedule, cfg.clip_eps, progress)
-        temperature = annealed_temperature(cfg.model, self.env_steps, self.episodes)
         rollout, episodes = self.sampler.sample()
         self.env_steps += rollout.rewards.numel()
         self.episodes += episodes.returns.size
@@ -397,9 +318,11 @@ class PPO:
                 self.kl_coeff, metrics["train/approx_kl"], cfg.kl_target
             )
             metrics["train/kl_coeff"] = self.kl_coeff
-        if self.tempered and cfg.model.temperature_min is not None:
-            metrics["train/temperature"] = temperature  # the one this rollout was sampled with
-        self._apply_temperature()
+        if self.temperature is not None:  # the temperature this rollout was sampled with
+            metrics["train/temperature"] = self.temperature
+        self.temperature = apply_temperature(
+            self.learner.model, cfg.model, self.env_steps, self.episodes
+        )
         self.sampler.set_weights(self.learner.get_weights())
         metrics.update(episodes.metrics())
         return metrics
@@ -432,7 +355,9 @@ class PPO:
         self.episodes = state["counters"].get("episodes", 0)  # absent before reference 001
         self.iteration = state["counters"]["iteration"]
         self.kl_coeff = state["kl_coeff"]
-        self._apply_temperature()
+        self.temperature = apply_temperature(
+            self.learner.model, self.config.model, self.env_steps, self.episodes
+        )
         self.sampler.set_weights(self.learner.get_weights())
         fallback = derive_seed(self.config.run.seed, "env-restart", self.iteration)
         return self.sampler.set_state(state["sampler"], fallback)

@@ -18,7 +18,7 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from shoal.algos.ppo import PPOBatch, make_batch
+from shoal.algos.on_policy import PPOBatch, make_batch
 from shoal.collect import EnvRunner, LocalSampler
 from shoal.config import EnvConfig, ModelConfig, RunConfig, check, check_positive
 from shoal.errors import NaNLossError

@@ -20,6 +20,7 @@ from shoal.errors import CheckpointError, NaNLossError, ShoalError, UnsupportedS
 from shoal.losses import gae
 from shoal.train.checkpoint import load_checkpoint, resolve_checkpoint, save_checkpoint
 from shoal.train.evaluate import evaluate
+from shoal.types import Rollout
 
 # --- helpers ------------------------------------------------------------------------------------
 
@@ -142,7 +143,7 @@ def test_make_batch_drops_autoreset_transitions_and_matches_gae():
 def test_make_batch_hand_computed():
     """Two envs, three steps; env 1 terminates at t=0 and autoresets at t=1."""
     t_, b_ = 3, 2
-    rollout = ppo.Rollout(
+    rollout = Rollout(
         obs=torch.arange(6.0).reshape(t_, b_, 1),
         actions=torch.zeros(t_, b_, dtype=torch.int64),
         log_probs=torch.zeros(t_, b_),
