@@ -14,17 +14,20 @@ backpropagation through time); autoreset steps stay in the sequence but out of t
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import gymnasium as gym
 import torch
 
-from shoal.algos.on_policy import PPOBatch, PPOSequenceBatch, make_batch, make_sequence_batch
+from shoal.algos.on_policy import (
+    OnPolicyAlgorithm,
+    PPOBatch,
+    PPOSequenceBatch,
+    make_batch,
+    make_sequence_batch,
+)
 from shoal.algos.pg import gradient_step
-from shoal.collect import EnvRunner, LocalSampler
 from shoal.config import (
     EnvConfig,
     ModelConfig,
@@ -36,9 +39,7 @@ from shoal.config import (
 )
 from shoal.losses import entropy_loss, policy_gradient_loss, value_loss
 from shoal.nn import ActorCritic, RecurrentActorCritic, build_actor_critic
-from shoal.policy import ActorPolicy
-from shoal.train.schedules import apply_temperature, scheduled
-from shoal.train.seeding import derive_seed
+from shoal.train.schedules import scheduled
 
 
 @dataclass(frozen=True)
@@ -200,34 +201,16 @@ class A2CLearner:
         self.optimizer.load_state_dict(state["optimizer"])
 
 
-class A2C:
+class A2C(OnPolicyAlgorithm):
     """One A2C iteration: sample a rollout, estimate advantages, one update, broadcast."""
 
     def __init__(self, config: A2CConfig):
-        self.config = config
-        env_config = dataclasses.replace(config.env, gamma=config.gamma)
-        runner = EnvRunner(
-            env_config,
-            lambda obs_space, action_space: build_model(config, obs_space, action_space),
-            config.num_steps,
-            seed=derive_seed(config.run.seed, "env", 0),
-        )
-        self.sampler = LocalSampler(runner)
-        self.learner = A2CLearner(config, runner.env.observation_space, runner.env.action_space)
-        self.env_steps = 0
-        self.episodes = 0
-        self.temperature = apply_temperature(self.learner.model, config.model, 0, 0)
-        self.sampler.set_weights(self.learner.get_weights())
-        self.iteration = 0
+        super().__init__(config, A2CLearner, build_model)
 
     def train_iteration(self) -> dict[str, float]:
         cfg = self.config
-        progress = self.env_steps / (cfg.optim.anneal_steps or cfg.run.total_steps)
-        lr = scheduled(cfg.optim.lr_schedule, cfg.optim.lr, progress)
-        rollout, episodes = self.sampler.sample()
-        self.env_steps += rollout.rewards.numel()
-        self.episodes += episodes.returns.size
-        self.iteration += 1
+        lr = scheduled(cfg.optim.lr_schedule, cfg.optim.lr, self.progress())
+        rollout, episodes = self.sample()
         # Autoreset transitions are dropped by make_batch; truncations bootstrap from the
         # final observation's value (`Rollout.next_values`). Recurrent models keep the
         # rollout time-major ([T, B]: one piece of num_steps per env), masked the same way.
@@ -235,48 +218,4 @@ class A2C:
             batch = make_batch(rollout, cfg.gamma, cfg.gae_lambda)
         else:
             batch = make_sequence_batch(rollout, cfg.gamma, cfg.gae_lambda, cfg.num_steps)
-        metrics = self.learner.update(batch, lr)
-        if self.temperature is not None:  # the temperature this rollout was sampled with
-            metrics["train/temperature"] = self.temperature
-        self.temperature = apply_temperature(
-            self.learner.model, cfg.model, self.env_steps, self.episodes
-        )
-        self.sampler.set_weights(self.learner.get_weights())
-        metrics.update(episodes.metrics())
-        return metrics
-
-    def policy(self) -> ActorPolicy:
-        return ActorPolicy(
-            copy.deepcopy(self.learner.model), self.sampler.obs_stats(), self.config.env.clip_obs
-        )
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "learner": self.learner.state_dict(),
-            "sampler": self.sampler.get_state(),
-            "policy": {
-                "model": self.learner.model.state_dict(),
-                "obs_stats": self.sampler.obs_stats(),
-            },
-            "counters": {
-                "env_steps": self.env_steps,
-                "episodes": self.episodes,
-                "iteration": self.iteration,
-            },
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> bool:
-        """Restore; returns False when the envs could not be restored mid-episode."""
-        self.learner.load_state_dict(state["learner"])
-        self.env_steps = state["counters"]["env_steps"]
-        self.episodes = state["counters"]["episodes"]
-        self.iteration = state["counters"]["iteration"]
-        self.temperature = apply_temperature(
-            self.learner.model, self.config.model, self.env_steps, self.episodes
-        )
-        self.sampler.set_weights(self.learner.get_weights())
-        fallback = derive_seed(self.config.run.seed, "env-restart", self.iteration)
-        return self.sampler.set_state(state["sampler"], fallback)
-
-    def close(self) -> None:
-        self.sampler.close()
+        return self.finish_iteration(self.learner.update(batch, lr), episodes)

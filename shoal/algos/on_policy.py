@@ -1,4 +1,5 @@
-"""The batches that the on-policy learners (PPO, A2C, TRPO) train on, built from a `Rollout`.
+"""What the on-policy algorithms (PPO, A2C, REINFORCE, TRPO) share: the batches they train
+on, built from a `Rollout`, and the plumbing around their updates (`OnPolicyAlgorithm`).
 
 Advantages and returns are GAE over the time-major rollout (`shoal.losses.gae`; lambda 1 gives
 n-step returns bootstrapped at the rollout's end). Feed-forward learners take the valid
@@ -8,13 +9,21 @@ that the recurrent state can be replayed through them.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import copy
+import dataclasses
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
+import gymnasium as gym
 import torch
 
+from shoal.collect import EnvRunner, LocalSampler
 from shoal.data.rollout import episode_starts, to_chunks
 from shoal.losses import gae
-from shoal.types import Rollout
+from shoal.policy import ActorPolicy
+from shoal.train.schedules import apply_temperature
+from shoal.train.seeding import derive_seed
+from shoal.types import EpisodeStats, Rollout
 
 
 class PPOBatch(NamedTuple):
@@ -82,3 +91,97 @@ def make_batch(rollout: Rollout, gamma: float, lam: float) -> PPOBatch:
         flat(advantages),
         flat(returns),
     )
+
+
+class OnPolicyAlgorithm:
+    """The plumbing PPO, A2C, REINFORCE and TRPO share around their update: one runner over
+    the env config, counters, the temperature schedule, the weights broadcast after each
+    update, the deployable policy and the checkpoint layout. Each algorithm derives from this
+    (never from another algorithm) and adds its own update and any extra state."""
+
+    def __init__(
+        self,
+        config: Any,
+        learner_cls: Callable[[Any, gym.Space, gym.Space], Any],
+        build_model: Callable[[Any, gym.Space, gym.Space], Any],
+    ):
+        self.config = config
+        # Reward normalization scales by the std of returns discounted with the algorithm's gamma.
+        env_config = dataclasses.replace(config.env, gamma=config.gamma)
+        runner = EnvRunner(
+            env_config,
+            lambda obs_space, action_space: build_model(config, obs_space, action_space),
+            config.num_steps,
+            seed=derive_seed(config.run.seed, "env", 0),
+        )
+        self.sampler = LocalSampler(runner)
+        self.learner = learner_cls(config, runner.env.observation_space, runner.env.action_space)
+        self.env_steps = 0
+        self.episodes = 0
+        self.iteration = 0
+        self._broadcast()
+
+    def progress(self) -> float:
+        """Fraction of the schedules' horizon done (``optim.anneal_steps`` or total steps)."""
+        optim = self.config.optim
+        return self.env_steps / (optim.anneal_steps or self.config.run.total_steps)
+
+    def sample(self) -> tuple[Rollout, EpisodeStats]:
+        """The next rollout, counted."""
+        rollout, episodes = self.sampler.sample()
+        self.env_steps += rollout.rewards.numel()
+        self.episodes += episodes.returns.size
+        self.iteration += 1
+        return rollout, episodes
+
+    def finish_iteration(
+        self, metrics: dict[str, float], episodes: EpisodeStats
+    ) -> dict[str, float]:
+        """After the update: log the temperature the rollout was sampled with, schedule the
+        next one and hand the new weights to the sampler; add the episode metrics."""
+        if self.temperature is not None:
+            metrics["train/temperature"] = self.temperature
+        self._broadcast()
+        metrics.update(episodes.metrics())
+        return metrics
+
+    def _broadcast(self) -> None:
+        # The temperature is a buffer of the weights, so the next rollout is sampled with it
+        # and its update uses the same value, as probability ratios need.
+        self.temperature = apply_temperature(
+            self.learner.model, self.config.model, self.env_steps, self.episodes
+        )
+        self.sampler.set_weights(self.learner.get_weights())
+
+    def policy(self) -> ActorPolicy:
+        return ActorPolicy(
+            copy.deepcopy(self.learner.model), self.sampler.obs_stats(), self.config.env.clip_obs
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "learner": self.learner.state_dict(),
+            "sampler": self.sampler.get_state(),
+            "policy": {
+                "model": self.learner.model.state_dict(),
+                "obs_stats": self.sampler.obs_stats(),
+            },
+            "counters": {
+                "env_steps": self.env_steps,
+                "episodes": self.episodes,
+                "iteration": self.iteration,
+            },
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> bool:
+        """Restore; returns False when the envs could not be restored mid-episode."""
+        self.learner.load_state_dict(state["learner"])
+        self.env_steps = state["counters"]["env_steps"]
+        self.episodes = state["counters"]["episodes"]
+        self.iteration = state["counters"]["iteration"]
+        self._broadcast()
+        fallback = derive_seed(self.config.run.seed, "env-restart", self.iteration)
+        return self.sampler.set_state(state["sampler"], fallback)
+
+    def close(self) -> None:
+        self.sampler.close()

@@ -15,22 +15,18 @@ the cut, as the episode's score is defined by it, rather than bootstrapping a cr
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import gymnasium as gym
 import torch
 
-from shoal.collect import EnvRunner, LocalSampler
+from shoal.algos.on_policy import OnPolicyAlgorithm
 from shoal.config import EnvConfig, ModelConfig, OptimConfig, RunConfig, check, check_positive
 from shoal.errors import NaNLossError
 from shoal.losses import entropy_loss, episode_returns, policy_gradient_loss, value_loss
 from shoal.nn import ActorCritic
-from shoal.policy import ActorPolicy
-from shoal.train.schedules import apply_temperature, scheduled
-from shoal.train.seeding import derive_seed
+from shoal.train.schedules import scheduled
 from shoal.types import Rollout
 
 
@@ -204,84 +200,29 @@ class PGLearner:
         self.optimizer.load_state_dict(state["optimizer"])
 
 
-class PG:
+class PG(OnPolicyAlgorithm):
     """One REINFORCE iteration: sample, finish returns of ended episodes, update, broadcast."""
 
     def __init__(self, config: PGConfig):
-        self.config = config
-        env_config = dataclasses.replace(config.env, gamma=config.gamma)
-        runner = EnvRunner(
-            env_config,
-            lambda obs_space, action_space: build_model(config, obs_space, action_space),
-            config.num_steps,
-            seed=derive_seed(config.run.seed, "env", 0),
-        )
-        self.sampler = LocalSampler(runner)
-        self.learner = PGLearner(config, runner.env.observation_space, runner.env.action_space)
         self.carry: EpisodeCarry | None = None
-        self.env_steps = 0
-        self.episodes = 0
-        self.iteration = 0
-        self.temperature = apply_temperature(self.learner.model, config.model, 0, 0)
-        self.sampler.set_weights(self.learner.get_weights())
+        super().__init__(config, PGLearner, build_model)
 
     def train_iteration(self) -> dict[str, float]:
         cfg = self.config
-        progress = self.env_steps / (cfg.optim.anneal_steps or cfg.run.total_steps)
-        lr = scheduled(cfg.optim.lr_schedule, cfg.optim.lr, progress)
-        rollout, episodes = self.sampler.sample()
-        self.env_steps += rollout.rewards.numel()
-        self.episodes += episodes.returns.size
-        self.iteration += 1
+        lr = scheduled(cfg.optim.lr_schedule, cfg.optim.lr, self.progress())
+        rollout, episodes = self.sample()
         batch, self.carry = make_batch(self.carry, rollout, cfg.gamma, cfg.max_carry_steps)
         metrics = self.learner.update(batch, lr)
         metrics["train/carried_steps"] = 0 if self.carry is None else int(self.carry.valid.sum())
-        if self.temperature is not None:  # the temperature this rollout was sampled with
-            metrics["train/temperature"] = self.temperature
-        self.temperature = apply_temperature(
-            self.learner.model, cfg.model, self.env_steps, self.episodes
-        )
-        self.sampler.set_weights(self.learner.get_weights())
-        metrics.update(episodes.metrics())
-        return metrics
-
-    def policy(self) -> ActorPolicy:
-        return ActorPolicy(
-            copy.deepcopy(self.learner.model), self.sampler.obs_stats(), self.config.env.clip_obs
-        )
+        return self.finish_iteration(metrics, episodes)
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "learner": self.learner.state_dict(),
-            "sampler": self.sampler.get_state(),
-            "policy": {
-                "model": self.learner.model.state_dict(),
-                "obs_stats": self.sampler.obs_stats(),
-            },
-            "counters": {
-                "env_steps": self.env_steps,
-                "episodes": self.episodes,
-                "iteration": self.iteration,
-            },
-            "carry": None if self.carry is None else self.carry._asdict(),
-        }
+        carry = None if self.carry is None else self.carry._asdict()
+        return {**super().state_dict(), "carry": carry}
 
     def load_state_dict(self, state: dict[str, Any]) -> bool:
-        """Restore; returns False when the envs could not be restored mid-episode."""
-        self.learner.load_state_dict(state["learner"])
-        self.env_steps = state["counters"]["env_steps"]
-        self.episodes = state["counters"]["episodes"]
-        self.iteration = state["counters"]["iteration"]
-        self.temperature = apply_temperature(
-            self.learner.model, self.config.model, self.env_steps, self.episodes
-        )
-        self.sampler.set_weights(self.learner.get_weights())
-        fallback = derive_seed(self.config.run.seed, "env-restart", self.iteration)
-        exact = self.sampler.set_state(state["sampler"], fallback)
+        exact = super().load_state_dict(state)
         carry = state.get("carry")
         # Restarted episodes never finish the carried ones: their returns are unknowable.
         self.carry = EpisodeCarry(**carry) if carry is not None and exact else None
         return exact
-
-    def close(self) -> None:
-        self.sampler.close()

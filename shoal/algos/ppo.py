@@ -7,8 +7,6 @@ early stopping. Discrete actions use a categorical policy, continuous ones a dia
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -16,8 +14,13 @@ from typing import Any, Literal
 import gymnasium as gym
 import torch
 
-from shoal.algos.on_policy import PPOBatch, PPOSequenceBatch, make_batch, make_sequence_batch
-from shoal.collect import EnvRunner, LocalSampler
+from shoal.algos.on_policy import (
+    OnPolicyAlgorithm,
+    PPOBatch,
+    PPOSequenceBatch,
+    make_batch,
+    make_sequence_batch,
+)
 from shoal.config import (
     EnvConfig,
     ModelConfig,
@@ -38,9 +41,7 @@ from shoal.losses import (
 )
 from shoal.nn import ActorCritic, RecurrentActorCritic, build_actor_critic
 from shoal.nn.recurrent import chunk_start_states
-from shoal.policy import ActorPolicy
-from shoal.train.schedules import apply_temperature, scheduled
-from shoal.train.seeding import derive_seed
+from shoal.train.schedules import scheduled
 
 
 @dataclass(frozen=True)
@@ -277,37 +278,19 @@ class PPOLearner:
         self.optimizer.load_state_dict(state["optimizer"])
 
 
-class PPO:
+class PPO(OnPolicyAlgorithm):
     """One PPO iteration: sample a rollout, estimate advantages, update, broadcast weights."""
 
     def __init__(self, config: PPOConfig):
-        self.config = config
-        # Reward normalization scales by the std of returns discounted with PPO's own gamma.
-        env_config = dataclasses.replace(config.env, gamma=config.gamma)
-        runner = EnvRunner(
-            env_config,
-            lambda obs_space, action_space: build_model(config, obs_space, action_space),
-            config.num_steps,
-            seed=derive_seed(config.run.seed, "env", 0),
-        )
-        self.sampler = LocalSampler(runner)
-        self.learner = PPOLearner(config, runner.env.observation_space, runner.env.action_space)
-        self.env_steps = 0
-        self.episodes = 0
-        self.iteration = 0
         self.kl_coeff = config.kl_coeff
-        self.temperature = apply_temperature(self.learner.model, config.model, 0, 0)
-        self.sampler.set_weights(self.learner.get_weights())
+        super().__init__(config, PPOLearner, build_model)
 
     def train_iteration(self) -> dict[str, float]:
         cfg = self.config
-        progress = self.env_steps / (cfg.optim.anneal_steps or cfg.run.total_steps)
+        progress = self.progress()
         lr = scheduled(cfg.optim.lr_schedule, cfg.optim.lr, progress)
         clip_eps = scheduled(cfg.clip_schedule, cfg.clip_eps, progress)
-        rollout, episodes = self.sampler.sample()
-        self.env_steps += rollout.rewards.numel()
-        self.episodes += episodes.returns.size
-        self.iteration += 1
+        rollout, episodes = self.sample()
         if cfg.model.lstm_hidden is None:
             batch = make_batch(rollout, cfg.gamma, cfg.gae_lambda)
         else:
@@ -318,49 +301,11 @@ class PPO:
                 self.kl_coeff, metrics["train/approx_kl"], cfg.kl_target
             )
             metrics["train/kl_coeff"] = self.kl_coeff
-        if self.temperature is not None:  # the temperature this rollout was sampled with
-            metrics["train/temperature"] = self.temperature
-        self.temperature = apply_temperature(
-            self.learner.model, cfg.model, self.env_steps, self.episodes
-        )
-        self.sampler.set_weights(self.learner.get_weights())
-        metrics.update(episodes.metrics())
-        return metrics
-
-    def policy(self) -> ActorPolicy:
-        return ActorPolicy(
-            copy.deepcopy(self.learner.model), self.sampler.obs_stats(), self.config.env.clip_obs
-        )
+        return self.finish_iteration(metrics, episodes)
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "learner": self.learner.state_dict(),
-            "sampler": self.sampler.get_state(),
-            "policy": {
-                "model": self.learner.model.state_dict(),
-                "obs_stats": self.sampler.obs_stats(),
-            },
-            "counters": {
-                "env_steps": self.env_steps,
-                "episodes": self.episodes,
-                "iteration": self.iteration,
-            },
-            "kl_coeff": self.kl_coeff,
-        }
+        return {**super().state_dict(), "kl_coeff": self.kl_coeff}
 
     def load_state_dict(self, state: dict[str, Any]) -> bool:
-        """Restore; returns False when the envs could not be restored mid-episode."""
-        self.learner.load_state_dict(state["learner"])
-        self.env_steps = state["counters"]["env_steps"]
-        self.episodes = state["counters"].get("episodes", 0)  # absent before reference 001
-        self.iteration = state["counters"]["iteration"]
         self.kl_coeff = state["kl_coeff"]
-        self.temperature = apply_temperature(
-            self.learner.model, self.config.model, self.env_steps, self.episodes
-        )
-        self.sampler.set_weights(self.learner.get_weights())
-        fallback = derive_seed(self.config.run.seed, "env-restart", self.iteration)
-        return self.sampler.set_state(state["sampler"], fallback)
-
-    def close(self) -> None:
-        self.sampler.close()
+        return super().load_state_dict(state)

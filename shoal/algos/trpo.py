@@ -11,15 +11,13 @@ al. 2016, arXiv:1506.02438, which TRPO implementations follow).
 from __future__ import annotations
 
 import copy
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
 import torch
 
-from shoal.algos.on_policy import PPOBatch, make_batch
-from shoal.collect import EnvRunner, LocalSampler
+from shoal.algos.on_policy import OnPolicyAlgorithm, PPOBatch, make_batch
 from shoal.config import EnvConfig, ModelConfig, RunConfig, check, check_positive
 from shoal.errors import NaNLossError
 from shoal.losses import (
@@ -31,9 +29,6 @@ from shoal.losses import (
     value_loss,
 )
 from shoal.nn import ActorCritic
-from shoal.policy import ActorPolicy
-from shoal.train.schedules import apply_temperature
-from shoal.train.seeding import derive_seed
 
 
 @dataclass(frozen=True)
@@ -218,76 +213,14 @@ def _frozen(dist: Any) -> Any:
     return frozen
 
 
-class TRPO:
+class TRPO(OnPolicyAlgorithm):
     """One TRPO iteration: sample a rollout, estimate advantages, update, broadcast weights."""
 
     def __init__(self, config: TRPOConfig):
-        self.config = config
-        # Reward normalization scales by the std of returns discounted with TRPO's own gamma.
-        env_config = dataclasses.replace(config.env, gamma=config.gamma)
-        runner = EnvRunner(
-            env_config,
-            lambda obs_space, action_space: build_model(config, obs_space, action_space),
-            config.num_steps,
-            seed=derive_seed(config.run.seed, "env", 0),
-        )
-        self.sampler = LocalSampler(runner)
-        self.learner = TRPOLearner(config, runner.env.observation_space, runner.env.action_space)
-        self.env_steps = 0
-        self.episodes = 0
-        self.temperature = apply_temperature(self.learner.model, config.model, 0, 0)
-        self.sampler.set_weights(self.learner.get_weights())
-        self.iteration = 0
+        super().__init__(config, TRPOLearner, build_model)
 
     def train_iteration(self) -> dict[str, float]:
         cfg = self.config
-        rollout, episodes = self.sampler.sample()
-        self.env_steps += rollout.rewards.numel()
-        self.episodes += episodes.returns.size
-        self.iteration += 1
+        rollout, episodes = self.sample()
         batch = make_batch(rollout, cfg.gamma, cfg.gae_lambda)
-        metrics = self.learner.update(batch)
-        if self.temperature is not None:  # the temperature this rollout was sampled with
-            metrics["train/temperature"] = self.temperature
-        self.temperature = apply_temperature(
-            self.learner.model, cfg.model, self.env_steps, self.episodes
-        )
-        self.sampler.set_weights(self.learner.get_weights())
-        metrics.update(episodes.metrics())
-        return metrics
-
-    def policy(self) -> ActorPolicy:
-        return ActorPolicy(
-            copy.deepcopy(self.learner.model), self.sampler.obs_stats(), self.config.env.clip_obs
-        )
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "learner": self.learner.state_dict(),
-            "sampler": self.sampler.get_state(),
-            "policy": {
-                "model": self.learner.model.state_dict(),
-                "obs_stats": self.sampler.obs_stats(),
-            },
-            "counters": {
-                "env_steps": self.env_steps,
-                "episodes": self.episodes,
-                "iteration": self.iteration,
-            },
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> bool:
-        """Restore; returns False when the envs could not be restored mid-episode."""
-        self.learner.load_state_dict(state["learner"])
-        self.env_steps = state["counters"]["env_steps"]
-        self.episodes = state["counters"]["episodes"]
-        self.iteration = state["counters"]["iteration"]
-        self.temperature = apply_temperature(
-            self.learner.model, self.config.model, self.env_steps, self.episodes
-        )
-        self.sampler.set_weights(self.learner.get_weights())
-        fallback = derive_seed(self.config.run.seed, "env-restart", self.iteration)
-        return self.sampler.set_state(state["sampler"], fallback)
-
-    def close(self) -> None:
-        self.sampler.close()
+        return self.finish_iteration(self.learner.update(batch), episodes)
