@@ -24,6 +24,7 @@ from shoal.algos.on_policy import (
     OnPolicyAlgorithm,
     PPOBatch,
     PPOSequenceBatch,
+    check_bptt_chunk,
     make_batch,
     make_sequence_batch,
 )
@@ -87,25 +88,12 @@ class A2CConfig:
             self.env.action_mask == "none",
             "A2C does not use action masks yet; set env.action_mask to none",
         )
-        self._check_recurrent()
+        check_bptt_chunk(self)
 
     @property
     def chunk(self) -> int:
         """Steps per truncated-BPTT piece of a recurrent model."""
         return self.bptt_chunk or self.num_steps
-
-    def _check_recurrent(self) -> None:
-        if self.model.lstm_hidden is None:
-            check(self, "bptt_chunk", self.bptt_chunk is None, "needs model.lstm_hidden set")
-            return
-        if self.bptt_chunk is not None:
-            check_positive(self, "bptt_chunk")
-        check(
-            self,
-            "bptt_chunk",
-            self.num_steps % self.chunk == 0,
-            f"must divide num_steps = {self.num_steps}",
-        )
 
 
 def build_model(

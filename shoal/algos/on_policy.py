@@ -18,6 +18,7 @@ import gymnasium as gym
 import torch
 
 from shoal.collect import EnvRunner, LocalSampler
+from shoal.config import check, check_positive
 from shoal.data.rollout import episode_starts, to_chunks
 from shoal.losses import gae
 from shoal.policy import ActorPolicy
@@ -90,6 +91,22 @@ def make_batch(rollout: Rollout, gamma: float, lam: float) -> PPOBatch:
         flat(rollout.values),
         flat(advantages),
         flat(returns),
+    )
+
+
+def check_bptt_chunk(config: Any) -> None:
+    """Validate ``bptt_chunk`` of a config with ``model.lstm_hidden``, ``num_steps`` and a
+    ``chunk`` property (the chunk length in effect)."""
+    if config.model.lstm_hidden is None:
+        check(config, "bptt_chunk", config.bptt_chunk is None, "needs model.lstm_hidden set")
+        return
+    if config.bptt_chunk is not None:
+        check_positive(config, "bptt_chunk")
+    check(
+        config,
+        "bptt_chunk",
+        config.num_steps % config.chunk == 0,
+        f"must divide num_steps = {config.num_steps}",
     )
 
 

@@ -18,6 +18,7 @@ from shoal.algos.on_policy import (
     OnPolicyAlgorithm,
     PPOBatch,
     PPOSequenceBatch,
+    check_bptt_chunk,
     make_batch,
     make_sequence_batch,
 )
@@ -112,31 +113,19 @@ class PPOConfig:
             check_positive(self, "value_clip")
         if self.target_kl is not None:
             check_positive(self, "target_kl")
-        self._check_recurrent()
+        check_bptt_chunk(self)
+        if self.model.lstm_hidden is not None:
+            check(
+                self,
+                "minibatch_size",
+                self.minibatch_size % self.chunk == 0,
+                f"must be a multiple of bptt_chunk = {self.chunk} (minibatches hold whole pieces)",
+            )
 
     @property
     def chunk(self) -> int:
         """Steps per truncated-BPTT piece of a recurrent model."""
         return self.bptt_chunk or self.num_steps
-
-    def _check_recurrent(self) -> None:
-        if self.model.lstm_hidden is None:
-            check(self, "bptt_chunk", self.bptt_chunk is None, "needs model.lstm_hidden set")
-            return
-        if self.bptt_chunk is not None:
-            check_positive(self, "bptt_chunk")
-        check(
-            self,
-            "bptt_chunk",
-            self.num_steps % self.chunk == 0,
-            f"must divide num_steps = {self.num_steps}",
-        )
-        check(
-            self,
-            "minibatch_size",
-            self.minibatch_size % self.chunk == 0,
-            f"must be a multiple of bptt_chunk = {self.chunk} (minibatches hold whole pieces)",
-        )
 
 
 def build_model(
