@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import race  # benchmarks/race.py: the script's directory is on sys.path
-from common import EVAL_EVERY, base_parser, require_sb3, sb3_warm_up
+from common import CARTPOLE, base_parser, require_sb3, sb3_warm_up
 
 try:
     from stable_baselines3 import A2C as SB3A2C
@@ -36,7 +36,7 @@ except ImportError:  # pragma: no cover - reported in main()
 ENV_ID = "CartPole-v1"
 TUNED = "a2c-cartpole"
 BUDGET = 500_000  # env steps, both libraries: the zoo's n_timesteps
-QUICK_BUDGET = 3 * EVAL_EVERY
+QUICK_BUDGET = 3 * CARTPOLE.eval_every
 TARGET_SPEEDUP = 5.0  # sb3 zoo median solve seconds / shoal tuned median solve seconds
 
 # rl-baselines3-zoo hyperparams/a2c.yml, CartPole-v1; everything else is SB3's A2C default.
@@ -78,8 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     seeds = 1 if args.quick else args.seeds
     budget = QUICK_BUDGET if args.quick else args.budget
-    if seeds < 1 or budget < EVAL_EVERY:
-        parser.error(f"--seeds must be >= 1 and --budget >= {EVAL_EVERY}")
+    if seeds < 1 or budget < CARTPOLE.eval_every:
+        parser.error(f"--seeds must be >= 1 and --budget >= {CARTPOLE.eval_every}")
 
     started = time.perf_counter()
     records = race.run_race(
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         lambda line: print(line, flush=True),
     )
     summary = race.summarize(records, TARGET_SPEEDUP)
-    status = race.finish(started, summary, "A2C", seeds, budget)
+    status = race.finish(started, summary, "A2C", ENV_ID, seeds, budget)
     if args.json is not None:
         settings = {"seeds": seeds, "budget": budget, "sb3_zoo": ZOO | {"n_envs": ZOO_N_ENVS}}
         race.write_json(args.json, "a2c_cartpole", settings, TUNED, summary, records)

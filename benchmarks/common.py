@@ -4,11 +4,11 @@ both libraries, warm-up, medians and report helpers.
 The benchmarks are scripts (``python benchmarks/x.py``); Python puts the script's directory on
 ``sys.path``, so they import this module as ``common``.
 
-The solve criterion is the same for every benchmark: every ``EVAL_EVERY`` env steps, shoal's own
-evaluator runs the deterministic policy for one episode on each of ``EVAL_EPISODES`` separate
-environments, and a run is solved when the mean return is >= ``TARGET_RETURN``. The clock is
-paused while evaluating; building the envs and the model is timed; imports are not (untimed
-warm-up).
+Every benchmark solves the same way, with its own `SolveCriterion` (`CARTPOLE` by default):
+every ``eval_every`` env steps, shoal's own evaluator runs the deterministic policy for one
+episode on each of ``eval_episodes`` separate environments, and a run is solved when the mean
+return is >= ``target_return``. The clock is paused while evaluating; building the envs and the
+model is timed; imports are not (untimed warm-up).
 """
 
 from __future__ import annotations
@@ -38,10 +38,37 @@ except ImportError:  # pragma: no cover - reported by the benchmarks' main()
     stable_baselines3 = None
     BaseCallback = object
 
-TARGET_RETURN = 475.0
-EVAL_EVERY = 8192
-EVAL_EPISODES = 20
 TORCH_THREADS = 1
+
+
+@dataclass(frozen=True)
+class SolveCriterion:
+    """When a run counts as solved: the mean return of ``eval_episodes`` deterministic
+    episodes (one per separate environment) is >= ``target_return``, evaluated every
+    ``eval_every`` env steps."""
+
+    target_return: float
+    eval_every: int
+    eval_episodes: int
+
+    def describe(self) -> str:
+        """For report titles."""
+        return (
+            f"solved = mean of {self.eval_episodes} deterministic episodes >= "
+            f"{self.target_return:g}, checked every {self.eval_every} env steps"
+        )
+
+    def settings(self) -> dict[str, Any]:
+        """For JSON reports, under shoal's config names."""
+        return {
+            "target_return": self.target_return,
+            "eval_every_steps": self.eval_every,
+            "eval_episodes": self.eval_episodes,
+        }
+
+
+CARTPOLE = SolveCriterion(target_return=475.0, eval_every=8192, eval_episodes=20)
+"""CartPole-v1 (the PPO, DQN and A2C benchmarks)."""
 
 SHOAL_QUIET = {
     "run.console": False,
@@ -118,18 +145,17 @@ def shoal_run(
     env: str | None = None,
     overrides: dict[str, Any] | None = None,
     on_iteration: Callable[[int, dict[str, float]], None] | None = None,
+    criterion: SolveCriterion = CARTPOLE,
 ) -> RunRecord:
     """One shoal run of a tuned example (``tuned``) or of ``algo`` on ``env``, with
     ``overrides`` on top; the loop's own clocks exclude evaluation and checkpointing.
 
-    ``solve``: evaluate every ``EVAL_EVERY`` steps and stop when solved; otherwise a fixed
-    budget of ``total_steps`` without evaluation."""
+    ``solve``: evaluate as ``criterion`` says and stop when solved; otherwise a fixed budget
+    of ``total_steps`` without evaluation."""
     kwargs: dict[str, Any] = dict(SHOAL_QUIET)
     kwargs["run.total_steps"] = total_steps
     if solve:
-        kwargs["run.eval_every_steps"] = EVAL_EVERY
-        kwargs["run.eval_episodes"] = EVAL_EPISODES
-        kwargs["run.target_return"] = TARGET_RETURN
+        kwargs |= {f"run.{key}": value for key, value in criterion.settings().items()}
     else:
         kwargs["run.eval_every_steps"] = 0
         kwargs["run.target_return"] = None
@@ -143,7 +169,7 @@ def shoal_run(
         result = shoal.train(
             algo, env=env, seed=seed, run_dir=run_dir, on_iteration=on_iteration, **kwargs
         )
-    evaluations = result.env_steps // EVAL_EVERY if solve else 0
+    evaluations = result.env_steps // criterion.eval_every if solve else 0
     return RunRecord(
         config=name,
         seed=seed,
@@ -172,8 +198,9 @@ class SB3Policy:
 
 
 class EvalAndStop(BaseCallback):
-    """Evaluates after each training phase that crosses a multiple of ``EVAL_EVERY`` env steps,
-    with the clock paused, and stops learning once solved (or after ``stop_after`` steps).
+    """Evaluates after each training phase that crosses a multiple of ``criterion.eval_every``
+    env steps, with the clock paused, and stops learning once solved (or after ``stop_after``
+    steps). ``eval_env`` holds ``criterion.eval_episodes`` envs (None: never evaluate).
 
     Works for on- and off-policy SB3 algorithms alike: both call ``on_rollout_start`` before
     collecting a rollout, which is after the training on the previous rollout (PPO's
@@ -183,12 +210,19 @@ class EvalAndStop(BaseCallback):
     ``on_step`` can stop it is not counted in the time or the steps to solve.
     """
 
-    def __init__(self, seed: int, eval_env: Any = None, stop_after: int | None = None):
+    def __init__(
+        self,
+        seed: int,
+        eval_env: Any = None,
+        stop_after: int | None = None,
+        criterion: SolveCriterion = CARTPOLE,
+    ):
         super().__init__()
         self.seed = seed
         self.eval_env = eval_env
         self.stop_after = stop_after
-        self.next_eval = EVAL_EVERY
+        self.criterion = criterion
+        self.next_eval = criterion.eval_every
         self.evaluations = 0
         self.eval_s = 0.0
         self.eval_return: float | None = None
@@ -201,15 +235,16 @@ class EvalAndStop(BaseCallback):
         seed = derive_seed(self.seed, "eval", self.evaluations)
         self.eval_return = evaluate(SB3Policy(self.model), self.eval_env, seed)["eval/return"]
         self.evaluations += 1
-        self.next_eval = (self.num_timesteps // EVAL_EVERY + 1) * EVAL_EVERY
-        if self.eval_return >= TARGET_RETURN:
+        every = self.criterion.eval_every
+        self.next_eval = (self.num_timesteps // every + 1) * every
+        if self.eval_return >= self.criterion.target_return:
             self.solved_at = (self.num_timesteps, start)
         else:
             self.eval_s += time.perf_counter() - start
 
     def _on_training_end(self) -> None:
         # learn() ends after the last training phase without starting another rollout. When
-        # that phase ended on a multiple of EVAL_EVERY, evaluate, as shoal's loop does after
+        # that phase ended on a multiple of eval_every, evaluate, as shoal's loop does after
         # its last iteration (nothing is due when the budget is not such a multiple).
         self._on_rollout_start()
 
@@ -227,24 +262,26 @@ def sb3_run(
     learn_steps: int,
     solve: bool,
     stop_after: int | None = None,
+    criterion: SolveCriterion = CARTPOLE,
 ) -> tuple[RunRecord, Any]:
     """One SB3 run: ``make_model(seed)`` builds the envs and the model, then
     ``learn(learn_steps)`` with `EvalAndStop`. The clock runs from building the envs and model
     to the stop, minus evaluation.
 
-    ``solve``: evaluate and stop when solved (unsolved: the whole budget counts).
+    ``solve``: evaluate as ``criterion`` says and stop when solved (unsolved: the whole
+    budget counts).
     Otherwise a fixed budget: no evaluation, stop after ``stop_after`` env steps (the vector step
     taken to stop is not counted). Returns the record and the model (its env closed)."""
     torch.set_num_threads(TORCH_THREADS)
-    eval_env = shoal.make_env(env_id, num_envs=EVAL_EPISODES) if solve else None
+    eval_env = shoal.make_env(env_id, num_envs=criterion.eval_episodes) if solve else None
     try:
         start = time.perf_counter()
         model = make_model(seed)
         setup_s = time.perf_counter() - start
         if solve:
-            callback = EvalAndStop(seed, eval_env)
+            callback = EvalAndStop(seed, eval_env, criterion=criterion)
         else:
-            callback = EvalAndStop(seed, stop_after=stop_after)
+            callback = EvalAndStop(seed, stop_after=stop_after, criterion=criterion)
         model.learn(learn_steps, callback=callback)
         end = time.perf_counter()
         model.get_env().close()
@@ -271,13 +308,18 @@ def sb3_run(
     return record, model
 
 
-def sb3_warm_up(env_id: str, make_model: Callable[[int], Any], learn_steps: int) -> None:
-    """Untimed: build an SB3 model, train it briefly and evaluate it once (lazy imports,
-    allocator, evaluator)."""
+def sb3_warm_up(
+    env_id: str,
+    make_model: Callable[[int], Any],
+    learn_steps: int,
+    criterion: SolveCriterion = CARTPOLE,
+) -> None:
+    """Untimed: build an SB3 model, train it briefly and evaluate it once on
+    ``criterion.eval_episodes`` envs (lazy imports, allocator, evaluator)."""
     torch.set_num_threads(TORCH_THREADS)
     model = make_model(0)
     model.learn(learn_steps)
-    eval_env = shoal.make_env(env_id, num_envs=EVAL_EPISODES)
+    eval_env = shoal.make_env(env_id, num_envs=criterion.eval_episodes)
     evaluate(SB3Policy(model), eval_env, 0)
     eval_env.close()
     model.get_env().close()

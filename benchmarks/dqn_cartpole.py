@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import race  # benchmarks/race.py: the script's directory is on sys.path
-from common import EVAL_EVERY, base_parser, require_sb3, sb3_warm_up
+from common import CARTPOLE, base_parser, require_sb3, sb3_warm_up
 
 try:
     from stable_baselines3 import DQN as SB3DQN
@@ -35,7 +35,7 @@ except ImportError:  # pragma: no cover - reported in main()
 ENV_ID = "CartPole-v1"
 TUNED = "dqn-cartpole"
 BUDGET = 150_000  # env steps, both libraries
-QUICK_BUDGET = 3 * EVAL_EVERY
+QUICK_BUDGET = 3 * CARTPOLE.eval_every
 TARGET_SPEEDUP = 3.0  # sb3 zoo median solve seconds / shoal tuned median solve seconds
 
 # rl-baselines3-zoo hyperparams/dqn.yml, CartPole-v1 (n_envs 1, the zoo's default).
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         lambda line: print(line, flush=True),
     )
     summary = race.summarize(records, TARGET_SPEEDUP)
-    status = race.finish(started, summary, "DQN", seeds, budget)
+    status = race.finish(started, summary, "DQN", ENV_ID, seeds, budget)
     if args.json is not None:
         sb3_settings = ZOO | {
             "n_envs": 1,

@@ -28,9 +28,7 @@ from typing import Any
 import common  # benchmarks/common.py: the script's directory is on sys.path
 import numpy as np
 from common import (
-    EVAL_EPISODES,
-    EVAL_EVERY,
-    TARGET_RETURN,
+    CARTPOLE,
     TORCH_THREADS,
     RunRecord,
     base_parser,
@@ -224,10 +222,7 @@ def print_report(summary: dict[str, Any], seeds: int, throughput_steps: int) -> 
     from rich.table import Table
 
     console = Console(width=100)
-    table = Table(
-        title=f"PPO CartPole-v1, {seeds} seed(s), medians; solved = mean of {EVAL_EPISODES} "
-        f"deterministic episodes >= {TARGET_RETURN:g}, checked every {EVAL_EVERY} env steps"
-    )
+    table = Table(title=f"PPO CartPole-v1, {seeds} seed(s), medians; {CARTPOLE.describe()}")
     table.add_column("config")
     table.add_column("solved", justify="right")
     table.add_column("solve s", justify="right")
@@ -287,9 +282,7 @@ def main(argv: list[str] | None = None) -> int:
             "settings": {
                 "seeds": seeds,
                 "throughput_steps": throughput_steps,
-                "target_return": TARGET_RETURN,
-                "eval_every_steps": EVAL_EVERY,
-                "eval_episodes": EVAL_EPISODES,
+                **CARTPOLE.settings(),
                 "shoal_tuned_budget": SHOAL_TUNED_BUDGET,
                 "zoo_budget": ZOO_BUDGET,
                 "shoal_zoo_overrides": {

@@ -1,9 +1,10 @@
 """A solve race: a shoal tuned example against an SB3 zoo configuration, seed by seed.
 
-Shared by the benchmarks whose one target is wall-clock to solve (`dqn_cartpole.py`,
-`a2c_cartpole.py`): both libraries train until the evaluation criterion of `common` is met,
-seeds interleaved with the order alternating, and the report gives medians, gradient steps and
-the per-seed speed-ups.
+Shared by the benchmarks whose targets are wall-clock (and optionally env steps) to solve
+(`dqn_cartpole.py`, `a2c_cartpole.py`, `sac_pendulum.py`): both libraries train until a
+`common.SolveCriterion` is met (`common.CARTPOLE` unless one is passed), seeds interleaved with
+the order alternating, and the report gives medians, gradient steps and the per-seed
+speed-ups.
 """
 
 from __future__ import annotations
@@ -18,11 +19,10 @@ from typing import Any
 
 import common
 from common import (
-    EVAL_EPISODES,
-    EVAL_EVERY,
-    TARGET_RETURN,
+    CARTPOLE,
     TORCH_THREADS,
     RunRecord,
+    SolveCriterion,
     environment,
     median,
     print_checks,
@@ -45,7 +45,12 @@ class RaceRecord(RunRecord):
 
 
 def shoal_tuned_run(
-    workdir: Path, tuned: str, seed: int, budget: int, solve: bool = True
+    workdir: Path,
+    tuned: str,
+    seed: int,
+    budget: int,
+    solve: bool = True,
+    criterion: SolveCriterion = CARTPOLE,
 ) -> RaceRecord:
     """A tuned example; its gradient steps are read from the loop's per-iteration metrics
     (``train/grad_steps`` when the algorithm reports it, else one per iteration), outside the
@@ -60,14 +65,29 @@ def shoal_tuned_run(
         grad_steps = int(metrics.get("train/grad_steps", grad_steps if reported else iterations))
 
     record = common.shoal_run(
-        workdir, "shoal tuned", seed, budget, solve, tuned=tuned, on_iteration=on_iteration
+        workdir,
+        "shoal tuned",
+        seed,
+        budget,
+        solve,
+        tuned=tuned,
+        on_iteration=on_iteration,
+        criterion=criterion,
     )
     return RaceRecord(**asdict(record), grad_steps=grad_steps)
 
 
-def sb3_zoo_run(env_id: str, make_model: Callable[[int], Any], seed: int, budget: int):
+def sb3_zoo_run(
+    env_id: str,
+    make_model: Callable[[int], Any],
+    seed: int,
+    budget: int,
+    criterion: SolveCriterion = CARTPOLE,
+) -> RaceRecord:
     """SB3 until solved or ``learn(budget)`` ends (see `common.EvalAndStop`)."""
-    record, model = common.sb3_run("sb3 zoo", env_id, make_model, seed, budget, solve=True)
+    record, model = common.sb3_run(
+        "sb3 zoo", env_id, make_model, seed, budget, solve=True, criterion=criterion
+    )
     return RaceRecord(**asdict(record), grad_steps=int(model._n_updates))
 
 
@@ -93,7 +113,13 @@ def run_race(
     return records
 
 
-def summarize(records: list[RaceRecord], target_speedup: float) -> dict[str, Any]:
+def summarize(
+    records: list[RaceRecord], target_speedup: float, target_steps_ratio: float | None = None
+) -> dict[str, Any]:
+    """Medians per configuration and the checks: SB3's median solve seconds over shoal's
+    >= ``target_speedup``, and, when ``target_steps_ratio`` is given, SB3's median env steps to
+    solve over shoal's >= it (1.0: shoal needs no more env steps than SB3). Both checks also
+    need every shoal seed solved."""
     rows: dict[str, dict[str, Any]] = {}
     for config in ("shoal tuned", "sb3 zoo"):
         runs = [r for r in records if r.config == config]
@@ -119,8 +145,18 @@ def summarize(records: list[RaceRecord], target_speedup: float) -> dict[str, Any
             "pass": speedup >= target_speedup and shoal["solved"] == shoal["seeds"],
         },
     }
+    steps_ratio = sb3["median_solve_steps"] / shoal["median_solve_steps"]
+    if target_steps_ratio is not None:
+        checks["solve_steps_ratio"] = {
+            "description": "sb3 zoo median env steps to solve / shoal tuned median",
+            "value": steps_ratio,
+            "target": target_steps_ratio,
+            # An unsolved shoal seed counts its whole budget, but that can still be fewer
+            # steps than an SB3 seed that did solve.
+            "pass": steps_ratio >= target_steps_ratio and shoal["solved"] == shoal["seeds"],
+        }
     extra = {
-        "solve_steps_ratio_sb3_over_shoal": sb3["median_solve_steps"] / shoal["median_solve_steps"],
+        "solve_steps_ratio_sb3_over_shoal": steps_ratio,
         "steps_per_s_ratio_shoal_over_sb3": shoal["median_steps_per_s"] / sb3["median_steps_per_s"],
         "per_seed_speedup": [
             b.solve_s / s.solve_s
@@ -134,14 +170,20 @@ def summarize(records: list[RaceRecord], target_speedup: float) -> dict[str, Any
     return {"rows": rows, "checks": checks, "extra": extra}
 
 
-def print_report(summary: dict[str, Any], algo: str, seeds: int, budget: int) -> None:
+def print_report(
+    summary: dict[str, Any],
+    algo: str,
+    env_id: str,
+    seeds: int,
+    budget: int,
+    criterion: SolveCriterion = CARTPOLE,
+) -> None:
     from rich.console import Console
     from rich.table import Table
 
     console = Console(width=100)
     table = Table(
-        title=f"{algo} CartPole-v1, {seeds} seed(s), medians; solved = mean of {EVAL_EPISODES} "
-        f"deterministic episodes >= {TARGET_RETURN:g}, checked every {EVAL_EVERY} env steps; "
+        title=f"{algo} {env_id}, {seeds} seed(s), medians; {criterion.describe()}; "
         f"budget {budget:,} env steps"
     )
     for column in ("config", "solved", "solve s", "steps to solve", "grad steps"):
@@ -182,14 +224,13 @@ def write_json(
     tuned: str,
     summary: dict[str, Any],
     records: list[RaceRecord],
+    criterion: SolveCriterion = CARTPOLE,
 ) -> None:
     payload = {
         "benchmark": benchmark,
         "settings": settings
+        | criterion.settings()
         | {
-            "target_return": TARGET_RETURN,
-            "eval_every_steps": EVAL_EVERY,
-            "eval_episodes": EVAL_EPISODES,
             "shoal_tuned": tuned,
             "shoal_tuned_config": to_dict(build_config(tuned=tuned)),
         },
@@ -202,9 +243,17 @@ def write_json(
     print(f"wrote {path}")
 
 
-def finish(started: float, summary: dict[str, Any], algo: str, seeds: int, budget: int) -> int:
+def finish(
+    started: float,
+    summary: dict[str, Any],
+    algo: str,
+    env_id: str,
+    seeds: int,
+    budget: int,
+    criterion: SolveCriterion = CARTPOLE,
+) -> int:
     """Print the report; the exit status: 0 when every target passes, else 1."""
     print()
-    print_report(summary, algo, seeds, budget)
+    print_report(summary, algo, env_id, seeds, budget, criterion)
     print(f"benchmark took {time.perf_counter() - started:.0f} s")
     return 0 if all(c["pass"] for c in summary["checks"].values()) else 1

@@ -198,6 +198,29 @@ class ModelConfig:
             )
 
 
+@dataclass(frozen=True)
+class NoiseConfig:
+    """Exploration noise added to a deterministic actor's actions (DDPG, TD3, D4PG), in the
+    unit box the actor works in (1.0 = half the range of the env's action bounds)."""
+
+    kind: Literal["gaussian", "ou"] = "gaussian"
+    """gaussian: independent N(0, scale^2) per step; ou: scale times an Ornstein-Uhlenbeck
+    process, temporally correlated (the DDPG paper's choice)."""
+    scale: float = 0.1
+    """Standard deviation of Gaussian noise, or the factor on the OU process (reference 004's
+    noise_scale)."""
+    theta: float = 0.15
+    """OU mean reversion per step (reference 004's exploration_theta)."""
+    sigma: float = 0.2
+    """OU step standard deviation (reference 004's exploration_sigma)."""
+
+    def __post_init__(self) -> None:
+        check_choices(self)
+        check(self, "scale", self.scale >= 0, "must be >= 0")
+        check(self, "theta", 0 <= self.theta <= 1, "must be in [0, 1]")
+        check(self, "sigma", self.sigma >= 0, "must be >= 0")
+
+
 def to_dict(config: Any) -> dict[str, Any]:
     """A JSON-ready dict of a (nested) config dataclass."""
     return dataclasses.asdict(config)

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from shoal.algos import a2c, dqn, pg, ppo, tabular, trpo
+from shoal.algos import a2c, d4pg, ddpg, dqn, pg, ppo, sac, tabular, td3, trpo
 from shoal.config import from_dict
 from shoal.errors import ConfigError, ShoalError
 
@@ -92,6 +92,46 @@ for _name, _head, _summary in (
         _summary,
         "Discrete",
         {"value_head": _head} if _head != "q" else {},
+    )
+
+
+# The off-policy actor-critics for continuous control.
+for _name, _module, _config, _algorithm, _summary, _spaces in (
+    (
+        "ddpg",
+        ddpg,
+        ddpg.DDPGConfig,
+        ddpg.DDPG,
+        "DDPG: deterministic actor, Q critic, target networks, Gaussian or OU exploration",
+        "Box (bounded)",
+    ),
+    (
+        "td3",
+        td3,
+        td3.TD3Config,
+        td3.TD3,
+        "TD3: DDPG with twin critics, delayed policy updates and target policy smoothing",
+        "Box (bounded)",
+    ),
+    (
+        "sac",
+        sac,
+        sac.SACConfig,
+        sac.SAC,
+        "Soft Actor-Critic with automatic entropy tuning; discrete-action variant",
+        "Box (bounded), Discrete",
+    ),
+    (
+        "d4pg",
+        d4pg,
+        d4pg.D4PGConfig,
+        d4pg.D4PG,
+        "D4PG: DDPG with a categorical (C51) critic and n-step returns",
+        "Box (bounded)",
+    ),
+):
+    ALGORITHMS[_name] = AlgorithmSpec(
+        _name, _config, _algorithm, _module.build_model, _summary, _spaces
     )
 
 

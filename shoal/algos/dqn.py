@@ -10,14 +10,13 @@ value kinds of `shoal.nn.q_network`.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import gymnasium as gym
 import torch
 
-from shoal.collect import EnvRunner, LocalSampler
+from shoal.algos.off_policy import ReplayAlgorithm
 from shoal.config import (
     EnvConfig,
     ModelConfig,
@@ -27,14 +26,11 @@ from shoal.config import (
     check_choices,
     check_positive,
 )
-from shoal.data.prioritized import Priorities, ProportionalPriorities, RankBasedPriorities
-from shoal.data.replay import ReplayBuffer
 from shoal.errors import NaNLossError
 from shoal.losses import bootstrap_discount, n_step_return
 from shoal.nn.q_network import QNetwork, make_value_kind
-from shoal.policy import ActorPolicy
+from shoal.nn.target import frozen_copy, soft_update
 from shoal.train.schedules import linear
-from shoal.train.seeding import derive_seed
 from shoal.types import ReplayBatch
 
 
@@ -142,23 +138,13 @@ def build_model(config: DQNConfig, obs_space: gym.Space, action_space: gym.Space
     return QNetwork(obs_space, action_space, config, make_value_kind(config))
 
 
-def make_priorities(config: DQNConfig, num_envs: int) -> Priorities | None:
-    """The replay's priority structure, over the buffer's whole rows of ``num_envs``."""
-    capacity = -(-config.buffer_size // num_envs) * num_envs
-    if config.replay == "proportional":
-        return ProportionalPriorities(capacity, config.priority_alpha)
-    if config.replay == "rank":
-        return RankBasedPriorities(capacity, config.priority_alpha)
-    return None
-
-
 class DQNLearner:
     """Online and target Q-networks, the optimizer, and one gradient step on a replay batch."""
 
     def __init__(self, config: DQNConfig, obs_space: gym.Space, action_space: gym.Space):
         self.config = config
         self.online = build_model(config, obs_space, action_space)
-        self.target = copy.deepcopy(self.online).requires_grad_(False)
+        self.target = frozen_copy(self.online)
         self.kind = self.online.kind
         self.parameters = list(self.online.parameters())
         optim = config.optim
@@ -203,14 +189,12 @@ class DQNLearner:
         q_taken = self.kind.q_values(out_taken.detach().unsqueeze(1)).squeeze(1)
         return {"loss/td": loss.detach(), "train/q_mean": q_taken.mean()}, priorities
 
-    @torch.no_grad()
     def _update_target(self) -> None:
-        if self.config.tau == 1.0:
-            self.target.load_state_dict(self.online.state_dict())
-            return
-        pairs = zip(self.target.parameters(), self.online.parameters(), strict=True)
-        for target, online in pairs:
-            target.lerp_(online, self.config.tau)
+        soft_update(list(self.target.parameters()), self.parameters, self.config.tau)
+
+    @property
+    def policy_network(self) -> QNetwork:
+        return self.online
 
     def set_exploration(self, epsilon: float, temperature: float) -> None:
         self.online.epsilon.fill_(epsilon)
@@ -237,110 +221,20 @@ class DQNLearner:
         self.grad_steps = int(state["grad_steps"])
 
 
-class DQN:
-    """One iteration: act for ``rollout_steps`` vector steps, store them, learn from replay."""
+class DQN(ReplayAlgorithm):
+    """One iteration: act for ``rollout_steps`` vector steps with annealed exploration, store
+    them, learn from replay (`ReplayAlgorithm`)."""
 
     def __init__(self, config: DQNConfig):
-        self.config = config
-        runner = EnvRunner(
-            config.env,
-            lambda obs_space, action_space: build_model(config, obs_space, action_space),
-            config.rollout_steps,
-            seed=derive_seed(config.run.seed, "env", 0),
-        )
-        self.sampler = LocalSampler(runner)
-        env = runner.env
-        self.learner = DQNLearner(config, env.observation_space, env.action_space)
-        mask_dim = None if env.action_mask is None else int(env.action_space.n)
-        self.replay = ReplayBuffer(
-            config.buffer_size,
-            env.num_envs,
-            env.observation_space,
-            env.action_space,
-            n_step=config.n_step,
-            action_mask_dim=mask_dim,
-            priorities=make_priorities(config, env.num_envs),
-            seed=derive_seed(config.run.seed, "replay", 0),
-        )
-        self.env_steps = 0
-        self.iteration = 0
+        super().__init__(config, DQNLearner, build_model)
 
-    def _progress(self, horizon: int) -> float:
-        return min(1.0, self.env_steps / horizon)
-
-    def train_iteration(self) -> dict[str, float]:
+    def explore(self) -> dict[str, float]:
         cfg = self.config
-        explore = self._progress(cfg.exploration_steps)
+        explore = self.progress(cfg.exploration_steps)
         epsilon = linear(cfg.epsilon_start, cfg.epsilon_end, explore)
         temperature = linear(cfg.temperature_start, cfg.temperature_end, explore)
         self.learner.set_exploration(epsilon, temperature)
-        self.sampler.set_weights(self.learner.get_weights())
-        rollout, episodes = self.sampler.sample()
-        self.replay.extend(
-            rollout.obs.numpy(),
-            rollout.actions.numpy(),
-            rollout.rewards.numpy(),
-            rollout.terminated.numpy(),
-            rollout.truncated.numpy(),
-            rollout.valid.numpy(),
-            None if rollout.action_mask is None else rollout.action_mask.numpy(),
-        )
-        self.env_steps += rollout.rewards.numel()
-        self.iteration += 1
-        metrics: dict[str, float] = {"train/epsilon": epsilon}
+        metrics = {"train/epsilon": epsilon}
         if cfg.exploration == "boltzmann":
             metrics["train/temperature"] = temperature
-        if self.env_steps > cfg.learning_starts and self.replay.num_sampleable() > 0:
-            metrics.update(self._learn())
-        metrics.update(episodes.metrics())
         return metrics
-
-    def _learn(self) -> dict[str, float]:
-        cfg = self.config
-        anneal = cfg.optim.anneal_steps or cfg.run.total_steps
-        beta = cfg.priority_beta + (1.0 - cfg.priority_beta) * self._progress(anneal)
-        history = []
-        for _ in range(cfg.gradient_steps):
-            batch = self.replay.sample(cfg.batch_size, beta)
-            stats, priorities = self.learner.update(batch)
-            if cfg.replay != "uniform":
-                self.replay.update_priorities(batch.indices, priorities.numpy())
-            history.append(torch.stack(list(stats.values())))
-        means = torch.stack(history).mean(0).tolist()
-        metrics = dict(zip(stats, means, strict=True))
-        metrics["train/grad_steps"] = self.learner.grad_steps
-        if cfg.replay != "uniform":
-            metrics["train/beta"] = beta
-        return metrics
-
-    def policy(self) -> ActorPolicy:
-        return ActorPolicy(
-            copy.deepcopy(self.learner.online), self.sampler.obs_stats(), self.config.env.clip_obs
-        )
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "learner": self.learner.state_dict(),
-            "sampler": self.sampler.get_state(),
-            "replay": self.replay.state_dict() if self.config.save_replay else None,
-            "policy": {
-                "model": self.learner.online.state_dict(),
-                "obs_stats": self.sampler.obs_stats(),
-            },
-            "counters": {"env_steps": self.env_steps, "iteration": self.iteration},
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> bool:
-        """Restore; returns False when envs restarted (or the replay was not saved)."""
-        self.learner.load_state_dict(state["learner"])
-        self.sampler.set_weights(self.learner.get_weights())
-        self.env_steps = state["counters"]["env_steps"]
-        self.iteration = state["counters"]["iteration"]
-        replay_restored = state.get("replay") is not None
-        if replay_restored:
-            self.replay.load_state_dict(state["replay"])
-        fallback = derive_seed(self.config.run.seed, "env-restart", self.iteration)
-        return self.sampler.set_state(state["sampler"], fallback) and replay_restored
-
-    def close(self) -> None:
-        self.sampler.close()

@@ -133,6 +133,8 @@ class EnvRunner:
         state = {"env": env_state, "obs": np.array(self.obs)}
         if self.recurrent:
             state["policy_state"] = self.policy_state.clone()
+        if hasattr(self.model, "exploration_state"):  # e.g. an Ornstein-Uhlenbeck process
+            state["exploration"] = self.model.exploration_state()
         return state
 
     def set_state(self, state: dict[str, Any], fallback_seed: int) -> bool:
@@ -146,6 +148,8 @@ class EnvRunner:
         self.obs = np.asarray(state["obs"]).copy()
         if self.recurrent:
             self.policy_state = state["policy_state"].clone()
+        if "exploration" in state:
+            self.model.load_exploration_state(state["exploration"])
         return True
 
     def close(self) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import difflib
+import os
+import sys
 from typing import Any
 
 import gymnasium as gym
@@ -148,6 +150,10 @@ def make_gym_vector_env(config: EnvConfig, render_mode: str | None = None) -> gy
         kwargs["max_episode_steps"] = config.max_episode_steps
     if render_mode is not None:
         kwargs["render_mode"] = render_mode
+        if render_mode != "human" and sys.platform.startswith("linux"):
+            # MuJoCo renders off-screen through MUJOCO_GL; unset, it tries a GLFW window and
+            # fails without a display, so default to headless EGL (what a user sets still wins).
+            os.environ.setdefault("MUJOCO_GL", "egl")
     vectorization = "vector_entry_point" if mode == "native" else mode
     return gym.make_vec(config.id, config.num_envs, vectorization_mode=vectorization, **kwargs)
 

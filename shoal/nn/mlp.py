@@ -58,9 +58,15 @@ class ParallelMLP(nn.Module):
         self.activation = ACTIVATIONS[activation]
         self.out_dim = in_dim
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``[N, in_dim]`` -> ``[members, N, out_dim]``."""
-        h = x.expand(self.members, *x.shape)
+    def forward(self, x: torch.Tensor, detach_weights: bool = False) -> torch.Tensor:
+        """``[N, in_dim]`` (or ``[members, N, in_dim]``) -> ``[members, N, out_dim]``.
+
+        ``detach_weights``: use the weights as constants, so gradients reach the input but not
+        the weights (an actor's loss through a critic, in the same backward pass as the
+        critic's own loss)."""
+        h = x.expand(self.members, *x.shape) if x.dim() == 2 else x
         for weight, bias in zip(self.weights, self.biases, strict=True):
+            if detach_weights:
+                weight, bias = weight.detach(), bias.detach()
             h = self.activation(torch.baddbmm(bias, h, weight))
         return h

@@ -1,0 +1,83 @@
+"""Deep Deterministic Policy Gradient (Lillicrap et al. 2015, arXiv:1509.02971).
+
+A deterministic actor ``mu(s)`` and a critic ``Q(s, a)``, both with slowly tracking target
+networks. The critic regresses toward ``r + gamma Q'(s', mu'(s'))``; the actor follows the
+critic's action gradient. Exploration adds Gaussian or Ornstein-Uhlenbeck noise to the actor's
+actions (reference 004's noise_scale, exploration_theta, exploration_sigma). n-step returns,
+prioritized replay, the Huber loss and L2 regularization of the critic are config fields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import gymnasium as gym
+import torch
+
+from shoal.algos.off_policy import (
+    ActorCriticCore,
+    ActorCriticLearner,
+    ActorCriticReplayConfig,
+    ReplayAlgorithm,
+)
+from shoal.config import NoiseConfig
+from shoal.losses.actor_critic import deterministic_actor_loss, ensemble_td_loss, twin_min_target
+from shoal.nn.actors import DeterministicActor
+from shoal.nn.critics import CriticEnsemble
+from shoal.types import ReplayBatch
+
+
+@dataclass(frozen=True)
+class DDPGConfig(ActorCriticReplayConfig):
+    """DDPG hyperparameters; the shared replay and network settings are documented on
+    `ActorCriticReplayConfig`."""
+
+    noise: NoiseConfig = field(default_factory=lambda: NoiseConfig(kind="ou"))
+    """Exploration noise on the actor's actions."""
+
+
+def build_model(config: DDPGConfig, obs_space: gym.Space, action_space: gym.Space):
+    return DeterministicActor(obs_space, action_space, config.model, config.noise)
+
+
+def deterministic_critic(
+    config: ActorCriticReplayConfig, obs_space: gym.Space, action_space: gym.Space, **kwargs
+) -> CriticEnsemble:
+    """A critic ensemble over (observation, unit-box action) inputs; ``kwargs`` give
+    ``out_dim`` and ``members``."""
+    return CriticEnsemble(obs_space, action_space.shape[0], model=config.model, **kwargs)
+
+
+class DDPGLearner(ActorCriticLearner):
+    def __init__(self, config: DDPGConfig, obs_space: gym.Space, action_space: gym.Space):
+        self.config = config
+        actor = build_model(config, obs_space, action_space)
+        critic = deterministic_critic(config, obs_space, action_space, out_dim=1, members=1)
+        self.core = ActorCriticCore(config, actor, critic, target_actor=True)
+
+    def update(self, batch: ReplayBatch) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        core = self.core
+        returns, discounts = core.bootstrap(batch)
+        with torch.no_grad():
+            next_actions = core.target_actor(batch.next_obs)
+            next_q = core.target_critic(batch.next_obs, next_actions).squeeze(-1)
+        target = twin_min_target(returns, discounts, next_q)
+        q = core.critic(batch.obs, core.unit_actions(batch.actions)).squeeze(-1)
+        critic_loss, priorities = ensemble_td_loss(
+            q, target, batch.weights, self.config.critic_loss
+        )
+        policy_q = core.critic(batch.obs, core.actor(batch.obs), detach_weights=True)
+        actor_loss = deterministic_actor_loss(policy_q[0, :, 0])
+        core.step(critic_loss + actor_loss)
+        core.update_targets()
+        metrics = {
+            "loss/critic": critic_loss.detach(),
+            "loss/actor": actor_loss.detach(),
+            "train/q_mean": q.detach().mean(),
+        }
+        return metrics, priorities
+
+
+class DDPG(ReplayAlgorithm):
+    def __init__(self, config: DDPGConfig):
+        super().__init__(config, DDPGLearner, build_model)

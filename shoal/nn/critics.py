@@ -1,0 +1,74 @@
+"""Q-function ensembles for the off-policy actor-critics, evaluated as one batched network.
+
+TD3 and SAC train two critics of the same shape on the same batch. Stacking their weights on a
+member axis (`ParallelMLP`) evaluates both with one batched matmul per layer, forward and
+backward, instead of two networks' worth of small operations: on the small networks of control
+tasks, per-operation overhead is a large part of an update.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import torch
+from torch import nn
+
+from shoal.config import ModelConfig
+from shoal.nn.actor_critic import ObsEncoding
+from shoal.nn.init import VALUE_GAIN, linear
+from shoal.nn.mlp import ParallelMLP
+
+
+class CriticEnsemble(nn.Module):
+    """``members`` critics: ``Q_m(s, a)`` for continuous actions (the input is the encoded
+    observation joined with the unit-box action) or ``Q_m(s, .)`` over discrete actions (the
+    input is the observation alone, one output per action).
+
+    Args:
+        obs_space: the observation space.
+        action_dim: size of continuous actions fed as input, or 0 for discrete actions.
+        out_dim: outputs per member: 1 (a Q-value), the number of discrete actions, or the
+            atoms of a distributional critic (D4PG).
+        model: hidden sizes and activation.
+        members: number of critics (2 for TD3 and SAC's clipped double-Q).
+    """
+
+    def __init__(
+        self,
+        obs_space: gym.Space,
+        action_dim: int,
+        out_dim: int,
+        model: ModelConfig,
+        members: int = 2,
+    ):
+        super().__init__()
+        self.encoding = ObsEncoding(obs_space)
+        self.members = members
+        self.body = ParallelMLP(
+            self.encoding.out_dim + action_dim, model.hidden, model.activation, members
+        )
+        weight = torch.stack(
+            [
+                linear(self.body.out_dim, out_dim, VALUE_GAIN).weight.detach().T
+                for _ in range(members)
+            ]
+        )
+        self.out_weight = nn.Parameter(weight.contiguous())
+        self.out_bias = nn.Parameter(torch.zeros(members, 1, out_dim))
+
+    def forward(
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor | None = None,
+        detach_weights: bool = False,
+    ) -> torch.Tensor:
+        """``[N, ...]`` observations (and ``[N, d]`` unit-box actions) -> ``[members, N,
+        out_dim]``. ``detach_weights``: gradients reach the inputs but not the weights (an
+        actor's loss through the critic)."""
+        x = self.encoding(obs)
+        if actions is not None:
+            x = torch.cat([x, actions], dim=-1)
+        h = self.body(x, detach_weights)
+        weight, bias = self.out_weight, self.out_bias
+        if detach_weights:
+            weight, bias = weight.detach(), bias.detach()
+        return torch.baddbmm(bias, h, weight)
