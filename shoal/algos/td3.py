@@ -93,7 +93,6 @@ class TD3Learner(ActorCriticLearner):
         }
         return metrics, priorities
 
-
     def state_dict(self) -> dict[str, Any]:
         return {**self.core.state_dict(), "actor_loss": self.actor_loss.detach().clone()}
 
