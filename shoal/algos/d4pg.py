@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import gymnasium as gym
 import torch
 
-from shoal.algos.ddpg import deterministic_critic
+from shoal.algos.ddpg import build_model, deterministic_critic
 from shoal.algos.off_policy import (
     ActorCriticCore,
     ActorCriticLearner,
@@ -25,7 +25,6 @@ from shoal.algos.off_policy import (
 from shoal.config import NoiseConfig, check
 from shoal.losses import categorical_projection, categorical_td_loss
 from shoal.losses.actor_critic import deterministic_actor_loss
-from shoal.nn.actors import DeterministicActor
 from shoal.types import ReplayBatch
 
 
@@ -49,10 +48,6 @@ class D4PGConfig(ActorCriticReplayConfig):
         super().__post_init__()
         check(self, "num_atoms", self.num_atoms >= 2, "must be >= 2")
         check(self, "v_max", self.v_max > self.v_min, f"must be > v_min = {self.v_min}")
-
-
-def build_model(config: D4PGConfig, obs_space: gym.Space, action_space: gym.Space):
-    return DeterministicActor(obs_space, action_space, config.model, config.noise)
 
 
 class D4PGLearner(ActorCriticLearner):

@@ -10,6 +10,7 @@ prioritized replay, the Huber loss and L2 regularization of the critic are confi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import gymnasium as gym
 import torch
@@ -36,7 +37,8 @@ class DDPGConfig(ActorCriticReplayConfig):
     """Exploration noise on the actor's actions."""
 
 
-def build_model(config: DDPGConfig, obs_space: gym.Space, action_space: gym.Space):
+def build_model(config: Any, obs_space: gym.Space, action_space: gym.Space) -> DeterministicActor:
+    """The deterministic actor of DDPG, TD3 and D4PG: any config with ``model`` and ``noise``."""
     return DeterministicActor(obs_space, action_space, config.model, config.noise)
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from shoal.algos.ddpg import deterministic_critic
+from shoal.algos.ddpg import build_model, deterministic_critic
 from shoal.algos.off_policy import (
     ActorCriticCore,
     ActorCriticLearner,
@@ -28,7 +28,6 @@ from shoal.losses.actor_critic import (
     smoothed_target_actions,
     twin_min_target,
 )
-from shoal.nn.actors import DeterministicActor
 from shoal.types import ReplayBatch
 
 
@@ -51,10 +50,6 @@ class TD3Config(ActorCriticReplayConfig):
         check_positive(self, "policy_delay")
         check(self, "target_noise", self.target_noise >= 0, "must be >= 0")
         check(self, "target_noise_clip", self.target_noise_clip >= 0, "must be >= 0")
-
-
-def build_model(config: TD3Config, obs_space: gym.Space, action_space: gym.Space):
-    return DeterministicActor(obs_space, action_space, config.model, config.noise)
 
 
 class TD3Learner(ActorCriticLearner):
