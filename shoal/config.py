@@ -117,6 +117,14 @@ class EnvConfig:
     action_mask: Literal["none", "info", "obs"] = "none"
     """Where the env reports legal actions: info["action_mask"] (e.g. Taxi-v3), or a Dict
     observation with keys "observation" and "action_mask" (the PettingZoo convention)."""
+    group: str | None = None
+    """Multi-agent envs: the agent group a shared-weight learner trains (None: the only one)."""
+    agent_id: bool = False
+    """Multi-agent envs: append a one-hot agent index to each agent's observation, so a
+    shared policy can still act differently per agent."""
+    global_state: bool = False
+    """Multi-agent envs: give the value function the env's global state (a centralized
+    critic, MAPPO) instead of the agent's own observation (IPPO); the policy never sees it."""
 
     def __post_init__(self) -> None:
         check(self, "id", bool(self.id), "must name an environment")

@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from shoal.algos import a2c, d4pg, ddpg, dqn, pg, ppo, sac, tabular, td3, trpo
-from shoal.config import from_dict
+from shoal.config import from_dict, replace
 from shoal.errors import ConfigError, ShoalError
 
 
@@ -28,12 +28,26 @@ class AlgorithmSpec:
     action_spaces: str
     defaults: dict[str, Any] = field(default_factory=dict)
     """Field values that differ from ``config_cls``'s defaults under this name, so that names
-    sharing one config class (``q-learning``, ``sarsa``, ... all use `TabularConfig`) start
-    from their own settings."""
+    sharing one config class (``q-learning``, ``sarsa``, ... all use `TabularConfig`; ``mappo``
+    is PPO with ``env.global_state``) start from their own settings. Dotted keys name fields
+    of nested blocks."""
 
     def default_config(self, **overrides: Any) -> Any:
-        """The config this name starts from: ``config_cls(**defaults, **overrides)``."""
-        return self.config_cls(**{**self.defaults, **overrides})
+        """The config this name starts from: ``config_cls()`` with ``defaults``, then
+        ``overrides`` (dotted keys allowed)."""
+        return replace(self.config_cls(), **{**self.defaults, **overrides})
+
+    def matches(self, config: Any) -> bool:
+        """``config`` is of this name's class and has every one of its default values."""
+        return isinstance(config, self.config_cls) and all(
+            _dotted(config, key) == value for key, value in self.defaults.items()
+        )
+
+
+def _dotted(config: Any, key: str) -> Any:
+    for part in key.split("."):
+        config = getattr(config, part)
+    return config
 
 
 ALGORITHMS: dict[str, AlgorithmSpec] = {
@@ -46,6 +60,27 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
         "Discrete, Box",
     ),
 }
+
+# Multi-agent PPO: shared weights over an agent group (each agent is a row of the batch, see
+# `shoal.envs.agents_as_batch`), with a centralized (MAPPO) or an own-observation (IPPO) critic.
+ALGORITHMS["mappo"] = AlgorithmSpec(
+    "mappo",
+    ppo.PPOConfig,
+    ppo.PPO,
+    ppo.build_model,
+    "Multi-agent PPO, shared weights, centralized value function on the global state",
+    "Discrete, Box (multi-agent envs)",
+    {"env.global_state": True, "env.agent_id": True},
+)
+ALGORITHMS["ippo"] = AlgorithmSpec(
+    "ippo",
+    ppo.PPOConfig,
+    ppo.PPO,
+    ppo.build_model,
+    "Independent PPO, shared weights, each agent's critic on its own observation",
+    "Discrete, Box (multi-agent envs)",
+    {"env.global_state": False, "env.agent_id": True},
+)
 
 ALGORITHMS["pg"] = AlgorithmSpec(
     "pg",
@@ -161,12 +196,7 @@ def get_algorithm(name: str) -> AlgorithmSpec:
 def algorithm_for_config(config: Any) -> AlgorithmSpec:
     """The spec of ``config``'s class whose ``defaults`` it matches, the most specific one
     where several do (a `TabularConfig` with method sarsa is ``sarsa``, not ``tabular``)."""
-    matches = [
-        spec
-        for spec in ALGORITHMS.values()
-        if isinstance(config, spec.config_cls)
-        and all(getattr(config, key) == value for key, value in spec.defaults.items())
-    ]
+    matches = [spec for spec in ALGORITHMS.values() if spec.matches(config)]
     if matches:
         return max(matches, key=lambda spec: len(spec.defaults))
     raise ShoalError(f"{type(config).__name__} is not the config of a registered algorithm")
@@ -183,7 +213,7 @@ class TunedExample:
 
     def build_config(self) -> Any:
         spec = get_algorithm(self.algo)
-        return from_dict(spec.config_cls, {**spec.defaults, **self.config}, path=self.name)
+        return from_dict(spec.config_cls, self.config, path=self.name, base=spec.default_config())
 
 
 def tuned_dir() -> Path:

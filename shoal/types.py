@@ -32,6 +32,9 @@ class StepResult(NamedTuple):
     episode_lengths: np.ndarray
     action_mask: np.ndarray | None = None
     """``[B, A]`` bool legal actions at ``obs`` when the env reports them (else None)."""
+    episode_agents: np.ndarray | None = None
+    """Multi-agent envs seen as a batch of agents (`shoal.envs.agents_as_batch`): the agent
+    index of each entry of ``episode_returns`` (else None)."""
 
 
 class Rollout(NamedTuple):
@@ -64,17 +67,27 @@ class Rollout(NamedTuple):
 class EpisodeStats(NamedTuple):
     returns: np.ndarray
     lengths: np.ndarray
+    agents: np.ndarray | None = None
+    """Agent index of each episode when the env's batch rows are agents (else None)."""
+    agent_names: tuple[str, ...] | None = None
 
     def metrics(self) -> dict[str, float]:
         """``episode/return``, ``episode/length`` (means) and ``episode/count``; empty when no
-        episode ended."""
+        episode ended. Multi-agent envs add ``episode/return/<agent>`` for every agent, as
+        team means hide an agent that learned nothing (reference 000)."""
         if not self.returns.size:
             return {}
-        return {
+        metrics = {
             "episode/return": float(self.returns.mean()),
             "episode/length": float(self.lengths.mean()),
             "episode/count": int(self.returns.size),
         }
+        if self.agents is not None and self.agent_names is not None:
+            for index, name in enumerate(self.agent_names):
+                mine = self.returns[self.agents == index]
+                if mine.size:
+                    metrics[f"episode/return/{name}"] = float(mine.mean())
+        return metrics
 
 
 class ReplayBatch(NamedTuple):

@@ -146,8 +146,10 @@ class OnPolicyAlgorithm:
     def sample(self) -> tuple[Rollout, EpisodeStats]:
         """The next rollout, counted."""
         rollout, episodes = self.sampler.sample()
-        self.env_steps += rollout.rewards.numel()
-        self.episodes += episodes.returns.size
+        # Multi-agent envs have a row per (env, agent): count env steps and env episodes.
+        agents = self.sampler.runner.env.agents_per_env
+        self.env_steps += rollout.rewards.numel() // agents
+        self.episodes += episodes.returns.size // agents
         self.iteration += 1
         return rollout, episodes
 

@@ -81,7 +81,7 @@ class EnvRunner:
         if self.recurrent:
             return self._sample_recurrent()
         storage, env, model = self.storage, self.env, self.model
-        returns, lengths = [], []
+        returns, lengths, agents = [], [], []
         masked = storage.action_mask is not None
         for t in range(self.num_steps):
             obs = storage.write_obs(t, self.obs)
@@ -95,9 +95,11 @@ class EnvRunner:
             if result.episode_returns.size:
                 returns.append(result.episode_returns)
                 lengths.append(result.episode_lengths)
+                if result.episode_agents is not None:
+                    agents.append(result.episode_agents)
         last_obs = torch.as_tensor(self.obs, dtype=storage.obs.dtype)
         rollout = storage.rollout(last_values=model.value(last_obs))
-        return rollout, EpisodeStats(_concat(returns), _concat(lengths, np.int64))
+        return rollout, self._episodes(returns, lengths, agents)
 
     def _sample_recurrent(self) -> tuple[Rollout, EpisodeStats]:
         """`sample` for recurrent models: the state goes from step to step and is zeroed for
@@ -105,7 +107,7 @@ class EnvRunner:
         episode, starts from zeros. (The autoreset step itself still sees the old episode's
         state: its observation is that episode's final one, whose value bootstraps it.)"""
         storage, env, model = self.storage, self.env, self.model
-        returns, lengths = [], []
+        returns, lengths, agents = [], [], []
         initial = state = self.policy_state
         for t in range(self.num_steps):
             out, state = model.step(storage.write_obs(t, self.obs), state)
@@ -118,10 +120,22 @@ class EnvRunner:
             if result.episode_returns.size:
                 returns.append(result.episode_returns)
                 lengths.append(result.episode_lengths)
+                if result.episode_agents is not None:
+                    agents.append(result.episode_agents)
         self.policy_state = state
         last_obs = torch.as_tensor(self.obs, dtype=storage.obs.dtype)
         rollout = storage.rollout(model.step_value(last_obs, state), policy_state=initial)
-        return rollout, EpisodeStats(_concat(returns), _concat(lengths, np.int64))
+        return rollout, self._episodes(returns, lengths, agents)
+
+    def _episodes(self, returns: list, lengths: list, agents: list) -> EpisodeStats:
+        """The finished episodes of a rollout; per agent when the env's rows are agents."""
+        names = getattr(self.env, "agent_names", None)
+        return EpisodeStats(
+            _concat(returns),
+            _concat(lengths, np.int64),
+            _concat(agents, np.int64) if names is not None else None,
+            names,
+        )
 
     def get_state(self) -> dict[str, Any]:
         """Env state and the pending observation; ``env`` is None when it cannot be saved.

@@ -6,6 +6,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from shoal.envs.agents_as_batch import split_observation
 from shoal.errors import UnsupportedSpaceError
 from shoal.nn.actor_critic import ActOutput
 from shoal.types import Rollout, StepResult
@@ -22,6 +23,9 @@ def space_layout(space: gym.Space) -> tuple[tuple[int, ...], torch.dtype]:
     if isinstance(space, gym.spaces.Box):
         dtype = torch.uint8 if space.dtype == np.uint8 else torch.float32
         return tuple(space.shape), dtype
+    split = split_observation(space)
+    if split is not None:  # actor and critic parts, stored as one flat row
+        return (sum(split),), torch.float32
     raise UnsupportedSpaceError(f"space {space} cannot be stored; supported: Box and Discrete")
 
 

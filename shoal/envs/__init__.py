@@ -2,8 +2,10 @@
 
 from shoal.envs.base import VectorEnv, VectorEnvWrapper
 from shoal.envs.gym import GymVectorEnv, env_spec, make_env
+from shoal.envs.matrix_games import TWO_STEP_ID as _TWO_STEP_ID  # noqa: F401 (registers it)
 from shoal.envs.memory import register as _register_memory
 from shoal.envs.normalize import NormalizeObservation, NormalizeReward, RunningMeanStd
+from shoal.envs.particles import ParticleEnv
 
 _register_memory()
 
@@ -11,6 +13,7 @@ __all__ = [
     "GymVectorEnv",
     "NormalizeObservation",
     "NormalizeReward",
+    "ParticleEnv",
     "RunningMeanStd",
     "VectorEnv",
     "VectorEnvWrapper",

@@ -16,7 +16,8 @@ class VectorEnv(Protocol):
 
     Spaces describe one environment; arrays carry a leading ``[num_envs]`` axis. Autoreset
     follows Gymnasium's next-step convention, described on `shoal.types.StepResult`.
-    Multi-agent environments (a later issue) add per-group arrays ``[num_envs, N_group, ...]``.
+    Multi-agent environments (`shoal.envs.multi_agent`) enter as `AgentsAsBatch`, one row per
+    (env, agent) pair.
     """
 
     num_envs: int
@@ -24,6 +25,11 @@ class VectorEnv(Protocol):
     action_space: gym.Space
     action_mask: np.ndarray | None
     """``[B, A]`` bool legal actions at the latest observation, None when the env has none."""
+    agents_per_env: int
+    """Rows per environment: 1, or the agents of a multi-agent env seen as a batch of agents
+    (`shoal.envs.agents_as_batch`), whose ``num_envs`` counts (env, agent) rows."""
+    agent_names: tuple[str, ...] | None
+    """Names of the agents of each environment's rows (None for single-agent envs)."""
 
     def reset(self, seed: int | None = None) -> np.ndarray: ...
 
@@ -49,6 +55,8 @@ class VectorEnvWrapper:
         self.num_envs = env.num_envs
         self.observation_space = env.observation_space
         self.action_space = env.action_space
+        self.agents_per_env = getattr(env, "agents_per_env", 1)
+        self.agent_names = getattr(env, "agent_names", None)
 
     @property
     def action_mask(self) -> np.ndarray | None:

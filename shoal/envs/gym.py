@@ -11,7 +11,9 @@ import gymnasium as gym
 import numpy as np
 
 from shoal.config import EnvConfig
+from shoal.envs.agents_as_batch import AgentsAsBatch
 from shoal.envs.base import VectorEnv
+from shoal.envs.multi_agent import is_multi_agent_id, make_multi_agent_env
 from shoal.envs.normalize import NormalizeObservation, NormalizeReward
 from shoal.envs.snapshot import capture_env_state, restore_env_state
 from shoal.errors import ConfigError, UnknownEnvError
@@ -21,6 +23,9 @@ from shoal.types import StepResult
 class GymVectorEnv:
     """Wraps a Gymnasium vector env: records episode statistics, marks autoreset steps and
     clips continuous actions to the action bounds (the one place where that happens)."""
+
+    agents_per_env = 1
+    agent_names = None
 
     def __init__(self, env: gym.vector.VectorEnv, action_mask: str = "none"):
         mode = env.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP)
@@ -161,8 +166,17 @@ def make_gym_vector_env(config: EnvConfig, render_mode: str | None = None) -> gy
 def make_env(
     config: EnvConfig, seed: int | None = None, render_mode: str | None = None
 ) -> VectorEnv:
-    """Build the vector env described by ``config``, normalized as asked, and reset it."""
-    env: VectorEnv = GymVectorEnv(make_gym_vector_env(config, render_mode), config.action_mask)
+    """Build the vector env described by ``config``, normalized as asked, and reset it.
+    Multi-agent env ids (`shoal.envs.multi_agent`) come as one row per (env, agent) pair."""
+    if is_multi_agent_id(config.id):
+        env: VectorEnv = AgentsAsBatch(
+            make_multi_agent_env(config, render_mode),
+            config.group,
+            config.agent_id,
+            config.global_state,
+        )
+    else:
+        env = GymVectorEnv(make_gym_vector_env(config, render_mode), config.action_mask)
     if config.normalize_obs:
         env = NormalizeObservation(env, clip=config.clip_obs)
     if config.normalize_reward:

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from shoal.envs.agents_as_batch import split_observation
 from shoal.envs.base import VectorEnv, VectorEnvWrapper
 from shoal.types import StepResult
 
@@ -55,7 +56,8 @@ class NormalizeObservation(VectorEnvWrapper):
 
     def __init__(self, env: VectorEnv, clip: float = 10.0):
         super().__init__(env)
-        self.stats = RunningMeanStd(env.observation_space.shape)
+        split = split_observation(env.observation_space)  # actor and critic parts, one row
+        self.stats = RunningMeanStd((sum(split),) if split else env.observation_space.shape)
         self.clip = clip
         self.training = True
 

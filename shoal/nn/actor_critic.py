@@ -10,7 +10,8 @@ import torch
 from torch import nn
 
 from shoal.config import ModelConfig
-from shoal.errors import UnsupportedSpaceError
+from shoal.envs.agents_as_batch import split_observation
+from shoal.errors import ConfigError, UnsupportedSpaceError
 from shoal.nn.distributions import Categorical, DiagGaussian
 from shoal.nn.heads import CategoricalHead, GaussianHead, ValueHead
 from shoal.nn.mlp import MLP, ParallelMLP
@@ -58,13 +59,27 @@ def policy_head(action_space: gym.Space, in_dim: int, config: ModelConfig) -> nn
 class ActorCritic(nn.Module):
     """Policy and value function over MLP encoders, shared or separate.
 
-    Separate actor and critic encoders are evaluated together as one `ParallelMLP`.
+    Separate actor and critic encoders are evaluated together as one `ParallelMLP`. An
+    observation with a critic-only part (`shoal.envs.agents_as_batch.split_observation`, e.g.
+    MAPPO's global state) feeds its actor part to the actor encoder and its critic part to the
+    critic encoder; the two are zero-padded to one width so they still run as one batched
+    network (the padding meets zero-effect columns, not extra parameters that matter).
     """
 
     def __init__(self, obs_space: gym.Space, action_space: gym.Space, config: ModelConfig):
         super().__init__()
-        self.encoding = ObsEncoding(obs_space)
-        in_dim = self.encoding.out_dim
+        self.split = split_observation(obs_space)
+        if self.split is not None:
+            if config.shared_trunk:
+                raise ConfigError(
+                    "model.shared_trunk cannot be combined with a critic-only observation "
+                    "part (env.global_state): the actor must not see the global state"
+                )
+            self.encoding = None
+            in_dim = max(self.split)
+        else:
+            self.encoding = ObsEncoding(obs_space)
+            in_dim = self.encoding.out_dim
         self.shared_trunk = config.shared_trunk
         if config.shared_trunk:
             self.body: nn.Module = MLP(in_dim, config.hidden, config.activation)
@@ -73,8 +88,20 @@ class ActorCritic(nn.Module):
         self.policy_head = policy_head(action_space, self.body.out_dim, config)
         self.value_head = ValueHead(self.body.out_dim)
 
+    def _split_inputs(self, obs: torch.Tensor) -> torch.Tensor:
+        """``[2, N, width]``: the actor part and the critic part, zero-padded to one width."""
+        actor_dim, critic_dim = self.split
+        width = max(actor_dim, critic_dim)
+        x = obs.float()
+        actor = nn.functional.pad(x[:, :actor_dim], (0, width - actor_dim))
+        critic = nn.functional.pad(x[:, actor_dim:], (0, width - critic_dim))
+        return torch.stack([actor, critic])
+
     def features(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Actor and critic features of a batch of observations ``[N, ...]``."""
+        if self.split is not None:
+            actor_features, critic_features = self.body(self._split_inputs(obs)).unbind(0)
+            return actor_features, critic_features
         features = self.body(self.encoding(obs))
         if self.shared_trunk:
             return features, features

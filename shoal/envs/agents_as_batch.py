@@ -1,0 +1,167 @@
+"""A multi-agent env seen as a single-agent vector env whose batch is (env, agent) pairs.
+
+Shared-weight learners (reference 000's "PPO with shared weights", IPPO, MAPPO) treat every
+agent of a group as one more row of the batch: DESIGN.md's ``[T, B, N, ...]`` flattened to
+``[T, B*N, ...]``. `AgentsAsBatch` does that flattening once, at the env boundary, so PPO's
+runner, storage, return estimators, update, checkpoints and evaluation work unchanged.
+
+Observations per row are the agent's own observation, optionally followed by a one-hot agent
+index (``env.agent_id``). With ``env.global_state`` the observation space becomes a
+``Dict(actor=..., critic=...)`` whose arrays are the flat concatenation of the two parts: the
+actor part is what the agent sees, the critic part is the env's global state (plus the agent
+one-hot), which only the value function reads (MAPPO's centralized critic; the actor never
+sees it, so execution stays decentralized).
+
+An agent that is done while its env continues is masked: its rows are marked as autoreset
+steps (not real transitions), exactly like the step that resets a finished single-agent env.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from shoal.envs.multi_agent import MultiAgentStep, MultiAgentVectorEnv
+from shoal.errors import ConfigError, UnsupportedSpaceError
+from shoal.types import StepResult
+
+
+def split_observation(space: gym.Space) -> tuple[int, int] | None:
+    """``(actor features, critic features)`` of an observation space with a critic-only part
+    (a ``Dict`` with keys ``actor`` and ``critic``), else None."""
+    if isinstance(space, gym.spaces.Dict) and set(space.spaces) == {"actor", "critic"}:
+        return int(np.prod(space["actor"].shape)), int(np.prod(space["critic"].shape))
+    return None
+
+
+class AgentsAsBatch:
+    """`VectorEnv` over the ``B * N`` (env, agent) pairs of one agent group.
+
+    Args:
+        env: the multi-agent vector env.
+        group: the group to present (None: the env's only group).
+        agent_id: append a one-hot agent index to each agent's observation (and critic input).
+        global_state: add the env's global state as a critic-only observation part.
+    """
+
+    def __init__(
+        self,
+        env: MultiAgentVectorEnv,
+        group: str | None = None,
+        agent_id: bool = False,
+        global_state: bool = False,
+    ):
+        if group is None:
+            if len(env.groups) != 1:
+                raise ConfigError(
+                    f"this env has agent groups {list(env.groups)}; shared-weight learners "
+                    "train one group: set env.group to one of them"
+                )
+            group = next(iter(env.groups))
+        if group not in env.groups:
+            raise ConfigError(f"env.group {group!r} is not one of {list(env.groups)}")
+        others = [name for name in env.groups if name != group]
+        if others:
+            raise ConfigError(
+                f"env.group {group!r}: the other groups {others} would have no policy; "
+                "shared-weight learners need an env with a single group"
+            )
+        spec = env.groups[group]
+        if not isinstance(spec.observation_space, gym.spaces.Box):
+            raise UnsupportedSpaceError(
+                f"agent observation space {spec.observation_space} is not supported; "
+                "shared-weight learners need Box observations"
+            )
+        if global_state and env.state_space is None:
+            raise ConfigError("env.global_state is on but this env provides no global state")
+        self.env, self.group = env, group
+        self.agents_per_env = spec.size
+        self.agent_names = spec.agents
+        self.num_envs = env.num_envs * spec.size
+        self.action_space = spec.action_space
+        self._ids = np.eye(spec.size, dtype=np.float32) if agent_id else None
+        self._global_state = global_state
+        actor_dim = int(np.prod(spec.observation_space.shape)) + (spec.size if agent_id else 0)
+        actor_space = gym.spaces.Box(-np.inf, np.inf, (actor_dim,), np.float32)
+        self.observation_space: gym.Space = actor_space
+        if global_state:
+            critic_dim = int(np.prod(env.state_space.shape)) + (spec.size if agent_id else 0)
+            critic_space = gym.spaces.Box(-np.inf, np.inf, (critic_dim,), np.float32)
+            self.observation_space = gym.spaces.Dict(actor=actor_space, critic=critic_space)
+        self.action_mask: np.ndarray | None = None
+        self._returns = np.zeros(self.num_envs)
+        self._lengths = np.zeros(self.num_envs, np.int64)
+
+    def _rows(self, obs: dict[str, np.ndarray], state: np.ndarray | None) -> np.ndarray:
+        """``[B * N, features]`` observations: own observation, agent one-hot, critic part."""
+        own = obs[self.group].astype(np.float32, copy=False)
+        batch, agents = own.shape[:2]
+        parts = [own.reshape(batch, agents, -1)]
+        ids = None
+        if self._ids is not None:
+            ids = np.broadcast_to(self._ids, (batch, agents, agents))
+            parts.append(ids)
+        if self._global_state:
+            parts.append(np.broadcast_to(state[:, None, :], (batch, agents, state.shape[-1])))
+            if ids is not None:
+                parts.append(ids)
+        return np.concatenate(parts, axis=-1).reshape(batch * agents, -1)
+
+    def _set_mask(self, mask: dict[str, np.ndarray] | None) -> None:
+        self.action_mask = None if mask is None else mask[self.group].reshape(self.num_envs, -1)
+
+    def reset(self, seed: int | None = None) -> np.ndarray:
+        obs, state = self.env.reset(seed=seed)
+        self._returns[:] = 0.0
+        self._lengths[:] = 0
+        self._set_mask(getattr(self.env, "action_mask", None))
+        return self._rows(obs, state)
+
+    def step(self, actions: np.ndarray) -> StepResult:
+        batch, agents = self.env.num_envs, self.agents_per_env
+        actions = np.asarray(actions).reshape(batch, agents, *self.action_space.shape)
+        result: MultiAgentStep = self.env.step({self.group: actions})
+        flat = {
+            name: getattr(result, name)[self.group].reshape(-1)
+            for name in ("rewards", "terminated", "truncated", "active")
+        }
+        # An agent's episode ends at its own terminal or truncated step: report its return
+        # there, from what it collected while active.
+        self._returns += flat["rewards"]
+        self._lengths += flat["active"]
+        done = np.flatnonzero(flat["terminated"] | flat["truncated"])
+        returns, lengths = self._returns[done].copy(), self._lengths[done].copy()
+        self._returns[done] = 0.0
+        self._lengths[done] = 0
+        self._set_mask(result.action_mask)
+        return StepResult(
+            obs=self._rows(result.obs, result.state),
+            reward=flat["rewards"].astype(np.float32, copy=False),
+            terminated=flat["terminated"],
+            truncated=flat["truncated"],
+            autoreset=~flat["active"],
+            episode_returns=returns,
+            episode_lengths=lengths,
+            action_mask=self.action_mask,
+            episode_agents=done % agents,
+        )
+
+    def get_state(self) -> dict[str, Any]:
+        return {
+            "env": self.env.get_state(),
+            "returns": self._returns.copy(),
+            "lengths": self._lengths.copy(),
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.env.set_state(state["env"])
+        self._returns[:] = state["returns"]
+        self._lengths[:] = state["lengths"]
+
+    def render(self) -> np.ndarray | None:
+        return self.env.render()
+
+    def close(self) -> None:
+        self.env.close()

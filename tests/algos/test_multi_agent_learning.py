@@ -1,0 +1,43 @@
+"""Fixed-seed learning test of multi-agent PPO: MAPPO beats a random policy on the built-in
+cooperative navigation (shoal/spread-v0) by a clear margin within a CI-sized budget."""
+
+import numpy as np
+import pytest
+
+import shoal
+from shoal.config import EnvConfig
+from shoal.train.evaluate import evaluate
+
+pytestmark = pytest.mark.learning
+
+MARGIN = 5.0
+"""Required gain in mean per-agent episode return over uniformly random actions (measured here:
+random -32.6, MAPPO -19.6 after 102k env steps)."""
+
+
+class RandomPolicy:
+    def __init__(self, num_actions: int, seed: int):
+        self.num_actions = num_actions
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, obs, deterministic=True):
+        return self.rng.integers(self.num_actions, size=len(obs))
+
+
+def test_mappo_beats_random_on_spread(tmp_path):
+    env_config = EnvConfig(id="shoal/spread-v0", num_envs=64, agent_id=True, global_state=True)
+    env = shoal.make_env(env_config)
+    random_return = evaluate(RandomPolicy(5, seed=1), env, seed=2024)["eval/return"]
+
+    result = shoal.train(
+        tuned="mappo-spread",
+        seed=0,
+        run_dir=str(tmp_path / "run"),
+        total_steps=102_400,
+        **{"run.eval_every_steps": 0, "run.checkpoint_every_steps": 0, "run.console": False,
+           "run.tensorboard": False},
+    )  # fmt: skip
+    trained = evaluate(shoal.load(result.run_dir), env, seed=2024)["eval/return"]
+    env.close()
+    print(f"random {random_return:.2f}, MAPPO after 102k env steps {trained:.2f}")
+    assert trained >= random_return + MARGIN, (trained, random_return)
