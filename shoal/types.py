@@ -105,7 +105,8 @@ class ReplayBatch(NamedTuple):
     obs: torch.Tensor
     actions: torch.Tensor
     rewards: torch.Tensor
-    """``[N, n]`` float32 rewards of the window, zero after the episode's last step."""
+    """``[N, n]`` float32 rewards of the window (``[N, n, *reward_shape]`` for per-agent
+    rewards), zero after the episode's last step."""
     steps: torch.Tensor
     """``[N]`` int64 number of real steps ``K`` in the window (1..n)."""
     terminated: torch.Tensor

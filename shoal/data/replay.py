@@ -47,6 +47,8 @@ class ReplayBuffer:
             positions, or a callable making one from that capacity (e.g.
             ``functools.partial(ProportionalPriorities, alpha=0.6)``); None samples uniformly.
         seed: seed of the buffer's own sampling generator.
+        reward_shape: shape of one step's reward beyond the env axis, e.g. ``(N,)`` for one
+            reward per agent (MADDPG); ``()`` for a scalar.
     """
 
     def __init__(
@@ -59,6 +61,7 @@ class ReplayBuffer:
         action_mask_dim: int | None = None,
         priorities: Priorities | Callable[[int], Priorities] | None = None,
         seed: int = 0,
+        reward_shape: tuple[int, ...] = (),
     ):
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
@@ -88,7 +91,7 @@ class ReplayBuffer:
         action_shape, action_dtype = space_layout(action_space)
         self.obs = np.zeros(size + obs_shape, _numpy_dtype(obs_dtype))
         self.actions = np.zeros(size + action_shape, _numpy_dtype(action_dtype))
-        self.rewards = np.zeros(size, np.float32)
+        self.rewards = np.zeros(size + tuple(reward_shape), np.float32)
         self.terminated = np.zeros(size, bool)
         self.truncated = np.zeros(size, bool)
         self.valid = np.zeros(size, bool)
@@ -235,8 +238,9 @@ class ReplayBuffer:
         ended[:, -1] = True  # no end inside the window: K = n
         first_end = ended.argmax(axis=1)  # K - 1
         steps = first_end + 1
-        rewards = flat["rewards"].take(window)
-        rewards *= self._offsets <= first_end[:, None]  # later steps belong to the next episode
+        rewards = flat["rewards"].take(window, axis=0)  # [N, n, *reward_shape]
+        in_episode = self._offsets <= first_end[:, None]  # later steps: the next episode's
+        rewards *= in_episode.reshape(in_episode.shape + (1,) * (rewards.ndim - 2))
         terminated = terminated.ravel().take(first_end + np.arange(0, window.size, self.n_step))
         # Row t + K: the observation n steps on, or the final one when the episode ended.
         following = indices + steps * self.num_envs

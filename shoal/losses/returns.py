@@ -156,16 +156,17 @@ def n_step_return(rewards: Tensor, gamma: float) -> Tensor:
     the bootstrap term is added separately with `bootstrap_discount`.
 
     Args:
-        rewards: ``[N, n]`` float rewards of each window; the computation runs in this dtype.
+        rewards: ``[N, n, ...]`` float rewards of each window (trailing axes, e.g. one reward
+            per agent, are kept); the computation runs in this dtype.
         gamma: discount factor.
 
     Returns:
-        ``[N]`` discounted reward sums.
+        ``[N, ...]`` discounted reward sums.
     """
-    if rewards.dim() != 2:
-        raise ValueError(f"rewards must be [N, n], got shape {tuple(rewards.shape)}")
+    if rewards.dim() < 2:
+        raise ValueError(f"rewards must be [N, n, ...], got shape {tuple(rewards.shape)}")
     powers = gamma ** torch.arange(rewards.shape[1], dtype=rewards.dtype, device=rewards.device)
-    return rewards @ powers
+    return rewards.movedim(1, -1) @ powers
 
 
 def bootstrap_discount(

@@ -67,7 +67,13 @@ class CriticEnsemble(nn.Module):
         x = self.encoding(obs)
         if actions is not None:
             x = torch.cat([x, actions], dim=-1)
-        h = self.body(x, detach_weights)
+        return self.evaluate(x, detach_weights)
+
+    def evaluate(self, inputs: torch.Tensor, detach_weights: bool = False) -> torch.Tensor:
+        """The critics on already assembled inputs: ``[N, in]`` shared by all members, or
+        ``[members, N, in]``, one input per member (MADDPG's critic ``i`` sees agent ``i``'s
+        own policy action among the others' replayed ones) -> ``[members, N, out_dim]``."""
+        h = self.body(inputs, detach_weights)
         weight, bias = self.out_weight, self.out_bias
         if detach_weights:
             weight, bias = weight.detach(), bias.detach()

@@ -1,8 +1,8 @@
 """Fixed-seed learning test of multi-agent PPO: MAPPO beats a random policy on the built-in
 cooperative navigation (shoal/spread-v0) by a clear margin within a CI-sized budget."""
 
-import numpy as np
 import pytest
+from random_policy import RandomPolicy
 
 import shoal
 from shoal.config import EnvConfig
@@ -13,15 +13,6 @@ pytestmark = pytest.mark.learning
 MARGIN = 5.0
 """Required gain in mean per-agent episode return over uniformly random actions (measured here:
 random -32.6, MAPPO -19.6 after 102k env steps)."""
-
-
-class RandomPolicy:
-    def __init__(self, num_actions: int, seed: int):
-        self.num_actions = num_actions
-        self.rng = np.random.default_rng(seed)
-
-    def act(self, obs, deterministic=True):
-        return self.rng.integers(self.num_actions, size=len(obs))
 
 
 def test_mappo_beats_random_on_spread(tmp_path):

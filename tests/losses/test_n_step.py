@@ -76,7 +76,14 @@ def test_matches_naive_loop(n):
 
 
 def test_shape_errors():
-    with pytest.raises(ValueError, match=r"rewards must be \[N, n\]"):
+    with pytest.raises(ValueError, match=r"rewards must be \[N, n, ...\]"):
         n_step_return(torch.zeros(3), GAMMA)
+
+
+def test_per_agent_rewards_keep_their_axis():
+    rewards = torch.tensor([[[1.0, 2.0], [3.0, 4.0]]])  # [N=1, n=2, agents=2]
+    torch.testing.assert_close(
+        n_step_return(rewards, GAMMA), torch.tensor([[1 + GAMMA * 3, 2 + GAMMA * 4]])
+    )
     with pytest.raises(ValueError, match="same shape"):
         bootstrap_discount(torch.ones(3, dtype=torch.long), torch.zeros(4, dtype=torch.bool), 0.9)

@@ -1,0 +1,172 @@
+"""Decentralized actors of a group of agents (MADDPG): each agent acts on its own observation.
+
+`MultiAgentActor` evaluates the ``N`` actors of a group at once. With separate parameters the
+``N`` networks are one `ParallelMLP` (one batched matmul per layer for all agents); with shared
+parameters one network sees every agent's observation plus its one-hot index.
+
+Continuous actions are deterministic, ``tanh`` in ``[-1, 1]^d`` (the particle worlds' action
+box), and explore with additive Gaussian or Ornstein-Uhlenbeck noise. Discrete actions use the
+Gumbel-softmax (Jang et al. 2017; Lowe et al. 2017's discrete MADDPG): acting samples a one-hot
+action from ``softmax((logits + Gumbel noise) / temperature)``, and the actor's loss reaches the
+logits through the straight-through estimator (one-hot forward, softmax gradient backward).
+
+Inputs are ``[B, N, obs_dim]``; a deployed policy (`shoal.policy.ActorPolicy`) passes the rows
+of `shoal.envs.agents_as_batch.AgentsAsBatch`, ``[B * N, obs_dim]`` in agent order, which
+``distribution`` folds back to ``[B, N, obs_dim]``.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from shoal.config import ModelConfig, NoiseConfig
+from shoal.errors import UnsupportedSpaceError
+from shoal.nn.actor_critic import ActOutput
+from shoal.nn.actors import ActionChoice, make_noise
+from shoal.nn.init import POLICY_GAIN, linear
+from shoal.nn.mlp import ParallelMLP
+
+
+class MultiAgentActor(nn.Module):
+    """The actors of one agent group.
+
+    Args:
+        obs_space: one agent's observation space (a 1-D Box).
+        action_space: one agent's action space: ``Discrete`` or a ``Box`` within ``[-1, 1]``.
+        num_agents: agents in the group (``N``).
+        model: hidden sizes and activation.
+        noise: exploration noise of continuous actions.
+        share_parameters: one network for all agents (agent one-hot appended to its input).
+        gumbel_temperature: temperature of the Gumbel-softmax (discrete actions).
+    """
+
+    def __init__(
+        self,
+        obs_space: gym.Space,
+        action_space: gym.Space,
+        num_agents: int,
+        model: ModelConfig,
+        noise: NoiseConfig,
+        share_parameters: bool = False,
+        gumbel_temperature: float = 1.0,
+    ):
+        super().__init__()
+        if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
+            raise UnsupportedSpaceError(f"MADDPG needs 1-D Box observations, got {obs_space}")
+        self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        if self.discrete:
+            self.action_dim = int(action_space.n)
+        elif isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
+            if (action_space.low < -1).any() or (action_space.high > 1).any():
+                raise UnsupportedSpaceError(
+                    f"MADDPG's continuous actors act in [-1, 1]; the env's {action_space} is wider"
+                )
+            self.action_dim = action_space.shape[0]
+        else:
+            raise UnsupportedSpaceError(
+                f"MADDPG needs Discrete or 1-D Box actions, got {action_space}"
+            )
+        self.num_agents = num_agents
+        self.obs_dim = obs_space.shape[0]
+        self.share_parameters = share_parameters
+        self.gumbel_temperature = gumbel_temperature
+        members = 1 if share_parameters else num_agents
+        in_dim = self.obs_dim + (num_agents if share_parameters else 0)
+        self.body = ParallelMLP(in_dim, model.hidden, model.activation, members)
+        weight = torch.stack(
+            [
+                linear(self.body.out_dim, self.action_dim, POLICY_GAIN).weight.detach().T
+                for _ in range(members)
+            ]
+        )
+        self.out_weight = nn.Parameter(weight.contiguous())
+        self.out_bias = nn.Parameter(torch.zeros(members, 1, self.action_dim))
+        self.register_buffer("random_actions", torch.tensor(True))
+        self.register_buffer("ids", torch.eye(num_agents))
+        self.noise = make_noise(noise)
+
+    def logits(self, obs: torch.Tensor) -> torch.Tensor:
+        """``[B, N, obs_dim]`` -> ``[B, N, action_dim]`` pre-activations (logits, or the
+        pre-``tanh`` actions)."""
+        batch = obs.shape[0]
+        if self.share_parameters:
+            ids = self.ids.expand(batch, -1, -1)
+            x = torch.cat([obs.float(), ids], dim=-1).reshape(1, -1, self.obs_dim + self.num_agents)
+        else:
+            x = obs.float().transpose(0, 1)  # [N, B, obs_dim]: one member per agent
+        out = torch.baddbmm(self.out_bias, self.body(x), self.out_weight)
+        if self.share_parameters:
+            return out.reshape(batch, self.num_agents, self.action_dim)
+        return out.transpose(0, 1)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """Differentiable actions for the actor's loss: ``tanh`` actions, or straight-through
+        Gumbel-softmax one-hots (discrete), ``[B, N, action_dim]``."""
+        logits = self.logits(obs)
+        if self.discrete:
+            return F.gumbel_softmax(logits, tau=self.gumbel_temperature, hard=True)
+        return torch.tanh(logits)
+
+    def target_actions(self, obs: torch.Tensor) -> torch.Tensor:
+        """Actions of a target actor for the bootstrap: ``tanh`` actions, or Gumbel-softmax
+        one-hot samples (as the MADDPG authors' code), ``[B, N, action_dim]``."""
+        return self(obs)
+
+    # --- acting ------------------------------------------------------------------------------
+
+    def greedy(self, obs: torch.Tensor) -> torch.Tensor:
+        """Env actions without exploration: ``[B, N]`` indices or ``[B, N, d]`` values."""
+        logits = self.logits(obs)
+        return logits.argmax(dim=-1) if self.discrete else torch.tanh(logits)
+
+    def explore(self, obs: torch.Tensor) -> torch.Tensor:
+        logits = self.logits(obs)
+        if self.discrete:
+            return F.gumbel_softmax(logits, tau=self.gumbel_temperature, hard=True).argmax(-1)
+        actions = torch.tanh(logits)
+        return (actions + self.noise(actions)).clamp(-1.0, 1.0)
+
+    def uniform(self, batch: int) -> torch.Tensor:
+        if self.discrete:
+            return torch.randint(self.action_dim, (batch, self.num_agents))
+        return torch.rand(batch, self.num_agents, self.action_dim) * 2 - 1
+
+    def act_joint(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
+        """Env actions for ``[B, N, obs_dim]`` observations."""
+        if deterministic:
+            return self.greedy(obs)
+        return self.uniform(obs.shape[0]) if self.random_actions else self.explore(obs)
+
+    def one_hot(self, actions: torch.Tensor) -> torch.Tensor:
+        """Env actions as the critic's action input: one-hot for discrete, as is otherwise."""
+        if self.discrete:
+            return F.one_hot(actions.long(), self.action_dim).float()
+        return actions.float()
+
+    def distribution(self, obs: torch.Tensor) -> ActionChoice:
+        """For `ActorPolicy`: ``[B * N, obs_dim]`` rows in agent order -> ``[B * N, ...]``."""
+        joint = obs.reshape(-1, self.num_agents, self.obs_dim)
+
+        def rows(actions: torch.Tensor) -> torch.Tensor:
+            return actions.reshape(obs.shape[0], *actions.shape[2:])
+
+        return ActionChoice(
+            lambda: rows(self.act_joint(joint, deterministic=True)),
+            lambda: rows(self.act_joint(joint)),
+        )
+
+    def act(self, obs: torch.Tensor, deterministic: bool = False) -> ActOutput:
+        actions = (
+            self.distribution(obs).mode() if deterministic else self.distribution(obs).sample()
+        )
+        zeros = torch.zeros(obs.shape[0])
+        return ActOutput(actions, zeros, zeros)
+
+    def exploration_state(self) -> torch.Tensor | None:
+        return self.noise.state()
+
+    def load_exploration_state(self, state: torch.Tensor | None) -> None:
+        self.noise.load_state(state)
