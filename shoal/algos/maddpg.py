@@ -34,6 +34,7 @@ from shoal.algos.off_policy import (
     ActorCriticCore,
     ActorCriticLearner,
     ActorCriticReplayConfig,
+    learn_from_replay,
     make_priorities,
 )
 from shoal.config import EnvConfig, ModelConfig, NoiseConfig, OptimConfig, check, check_choices
@@ -273,22 +274,7 @@ class MADDPG:
         return metrics
 
     def _learn(self) -> dict[str, float]:
-        cfg = self.config
-        prioritized = cfg.replay != "uniform"
-        anneal = cfg.optim.anneal_steps or cfg.run.total_steps
-        beta = cfg.priority_beta + (1.0 - cfg.priority_beta) * min(1.0, self.env_steps / anneal)
-        history = []
-        for _ in range(cfg.gradient_steps):
-            batch = self.replay.sample(cfg.batch_size, beta)
-            stats, priorities = self.learner.update(batch)
-            if prioritized:
-                self.replay.update_priorities(batch.indices, priorities.numpy())
-            history.append(torch.stack(list(stats.values())))
-        metrics = dict(zip(stats, torch.stack(history).mean(0).tolist(), strict=True))
-        metrics["train/grad_steps"] = self.learner.grad_steps
-        if prioritized:
-            metrics["train/beta"] = beta
-        return metrics
+        return learn_from_replay(self.config, self.replay, self.learner, self.env_steps)
 
     def policy(self) -> ActorPolicy:
         return ActorPolicy(frozen_copy(self.learner.core.actor))

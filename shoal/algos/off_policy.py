@@ -157,6 +157,30 @@ def make_priorities(config: ReplayConfig, num_envs: int) -> Priorities | None:
     return None
 
 
+def learn_from_replay(
+    config: ReplayConfig, replay: ReplayBuffer, learner: ReplayLearner, env_steps: int
+) -> dict[str, float]:
+    """``config.gradient_steps`` updates on replay batches, with new priorities for
+    prioritized replay (importance exponent annealed from ``priority_beta`` to 1 over
+    ``optim.anneal_steps`` or the run); returns the mean metrics of the updates."""
+    prioritized = config.replay != "uniform"
+    anneal = config.optim.anneal_steps or config.run.total_steps
+    beta = config.priority_beta + (1.0 - config.priority_beta) * min(1.0, env_steps / anneal)
+    history = []
+    for _ in range(config.gradient_steps):
+        batch = replay.sample(config.batch_size, beta)
+        stats, priorities = learner.update(batch)
+        if prioritized:
+            replay.update_priorities(batch.indices, priorities.numpy())
+        history.append(torch.stack(list(stats.values())))
+    means = history[0] if len(history) == 1 else torch.stack(history).mean(0)
+    metrics = dict(zip(stats, means.tolist(), strict=True))
+    metrics["train/grad_steps"] = learner.grad_steps
+    if prioritized:
+        metrics["train/beta"] = beta
+    return metrics
+
+
 class ReplayAlgorithm:
     """One iteration: set exploration, act for ``rollout_steps`` vector steps, store them,
     learn from replay.
@@ -230,23 +254,7 @@ class ReplayAlgorithm:
         return metrics
 
     def _learn(self) -> dict[str, float]:
-        cfg = self.config
-        prioritized = cfg.replay != "uniform"
-        anneal = cfg.optim.anneal_steps or cfg.run.total_steps
-        beta = cfg.priority_beta + (1.0 - cfg.priority_beta) * self.progress(anneal)
-        history = []
-        for _ in range(cfg.gradient_steps):
-            batch = self.replay.sample(cfg.batch_size, beta)
-            stats, priorities = self.learner.update(batch)
-            if prioritized:
-                self.replay.update_priorities(batch.indices, priorities.numpy())
-            history.append(torch.stack(list(stats.values())))
-        means = history[0] if len(history) == 1 else torch.stack(history).mean(0)
-        metrics = dict(zip(stats, means.tolist(), strict=True))
-        metrics["train/grad_steps"] = self.learner.grad_steps
-        if prioritized:
-            metrics["train/beta"] = beta
-        return metrics
+        return learn_from_replay(self.config, self.replay, self.learner, self.env_steps)
 
     def policy(self) -> ActorPolicy:
         return ActorPolicy(
