@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from shoal.algos import a2c, d4pg, ddpg, dqn, pg, ppo, sac, tabular, td3, trpo
+from shoal.algos import a2c, ctedd, d4pg, ddpg, dqn, maddpg, pg, ppo, qmix, sac, tabular, td3, trpo
 from shoal.config import from_dict, replace
 from shoal.errors import ConfigError, ShoalError
 
@@ -80,6 +80,24 @@ ALGORITHMS["ippo"] = AlgorithmSpec(
     "Independent PPO, shared weights, each agent's critic on its own observation",
     "Discrete, Box (multi-agent envs)",
     {"env.global_state": False, "env.agent_id": True},
+)
+
+ALGORITHMS["maddpg"] = AlgorithmSpec(
+    "maddpg",
+    maddpg.MADDPGConfig,
+    maddpg.MADDPG,
+    maddpg.build_model,
+    "MADDPG: decentralized actors, centralized critics, Gumbel-softmax, prioritized replay",
+    "Discrete, Box (multi-agent envs)",
+)
+
+ALGORITHMS["ctedd"] = AlgorithmSpec(
+    "ctedd",
+    ctedd.CTEDDConfig,
+    ctedd.CTEDD,
+    ctedd.build_model,
+    "CTEDD: global policies with learned exploration, distilled into message-passing local ones",
+    "Box (multi-agent envs with a global state)",
 )
 
 ALGORITHMS["pg"] = AlgorithmSpec(
@@ -181,6 +199,23 @@ for _name, (_method, _summary) in tabular.METHODS.items():
         _summary,
         "Discrete (Discrete obs)",
         {"method": _method} if _method else {},
+    )
+
+
+# Value decomposition for cooperative teams: one learner, three mixers.
+for _name, _mixer, _summary in (
+    ("qmix", "qmix", "QMIX: recurrent agents, monotonic hypernetwork mixer on the global state"),
+    ("vdn", "vdn", "VDN: recurrent agents, team Q-value as the sum of the agents' Q-values"),
+    ("iql", "none", "IQL: independent recurrent Q-learners with shared weights, no mixer"),
+):
+    ALGORITHMS[_name] = AlgorithmSpec(
+        _name,
+        qmix.QMIXConfig,
+        qmix.QMIX,
+        qmix.build_model,
+        _summary,
+        "Discrete (multi-agent envs)",
+        {"mixer": _mixer} if _mixer != "qmix" else {},
     )
 
 
