@@ -84,10 +84,16 @@ def load(path: str | Path) -> ActorPolicy:
     return ActorPolicy(model, policy_state["obs_stats"], config.env.clip_obs, config)
 
 
-def make_env(env: str | EnvConfig, num_envs: int = 1, **kwargs: Any) -> VectorEnv:
-    """A shoal vector env (not yet reset) from an id or an `EnvConfig`."""
-    config = env if isinstance(env, EnvConfig) else from_dict(EnvConfig, {"id": env, **kwargs})
-    if num_envs != config.num_envs:
+def make_env(env: str | EnvConfig, num_envs: int | None = None, **kwargs: Any) -> VectorEnv:
+    """A shoal vector env (not yet reset) from an id or an `EnvConfig`, with ``num_envs``
+    parallel envs (default: the config's own, or 1 for an id)."""
+    if isinstance(env, EnvConfig):
+        if kwargs:
+            raise TypeError(f"pass settings in the EnvConfig, not as keywords: {sorted(kwargs)}")
+        config = env
+    else:
+        config = from_dict(EnvConfig, {"id": env, "num_envs": 1, **kwargs})
+    if num_envs is not None and num_envs != config.num_envs:
         config = replace(config, num_envs=num_envs)
     return _make_env(config)
 

@@ -11,9 +11,9 @@ from shoal.train.evaluate import evaluate
 pytestmark = pytest.mark.learning
 
 MARGIN = 5.0
-"""Required gain in mean per-agent return over uniformly random actions after 20k env steps
-(measured on these 64 evaluation episodes: random -32.6, MADDPG -25.6, MADDPG with rank-based
-PER -21.6)."""
+"""Required gain in mean per-agent return over uniformly random actions after 30k env steps,
+on the first episode of 64 evaluation envs (random actions: -25.2 here, about -26.1 over 4096
+envs)."""
 
 
 @pytest.mark.parametrize("tuned", ["maddpg-spread", "maddpg-per-spread"])
@@ -24,7 +24,7 @@ def test_maddpg_beats_random_on_spread(tuned, tmp_path):
         tuned=tuned,
         seed=0,
         run_dir=str(tmp_path / "run"),
-        total_steps=20_000,
+        total_steps=30_000,
         **{"run.eval_every_steps": 0, "run.checkpoint_every_steps": 0, "run.console": False,
            "run.tensorboard": False},
     )  # fmt: skip

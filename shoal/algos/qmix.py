@@ -1,0 +1,439 @@
+"""QMIX, VDN and IQL: cooperative multi-agent Q-learning with a shared recurrent agent network
+and a value-decomposition mixer, trained on whole episodes from an episode replay.
+
+QMIX (Rashid et al. 2018) mixes the agents' Q-values with a monotonic, state-conditioned
+hypernetwork mixer; VDN (Sunehag et al. 2018) sums them; IQL (``mixer: none``, Tan 1993 with
+recurrent agents) learns each agent's Q-values from its own TD error. Settings follow
+pymarl / RLlib's QMIX (reference 004): double Q, RMSProp (lr 5e-4, alpha 0.99, eps 1e-5),
+gradient clipping 10, batches of whole episodes, hard target updates, linear epsilon decay.
+
+Training acts on the multi-agent vector env directly (``[B, N, ...]`` arrays); the deployed
+policy (`RecurrentQPolicy`) acts on the rows of `shoal.envs.agents_as_batch.AgentsAsBatch`
+(one row per (env, agent), agent one-hot appended with ``env.agent_id``), as evaluation and
+``shoal.load`` see the env.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from shoal.config import (
+    EnvConfig,
+    ModelConfig,
+    OptimConfig,
+    RunConfig,
+    check,
+    check_choices,
+    check_positive,
+)
+from shoal.data.episode_replay import EpisodeBatch, EpisodeBuilder, EpisodeReplay
+from shoal.envs.multi_agent import MultiAgentVectorEnv, make_multi_agent_env
+from shoal.envs.snapshot import EnvStateUnsupported
+from shoal.errors import ConfigError, NaNLossError, UnsupportedSpaceError
+from shoal.losses.value_decomposition import (
+    double_q_next_values,
+    masked_argmax,
+    masked_td_loss,
+    td_targets,
+)
+from shoal.nn.mixers import QMixer, RecurrentAgent, RecurrentQPolicy, VDNMixer
+from shoal.nn.target import frozen_copy, soft_update
+from shoal.policy import ActorPolicy
+from shoal.train.schedules import linear
+from shoal.train.seeding import derive_seed
+
+
+@dataclass(frozen=True)
+class QMIXConfig:
+    """QMIX / VDN / IQL hyperparameters; defaults follow pymarl's QMIX (reference 004)."""
+
+    run: RunConfig = field(default_factory=RunConfig)
+    env: EnvConfig = field(
+        default_factory=lambda: EnvConfig(id="shoal/two-step-v0", num_envs=8, agent_id=True)
+    )
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=5e-4, max_grad_norm=10.0))
+    """lr, eps (RMSProp's or Adam's epsilon) and max_grad_norm (clip of the global norm)."""
+    model: ModelConfig = field(default_factory=lambda: ModelConfig(hidden=(64,), activation="relu"))
+    """hidden: the MLP layers before the agent's GRU cell; activation: theirs."""
+    mixer: Literal["qmix", "vdn", "none"] = "qmix"
+    """qmix: monotonic hypernetwork mixer on the global state; vdn: sum; none: IQL."""
+    rnn_hidden: int = 64
+    """Size of the agent network's GRU state."""
+    mixing_embed_dim: int = 32
+    """Hidden units of the QMIX mixing network."""
+    hypernet_layers: Literal[1, 2] = 1
+    """Layers of the hypernetworks that produce the mixing weights."""
+    hypernet_embed: int = 64
+    """Hidden units of two-layer weight hypernetworks."""
+    last_action: bool = False
+    """Append the agent's previous action (one-hot) to its network input."""
+    double_q: bool = True
+    """Choose bootstrap actions with the online agents, evaluate them with the target."""
+    iql_reward: Literal["team", "own"] = "team"
+    """IQL's per-agent reward: the team reward, or each agent's own reward."""
+    gamma: float = 0.99
+    """Discount factor."""
+    buffer_size: int = 5000
+    """Replay capacity in episodes."""
+    episode_limit: int = 100
+    """Longest stored episode in steps; longer episodes are stored as cut pieces."""
+    batch_size: int = 32
+    """Episodes per gradient step."""
+    learning_starts: int = 32
+    """Episodes in replay before the first gradient step (at least batch_size are needed)."""
+    rollout_steps: int = 8
+    """Vector-env steps per iteration (env steps per iteration = rollout_steps * num_envs)."""
+    gradient_steps: int = 1
+    """Gradient steps per iteration."""
+    target_update_every: int = 200
+    """Gradient steps between hard target-network updates."""
+    optimizer: Literal["rmsprop", "adam"] = "rmsprop"
+    """RMSProp (pymarl) or Adam."""
+    optim_alpha: float = 0.99
+    """RMSProp smoothing constant."""
+    epsilon_start: float = 1.0
+    """Initial probability of a uniformly random (legal) action, per agent."""
+    epsilon_end: float = 0.01
+    """Final probability of a random action."""
+    exploration_steps: int = 50_000
+    """Env steps over which epsilon anneals linearly."""
+    save_replay: bool = False
+    """Store the replay buffer in checkpoints (exact resume; large files)."""
+
+    def __post_init__(self) -> None:
+        check_choices(self)
+        check_positive(self, "rnn_hidden", "mixing_embed_dim", "hypernet_embed", "buffer_size")
+        check_positive(self, "episode_limit", "batch_size", "rollout_steps", "gradient_steps")
+        check_positive(self, "target_update_every", "exploration_steps")
+        check(self, "gamma", 0.0 <= self.gamma <= 1.0, "must be in [0, 1]")
+        check(self, "optim_alpha", 0.0 <= self.optim_alpha < 1.0, "must be in [0, 1)")
+        check(self, "learning_starts", self.learning_starts >= 0, "must be >= 0")
+        for name in ("epsilon_start", "epsilon_end"):
+            check(self, name, 0.0 <= getattr(self, name) <= 1.0, "must be in [0, 1]")
+        check(
+            self,
+            "buffer_size",
+            self.buffer_size >= self.batch_size,
+            f"must hold at least batch_size = {self.batch_size} episodes",
+        )
+        env = self.env
+        check(env, "normalize_obs", not env.normalize_obs, "not supported by qmix/vdn/iql")
+        check(env, "normalize_reward", not env.normalize_reward, "not supported by qmix/vdn/iql")
+
+
+class QMIXNetworks(nn.Module):
+    """The shared agent network and the mixer (None for IQL)."""
+
+    def __init__(
+        self, config: QMIXConfig, in_dim: int, num_actions: int, n_agents: int, state_dim: int
+    ):
+        super().__init__()
+        cfg = config
+        self.agent = RecurrentAgent(
+            in_dim, cfg.model.hidden, cfg.rnn_hidden, num_actions, cfg.model.activation
+        )
+        self.mixer: nn.Module | None = None
+        if cfg.mixer == "vdn":
+            self.mixer = VDNMixer()
+        elif cfg.mixer == "qmix":
+            self.mixer = QMixer(
+                n_agents, state_dim, cfg.mixing_embed_dim, cfg.hypernet_layers, cfg.hypernet_embed
+            )
+
+
+def _extra_inputs(config: QMIXConfig, num_actions: int) -> int:
+    return num_actions if config.last_action else 0
+
+
+def build_model(config: QMIXConfig, obs_space: gym.Space, action_space: gym.Space):
+    """The deployable `RecurrentQPolicy` for `AgentsAsBatch` rows (``obs_space`` of one row)."""
+    if not isinstance(action_space, gym.spaces.Discrete):
+        raise UnsupportedSpaceError(f"qmix/vdn/iql need Discrete actions, got {action_space}")
+    num_actions = int(action_space.n)
+    in_dim = int(np.prod(obs_space.shape)) + _extra_inputs(config, num_actions)
+    agent = RecurrentAgent(
+        in_dim, config.model.hidden, config.rnn_hidden, num_actions, config.model.activation
+    )
+    return RecurrentQPolicy(agent, config.last_action, config.epsilon_end)
+
+
+class QMIXLearner:
+    """Online and target networks, the optimizer, and one gradient step on an episode batch."""
+
+    def __init__(
+        self, config: QMIXConfig, in_dim: int, num_actions: int, n_agents: int, state_dim: int
+    ):
+        self.config = config
+        self.online = QMIXNetworks(config, in_dim, num_actions, n_agents, state_dim)
+        self.target = frozen_copy(self.online)
+        self.parameters = list(self.online.parameters())
+        optim = config.optim
+        if config.optimizer == "rmsprop":
+            self.optimizer: torch.optim.Optimizer = torch.optim.RMSprop(
+                self.parameters, lr=optim.lr, alpha=config.optim_alpha, eps=optim.eps
+            )
+        else:
+            self.optimizer = torch.optim.Adam(self.parameters, lr=optim.lr, eps=optim.eps)
+        self.num_actions, self.grad_steps = num_actions, 0
+
+    def update(self, batch: EpisodeBatch, inputs: torch.Tensor) -> dict[str, torch.Tensor]:
+        """One gradient step; ``inputs`` ``[T + 1, B, N, in_dim]`` are the agent inputs."""
+        cfg = self.config
+        steps, b, n = batch.actions.shape
+        flat = inputs.reshape(steps + 1, b * n, -1)
+        q = self.online.agent.unroll(flat).view(steps + 1, b, n, -1)
+        with torch.no_grad():
+            q_target = self.target.agent.unroll(flat).view(steps + 1, b, n, -1)
+        q_taken = q[:-1].gather(-1, batch.actions.unsqueeze(-1)).squeeze(-1)
+        mask = None if batch.action_mask is None else batch.action_mask[1:]
+        next_values = double_q_next_values(q[1:], q_target[1:], mask, cfg.double_q)
+        if self.online.mixer is not None:
+            q_tot = self.online.mixer(q_taken, batch.state[:-1])
+            with torch.no_grad():
+                next_tot = self.target.mixer(next_values, batch.state[1:])
+            rewards, valid = batch.rewards.mean(-1), batch.filled
+        else:  # IQL: one TD error per active agent
+            q_tot, next_tot = q_taken, next_values
+            rewards = batch.rewards
+            if cfg.iql_reward == "team":
+                rewards = rewards.mean(-1, keepdim=True).expand_as(q_taken)
+            valid = batch.filled.unsqueeze(-1) & batch.active
+        targets = td_targets(rewards, batch.terminated, next_tot, cfg.gamma)
+        loss, metrics = masked_td_loss(q_tot, targets, valid)
+        if not torch.isfinite(loss):
+            raise NaNLossError(f"loss/td became {loss.item()}; weights left unchanged")
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if cfg.optim.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self.parameters, cfg.optim.max_grad_norm)
+        self.optimizer.step()
+        self.grad_steps += 1
+        if self.grad_steps % cfg.target_update_every == 0:
+            soft_update(list(self.target.parameters()), self.parameters, 1.0)
+        weight = valid.to(q_tot.dtype)
+        metrics["train/q_tot_mean"] = (q_tot.detach() * weight).sum() / weight.sum().clamp_min(1)
+        return metrics
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "online": self.online.state_dict(),
+            "target": self.target.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "grad_steps": self.grad_steps,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.online.load_state_dict(state["online"])
+        self.target.load_state_dict(state["target"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.grad_steps = int(state["grad_steps"])
+
+
+def _group(env: MultiAgentVectorEnv, config: QMIXConfig) -> str:
+    names = list(env.groups)
+    group = config.env.group or (names[0] if len(names) == 1 else None)
+    if group is None or group not in names or len(names) != 1:
+        raise ConfigError(
+            f"env.group {config.env.group!r}: qmix/vdn/iql train one group of an env with a "
+            f"single group; this env has {names}"
+        )
+    spec = env.groups[group]
+    if not isinstance(spec.action_space, gym.spaces.Discrete):
+        raise UnsupportedSpaceError(f"qmix/vdn/iql need Discrete actions, got {spec.action_space}")
+    if not isinstance(spec.observation_space, gym.spaces.Box):
+        raise UnsupportedSpaceError(
+            f"qmix/vdn/iql need Box observations, not {spec.observation_space}"
+        )
+    if config.mixer == "qmix" and env.state_space is None:
+        raise ConfigError("mixer = 'qmix' needs an env with a global state; use vdn or none")
+    return group
+
+
+class QMIX:
+    """One iteration: act epsilon-greedily for ``rollout_steps`` vector steps, store finished
+    episodes, then take ``gradient_steps`` gradient steps on batches of whole episodes.
+    ``env_steps`` counts world steps (one per env per vector step), not agent steps."""
+
+    def __init__(self, config: QMIXConfig):
+        self.config = cfg = config
+        self.env = make_multi_agent_env(cfg.env)
+        self.group = _group(self.env, cfg)
+        spec = self.env.groups[self.group]
+        self.agents, self.n_agents = spec.agents, spec.size
+        self.num_actions = int(spec.action_space.n)
+        self.obs_shape = tuple(spec.observation_space.shape)
+        obs_dim = int(np.prod(self.obs_shape)) + (self.n_agents if cfg.env.agent_id else 0)
+        in_dim = obs_dim + _extra_inputs(cfg, self.num_actions)
+        state_dim = 0 if self.env.state_space is None else int(np.prod(self.env.state_space.shape))
+        self.learner = QMIXLearner(cfg, in_dim, self.num_actions, self.n_agents, state_dim)
+        mask_dim = self.num_actions if getattr(self.env, "action_mask", None) is not None else None
+        self.replay = EpisodeReplay(
+            cfg.buffer_size,
+            cfg.episode_limit,
+            self.n_agents,
+            self.obs_shape,
+            state_dim,
+            mask_dim,
+            seed=derive_seed(cfg.run.seed, "replay", 0),
+        )
+        self.builder = EpisodeBuilder(cfg.env.num_envs, self.replay, self.group)
+        self.rng = np.random.default_rng(derive_seed(cfg.run.seed, "explore", 0))
+        self._restart(derive_seed(cfg.run.seed, "env", 0))
+        self.env_steps = 0
+        self.iteration = 0
+
+    def _restart(self, seed: int) -> None:
+        obs, state = self.env.reset(seed=seed)
+        self._set_obs(obs[self.group], getattr(self.env, "action_mask", None))
+        self.builder.start(obs, state, getattr(self.env, "action_mask", None))
+        rows = self.config.env.num_envs * self.n_agents
+        self.hidden = self.learner.online.agent.initial_state(rows)
+        self.last_actions = np.zeros((self.config.env.num_envs, self.n_agents), np.int64)
+
+    def _set_obs(self, obs: np.ndarray, mask: dict | None) -> None:
+        self.obs = np.asarray(obs, np.float32)
+        self.mask = None if mask is None else np.asarray(mask[self.group], bool)
+
+    def agent_inputs(self, obs: torch.Tensor, last_actions: torch.Tensor | None) -> torch.Tensor:
+        """``[..., N, in_dim]``: flat own observation, agent one-hot (``env.agent_id``), last
+        action one-hot (``last_action``): the layout of `AgentsAsBatch` rows (+ last action)."""
+        lead = obs.shape[: -len(self.obs_shape)]
+        parts = [obs.reshape(*lead, -1)]
+        if self.config.env.agent_id:
+            parts.append(torch.eye(self.n_agents).expand(*lead, self.n_agents))
+        if self.config.last_action:
+            parts.append(F.one_hot(last_actions, self.num_actions).float())
+        return torch.cat(parts, -1)
+
+    def epsilon(self) -> float:
+        cfg = self.config
+        progress = min(1.0, self.env_steps / cfg.exploration_steps)
+        return linear(cfg.epsilon_start, cfg.epsilon_end, progress)
+
+    @torch.no_grad()
+    def _act(self, epsilon: float) -> np.ndarray:
+        b, n = self.obs.shape[:2]
+        x = self.agent_inputs(torch.from_numpy(self.obs), torch.from_numpy(self.last_actions))
+        q, self.hidden = self.learner.online.agent(x.reshape(b * n, -1), self.hidden)
+        q = q.view(b, n, -1)
+        mask = None if self.mask is None else torch.from_numpy(self.mask)
+        greedy = masked_argmax(q, mask).numpy()
+        noise = torch.from_numpy(self.rng.random((b, n, self.num_actions), np.float32))
+        random = masked_argmax(noise, mask).numpy()
+        return np.where(self.rng.random((b, n)) < epsilon, random, greedy)
+
+    def train_iteration(self) -> dict[str, float]:
+        cfg = self.config
+        epsilon = self.epsilon()
+        returns: dict[str, list[np.ndarray]] = {agent: [] for agent in self.agents}
+        lengths = []
+        for _ in range(cfg.rollout_steps):
+            actions = self._act(epsilon)
+            step = self.env.step({self.group: actions})
+            self.builder.add(actions, step)
+            self.last_actions = actions
+            reset = np.repeat(step.autoreset, self.n_agents)
+            self.hidden[torch.from_numpy(reset)] = 0.0
+            self.last_actions[step.autoreset] = 0
+            self._set_obs(step.obs[self.group], step.action_mask)
+            for agent in self.agents:
+                returns[agent].append(step.episode_returns[agent])
+            lengths.append(step.episode_lengths)
+        self.env_steps += cfg.rollout_steps * cfg.env.num_envs
+        self.iteration += 1
+        metrics: dict[str, float] = {"train/epsilon": epsilon}
+        if len(self.replay) >= max(cfg.batch_size, cfg.learning_starts):
+            metrics.update(self._learn())
+        metrics.update(_episode_metrics(returns, np.concatenate(lengths)))
+        return metrics
+
+    def _learn(self) -> dict[str, float]:
+        cfg = self.config
+        history = []
+        for _ in range(cfg.gradient_steps):
+            batch = self.replay.sample(cfg.batch_size)
+            steps = batch.actions.shape[0]
+            previous = torch.cat([torch.zeros_like(batch.actions[:1]), batch.actions])
+            inputs = self.agent_inputs(batch.obs, previous[: steps + 1])
+            stats = self.learner.update(batch, inputs)
+            history.append(torch.stack(list(stats.values())))
+        means = torch.stack(history).mean(0)
+        metrics = dict(zip(stats, means.tolist(), strict=True))
+        metrics["train/grad_steps"] = self.learner.grad_steps
+        metrics["train/replay_episodes"] = len(self.replay)
+        return metrics
+
+    def _policy_network(self) -> RecurrentQPolicy:
+        agent = frozen_copy(self.learner.online.agent)
+        return RecurrentQPolicy(agent, self.config.last_action, self.config.epsilon_end)
+
+    def policy(self) -> ActorPolicy:
+        return ActorPolicy(self._policy_network(), None, self.config.env.clip_obs)
+
+    def state_dict(self) -> dict[str, Any]:
+        try:
+            env_state = self.env.get_state()
+        except EnvStateUnsupported:
+            env_state = None
+        return {
+            "learner": self.learner.state_dict(),
+            "replay": self.replay.state_dict() if self.config.save_replay else None,
+            "policy": {"model": self._policy_network().state_dict(), "obs_stats": None},
+            "acting": {
+                "env": env_state,
+                "builder": self.builder.state_dict(),
+                "obs": self.obs.copy(),
+                "mask": None if self.mask is None else self.mask.copy(),
+                "hidden": self.hidden.clone(),
+                "last_actions": self.last_actions.copy(),
+                "rng": self.rng.bit_generator.state,
+            },
+            "counters": {"env_steps": self.env_steps, "iteration": self.iteration},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> bool:
+        """Restore; returns False when envs restarted (or the replay was not saved)."""
+        self.learner.load_state_dict(state["learner"])
+        self.env_steps = int(state["counters"]["env_steps"])
+        self.iteration = int(state["counters"]["iteration"])
+        acting = state["acting"]
+        self.rng.bit_generator.state = acting["rng"]
+        replay_restored = state.get("replay") is not None
+        if replay_restored:
+            self.replay.load_state_dict(state["replay"])
+        if acting["env"] is None:
+            self._restart(derive_seed(self.config.run.seed, "env-restart", self.iteration))
+            return False
+        self.env.set_state(acting["env"])
+        self.builder.load_state_dict(acting["builder"])
+        self.obs = np.asarray(acting["obs"], np.float32)
+        self.mask = None if acting["mask"] is None else np.asarray(acting["mask"], bool)
+        self.hidden = acting["hidden"].clone()
+        self.last_actions = np.asarray(acting["last_actions"], np.int64)
+        return replay_restored
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def _episode_metrics(returns: dict[str, list[np.ndarray]], lengths: np.ndarray) -> dict:
+    """``episode/return`` (mean over agents and episodes), ``episode/return/<agent>``,
+    ``episode/length`` and ``episode/count`` of the episodes that ended."""
+    if not lengths.size:
+        return {}
+    per_agent = {agent: np.concatenate(r) for agent, r in returns.items()}
+    metrics = {
+        "episode/return": float(np.mean(list(per_agent.values()))),
+        "episode/length": float(lengths.mean()),
+        "episode/count": int(lengths.size),
+    }
+    for agent, r in per_agent.items():
+        metrics[f"episode/return/{agent}"] = float(r.mean())
+    return metrics
