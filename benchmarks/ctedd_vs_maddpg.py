@@ -1,0 +1,246 @@
+"""CTEDD against MADDPG on reference 003's four particle tasks (its Figures 4 and 5, shortened).
+
+For every task (CN-V1, CN-V2, Push Forward, Predator-Prey) and seed:
+
+* one CTEDD run (`shoal.train("ctedd", ...)`) that yields three learning curves from the same
+  env samples: CTEDD-G (the deterministic global policies on the state), CTEDD-L-1 and
+  CTEDD-L-3 (local policies distilled with 1- and 3-dim messages, ``message_dim: 1`` and
+  ``extra_message_dims: [3]``), evaluated at each distillation round;
+* MADDPG-1 and MADDPG-3: shoal's MADDPG with continuous actions and the env's 1- or 3-dim
+  message channel (``env.kwargs message_dim``), critics on the global state, evaluated by the
+  training loop.
+
+Every curve point is the mean per-agent return of the deterministic policy over
+``--eval-episodes`` evaluation episodes (the paper: 400 episodes every 10k samples). Both
+algorithms use the paper's section 5.2 settings where it gives them (batch 1024, gamma 0.95,
+64-unit networks, lr 0.005 for CTEDD and 0.01 for MADDPG) and the same cadence (8 envs x 4
+steps per iteration, 4 gradient steps per iteration).
+
+Budget (default): 30k env steps per run, evaluation every 10k steps on 50 episodes, 3 seeds:
+4 tasks x 3 seeds x 3 runs = 36 runs of about 45-90 s each on one core, about 45 minutes in
+all on a 2-core machine (one thread per run, runs in sequence). The paper trains for millions
+of steps; at this budget only the early part of its curves is reproduced.
+
+Output: per task and series, the final return's mean with a 95% confidence interval
+(t-distribution over seeds), whether the paper's ordering CTEDD-G >= CTEDD-L-m >= MADDPG-m
+(m = 1, 3, on the means) holds, and a PNG of the learning curves (mean and 95% CI).
+
+Usage: ``python benchmarks/ctedd_vs_maddpg.py [--seeds 3] [--steps 30000] [--json out.json]
+[--plot curves.png] [--quick]`` (``pip install -e '.[bench]'`` for matplotlib). ``--quick``:
+a smoke run (2 seeds, 2k steps, evaluation every 1k steps on 4 episodes, small batches).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import shoal
+
+TASKS = {
+    "CN-V1": "shoal/cn-v1-v0",
+    "CN-V2": "shoal/cn-v2-v0",
+    "PF": "shoal/push-forward-v0",
+    "PP": "shoal/predator-prey-v0",
+}
+SERIES = ("CTEDD-G", "CTEDD-L-1", "CTEDD-L-3", "MADDPG-1", "MADDPG-3")
+CTEDD_KEYS = {
+    "CTEDD-G": "eval/global_return",
+    "CTEDD-L-1": "eval/local_return_m1",
+    "CTEDD-L-3": "eval/local_return_m3",
+}
+# Two-sided 95% t quantiles by degrees of freedom (scipy-free fallback).
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+
+
+def t_quantile(dof: int) -> float:
+    try:
+        from scipy import stats
+
+        return float(stats.t.ppf(0.975, dof))
+    except ImportError:
+        return T95.get(dof, 1.96)
+
+
+def mean_ci(values: list[float]) -> tuple[float, float]:
+    """Mean and the half-width of its 95% t confidence interval (nan for one value)."""
+    x = np.asarray(values, float)
+    if len(x) < 2:
+        return float(x.mean()), math.nan
+    return float(x.mean()), t_quantile(len(x) - 1) * float(x.std(ddof=1)) / math.sqrt(len(x))
+
+
+def common(args: argparse.Namespace, env_id: str, seed: int, run_dir: Path) -> dict[str, Any]:
+    return {
+        "run.seed": seed,
+        "run.total_steps": args.steps,
+        "run.run_dir": str(run_dir),
+        "run.console": False,
+        "run.tensorboard": False,
+        "run.torch_threads": 1,
+        "run.eval_episodes": args.eval_episodes,
+        "env.id": env_id,
+        "env.num_envs": 8,
+        "rollout_steps": 4,
+        "gradient_steps": 4,
+        "batch_size": args.batch_size,
+        "learning_starts": min(1024, args.steps // 4),
+    }
+
+
+def run_ctedd(args, env_id: str, seed: int, run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    curves: dict[str, list[tuple[int, float]]] = {name: [] for name in CTEDD_KEYS}
+
+    def record(step: int, metrics: dict[str, float]) -> None:
+        for name, key in CTEDD_KEYS.items():
+            if key in metrics:
+                curves[name].append((step, metrics[key]))
+
+    overrides = common(args, env_id, seed, run_dir)
+    overrides.update({
+        "env.kwargs": {"continuous": True},
+        "message_dim": 1,
+        "extra_message_dims": (3,),
+        "distill_every": args.eval_every,
+        "distill_batch_size": args.batch_size,
+        "run.eval_every_steps": 0,
+    })  # fmt: skip
+    shoal.train("ctedd", on_iteration=record, **overrides)
+    return curves
+
+
+def run_maddpg(args, env_id: str, seed: int, message_dim: int, run_dir: Path):
+    curve: list[tuple[int, float]] = []
+
+    def record(step: int, metrics: dict[str, float]) -> None:
+        if "eval/return" in metrics:
+            curve.append((step, metrics["eval/return"]))
+
+    overrides = common(args, env_id, seed, run_dir)
+    overrides.update({
+        "env.kwargs": {"continuous": True, "message_dim": message_dim},
+        "critic_input": "state",
+        "optim.lr": 0.01,
+        "actor_lr": 0.01,
+        "run.eval_every_steps": args.eval_every,
+    })  # fmt: skip
+    shoal.train("maddpg", on_iteration=record, **overrides)
+    return curve
+
+
+def summarize(curves: dict[str, dict[str, list[list[tuple[int, float]]]]]) -> dict[str, Any]:
+    table: dict[str, Any] = {}
+    for task, series in curves.items():
+        row = {}
+        for name, runs in series.items():
+            finals = [run[-1][1] for run in runs if run]
+            mean, half = mean_ci(finals)
+            row[name] = {"mean": mean, "ci95": half, "finals": finals}
+        ordering = {
+            f"m{m}": row["CTEDD-G"]["mean"] >= row[f"CTEDD-L-{m}"]["mean"]
+            and row[f"CTEDD-L-{m}"]["mean"] >= row[f"MADDPG-{m}"]["mean"]
+            for m in (1, 3)
+        }
+        table[task] = {"series": row, "ordering_holds": ordering}
+    return table
+
+
+def plot(curves, path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is missing (pip install -e '.[bench]'): no plot written")
+        return False
+    fig, axes = plt.subplots(1, len(curves), figsize=(4.5 * len(curves), 3.6), squeeze=False)
+    for ax, (task, series) in zip(axes[0], curves.items(), strict=True):
+        for name, runs in series.items():
+            length = min(len(run) for run in runs)
+            if length == 0:
+                continue
+            steps = [step for step, _ in runs[0][:length]]
+            values = np.array([[v for _, v in run[:length]] for run in runs])
+            stats = [mean_ci(list(values[:, i])) for i in range(length)]
+            mean = np.array([s[0] for s in stats])
+            half = np.nan_to_num(np.array([s[1] for s in stats]))
+            ax.plot(steps, mean, label=name)
+            ax.fill_between(steps, mean - half, mean + half, alpha=0.2)
+        ax.set_title(task)
+        ax.set_xlabel("env steps")
+        ax.set_ylabel("evaluation return (per agent)")
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=30_000)
+    parser.add_argument("--eval-every", type=int, default=10_000)
+    parser.add_argument("--eval-episodes", type=int, default=50)
+    parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--plot", type=Path, default=Path("ctedd_vs_maddpg.png"))
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.seeds, args.steps, args.eval_every = 2, 2_000, 1_000
+        args.eval_episodes, args.batch_size = 4, 64
+    curves: dict[str, dict[str, list]] = {t: {s: [] for s in SERIES} for t in args.tasks}
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        for task in args.tasks:
+            env_id = TASKS[task]
+            for seed in range(args.seeds):
+                t0 = time.perf_counter()
+                base = Path(tmp) / f"{task}-{seed}"
+                for name, curve in run_ctedd(args, env_id, seed, base / "ctedd").items():
+                    curves[task][name].append(curve)
+                for m in (1, 3):
+                    curve = run_maddpg(args, env_id, seed, m, base / f"maddpg{m}")
+                    curves[task][f"MADDPG-{m}"].append(curve)
+                finals = {n: round(c[-1][-1][1], 2) for n, c in curves[task].items() if c[-1]}
+                print(f"{task} seed {seed} ({time.perf_counter() - t0:.0f} s): {finals}")
+    table = summarize(curves)
+    print(f"\nfinal evaluation return at {args.steps} env steps, mean +- 95% CI over "
+          f"{args.seeds} seeds ({time.perf_counter() - start:.0f} s in all)")  # fmt: skip
+    print(f"{'task':<7}" + "".join(f"{name:>20}" for name in SERIES) + "   G >= L >= MADDPG")
+    for task, entry in table.items():
+        cells = "".join(
+            f"{entry['series'][n]['mean']:>11.2f} +- {entry['series'][n]['ci95']:<5.2f}"
+            for n in SERIES
+        )
+        holds = ", ".join(
+            f"{m}: {'yes' if ok else 'no'}" for m, ok in entry["ordering_holds"].items()
+        )
+        print(f"{task:<7}{cells}   {holds}")
+    all_hold = all(all(e["ordering_holds"].values()) for e in table.values())
+    print(f"paper's ordering CTEDD-G >= CTEDD-L >= MADDPG holds on every task: {all_hold}")
+    if plot(curves, args.plot):
+        print(f"learning curves: {args.plot}")
+    if args.json is not None:
+        args.json.write_text(json.dumps({
+            "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+            "table": table,
+            "ordering_holds_everywhere": all_hold,
+            "curves": curves,
+        }, indent=2))  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,543 @@
+"""CTEDD: Centralized Training and Exploration with Decentralized execution via policy
+Distillation (reference 003, Chen 2019), built on MADDPG's parts.
+
+**Stage 1 (centralized training and exploration, section 4.1).** Every agent's global policy
+``pi~_i(s) = pi_{theta_i}(s) + eps * sigma_{omega_i}(s)`` reads the env's full global state
+through a shared global network with one component per agent (`GlobalActor`,
+`ExplorationScale`). Acting samples ``a = mu(s) + sigma(s) * eps``, clipped to ``[-1, 1]``.
+Critics ``Q_i(s, a_1..a_N)`` (one per agent, batched, on the state and all actions) learn by
+Eq. (2) as MADDPG's do, bootstrapping from the target deterministic actions (the paper keeps
+target networks of the deterministic parts "as MADDPG"); the deterministic parts and the
+shared network follow Eq. (4), MADDPG's deterministic policy gradient (critic ``i`` with agent
+``i``'s action replaced). The exploration scales follow Eq. (5), the maximum-entropy policy
+gradient with advantage ``Q(s, a_sampled) - Q(s, mu(s))``, on the samples collected since the
+previous iteration (footnote 1: Eq. (3) holds for samples of the current policy); the entropy
+factor anneals linearly from ``alpha_start`` (0.1) to ``alpha_end`` (0.001).
+
+**Stage 2 (chronological policy distillation, section 4.2).** Every ``distill_every`` env
+steps (and once more at ``run.total_steps``) the local policies (`LocalPolicies`: own
+observation plus the others' messages, produced by their own part 1 within the step) regress
+onto the current deterministic global actions, Eq. (6), on states from the replay only (no
+new env samples). Our reading of "chronological": one pass over the replay from its oldest
+valid row to its newest, in consecutive minibatches, each trained for ``distill_repeats``
+steps, so the last updates fit the state distribution of the latest global policy; the local
+policies are kept (warm-started) from round to round. Local messages are internal to the
+local policies, sized by ``message_dim``; the env runs without its own message channel
+(``env.kwargs.message_dim`` must be 0). ``extra_message_dims`` distills further local
+policies (CTEDD-L-3 beside CTEDD-L-1) from the same global policy and replay.
+
+`CTEDD.policy` deploys the ``message_dim`` local policies on rows of agents (as MADDPG's
+actors); `CTEDD.evaluate_global` and `CTEDD.evaluate_local` score CTEDD-G and CTEDD-L.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from shoal.algos.maddpg import MADDPG, MADDPGLearner
+from shoal.algos.off_policy import (
+    ActorCriticCore,
+    ActorCriticLearner,
+    ActorCriticReplayConfig,
+    make_priorities,
+)
+from shoal.config import EnvConfig, ModelConfig, OptimConfig, check, check_positive
+from shoal.data.replay import ReplayBuffer
+from shoal.envs.multi_agent import AgentGroup, MultiAgentVectorEnv, make_multi_agent_env
+from shoal.errors import ConfigError
+from shoal.losses.actor_critic import deterministic_actor_loss, ensemble_td_loss
+from shoal.losses.distillation import distillation_loss, exploration_scale_loss
+from shoal.nn.critics import CriticEnsemble
+from shoal.nn.local_policies import ExplorationScale, GlobalActor, LocalPolicies
+from shoal.nn.target import frozen_copy
+from shoal.policy import ActorPolicy
+from shoal.train.seeding import derive_seed
+from shoal.types import EpisodeStats, ReplayBatch
+
+
+@dataclass(frozen=True)
+class CTEDDConfig(ActorCriticReplayConfig):
+    """CTEDD hyperparameters; defaults follow reference 003's section 5.2 (lr 0.005, batch
+    1024, gamma 0.95, 64-unit policy layers, 64x64 critics, alpha 0.1 -> 0.001) and MADDPG's
+    defaults otherwise. The shared replay settings are documented on `ActorCriticReplayConfig`."""
+
+    env: EnvConfig = field(
+        default_factory=lambda: EnvConfig(
+            id="shoal/cn-v1-v0", num_envs=8, kwargs={"continuous": True}
+        )
+    )
+    optim: OptimConfig = field(
+        default_factory=lambda: OptimConfig(lr=5e-3, eps=1e-8, max_grad_norm=0.5)
+    )
+    """Adam for every network (the paper's 0.005); gradient norms clipped at 0.5 (MADDPG)."""
+    model: ModelConfig = field(
+        default_factory=lambda: ModelConfig(hidden=(64, 64), activation="relu")
+    )
+    """Hidden layers of each centralized critic (the paper's 64x64)."""
+    gamma: float = 0.95
+    """Discount factor (MADDPG's 0.95)."""
+    tau: float = 0.01
+    """Target networks: target <- tau * online + (1 - tau) * target."""
+    batch_size: int = 1024
+    """Transitions per gradient step of stage 1 (the paper's 1024)."""
+    learning_starts: int = 1024
+    """Env steps of uniformly random actions before the first gradient step."""
+    global_hidden: tuple[int, ...] = (64,)
+    """Hidden layers of the shared global network of the global policies (Figure 1)."""
+    local_hidden: tuple[int, ...] = (64,)
+    """Hidden layers of each agent's component of the global policies, and of part 1 and
+    part 2 of the local policies (Figure 2)."""
+    sigma_init: float = 0.6
+    """Initial exploration scale (the middle of the fixed scales 0.4-0.8 of Figure 6)."""
+    sigma_min: float = 0.01
+    """Lower bound of the exploration scale."""
+    sigma_max: float = 1.0
+    """Upper bound of the exploration scale (actions live in [-1, 1])."""
+    exploration_lr: float = 1e-3
+    """Adam learning rate of the exploration scales (lower than the deterministic parts':
+    Eq. (5)'s score-function gradients are noisy, and a scale pushed against its bounds by
+    Adam needs as many steps to come back)."""
+    normalize_advantages: bool = True
+    """Divide Eq. (5)'s advantages by their standard deviation over the batch (no centering,
+    so every sample's sign is kept): the entropy factor then weighs against an advantage of
+    unit scale whatever the task's reward scale (ours; the paper does not say)."""
+    alpha_start: float = 0.1
+    """Entropy regularization factor of Eq. (5) at the start."""
+    alpha_end: float = 0.001
+    """Entropy factor after annealing."""
+    alpha_anneal_steps: int | None = None
+    """Env steps of the linear annealing (the paper: 3M; None: run.total_steps)."""
+    message_dim: int = 1
+    """Numbers per message of the deployed local policies (CTEDD-L-1 or CTEDD-L-3)."""
+    extra_message_dims: tuple[int, ...] = ()
+    """Further local policies distilled at the same rounds from the same global policy and
+    replay (e.g. (3,) beside message_dim 1); evaluated and checkpointed, not deployed."""
+    distill_every: int = 10_000
+    """Env steps between distillation rounds (one more at run.total_steps)."""
+    distill_batch_size: int = 1024
+    """Replay rows per chronological minibatch."""
+    distill_repeats: int = 4
+    """Gradient steps on each chronological minibatch ("multiple repetitions")."""
+    distill_lr: float = 1e-3
+    """Adam learning rate of the local policies."""
+    evaluate_rounds: bool = True
+    """At each distillation round, evaluate CTEDD-G and every CTEDD-L on run.eval_episodes
+    episodes (metrics eval/global_return and eval/local_return_m<M>)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_positive(self, "distill_every", "distill_batch_size", "distill_repeats")
+        check_positive(self, "distill_lr", "exploration_lr")
+        check(self, "message_dim", self.message_dim >= 0, "must be >= 0")
+        check(
+            self,
+            "extra_message_dims",
+            all(m >= 0 and m != self.message_dim for m in self.extra_message_dims)
+            and len(set(self.extra_message_dims)) == len(self.extra_message_dims),
+            "must be distinct sizes >= 0 other than message_dim",
+        )
+        check(
+            self,
+            "sigma_min",
+            0 < self.sigma_min < self.sigma_init < self.sigma_max,
+            "need 0 < sigma_min < sigma_init < sigma_max",
+        )
+        check(self, "alpha_end", self.alpha_end >= 0, "must be >= 0")
+        check(self, "alpha_start", self.alpha_start >= 0, "must be >= 0")
+        if self.alpha_anneal_steps is not None:
+            check_positive(self, "alpha_anneal_steps")
+        if self.env.kwargs.get("message_dim", 0):
+            raise ConfigError(
+                "CTEDDConfig.env.kwargs.message_dim must be 0: CTEDD's local policies exchange "
+                "their own messages within the step; size them with message_dim"
+            )
+
+
+def _group(env: MultiAgentVectorEnv) -> AgentGroup:
+    if len(env.groups) != 1 or env.state_space is None:
+        raise ConfigError("CTEDD trains one agent group of an env with a global state")
+    group = next(iter(env.groups.values()))
+    space = group.action_space
+    if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
+        raise ConfigError(
+            f"CTEDD needs continuous (1-D Box) actions, got {space}: set env.kwargs continuous"
+        )
+    return group
+
+
+def build_local(config: CTEDDConfig, group: AgentGroup, message_dim: int) -> LocalPolicies:
+    obs_dim, action_dim = group.observation_space.shape[0], group.action_space.shape[0]
+    return LocalPolicies(obs_dim, action_dim, group.size, message_dim, config.local_hidden)
+
+
+def build_model(config: CTEDDConfig, obs_space: gym.Space, action_space: gym.Space):
+    """The deployable local policies (``message_dim``) for `shoal.load`."""
+    probe = make_multi_agent_env(dataclasses.replace(config.env, num_envs=1))
+    try:
+        group = _group(probe)
+    finally:
+        probe.close()
+    return build_local(config, group, config.message_dim)
+
+
+class CTEDDLearner(ActorCriticLearner):
+    """Stage 1: the global policies, their exploration scales and the centralized critics."""
+
+    critic_inputs = MADDPGLearner.critic_inputs
+    own_action_inputs = MADDPGLearner.own_action_inputs
+
+    def __init__(
+        self, config: CTEDDConfig, num_agents: int, action_dim: int, state_dim: int, offset: int
+    ):
+        self.config = config
+        self.offset = offset
+        """Where the state starts in a replay row (after the joint observations)."""
+        n, self.num_agents, self.action_dim = num_agents, num_agents, action_dim
+        actor = GlobalActor(state_dim, action_dim, n, config.global_hidden, config.local_hidden)
+        space = gym.spaces.Box(-np.inf, np.inf, (state_dim,), np.float32)
+        critic = CriticEnsemble(space, n * action_dim, 1, config.model, members=n)
+        self.core = ActorCriticCore(config, actor, critic, target_actor=True)
+        self.scale = ExplorationScale(
+            actor.feature_dim, action_dim, n, config.local_hidden,
+            config.sigma_min, config.sigma_max, config.sigma_init,
+        )  # fmt: skip
+        self.scale_optimizer = torch.optim.Adam(
+            self.scale.parameters(), lr=config.exploration_lr, eps=1e-8
+        )
+        self._eye = torch.eye(n, dtype=torch.bool)
+
+    @torch.no_grad()
+    def act(self, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[B, S]`` -> (sampled actions ``mu + sigma * eps`` ``[B, N, d]``, the same
+        clipped to ``[-1, 1]`` for the env); uniform before learning starts."""
+        actor = self.core.actor
+        if actor.random_actions:
+            uniform = torch.rand(state.shape[0], self.num_agents, self.action_dim) * 2 - 1
+            return uniform, uniform
+        mean = actor(state)
+        sampled = mean + self.scale(actor.features(state)) * torch.randn_like(mean)
+        return sampled, sampled.clamp(-1.0, 1.0)
+
+    def update(self, batch: ReplayBatch) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """Eq. (2) for the critics and Eq. (4) for the deterministic parts, as MADDPG."""
+        cfg, core, n = self.config, self.core, self.num_agents
+        returns, discounts = core.bootstrap(batch)
+        state, next_state = batch.obs[:, self.offset :], batch.next_obs[:, self.offset :]
+        replayed = batch.actions.float()
+        with torch.no_grad():
+            next_inputs = self.critic_inputs(next_state, core.target_actor(next_state))
+            next_q = core.target_critic.evaluate(next_inputs).squeeze(-1)  # [N, M]
+            target = returns.T + discounts * next_q
+        q = core.critic.evaluate(self.critic_inputs(state, replayed)).squeeze(-1)
+        critic_loss, errors = ensemble_td_loss(
+            q.reshape(1, -1), target.reshape(-1), batch.weights.repeat(n), cfg.critic_loss
+        )
+        critic_loss = critic_loss * n
+        inputs = self.own_action_inputs(state, replayed, core.actor(state))
+        policy_q = core.critic.evaluate(inputs, detach_weights=True).squeeze(-1)
+        actor_loss = deterministic_actor_loss(policy_q.reshape(-1)) * n
+        core.step(critic_loss + actor_loss)
+        core.update_targets()
+        metrics = {
+            "loss/critic": critic_loss.detach(),
+            "loss/actor": actor_loss.detach(),
+            "train/q_mean": q.detach().mean(),
+        }
+        return metrics, errors.view(n, -1).mean(dim=0)
+
+    def exploration_update(
+        self, state: torch.Tensor, sampled: torch.Tensor, alpha: float
+    ) -> dict[str, float]:
+        """Eq. (5) on the latest samples: ``state`` ``[K, S]``, ``sampled`` ``[K, N, d]``."""
+        actor, critic = self.core.actor, self.core.critic
+        with torch.no_grad():
+            mean = actor(state)
+            features = actor.features(state)
+            q_sampled = critic.evaluate(self.critic_inputs(state, sampled.clamp(-1, 1)))
+            q_mean = critic.evaluate(self.critic_inputs(state, mean))
+            advantages = (q_sampled - q_mean).squeeze(-1).T  # [K, N]: agent i's critic
+            if self.config.normalize_advantages and len(advantages) > 1:
+                advantages = advantages / (advantages.std(dim=0) + 1e-6)
+        scale = self.scale(features)
+        loss, stats = exploration_scale_loss(sampled, mean, scale, advantages, alpha)
+        self.scale_optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.config.optim.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self.scale.parameters(), self.config.optim.max_grad_norm)
+        self.scale_optimizer.step()
+        return {
+            "loss/exploration": loss.item(),
+            "train/entropy": stats["entropy"].item(),
+            "train/advantage": stats["advantage"].item(),
+            "train/sigma_mean": scale.detach().mean().item(),
+            "train/alpha": alpha,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            **self.core.state_dict(),
+            "scale": self.scale.state_dict(),
+            "scale_optimizer": self.scale_optimizer.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.core.load_state_dict(state)
+        self.scale.load_state_dict(state["scale"])
+        self.scale_optimizer.load_state_dict(state["scale_optimizer"])
+
+
+class Student:
+    """Stage 2: one set of local policies (one message size) and its optimizer."""
+
+    def __init__(self, policies: LocalPolicies, lr: float):
+        self.policies = policies
+        self.optimizer = torch.optim.Adam(policies.parameters(), lr=lr)
+
+    def fit(self, obs: torch.Tensor, teacher: torch.Tensor, repeats: int) -> float:
+        """``repeats`` gradient steps of Eq. (6) on one minibatch ``[K, N, o]``, ``[K, N, d]``."""
+        for _ in range(repeats):
+            loss = distillation_loss(teacher, self.policies(obs))
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self.optimizer.step()
+        return loss.item()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"model": self.policies.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.policies.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+
+
+class CTEDD:
+    """One iteration: act ``rollout_steps`` times with the global policies, store the joint
+    steps, ``gradient_steps`` updates of stage 1 and one exploration update on the new steps,
+    then a distillation round when one is due."""
+
+    def __init__(self, config: CTEDDConfig):
+        self.config = config
+        self.env = make_multi_agent_env(config.env)
+        self.group = _group(self.env)
+        n, num_envs = self.group.size, self.env.num_envs
+        self.obs_dim = self.group.observation_space.shape[0]
+        self.action_dim = self.group.action_space.shape[0]
+        self.state_dim = int(self.env.state_space.shape[0])
+        self.learner = CTEDDLearner(config, n, self.action_dim, self.state_dim, n * self.obs_dim)
+        dims = (config.message_dim, *config.extra_message_dims)
+        self.students = {
+            m: Student(build_local(config, self.group, m), config.distill_lr) for m in dims
+        }
+        # A row: the joint observations (for the local policies), then the state (stage 1).
+        row_dim = n * self.obs_dim + self.state_dim
+        self.replay = ReplayBuffer(
+            config.buffer_size,
+            num_envs,
+            gym.spaces.Box(-np.inf, np.inf, (row_dim,), np.float32),
+            gym.spaces.Box(-1.0, 1.0, (n, self.action_dim), np.float32),
+            n_step=config.n_step,
+            priorities=make_priorities(config, num_envs),
+            seed=derive_seed(config.run.seed, "replay", 0),
+            reward_shape=(n,),
+        )
+        self.obs, self.state = self.env.reset(seed=derive_seed(config.run.seed, "env", 0))
+        self.env_steps = 0
+        self.iteration = 0
+        self.next_distill = config.distill_every
+        self.distill_rounds = 0
+        self._eval_env: MultiAgentVectorEnv | None = None
+
+    # --- stage 1 ------------------------------------------------------------------------------
+
+    def alpha(self) -> float:
+        """The entropy factor of Eq. (5), linear from alpha_start to alpha_end."""
+        cfg = self.config
+        horizon = cfg.alpha_anneal_steps or cfg.run.total_steps
+        share = min(1.0, self.env_steps / horizon)
+        return cfg.alpha_start + (cfg.alpha_end - cfg.alpha_start) * share
+
+    @torch.inference_mode()
+    def _collect(self) -> tuple[EpisodeStats, torch.Tensor, torch.Tensor]:
+        returns, agents, lengths, states, sampled = [], [], [], [], []
+        name = self.group.name
+        for _ in range(self.config.rollout_steps):
+            state = torch.as_tensor(self.state, dtype=torch.float32)
+            raw, actions = self.learner.act(state)
+            joint = self.obs[name].reshape(self.env.num_envs, -1).astype(np.float32)
+            step = self.env.step({name: actions.numpy()})
+            valid = ~step.autoreset
+            self.replay.add(
+                np.concatenate([joint, self.state.astype(np.float32)], axis=1),
+                actions.numpy(),
+                step.rewards[name],
+                step.terminated[name].all(axis=1),
+                step.truncated[name].any(axis=1),
+                valid,
+            )
+            states.append(state[valid])
+            sampled.append(raw[valid])
+            self.obs, self.state = step.obs, step.state
+            if step.episode_lengths.size:
+                for index, agent in enumerate(self.group.agents):
+                    returns.append(step.episode_returns[agent])
+                    agents.append(np.full(step.episode_lengths.size, index))
+                    lengths.append(step.episode_lengths)
+        self.env_steps += self.config.rollout_steps * self.env.num_envs
+        stats = EpisodeStats(np.zeros(0), np.zeros(0, np.int64))
+        if returns:
+            stats = EpisodeStats(
+                np.concatenate(returns),
+                np.concatenate(lengths),
+                np.concatenate(agents),
+                self.group.agents,
+            )
+        return stats, torch.cat(states), torch.cat(sampled)
+
+    def train_iteration(self) -> dict[str, float]:
+        cfg = self.config
+        learning = self.env_steps >= cfg.learning_starts
+        self.learner.set_random_actions(not learning)
+        episodes, states, sampled = self._collect()
+        self.iteration += 1
+        metrics: dict[str, float] = {}
+        if self.env_steps > cfg.learning_starts and self.replay.num_sampleable() > 0:
+            # Eq. (5) first: the samples' log-likelihoods are those of the policy that drew
+            # them only while the deterministic parts have not moved yet (footnote 1).
+            if learning and len(states):
+                metrics.update(self.learner.exploration_update(states, sampled, self.alpha()))
+            metrics.update(self._learn())
+        if self.env_steps >= self.next_distill or self.env_steps >= cfg.run.total_steps:
+            metrics.update(self.distill())
+            self.next_distill = (self.env_steps // cfg.distill_every + 1) * cfg.distill_every
+        metrics.update(episodes.metrics())
+        return metrics
+
+    # MADDPG's replay-sampling loop (prioritized replay's beta annealing included).
+    _learn = MADDPG._learn
+
+    # --- stage 2 ------------------------------------------------------------------------------
+
+    def chronological_rows(self) -> np.ndarray:
+        """The valid replay rows ``[K, row_dim]``, oldest first (vector steps in the order
+        they were stored, envs in order within a step)."""
+        written = self.env_steps // self.env.num_envs  # one replay row per vector step
+        rows = self.replay.rows
+        order = np.arange(written) if written <= rows else (written + np.arange(rows)) % rows
+        order = order[self.replay.valid[order].any(axis=1)]
+        data, valid = self.replay.obs[order], self.replay.valid[order]
+        return data[valid]
+
+    def distill(self) -> dict[str, float]:
+        """One chronological distillation round of every local policy (Eq. (6))."""
+        cfg, n = self.config, self.group.size
+        rows = torch.as_tensor(self.chronological_rows())
+        obs = rows[:, : n * self.obs_dim].reshape(-1, n, self.obs_dim)
+        with torch.no_grad():
+            teacher = self.learner.core.actor(rows[:, n * self.obs_dim :])
+        self.distill_rounds += 1
+        metrics: dict[str, float] = {"distill/rows": float(len(rows))}
+        for m, student in self.students.items():
+            losses = [
+                student.fit(obs[i : i + cfg.distill_batch_size],
+                            teacher[i : i + cfg.distill_batch_size], cfg.distill_repeats)
+                for i in range(0, len(rows), cfg.distill_batch_size)
+            ]  # fmt: skip
+            metrics[f"distill/loss_m{m}"] = float(np.mean(losses)) if losses else 0.0
+        if cfg.evaluate_rounds:
+            seed = derive_seed(cfg.run.seed, "ctedd-eval", self.distill_rounds)
+            metrics["eval/global_return"] = self.evaluate_global(seed=seed)
+            for m in self.students:
+                metrics[f"eval/local_return_m{m}"] = self.evaluate_local(m, seed=seed)
+        return metrics
+
+    # --- evaluation and deployment ------------------------------------------------------------
+
+    def evaluate_global(self, episodes: int | None = None, seed: int = 0) -> float:
+        """CTEDD-G: mean per-agent return of the deterministic global policies (on states)."""
+        actor = self.learner.core.actor
+        return self._evaluate(lambda obs, state: actor(state), episodes, seed)
+
+    def evaluate_local(
+        self, message_dim: int | None = None, episodes: int | None = None, seed: int = 0
+    ) -> float:
+        """CTEDD-L-<message_dim>: mean per-agent return of the distilled local policies."""
+        local = self.students[self.config.message_dim if message_dim is None else message_dim]
+        return self._evaluate(lambda obs, state: local.policies(obs), episodes, seed)
+
+    @torch.inference_mode()
+    def _evaluate(self, act, episodes: int | None, seed: int) -> float:
+        """The first episode of each of ``episodes`` envs; returns summed over steps, averaged
+        over envs and agents (what `shoal.train.evaluate.evaluate` reports on rows of agents)."""
+        episodes = episodes or self.config.run.eval_episodes
+        if self._eval_env is None or self._eval_env.num_envs != episodes:
+            if self._eval_env is not None:
+                self._eval_env.close()
+            env_config = dataclasses.replace(self.config.env, num_envs=episodes)
+            self._eval_env = make_multi_agent_env(env_config)
+        env, name = self._eval_env, self.group.name
+        obs, state = env.reset(seed=seed)
+        total = np.zeros((episodes, self.group.size))
+        done = np.zeros(episodes, bool)
+        while not done.all():
+            actions = act(torch.as_tensor(obs[name]).float(), torch.as_tensor(state).float())
+            step = env.step({name: actions.numpy()})
+            total[~done] += step.rewards[name][~done]
+            done |= (step.terminated[name] | step.truncated[name]).all(axis=1)
+            obs, state = step.obs, step.state
+        return float(total.mean())
+
+    def policy(self) -> ActorPolicy:
+        """The deployable CTEDD-L-<message_dim> local policies (rows of agents)."""
+        return ActorPolicy(frozen_copy(self.students[self.config.message_dim].policies))
+
+    # --- checkpoints --------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "learner": self.learner.state_dict(),
+            "students": {str(m): s.state_dict() for m, s in self.students.items()},
+            "env": self.env.get_state(),
+            "obs": copy.deepcopy(self.obs),
+            "state": self.state.copy(),
+            "replay": self.replay.state_dict() if self.config.save_replay else None,
+            "policy": {
+                "model": self.students[self.config.message_dim].policies.state_dict(),
+                "obs_stats": None,
+            },
+            "counters": {
+                "env_steps": self.env_steps,
+                "iteration": self.iteration,
+                "next_distill": self.next_distill,
+                "distill_rounds": self.distill_rounds,
+            },
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> bool:
+        """Restore; returns False when the replay was not saved (training goes on from the
+        saved weights with an empty replay)."""
+        self.learner.load_state_dict(state["learner"])
+        for m, student in self.students.items():
+            student.load_state_dict(state["students"][str(m)])
+        counters = state["counters"]
+        self.env_steps, self.iteration = counters["env_steps"], counters["iteration"]
+        self.next_distill = counters["next_distill"]
+        self.distill_rounds = counters["distill_rounds"]
+        self.env.set_state(state["env"])
+        self.obs = copy.deepcopy(state["obs"])
+        self.state = state["state"].copy()
+        if state.get("replay") is None:
+            return False
+        self.replay.load_state_dict(state["replay"])
+        return True
+
+    def close(self) -> None:
+        self.env.close()
+        if self._eval_env is not None:
+            self._eval_env.close()
