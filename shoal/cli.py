@@ -143,7 +143,11 @@ def _eval(args: argparse.Namespace) -> int:
     from shoal.train.evaluate import evaluate, record_video
 
     policy = load(args.run_dir)
-    env_config = replace(policy.config.env, normalize_obs=False, normalize_reward=False)
+    # Raw observations (the policy applies its frozen statistics); whole Atari games with
+    # true rewards (no episodic life, no reward clipping), as the training loop evaluates.
+    env_config = replace(
+        policy.config.env, normalize_obs=False, normalize_reward=False, atari_training=False
+    )
     env = make_env(replace(env_config, num_envs=args.episodes))
     try:
         metrics = evaluate(policy, env, args.seed, deterministic=not args.stochastic)

@@ -125,6 +125,16 @@ class EnvConfig:
     global_state: bool = False
     """Multi-agent envs: give the value function the env's global state (a centralized
     critic, MAPPO) instead of the agent's own observation (IPPO); the policy never sees it."""
+    atari: Literal["none", "deepmind", "ref001-stack", "ref001-diff"] = "none"
+    """Atari frame preprocessing for ALE ids (needs the atari extra; `shoal.envs.atari`).
+    deepmind: no-op and FIRE resets, frame skip 4 with max-pooling, 84x84 grayscale, 4 frames
+    stacked (uint8 [4, 84, 84]). ref001-stack / ref001-diff: reference 001's 160x160 crop,
+    grayscale and 80x80 downsampling, then 4 frames stacked or the difference of consecutive
+    frames."""
+    atari_training: bool = True
+    """With atari deepmind: end an episode at every life loss and clip rewards to their sign.
+    Evaluation envs turn it off (the training loop does); logged episode returns are always
+    true scores of whole games."""
 
     def __post_init__(self) -> None:
         check(self, "id", bool(self.id), "must name an environment")
@@ -190,9 +200,28 @@ class ModelConfig:
     """Size of an LSTM core after the MLP encoder (None: a feed-forward model). The recurrent
     model shares its encoder and LSTM between actor and critic, whatever shared_trunk says;
     its state is carried across steps by the sampler and reset at episode starts."""
+    encoder: Literal["mlp", "nature", "ref001-model2", "ref001-model3", "impala"] = "mlp"
+    """Observation encoder (`shoal.nn.cnn`). mlp: observations flattened (Box) or one-hot
+    (Discrete), then the hidden layers. The others read channel-first images [C, H, W] (uint8
+    frames are scaled by 1/255) and replace the MLP, so hidden is unused: nature is the DQN
+    Nature CNN (Mnih et al. 2015; FC 512); ref001-model2 is reference 001's two conv layers
+    with batch norm, flattened (3200 features on 80x80); ref001-model3 is its three conv
+    layers (512 features on 80x80) and implies its LSTM 256 core, so lstm_hidden None becomes
+    256 (any other size is an error); impala is the IMPALA ResNet (Espeholt et al. 2018; FC
+    256). PPO, A2C and DQN read it (DQN has no LSTM core, hence no ref001-model3)."""
 
     def __post_init__(self) -> None:
         check(self, "hidden", all(h > 0 for h in self.hidden), "sizes must be > 0")
+        if self.encoder == "ref001-model3":
+            if self.lstm_hidden is None:  # the paper's Model 3 is CNN + LSTM 256 (ref. 001)
+                object.__setattr__(self, "lstm_hidden", 256)
+            check(
+                self,
+                "lstm_hidden",
+                self.lstm_hidden == 256,
+                "encoder 'ref001-model3' is reference 001's CNN + LSTM 256: use 256 or "
+                "leave it unset (or pick encoder 'ref001-model2' / 'nature' / 'impala')",
+            )
         if self.lstm_hidden is not None:
             check_positive(self, "lstm_hidden")
         check_positive(self, "temperature", "temperature_anneal")

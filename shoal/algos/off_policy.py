@@ -33,6 +33,7 @@ from shoal.config import (
     check_choices,
     check_positive,
 )
+from shoal.data.frame_replay import stack_size
 from shoal.data.prioritized import Priorities, ProportionalPriorities, RankBasedPriorities
 from shoal.data.replay import ReplayBuffer
 from shoal.errors import NaNLossError
@@ -209,6 +210,9 @@ class ReplayAlgorithm:
         env = runner.env
         self.learner = learner_fn(config, env.observation_space, env.action_space)
         mask_dim = None if env.action_mask is None else int(env.action_space.n)
+        frame_stack = None
+        if getattr(config, "frame_replay", False):  # DQN's switch; not in other configs
+            frame_stack = stack_size(env.observation_space)
         self.replay = ReplayBuffer(
             config.buffer_size,
             env.num_envs,
@@ -218,6 +222,7 @@ class ReplayAlgorithm:
             action_mask_dim=mask_dim,
             priorities=make_priorities(config, env.num_envs),
             seed=derive_seed(config.run.seed, "replay", 0),
+            frame_stack=frame_stack,
         )
         self.env_steps = 0
         self.iteration = 0

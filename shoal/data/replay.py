@@ -10,6 +10,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from shoal.data.frame_replay import FrameStacks
 from shoal.data.prioritized import Priorities
 from shoal.data.rollout import space_layout
 from shoal.types import ReplayBatch
@@ -49,6 +50,10 @@ class ReplayBuffer:
         seed: seed of the buffer's own sampling generator.
         reward_shape: shape of one step's reward beyond the env axis, e.g. ``(N,)`` for one
             reward per agent (MADDPG); ``()`` for a scalar.
+        frame_stack: ``k`` when observations are ``k`` stacked frames ``[k, ...]`` (oldest
+            first, e.g. Atari's 4 x 84 x 84): store each frame once and rebuild the stacks
+            when sampling (`shoal.data.frame_replay`), about ``k`` times less memory. None
+            stores whole observations.
     """
 
     def __init__(
@@ -62,6 +67,7 @@ class ReplayBuffer:
         priorities: Priorities | Callable[[int], Priorities] | None = None,
         seed: int = 0,
         reward_shape: tuple[int, ...] = (),
+        frame_stack: int | None = None,
     ):
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
@@ -89,7 +95,17 @@ class ReplayBuffer:
         size = (self.rows, num_envs)
         obs_shape, obs_dtype = space_layout(obs_space)
         action_shape, action_dtype = space_layout(action_space)
-        self.obs = np.zeros(size + obs_shape, _numpy_dtype(obs_dtype))
+        self._frames = None
+        if frame_stack is None:
+            self.obs = np.zeros(size + obs_shape, _numpy_dtype(obs_dtype))
+        else:
+            if obs_shape[:1] != (frame_stack,) or len(obs_shape) < 2:
+                raise ValueError(
+                    f"frame_stack={frame_stack} needs observations [{frame_stack}, ...] "
+                    f"(frames stacked on the first axis); got shape {obs_shape}"
+                )
+            self.obs = None
+            self._frames = FrameStacks(self.rows, num_envs, obs_shape, _numpy_dtype(obs_dtype))
         self.actions = np.zeros(size + action_shape, _numpy_dtype(action_dtype))
         self.rewards = np.zeros(size + tuple(reward_shape), np.float32)
         self.terminated = np.zeros(size, bool)
@@ -139,7 +155,10 @@ class ReplayBuffer:
         row = self._rows_written % self.rows
         if self._rows_written >= self.rows:
             self._retire(row)  # before the write, so it is never sampled half-overwritten
-        self.obs[row] = obs
+        if self._frames is None:
+            self.obs[row] = obs
+        else:
+            self._frames.add(self._rows_written, obs)
         self.actions[row] = actions
         self.rewards[row] = rewards
         self.terminated[row] = terminated
@@ -248,13 +267,19 @@ class ReplayBuffer:
         mask = None
         if self.action_mask is not None:
             mask = torch.from_numpy(flat["action_mask"].take(following, axis=0))
+        if self._frames is None:
+            obs = flat["obs"].take(indices, axis=0)
+            next_obs = flat["obs"].take(following, axis=0)
+        else:
+            obs = self._frames.stacks(indices, self._rows_written)
+            next_obs = self._frames.stacks(following, self._rows_written)
         return ReplayBatch(
-            obs=torch.from_numpy(flat["obs"].take(indices, axis=0)),
+            obs=torch.from_numpy(obs),
             actions=torch.from_numpy(flat["actions"].take(indices, axis=0)),
             rewards=torch.from_numpy(rewards),
             steps=torch.from_numpy(steps.astype(np.int64, copy=False)),
             terminated=torch.from_numpy(terminated),
-            next_obs=torch.from_numpy(flat["obs"].take(following, axis=0)),
+            next_obs=torch.from_numpy(next_obs),
             next_action_mask=mask,
             weights=torch.from_numpy(np.asarray(weights, np.float32)),
             indices=indices,
@@ -285,6 +310,7 @@ class ReplayBuffer:
             "storage": {k: v[:stored] for k, v in arrays.items() if v is not None},
             "rng": self._rng.bit_generator.state,
             "priorities": None if self.priorities is None else self.priorities.state_dict(),
+            "frames": None if self._frames is None else self._frames.state_dict(self._rows_written),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -296,6 +322,8 @@ class ReplayBuffer:
                 )
         if (state["priorities"] is None) != (self.priorities is None):
             raise ValueError("replay state and buffer disagree on prioritized sampling")
+        if (state.get("frames") is None) != (self._frames is None):
+            raise ValueError("replay state and buffer disagree on frame_stack storage")
         for name in _FIELDS:
             array, saved = getattr(self, name), state["storage"].get(name)
             if (array is None) != (saved is None):
@@ -308,6 +336,8 @@ class ReplayBuffer:
                     f"{saved.dtype} per row, this buffer {array.shape[1:]} {array.dtype}"
                 )
             array[: len(saved)] = saved
+        if self._frames is not None:
+            self._frames.load_state_dict(state["frames"])
         self._rows_written = int(state["rows_written"])
         self._num_sampleable = int(state["num_sampleable"])
         self._rng.bit_generator.state = state["rng"]

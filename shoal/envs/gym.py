@@ -27,7 +27,9 @@ class GymVectorEnv:
     agents_per_env = 1
     agent_names = None
 
-    def __init__(self, env: gym.vector.VectorEnv, action_mask: str = "none"):
+    def __init__(
+        self, env: gym.vector.VectorEnv, action_mask: str = "none", episode_info: bool = False
+    ):
         mode = env.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP)
         if mode != gym.vector.AutoresetMode.NEXT_STEP:
             raise ConfigError(f"shoal expects next-step autoreset, the env uses {mode}")
@@ -36,6 +38,10 @@ class GymVectorEnv:
         self.observation_space = env.single_observation_space
         self.action_space = env.single_action_space
         self._mask_source = action_mask
+        self._episode_info = episode_info
+        """Log the episodes the env reports in info["episode"] / info["_episode"] (Gymnasium's
+        RecordEpisodeStatistics layout) instead of reward sums: Atari's true game scores, when
+        training sees clipped rewards and an episode per life (`shoal.envs.atari`)."""
         if action_mask == "obs":
             space = self.observation_space
             if not (
@@ -75,14 +81,19 @@ class GymVectorEnv:
         self._episode_length = np.where(autoreset, 0, self._episode_length + 1)
         done = np.logical_or(terminated, truncated)
         self._autoreset = done
+        returns, lengths = self._episode_return[done], self._episode_length[done]
+        if self._episode_info:
+            ended = np.asarray(info["_episode"], bool)
+            returns = np.asarray(info["episode"]["r"], np.float64)[ended]
+            lengths = np.asarray(info["episode"]["l"], np.int64)[ended]
         return StepResult(
             obs=obs,
             reward=np.asarray(reward, np.float32),
             terminated=np.asarray(terminated, bool),
             truncated=np.asarray(truncated, bool),
             autoreset=autoreset,
-            episode_returns=self._episode_return[done],
-            episode_lengths=self._episode_length[done],
+            episode_returns=returns,
+            episode_lengths=lengths,
             action_mask=self.action_mask,
         )
 
@@ -141,6 +152,10 @@ def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
 
 
 def make_gym_vector_env(config: EnvConfig, render_mode: str | None = None) -> gym.vector.VectorEnv:
+    if config.atari != "none":
+        from shoal.envs.atari import make_atari_vector_env  # ale-py only when asked for
+
+        return make_atari_vector_env(config, config.atari_training, render_mode)
     spec = env_spec(config.id)
     mode = config.vectorization
     if mode == "auto":
@@ -176,7 +191,11 @@ def make_env(
             config.global_state,
         )
     else:
-        env = GymVectorEnv(make_gym_vector_env(config, render_mode), config.action_mask)
+        env = GymVectorEnv(
+            make_gym_vector_env(config, render_mode),
+            config.action_mask,
+            episode_info=config.atari == "deepmind",
+        )
     if config.normalize_obs:
         env = NormalizeObservation(env, clip=config.clip_obs)
     if config.normalize_reward:

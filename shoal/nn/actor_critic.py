@@ -12,6 +12,7 @@ from torch import nn
 from shoal.config import ModelConfig
 from shoal.envs.agents_as_batch import split_observation
 from shoal.errors import ConfigError, UnsupportedSpaceError
+from shoal.nn.cnn import build_encoder
 from shoal.nn.distributions import Categorical, DiagGaussian
 from shoal.nn.heads import CategoricalHead, GaussianHead, ValueHead
 from shoal.nn.mlp import MLP, ParallelMLP
@@ -57,7 +58,8 @@ def policy_head(action_space: gym.Space, in_dim: int, config: ModelConfig) -> nn
 
 
 class ActorCritic(nn.Module):
-    """Policy and value function over MLP encoders, shared or separate.
+    """Policy and value function over MLP encoders, shared or separate (or over image
+    encoders, `shoal.nn.cnn`, when ``config.encoder`` names one).
 
     Separate actor and critic encoders are evaluated together as one `ParallelMLP`. An
     observation with a critic-only part (`shoal.envs.agents_as_batch.split_observation`, e.g.
@@ -69,22 +71,32 @@ class ActorCritic(nn.Module):
     def __init__(self, obs_space: gym.Space, action_space: gym.Space, config: ModelConfig):
         super().__init__()
         self.split = split_observation(obs_space)
-        if self.split is not None:
-            if config.shared_trunk:
-                raise ConfigError(
-                    "model.shared_trunk cannot be combined with a critic-only observation "
-                    "part (env.global_state): the actor must not see the global state"
-                )
-            self.encoding = None
-            in_dim = max(self.split)
-        else:
-            self.encoding = ObsEncoding(obs_space)
-            in_dim = self.encoding.out_dim
         self.shared_trunk = config.shared_trunk
-        if config.shared_trunk:
-            self.body: nn.Module = MLP(in_dim, config.hidden, config.activation)
+        if config.encoder != "mlp":
+            if self.split is not None:
+                raise ConfigError(
+                    f"model.encoder {config.encoder!r} reads image observations and cannot be "
+                    "combined with a critic-only observation part (env.global_state)"
+                )
+            # An image encoder (`shoal.nn.cnn`) takes the place of ObsEncoding + MLP.
+            self.encoding: nn.Module | None = nn.Identity()
+            self.body: nn.Module = build_encoder(obs_space, config, 1 if self.shared_trunk else 2)
         else:
-            self.body = ParallelMLP(in_dim, config.hidden, config.activation, members=2)
+            if self.split is not None:
+                if config.shared_trunk:
+                    raise ConfigError(
+                        "model.shared_trunk cannot be combined with a critic-only observation "
+                        "part (env.global_state): the actor must not see the global state"
+                    )
+                self.encoding = None
+                in_dim = max(self.split)
+            else:
+                self.encoding = ObsEncoding(obs_space)
+                in_dim = self.encoding.out_dim
+            if config.shared_trunk:
+                self.body = MLP(in_dim, config.hidden, config.activation)
+            else:
+                self.body = ParallelMLP(in_dim, config.hidden, config.activation, members=2)
         self.policy_head = policy_head(action_space, self.body.out_dim, config)
         self.value_head = ValueHead(self.body.out_dim)
 

@@ -14,7 +14,7 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from shoal.errors import UnsupportedSpaceError
+from shoal.errors import ConfigError, UnsupportedSpaceError
 from shoal.losses import (
     categorical_projection,
     categorical_td_loss,
@@ -27,6 +27,7 @@ from shoal.losses import (
     td_loss,
 )
 from shoal.nn.actor_critic import ActOutput, ObsEncoding
+from shoal.nn.cnn import build_encoder
 from shoal.nn.mlp import MLP
 from shoal.nn.q_heads import QHead
 from shoal.types import ReplayBatch
@@ -183,8 +184,9 @@ class GreedyDistribution:
 
 
 class QNetwork(nn.Module):
-    """MLP trunk and a `QHead`; ``epsilon`` and ``temperature`` are buffers, so exploration
-    settings travel with the weights to every sampler."""
+    """MLP trunk (or an image encoder, `shoal.nn.cnn`) and a `QHead`; ``epsilon`` and
+    ``temperature`` are buffers, so exploration settings travel with the weights to every
+    sampler."""
 
     def __init__(self, obs_space: gym.Space, action_space: gym.Space, config: Any, kind: ValueKind):
         super().__init__()
@@ -194,9 +196,18 @@ class QNetwork(nn.Module):
                 "actions (use SAC, TD3 or DDPG for continuous ones)"
             )
         self.kind = kind
-        self.encoding = ObsEncoding(obs_space)
         model = config.model
-        self.body = MLP(self.encoding.out_dim, model.hidden, model.activation)
+        if model.encoder == "ref001-model3":
+            raise ConfigError(
+                "model.encoder 'ref001-model3' is reference 001's CNN + LSTM model and DQN's "
+                "Q-network has no recurrent core; use 'ref001-model2', 'nature' or 'impala'"
+            )
+        if model.encoder != "mlp":  # an image encoder (`shoal.nn.cnn`) replaces both
+            self.encoding: nn.Module = nn.Identity()
+            self.body: nn.Module = build_encoder(obs_space, model)
+        else:
+            self.encoding = ObsEncoding(obs_space)
+            self.body = MLP(self.encoding.out_dim, model.hidden, model.activation)
         self.head = QHead(
             self.body.out_dim,
             int(action_space.n),

@@ -1,4 +1,5 @@
-"""Recurrent actor-critic: MLP encoder -> LSTM core -> policy and value heads.
+"""Recurrent actor-critic: MLP (or image, `shoal.nn.cnn`) encoder -> LSTM core -> policy and
+value heads.
 
 The recurrent state of ``B`` environments is one tensor ``[B, 2, H]`` (LSTM ``h`` and ``c``
 stacked), so samplers and checkpoints handle it like any other ``[B, ...]`` array. The sampler
@@ -15,6 +16,7 @@ from torch import nn
 
 from shoal.config import ModelConfig
 from shoal.nn.actor_critic import ActorCritic, ActOutput, ObsEncoding, policy_head
+from shoal.nn.cnn import build_encoder
 from shoal.nn.distributions import Categorical, DiagGaussian
 from shoal.nn.heads import ValueHead
 from shoal.nn.mlp import MLP
@@ -33,8 +35,12 @@ class RecurrentActorCritic(nn.Module):
         super().__init__()
         if config.lstm_hidden is None:
             raise ValueError("RecurrentActorCritic needs ModelConfig.lstm_hidden")
-        self.encoding = ObsEncoding(obs_space)
-        self.body = MLP(self.encoding.out_dim, config.hidden, config.activation)
+        if config.encoder != "mlp":  # an image encoder (`shoal.nn.cnn`), e.g. reference 001's
+            self.encoding: nn.Module = nn.Identity()  # Model 3: three convs, then LSTM 256
+            self.body: nn.Module = build_encoder(obs_space, config)
+        else:
+            self.encoding = ObsEncoding(obs_space)
+            self.body = MLP(self.encoding.out_dim, config.hidden, config.activation)
         self.hidden_size = config.lstm_hidden
         self.lstm = nn.LSTM(self.body.out_dim, self.hidden_size)
         for name, param in self.lstm.named_parameters():

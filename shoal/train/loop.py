@@ -226,11 +226,13 @@ def _make_eval_env(config: Any):
     if run_cfg.eval_every_steps == 0 and run_cfg.target_return is None:
         return None
     # Raw observations: the deployed policy applies the frozen training statistics itself.
+    # Whole Atari games with true rewards: no episodic life, no reward clipping.
     env_config = dataclasses.replace(
         config.env,
         num_envs=run_cfg.eval_episodes,
         normalize_obs=False,
         normalize_reward=False,
+        atari_training=False,
     )
     return make_env(env_config)
 

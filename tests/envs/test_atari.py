@@ -1,0 +1,268 @@
+"""Atari preprocessing (`shoal.envs.atari`): DeepMind's pipeline and reference 001's variant."""
+
+from types import SimpleNamespace
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+pytest.importorskip("ale_py", reason="needs the atari extra: pip install 'shoal[atari]'")
+cv2 = pytest.importorskip("cv2", reason="needs the atari extra: pip install 'shoal[atari]'")
+
+from shoal.config import EnvConfig, RunConfig  # noqa: E402
+from shoal.envs import GymVectorEnv, make_env  # noqa: E402
+from shoal.envs.atari import (  # noqa: E402
+    AtariEpisodes,
+    FrameDifference,
+    Ref001Frame,
+    make_atari_env,
+    make_atari_vector_env,
+    ref001_frame,
+)
+from shoal.errors import ConfigError  # noqa: E402
+from shoal.train.loop import _make_eval_env  # noqa: E402
+
+
+def _config(env_id="ALE/Pong-v5", **kwargs):
+    return EnvConfig(id=env_id, **{"num_envs": 2, "atari": "deepmind", **kwargs})
+
+
+@pytest.mark.parametrize(
+    ("atari", "vectorization", "shape", "dtype"),
+    [
+        ("deepmind", "native", (4, 84, 84), np.uint8),
+        ("deepmind", "sync", (4, 84, 84), np.uint8),
+        ("ref001-stack", "auto", (4, 80, 80), np.uint8),
+        ("ref001-diff", "auto", (1, 80, 80), np.float32),
+    ],
+)
+def test_shapes_and_dtypes(atari, vectorization, shape, dtype):
+    env = make_env(_config(atari=atari, vectorization=vectorization))
+    try:
+        assert env.observation_space.shape == shape
+        assert env.observation_space.dtype == dtype
+        obs = env.reset(seed=0)
+        assert obs.shape == (2, *shape) and obs.dtype == dtype
+        step = env.step(np.zeros(2, np.int64))
+        assert step.obs.shape == (2, *shape) and step.obs.dtype == dtype
+    finally:
+        env.close()
+
+
+def test_native_vectorization_refuses_reference_001():
+    with pytest.raises(ConfigError, match="native"):
+        make_env(_config(atari="ref001-stack", vectorization="native"))
+
+
+def test_frame_skip_max_pools_the_last_two_raw_frames():
+    env = make_atari_env("PongNoFrameskip-v4")  # no sticky actions: replays are exact
+    env.reset(seed=0)
+    raw, ale = env.unwrapped, env.unwrapped.ale
+    differs_from_last_frame = False
+    for action in [2, 2, 3, 0, 3, 2, 2, 2, 3, 3, 0, 2]:
+        state = ale.cloneState()
+        frames = []
+        for _ in range(4):
+            raw.step(action)
+            frames.append(ale.getScreenGrayscale())
+        pooled = np.maximum(frames[2], frames[3])
+        expected = cv2.resize(pooled, (84, 84), interpolation=cv2.INTER_AREA)
+        last_only = cv2.resize(frames[3], (84, 84), interpolation=cv2.INTER_AREA)
+        differs_from_last_frame |= not np.array_equal(expected, last_only)
+        ale.restoreState(state)
+        obs, *_ = env.step(action)
+        np.testing.assert_array_equal(obs[-1], expected)
+    assert differs_from_last_frame  # the ball moved: pooling mattered in some step
+    env.close()
+
+
+def test_frame_stack_shifts_and_restarts_at_reset():
+    env = make_atari_env("PongNoFrameskip-v4")
+    obs, _ = env.reset(seed=0)
+    assert all(np.array_equal(obs[i], obs[-1]) for i in range(4))  # padded with the first frame
+    for _ in range(40):
+        new, *_ = env.step(2)
+        np.testing.assert_array_equal(new[:-1], obs[1:])
+        obs = new
+    assert not np.array_equal(obs[0], obs[-1])
+    obs, _ = env.reset(seed=1)
+    assert all(np.array_equal(obs[i], obs[-1]) for i in range(4))  # nothing of the old game
+    env.close()
+
+    native = make_env(_config(vectorization="native"))
+    obs = native.reset(seed=0)
+    for _ in range(5):
+        new = native.step(np.full(2, 2)).obs
+        np.testing.assert_array_equal(new[:, :-1], obs[:, 1:])
+        obs = new
+    native.close()
+
+
+def test_noop_starts_differ_between_seeds():
+    env = make_atari_env("PongNoFrameskip-v4")
+    frames = set()
+    for seed in range(8):
+        _, info = env.reset(seed=seed)
+        frames.add(int(info["episode_frame_number"]))
+    env.close()
+    # 1 to 30 NOOP frames, then FIRE (Pong has it) for one skipped step of 4 frames.
+    assert len(frames) >= 4 and min(frames) >= 5 and max(frames) <= 34
+
+    native = make_atari_vector_env(_config(vectorization="native", num_envs=8))
+    _, info = native.reset(seed=0)
+    assert len(set(info["episode_frame_number"].tolist())) >= 3
+    native.close()
+
+
+class ScriptedAtari(gym.vector.VectorEnv):
+    """One env replaying (reward, lives, terminated) rows, recording the actions it gets."""
+
+    def __init__(self, script):
+        self.script = list(script)
+        self.num_envs = 1
+        self.single_action_space = gym.spaces.Discrete(4)
+        self.single_observation_space = gym.spaces.Box(0, 255, (1,), np.uint8)
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, 1)
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, 1)
+        self.metadata = {"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}
+        self.actions = []
+
+    def reset(self, *, seed=None, options=None):
+        return np.zeros((1, 1), np.uint8), {"lives": np.array([3])}
+
+    def step(self, actions):
+        self.actions.append(int(actions[0]))
+        reward, lives, terminated = self.script.pop(0)
+        obs = np.zeros((1, 1), np.uint8)
+        return (
+            obs,
+            np.array([reward]),
+            np.array([terminated]),
+            np.array([False]),
+            {"lives": np.array([lives])},
+        )
+
+
+# reward, lives, terminated: a game of 3 lives with rewards 4, 1 and -2, 7 in the steps that
+# follow life losses (the env's pseudo-reset steps), then the next game.
+SCRIPT = [(4, 3, False), (0, 2, False), (1, 2, False), (-2, 1, False), (7, 1, False)]
+SCRIPT += [(0, 1, False), (1, 0, True), (0, 3, False), (5, 3, False)]
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_life_loss_and_clipping_only_in_training_with_true_game_scores(training):
+    inner = ScriptedAtari(SCRIPT)
+    env = GymVectorEnv(AtariEpisodes(inner, training, reset_action=1), episode_info=True)
+    env.reset(seed=0)
+    steps = [env.step(np.array([3])) for _ in SCRIPT]
+    terminated = [bool(s.terminated[0]) for s in steps]
+    rewards = [float(s.reward[0]) for s in steps]
+    if training:
+        # Life lost after steps 1 and 3: those end an episode; the next step is the learner's
+        # autoreset step, in which the env presses FIRE and the reward does not count.
+        assert terminated == [False, True, False, True, False, False, True, False, False]
+        assert steps[2].autoreset[0] and steps[4].autoreset[0]
+        assert inner.actions == [3, 3, 1, 3, 1, 3, 3, 3, 3]
+        assert rewards == [1, 0, 0, -1, 0, 0, 1, 0, 1]
+    else:
+        assert terminated == [False, False, False, False, False, False, True, False, False]
+        assert inner.actions == [3] * len(SCRIPT)
+        assert rewards == [4, 0, 1, -2, 7, 0, 1, 0, 5]
+    # Logged once per game, with true rewards, counting every agent step of the game.
+    logged = [(list(s.episode_returns), list(s.episode_lengths)) for s in steps]
+    assert logged[6] == ([11.0], [7])
+    assert all(not r for i, (r, _) in enumerate(logged) if i != 6)
+
+
+def test_breakout_training_episodes_are_lives_but_logged_episodes_are_games():
+    env = make_atari_vector_env(_config("ALE/Breakout-v5", vectorization="native"))
+    env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    lives_per_game, episodes, clipped = [], np.zeros(2, int), np.zeros(2)
+    while len(lives_per_game) < 3:
+        _, reward, terminated, truncated, info = env.step(rng.integers(0, 4, 2))
+        episodes += terminated
+        clipped += reward
+        assert set(np.unique(reward)) <= {0.0, 1.0}
+        for i in np.flatnonzero(info["_episode"]):
+            lives_per_game.append(int(episodes[i]))
+            assert info["episode"]["r"][i] >= clipped[i] >= 0  # true score >= clipped sum
+            episodes[i], clipped[i] = 0, 0.0
+    env.close()
+    assert lives_per_game[:3] == [5, 5, 5]  # 5 training episodes (lives) per logged game
+
+
+def test_evaluation_env_has_no_training_preprocessing():
+    config = SimpleNamespace(
+        run=RunConfig(eval_episodes=2), env=_config(vectorization="native", num_envs=4)
+    )
+    env = _make_eval_env(config)
+    try:
+        episodes = env.env
+        assert isinstance(episodes, AtariEpisodes) and not episodes.training
+    finally:
+        env.close()
+    train_env = make_env(config.env)
+    assert train_env.env.training
+    train_env.close()
+
+
+def _hand_made_frames():
+    frame = np.zeros((210, 160, 3), np.uint8)
+    frame[:34] = 200  # score area: cropped away
+    frame[194:] = 100  # bottom border: cropped away
+    frame[34 + 10 : 34 + 12, 20:22] = 255  # white 2x2 block -> (5, 10) = 255
+    frame[34:36, 0:2] = (255, 0, 0)  # red 2x2 block -> (0, 0) = 0.299 * 255 = 76.2
+    frame[34 + 20, 40] = 255  # one white pixel -> (10, 20) = 255 / 4 = 63.75
+    moved = frame.copy()
+    moved[34 + 10 : 34 + 12, 20:22] = 0
+    moved[34 + 10 : 34 + 12, 22:24] = 255  # the block moved one pixel of 80 right
+    expected = np.zeros((80, 80), np.uint8)
+    expected[5, 10], expected[0, 0], expected[10, 20] = 255, 76, 64
+    expected_moved = expected.copy()
+    expected_moved[5, 10], expected_moved[5, 11] = 0, 255
+    return frame, moved, expected, expected_moved
+
+
+class FrameReplay(gym.Env):
+    observation_space = gym.spaces.Box(0, 255, (210, 160, 3), np.uint8)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, frames):
+        self.frames = frames
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return self.frames[0], {}
+
+    def step(self, action):
+        self.t += 1
+        return self.frames[self.t], 0.0, self.t == len(self.frames) - 1, False, {}
+
+
+def test_reference_001_crop_grayscale_downsample_and_difference():
+    frame, moved, expected, expected_moved = _hand_made_frames()
+    np.testing.assert_array_equal(ref001_frame(frame), expected)
+    np.testing.assert_array_equal(ref001_frame(moved), expected_moved)
+    gray = cv2.cvtColor(frame[34:194], cv2.COLOR_RGB2GRAY)
+    area = cv2.resize(gray, (80, 80), interpolation=cv2.INTER_AREA)
+    assert np.abs(area.astype(int) - ref001_frame(frame)).max() <= 1  # OpenCV agrees
+
+    env = FrameDifference(Ref001Frame(FrameReplay([frame, moved, moved])))
+    assert env.observation_space.shape == (1, 80, 80)
+    obs, _ = env.reset()
+    assert obs.shape == (1, 80, 80) and obs.dtype == np.float32 and not obs.any()
+    obs, *_ = env.step(0)
+    diff = np.zeros((80, 80), np.float32)
+    diff[5, 10], diff[5, 11] = -1.0, 1.0
+    np.testing.assert_allclose(obs[0], diff)
+    obs, *_ = env.step(0)
+    assert not obs.any()  # nothing moved
+    obs, _ = env.reset()
+    assert not obs.any()  # no difference across the reset
+
+    stack = gym.wrappers.FrameStackObservation(Ref001Frame(FrameReplay([frame, moved, moved])), 4)
+    obs, _ = stack.reset()
+    obs, *_ = stack.step(0)
+    np.testing.assert_array_equal(obs[:3], np.stack([expected] * 3))
+    np.testing.assert_array_equal(obs[3], expected_moved)

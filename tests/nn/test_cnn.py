@@ -1,0 +1,207 @@
+"""Image encoders: the papers' layer sizes, init, scaling, and PPO / A2C / DQN built on them."""
+
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import shoal
+from shoal.algos import a2c, dqn, ppo
+from shoal.config import ModelConfig
+from shoal.errors import ConfigError, UnsupportedSpaceError
+from shoal.nn import ActorCritic, RecurrentActorCritic
+from shoal.nn.cnn import build_encoder, image_encoder
+from shoal.nn.q_network import QNetwork
+
+ENCODERS = ("nature", "ref001-model2", "ref001-model3", "impala")
+
+
+def image_space(*shape):
+    return gym.spaces.Box(0, 255, shape, np.uint8)
+
+
+def frames(*shape, seed=0):
+    return torch.from_numpy(np.random.default_rng(seed).integers(0, 256, shape, np.uint8))
+
+
+def conv_output_shapes(encoder, obs):
+    """Shapes ``(C, H, W)`` of each convolution's output (direct children of the trunk)."""
+    shapes = []
+    hooks = [
+        layer.register_forward_hook(lambda m, i, out: shapes.append(tuple(out.shape[1:])))
+        for layer in encoder.trunk
+        if isinstance(layer, nn.Conv2d)
+    ]
+    features = encoder(obs)
+    for hook in hooks:
+        hook.remove()
+    return shapes, features
+
+
+# --- the papers' layer sizes --------------------------------------------------------------------
+
+
+def test_ref001_model2_feature_maps_are_the_papers():
+    # Reference 001, Model 2: 80x80 -> 20x20 (16 channels) -> 10x10 (32), 3200 features.
+    encoder = image_encoder(image_space(4, 80, 80), "ref001-model2")
+    shapes, features = conv_output_shapes(encoder, frames(2, 4, 80, 80))
+    assert shapes == [(16, 20, 20), (32, 10, 10)]
+    assert features.shape == (2, 3200) and encoder.out_dim == 3200
+    convs = [m for m in encoder.trunk if isinstance(m, nn.Conv2d)]
+    assert [(c.kernel_size, c.stride, c.padding) for c in convs] == [
+        ((8, 8), (4, 4), (2, 2)),
+        ((4, 4), (2, 2), (1, 1)),
+    ]
+    assert sum(isinstance(m, nn.BatchNorm2d) for m in encoder.modules()) == 2
+
+
+def test_ref001_model3_feature_maps_are_the_papers():
+    # Model 3: the same two layers, then 4x4 stride 2 pad 0 -> 4x4 (32 channels), 512 features.
+    encoder = image_encoder(image_space(4, 80, 80), "ref001-model3")
+    shapes, features = conv_output_shapes(encoder, frames(2, 4, 80, 80))
+    assert shapes == [(16, 20, 20), (32, 10, 10), (32, 4, 4)]
+    assert features.shape == (2, 512)
+    assert sum(isinstance(m, nn.BatchNorm2d) for m in encoder.modules()) == 3
+
+
+def test_nature_cnn_shapes():
+    encoder = image_encoder(image_space(4, 84, 84), "nature")
+    shapes, features = conv_output_shapes(encoder, frames(3, 4, 84, 84))
+    assert shapes == [(32, 20, 20), (64, 9, 9), (64, 7, 7)]
+    assert encoder.fc.in_features == 7 * 7 * 64 and features.shape == (3, 512)
+    assert not any(isinstance(m, nn.BatchNorm2d) for m in encoder.modules())
+    assert (features >= 0).all()  # ReLU after the FC layer
+
+
+def test_impala_shapes():
+    encoder = image_encoder(image_space(4, 84, 84), "impala")
+    assert encoder(frames(2, 4, 84, 84)).shape == (2, 256)
+    # Three stacks of conv + max-pool (84 -> 42 -> 21 -> 11), 32 channels at the end.
+    assert encoder.fc.in_features == 32 * 11 * 11
+    convs = [m for m in encoder.modules() if isinstance(m, nn.Conv2d)]
+    assert [c.out_channels for c in convs] == [16] * 5 + [32] * 5 + [32] * 5
+    assert sum(isinstance(m, nn.MaxPool2d) for m in encoder.modules()) == 3
+
+
+def test_orthogonal_init_and_uint8_scaling():
+    encoder = image_encoder(image_space(4, 84, 84), "nature")
+    conv = encoder.trunk[0]
+    weight = conv.weight.detach().flatten(1)  # [32, 4 * 8 * 8]
+    torch.testing.assert_close(weight @ weight.T, 2.0 * torch.eye(32), atol=1e-4, rtol=0)
+    assert not conv.bias.any()
+    obs = frames(2, 4, 84, 84)
+    assert encoder.scale == 1 / 255
+    torch.testing.assert_close(encoder(obs), encoder(obs.float()))
+    float_encoder = image_encoder(gym.spaces.Box(0.0, 1.0, (4, 84, 84)), "nature")
+    assert float_encoder.scale == 1.0
+
+
+def test_one_channel_images_and_bad_spaces():
+    encoder = image_encoder(image_space(84, 84), "nature")
+    assert encoder(frames(2, 84, 84)).shape == (2, 512)
+    with pytest.raises(UnsupportedSpaceError, match="image observations"):
+        image_encoder(gym.spaces.Box(-1, 1, (8,)), "nature")
+    with pytest.raises(ConfigError, match="channel-last"):
+        image_encoder(image_space(84, 84, 4), "nature")
+    with pytest.raises(ValueError, match="mlp"):
+        build_encoder(image_space(4, 84, 84), ModelConfig())
+
+
+def test_ref001_model3_implies_lstm_256():
+    assert ModelConfig(encoder="ref001-model3").lstm_hidden == 256
+    assert ModelConfig(encoder="ref001-model3", lstm_hidden=256).lstm_hidden == 256
+    with pytest.raises(ConfigError, match="lstm_hidden"):
+        ModelConfig(encoder="ref001-model3", lstm_hidden=128)
+    with pytest.raises(ConfigError, match="encoder"):
+        ModelConfig(encoder="resnet")
+
+
+# --- PPO, A2C and DQN on a fake image env -------------------------------------------------------
+
+
+class FakeImageEnv(gym.Env):
+    """uint8 ``[4, 84, 84]`` observations, three actions, 12-step episodes."""
+
+    observation_space = image_space(4, 84, 84)
+    action_space = gym.spaces.Discrete(3)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        reward = float(action == self.t % 3)
+        return self._obs(), reward, self.t >= 12, False, {}
+
+    def _obs(self):
+        return self.np_random.integers(0, 256, self.observation_space.shape, np.uint8)
+
+
+@pytest.mark.parametrize(
+    ("encoder", "shared_trunk"),
+    [(encoder, True) for encoder in ENCODERS] + [("nature", False), ("ref001-model2", False)],
+)
+def test_actor_critics_act_with_each_encoder(encoder, shared_trunk):
+    env = FakeImageEnv()
+    model_config = ModelConfig(encoder=encoder, shared_trunk=shared_trunk)
+    obs = frames(3, 4, 84, 84)
+    for module in (ppo, a2c):
+        config_cls = ppo.PPOConfig if module is ppo else a2c.A2CConfig
+        config = config_cls(model=model_config)
+        model = module.build_model(config, env.observation_space, env.action_space)
+        if encoder == "ref001-model3":
+            assert isinstance(model, RecurrentActorCritic) and model.hidden_size == 256
+            assert model.lstm.input_size == 512
+            out, state = model.step(obs, model.initial_state(3))
+            assert state.shape == (3, 2, 256)
+        else:
+            assert isinstance(model, ActorCritic)
+            out = model.act(obs)
+        assert out.actions.shape == (3,) and out.values.shape == (3,)
+        assert torch.isfinite(out.log_probs).all()
+
+
+@pytest.mark.parametrize("encoder", ["nature", "ref001-model2", "impala"])
+def test_dqn_q_network_with_each_encoder(encoder):
+    env = FakeImageEnv()
+    config = dqn.DQNConfig(model=ModelConfig(encoder=encoder), dueling=True)
+    network = dqn.build_model(config, env.observation_space, env.action_space)
+    assert network(frames(5, 4, 84, 84)).shape == (5, 3, 1)
+    assert network.act(frames(5, 4, 84, 84)).actions.shape == (5,)
+
+
+def test_dqn_rejects_the_recurrent_model3():
+    env = FakeImageEnv()
+    config = dqn.DQNConfig(model=ModelConfig(encoder="ref001-model3"))
+    with pytest.raises(ConfigError, match="recurrent"):
+        QNetwork(env.observation_space, env.action_space, config, dqn.make_value_kind(config))
+
+
+def test_mlp_encoder_still_flattens_images():
+    env = FakeImageEnv()
+    model = ActorCritic(env.observation_space, env.action_space, ModelConfig(hidden=(8,)))
+    assert model.body.weights[0].shape == (2, 4 * 84 * 84, 8)
+    assert model.act(frames(2, 4, 84, 84)).actions.shape == (2,)
+
+
+def test_ppo_trains_with_the_nature_cnn(registered_env, tmp_path, small_ppo):
+    env_id = registered_env("FakeImage-v0", FakeImageEnv)
+    result = shoal.train(
+        "ppo",
+        env=env_id,
+        seed=0,
+        total_steps=64,
+        run_dir=str(tmp_path / "run"),
+        **small_ppo(**{"model.encoder": "nature", "model.shared_trunk": True}),
+    )
+    assert result.env_steps == 64
+    policy = shoal.load(result.run_dir)
+    obs = np.stack([FakeImageEnv().reset(seed=s)[0] for s in range(2)])
+    actions = policy.act(obs)
+    assert actions.shape == (2,) and all(0 <= a < 3 for a in actions)
+    assert math.isfinite(float(np.mean(actions)))
