@@ -1,0 +1,45 @@
+"""Smoke runs of the Atari tuned examples: each trains a few thousand frames with its own
+preprocessing, model and algorithm settings (shortened budgets and buffers), checkpoints, and
+its saved policy plays through `shoal.load`."""
+
+import numpy as np
+import pytest
+
+import shoal
+from shoal.train.checkpoint import load_checkpoint
+
+pytest.importorskip("ale_py", reason="needs the atari extra: pip install 'shoal[atari]'")
+
+QUICK = {
+    "env.num_envs": 2,
+    "run.total_steps": 512,  # agent steps: 2048 frames
+    "run.eval_every_steps": 0,
+    "run.checkpoint_every_steps": 0,
+    "run.console": False,
+    "run.tensorboard": False,
+}
+SHORTER = {
+    "ppo-pong": {},
+    "ppo-breakout": {},
+    "a2c-pong": {},
+    "dqn-pong": {"buffer_size": 2000, "learning_starts": 256, "gradient_steps": 2},
+    "rainbow-breakout": {"buffer_size": 2000, "learning_starts": 256, "gradient_steps": 2},
+    "a2c-lstm-breakout": {"num_steps": 64, "bptt_chunk": 32},
+}
+
+
+@pytest.mark.parametrize("tuned", list(SHORTER))
+def test_tuned_atari_example_trains_checkpoints_and_plays(tuned, tmp_path):
+    result = shoal.train(
+        tuned=tuned, seed=0, run_dir=str(tmp_path / tuned), **QUICK, **SHORTER[tuned]
+    )
+    assert result.env_steps >= 512
+    checkpoint = load_checkpoint(result.run_dir)
+    assert checkpoint.state["algorithm"]["counters"]["env_steps"] == result.env_steps
+    policy = shoal.load(result.run_dir)
+    env = shoal.make_env(policy.config.env, num_envs=2)
+    obs = env.reset(seed=0)
+    assert obs.dtype == np.uint8  # frames stay uint8 end to end
+    actions = policy.act(obs)
+    assert actions.shape == (2,)
+    env.close()
