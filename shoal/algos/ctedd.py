@@ -50,7 +50,12 @@ from shoal.algos.off_policy import (
 )
 from shoal.config import EnvConfig, ModelConfig, OptimConfig, check, check_positive
 from shoal.data.replay import ReplayBuffer
-from shoal.envs.multi_agent import AgentGroup, MultiAgentVectorEnv, make_multi_agent_env
+from shoal.envs.multi_agent import (
+    AgentGroup,
+    GroupEpisodes,
+    MultiAgentVectorEnv,
+    make_multi_agent_env,
+)
 from shoal.errors import ConfigError
 from shoal.losses.actor_critic import deterministic_actor_loss, ensemble_td_loss
 from shoal.losses.distillation import distillation_loss, exploration_scale_loss
@@ -365,7 +370,7 @@ class CTEDD:
 
     @torch.inference_mode()
     def _collect(self) -> tuple[EpisodeStats, torch.Tensor, torch.Tensor]:
-        returns, agents, lengths, states, sampled = [], [], [], [], []
+        episodes, states, sampled = GroupEpisodes(self.group), [], []
         name = self.group.name
         for _ in range(self.config.rollout_steps):
             state = torch.as_tensor(self.state, dtype=torch.float32)
@@ -384,21 +389,9 @@ class CTEDD:
             states.append(state[valid])
             sampled.append(raw[valid])
             self.obs, self.state = step.obs, step.state
-            if step.episode_lengths.size:
-                for index, agent in enumerate(self.group.agents):
-                    returns.append(step.episode_returns[agent])
-                    agents.append(np.full(step.episode_lengths.size, index))
-                    lengths.append(step.episode_lengths)
+            episodes.add(step)
         self.env_steps += self.config.rollout_steps * self.env.num_envs
-        stats = EpisodeStats(np.zeros(0), np.zeros(0, np.int64))
-        if returns:
-            stats = EpisodeStats(
-                np.concatenate(returns),
-                np.concatenate(lengths),
-                np.concatenate(agents),
-                self.group.agents,
-            )
-        return stats, torch.cat(states), torch.cat(sampled)
+        return episodes.stats(), torch.cat(states), torch.cat(sampled)
 
     def train_iteration(self) -> dict[str, float]:
         cfg = self.config

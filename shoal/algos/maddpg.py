@@ -39,7 +39,12 @@ from shoal.algos.off_policy import (
 )
 from shoal.config import EnvConfig, ModelConfig, NoiseConfig, OptimConfig, check, check_choices
 from shoal.data.replay import ReplayBuffer
-from shoal.envs.multi_agent import AgentGroup, MultiAgentVectorEnv, make_multi_agent_env
+from shoal.envs.multi_agent import (
+    AgentGroup,
+    GroupEpisodes,
+    MultiAgentVectorEnv,
+    make_multi_agent_env,
+)
 from shoal.envs.snapshot import EnvStateUnsupported
 from shoal.errors import ConfigError
 from shoal.losses.actor_critic import deterministic_actor_loss, ensemble_td_loss
@@ -230,7 +235,7 @@ class MADDPG:
 
     @torch.inference_mode()
     def _collect(self) -> EpisodeStats:
-        returns, agents, lengths = [], [], []
+        episodes = GroupEpisodes(self.group)
         name = self.group.name
         for _ in range(self.config.rollout_steps):
             obs_now = torch.as_tensor(self.obs[name], dtype=torch.float32)
@@ -246,20 +251,9 @@ class MADDPG:
                 ~step.autoreset,
             )
             self.obs, self.state = step.obs, step.state
-            if step.episode_lengths.size:
-                for index, agent in enumerate(self.group.agents):
-                    returns.append(step.episode_returns[agent])
-                    agents.append(np.full(step.episode_lengths.size, index))
-                    lengths.append(step.episode_lengths)
+            episodes.add(step)
         self.env_steps += self.config.rollout_steps * self.env.num_envs
-        if not returns:
-            return EpisodeStats(np.zeros(0), np.zeros(0, np.int64))
-        return EpisodeStats(
-            np.concatenate(returns),
-            np.concatenate(lengths),
-            np.concatenate(agents),
-            self.group.agents,
-        )
+        return episodes.stats()
 
     def train_iteration(self) -> dict[str, float]:
         cfg = self.config
