@@ -180,7 +180,9 @@ class AtariEpisodes(gym.vector.VectorWrapper):
     reports ``info["lives"]``. With ``training``, a life loss ends the episode (``terminated``)
     and rewards are clipped to their sign; the game itself goes on: in the next step, which
     the learner sees as the autoreset step (Gymnasium's next-step convention), the env presses
-    FIRE (or NOOP) in place of the learner's action and the reward counts zero. Either way
+    FIRE (or NOOP) in place of the learner's action and the reward counts zero. Without
+    ``training`` the step after a life loss presses FIRE (or NOOP) as well, so that evaluating a
+    greedy policy cannot stall with the ball unlaunched. Either way
     ``info["episode"]`` (``"r"`` return, ``"l"`` length in agent steps) and ``info["_episode"]``
     (which envs finished a game) carry the statistics of whole games with true rewards, in
     Gymnasium's ``RecordEpisodeStatistics`` layout; `shoal.envs.gym.GymVectorEnv` logs them
@@ -226,14 +228,15 @@ class AtariEpisodes(gym.vector.VectorWrapper):
         info = dict(info)
         info["episode"] = {"r": self.game_return.copy(), "l": self.game_length.copy()}
         info["_episode"] = game_over.copy()
+        # Qbert shows 0 lives one step before game over, hence lives > 0 (as baselines).
+        lost = (lives < self.lives) & (lives > 0) & ~game_over & ~game_reset & ~life_reset
         if self.training:
-            # Qbert shows 0 lives one step before game over, hence lives > 0 (as baselines).
-            lost = (lives < self.lives) & (lives > 0) & ~game_over & ~game_reset & ~life_reset
             reward = np.sign(reward)
             terminated = np.logical_or(terminated, lost)
-        else:
-            lost = np.zeros_like(game_over)
-        reward = np.where(life_reset, 0.0, reward)
+            reward = np.where(life_reset, 0.0, reward)  # the learner's autoreset step
+        # In evaluation too the step after a life loss presses FIRE (or NOOP): otherwise a
+        # greedy policy that never picks FIRE waits for the time limit with the ball unlaunched
+        # in games like Breakout. True scores are unaffected (they come from info["episode"]).
         self.lives = lives.copy()
         self.life_reset = lost
         self.game_reset = game_over
