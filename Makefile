@@ -1,6 +1,7 @@
 # Set-up is implicit: every target that needs the virtual environment creates it first.
 #   make train   trains PPO on CartPole-v1 (the embedded default) and prints the run directory
-#   make test    runs ruff and the whole test suite
+#   make test    runs ruff and the whole test suite except the slow tier
+#   make test-slow  runs the slow learning checks (minutes each; not part of CI)
 #   make bench   runs the benchmarks against Stable-Baselines3
 
 PYTHON ?= python3
@@ -9,7 +10,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.shoal-installed
 BENCH_STAMP := $(VENV)/.shoal-bench-installed
 
-.PHONY: install train test lint bench clean
+.PHONY: install train test test-slow lint bench clean
 
 install: $(STAMP)
 
@@ -32,6 +33,10 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/python -m pytest -q --durations=10
+
+# Long learning checks (PPO on Atari Breakout: about 15 minutes on 2 cores), not part of CI.
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow --durations=10
 
 bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/ppo_cartpole.py --seeds 3
