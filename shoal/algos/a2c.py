@@ -15,12 +15,13 @@ backpropagation through time); autoreset steps stay in the sequence but out of t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import gymnasium as gym
 import torch
 
 from shoal.algos.on_policy import (
+    ModelLearner,
     OnPolicyAlgorithm,
     PPOBatch,
     PPOSequenceBatch,
@@ -117,7 +118,7 @@ def make_optimizer(config: A2CConfig, parameters: list[torch.Tensor]) -> torch.o
     )
 
 
-class A2CLearner:
+class A2CLearner(ModelLearner):
     """Owns the actor-critic and its optimizer; one gradient step per rollout."""
 
     def __init__(self, config: A2CConfig, obs_space: gym.Space, action_space: gym.Space):
@@ -174,19 +175,6 @@ class A2CLearner:
         metrics = {f"loss/{k}": v for k, v in zip(losses, values, strict=True)}
         metrics["train/lr"] = lr
         return metrics
-
-    def get_weights(self) -> dict[str, torch.Tensor]:
-        return self.model.state_dict()
-
-    def set_weights(self, weights: dict[str, torch.Tensor]) -> None:
-        self.model.load_state_dict(weights)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
 
 
 class A2C(OnPolicyAlgorithm):

@@ -110,6 +110,27 @@ def check_bptt_chunk(config: Any) -> None:
     )
 
 
+class ModelLearner:
+    """What every on-policy learner has around its update: one ``model`` whose weights go to
+    the samplers, and checkpoint state of the model and its ``optimizer``."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+
+    def get_weights(self) -> dict[str, torch.Tensor]:
+        return self.model.state_dict()
+
+    def set_weights(self, weights: dict[str, torch.Tensor]) -> None:
+        self.model.load_state_dict(weights)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+
+
 class OnPolicyAlgorithm:
     """The plumbing PPO, A2C, REINFORCE and TRPO share around their update: one runner over
     the env config, counters, the temperature schedule, the weights broadcast after each

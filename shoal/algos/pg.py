@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 import gymnasium as gym
 import torch
 
-from shoal.algos.on_policy import OnPolicyAlgorithm
+from shoal.algos.on_policy import ModelLearner, OnPolicyAlgorithm
 from shoal.config import EnvConfig, ModelConfig, OptimConfig, RunConfig, check, check_positive
 from shoal.errors import NaNLossError
 from shoal.losses import entropy_loss, episode_returns, policy_gradient_loss, value_loss
@@ -143,7 +143,7 @@ def gradient_step(
     optimizer.step()
 
 
-class PGLearner:
+class PGLearner(ModelLearner):
     """Owns the policy (and baseline) network and its optimizer; one gradient step per batch."""
 
     def __init__(self, config: PGConfig, obs_space: gym.Space, action_space: gym.Space):
@@ -185,19 +185,6 @@ class PGLearner:
         metrics.update({f"loss/{k}": v for k, v in zip(losses, values, strict=True)})
         metrics["train/return_mean"] = batch.returns.mean().item()
         return metrics
-
-    def get_weights(self) -> dict[str, torch.Tensor]:
-        return self.model.state_dict()
-
-    def set_weights(self, weights: dict[str, torch.Tensor]) -> None:
-        self.model.load_state_dict(weights)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
 
 
 class PG(OnPolicyAlgorithm):

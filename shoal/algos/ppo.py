@@ -15,6 +15,7 @@ import gymnasium as gym
 import torch
 
 from shoal.algos.on_policy import (
+    ModelLearner,
     OnPolicyAlgorithm,
     PPOBatch,
     PPOSequenceBatch,
@@ -134,7 +135,7 @@ def build_model(
     return build_actor_critic(obs_space, action_space, config.model)
 
 
-class PPOLearner:
+class PPOLearner(ModelLearner):
     """Owns the actor-critic and its optimizer; turns a `PPOBatch` into SGD updates."""
 
     def __init__(self, config: PPOConfig, obs_space: gym.Space, action_space: gym.Space):
@@ -252,19 +253,6 @@ class PPOLearner:
                 self.parameters, self.config.optim.max_grad_norm, foreach=True
             )
         self.optimizer.step()
-
-    def get_weights(self) -> dict[str, torch.Tensor]:
-        return self.model.state_dict()
-
-    def set_weights(self, weights: dict[str, torch.Tensor]) -> None:
-        self.model.load_state_dict(weights)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
 
 
 class PPO(OnPolicyAlgorithm):

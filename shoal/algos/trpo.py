@@ -17,7 +17,7 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from shoal.algos.on_policy import OnPolicyAlgorithm, PPOBatch, make_batch
+from shoal.algos.on_policy import ModelLearner, OnPolicyAlgorithm, PPOBatch, make_batch
 from shoal.config import EnvConfig, ModelConfig, RunConfig, check, check_positive
 from shoal.errors import NaNLossError
 from shoal.losses import (
@@ -97,7 +97,7 @@ def build_model(config: TRPOConfig, obs_space: gym.Space, action_space: gym.Spac
     return ActorCritic(obs_space, action_space, config.model)
 
 
-class TRPOLearner:
+class TRPOLearner(ModelLearner):
     """Owns the actor-critic, a natural-gradient policy step and the value optimizer.
 
     The separate actor and critic encoders live in one stacked `ParallelMLP` tensor per layer,
@@ -188,12 +188,6 @@ class TRPOLearner:
                 self.vf_optimizer.step()
                 losses.append(loss.detach())
         return {"loss/value": torch.stack(losses).mean().item(), "train/vf_lr": cfg.vf_lr}
-
-    def get_weights(self) -> dict[str, torch.Tensor]:
-        return self.model.state_dict()
-
-    def set_weights(self, weights: dict[str, torch.Tensor]) -> None:
-        self.model.load_state_dict(weights)
 
     def state_dict(self) -> dict[str, Any]:
         return {"model": self.model.state_dict(), "vf_optimizer": self.vf_optimizer.state_dict()}
