@@ -1,5 +1,6 @@
 """Config validation, from_dict, replace and the tuned examples."""
 
+import importlib.util
 import re
 
 import gymnasium as gym
@@ -190,9 +191,9 @@ def test_tuned_examples_load_and_build_valid_configs():
         assert isinstance(config, get_algorithm(example.algo).config_cls), name
         assert algorithm_for_config(config).name == example.algo, name
         # The environment must exist (env_spec raises UnknownEnvError otherwise).
-        if config.env.id.startswith(PETTINGZOO_PREFIX):
-            continue
-        if is_multi_agent_id(config.env.id):
+        if config.env.id.startswith(PETTINGZOO_PREFIX):  # the module must be importable
+            assert importlib.util.find_spec(config.env.id[len(PETTINGZOO_PREFIX) :]), name
+        elif is_multi_agent_id(config.env.id):
             assert config.env.id in multi_agent_ids(), name
         else:
             assert isinstance(env_spec(config.env.id), gym.envs.registration.EnvSpec)

@@ -139,16 +139,32 @@ class GymVectorEnv:
 
 
 def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
-    """The registered spec of ``env_id``, or an `UnknownEnvError` listing close matches."""
+    """The registered spec of ``env_id``, or an `UnknownEnvError` listing close matches.
+    Atari ids are found without importing ale-py first: a miss registers its envs (when the
+    atari extra is installed) and looks again."""
     try:
         return gym.spec(env_id)
     except gym.error.Error as exc:
+        if _register_ale_envs():
+            return env_spec(env_id)
         known = list(gym.envs.registry.keys())
         close = difflib.get_close_matches(env_id, known, n=5, cutoff=0.5)
         hint = f" Did you mean: {', '.join(close)}?" if close else ""
         raise UnknownEnvError(
             f"unknown environment id {env_id!r}.{hint} (`shoal list --envs` shows all ids)"
         ) from exc
+
+
+def _register_ale_envs() -> bool:
+    """Register ale-py's Atari ids once; True when that added ids, False otherwise."""
+    if "ALE/Pong-v5" in gym.envs.registry:
+        return False
+    try:
+        import ale_py
+    except ImportError:
+        return False
+    gym.register_envs(ale_py)
+    return True
 
 
 def make_gym_vector_env(config: EnvConfig, render_mode: str | None = None) -> gym.vector.VectorEnv:
