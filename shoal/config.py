@@ -76,6 +76,13 @@ class RunConfig:
     """Intra-op threads for torch; one is fastest for the small networks of control tasks."""
     device: str = "cpu"
     """Torch device for learning, e.g. cpu or cuda."""
+    runners: int = 0
+    """Sampling workers as Ray actors, each with its own env.num_envs environments (0: sample
+    in the learner's process, no Ray). Algorithms without distributed sampling refuse > 0."""
+    ray_address: str | None = None
+    """Join the Ray cluster at HOST:PORT (or 'auto'); unset: start a local Ray when needed."""
+    max_worker_restarts: int = 100
+    """Restart failed Ray workers (killed, or raised in an env) up to this many times per run."""
     console: bool = True
     """Show the live progress line."""
     tensorboard: bool = True
@@ -85,6 +92,8 @@ class RunConfig:
         check(self, "seed", self.seed >= 0, "must be >= 0")
         check_positive(self, "total_steps", "eval_episodes", "keep_checkpoints", "torch_threads")
         check(self, "eval_every_steps", self.eval_every_steps >= 0, "must be >= 0")
+        check(self, "runners", self.runners >= 0, "must be >= 0 (0: no Ray)")
+        check(self, "max_worker_restarts", self.max_worker_restarts >= 0, "must be >= 0")
         check(self, "checkpoint_every_steps", self.checkpoint_every_steps >= 0, "must be >= 0")
         if self.max_wall_s is not None:
             check(self, "max_wall_s", self.max_wall_s > 0, "must be > 0 seconds")

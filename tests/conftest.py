@@ -48,3 +48,16 @@ def registered_env():
     yield register
     for env_id in ids:
         gym.registry.pop(env_id, None)
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """One local Ray (2 CPUs) shared by every test that needs it; shut down at the end.
+    Skips only where the ray extra is not installed (CI installs it)."""
+    pytest.importorskip("ray")
+    from shoal.distributed import require_ray
+
+    workers = require_ray()
+    workers.connect(None, num_cpus=2)
+    yield workers
+    workers.shutdown()

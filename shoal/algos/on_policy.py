@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import gymnasium as gym
 import torch
 
-from shoal.collect import EnvRunner, LocalSampler
+from shoal.collect import make_sampler
 from shoal.config import check, check_positive
 from shoal.data.rollout import episode_starts, to_chunks
 from shoal.losses import gae
@@ -146,14 +146,14 @@ class OnPolicyAlgorithm:
         self.config = config
         # Reward normalization scales by the std of returns discounted with the algorithm's gamma.
         env_config = dataclasses.replace(config.env, gamma=config.gamma)
-        runner = EnvRunner(
+        self.sampler = make_sampler(
             env_config,
             lambda obs_space, action_space: build_model(config, obs_space, action_space),
             config.num_steps,
-            seed=derive_seed(config.run.seed, "env", 0),
+            config.run,
         )
-        self.sampler = LocalSampler(runner)
-        self.learner = learner_cls(config, runner.env.observation_space, runner.env.action_space)
+        sampler = self.sampler
+        self.learner = learner_cls(config, sampler.observation_space, sampler.action_space)
         self.env_steps = 0
         self.episodes = 0
         self.iteration = 0
@@ -168,7 +168,7 @@ class OnPolicyAlgorithm:
         """The next rollout, counted."""
         rollout, episodes = self.sampler.sample()
         # Multi-agent envs have a row per (env, agent): count env steps and env episodes.
-        agents = self.sampler.runner.env.agents_per_env
+        agents = self.sampler.agents_per_env
         self.env_steps += rollout.rewards.numel() // agents
         self.episodes += episodes.returns.size // agents
         self.iteration += 1
@@ -181,6 +181,8 @@ class OnPolicyAlgorithm:
         next one and hand the new weights to the sampler; add the episode metrics."""
         if self.temperature is not None:
             metrics["train/temperature"] = self.temperature
+        if self.sampler.restarts:
+            metrics["perf/sampler_restarts"] = self.sampler.restarts
         self._broadcast()
         metrics.update(episodes.metrics())
         return metrics

@@ -57,7 +57,8 @@ class PPOConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     num_steps: int = 256
-    """Steps per environment in each rollout (rollout size = num_steps * env.num_envs)."""
+    """Steps per environment in each rollout (rollout size = num_steps * env.num_envs, times
+    run.runners with Ray runners)."""
     num_epochs: int = 10
     """Passes of minibatch SGD over each rollout."""
     minibatch_size: int = 256
@@ -97,12 +98,12 @@ class PPOConfig:
         check(self, "vf_coef", self.vf_coef >= 0, "must be >= 0")
         check(self, "kl_coeff", self.kl_coeff >= 0, "must be >= 0")
         check_positive(self, "kl_target")
-        rollout = self.num_steps * self.env.num_envs
+        rollout = self.num_steps * self.env.num_envs * max(1, self.run.runners)
         check(
             self,
             "minibatch_size",
             self.minibatch_size <= rollout,
-            f"must be <= num_steps * env.num_envs = {rollout}",
+            f"must be <= num_steps * env.num_envs (* run.runners) = {rollout}",
         )
         check(
             self,

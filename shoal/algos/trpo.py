@@ -40,7 +40,8 @@ class TRPOConfig:
     env: EnvConfig = field(default_factory=EnvConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     num_steps: int = 256
-    """Steps per environment in each rollout (rollout size = num_steps * env.num_envs)."""
+    """Steps per environment in each rollout (rollout size = num_steps * env.num_envs, times
+    run.runners with Ray runners)."""
     gamma: float = 0.99
     """Discount factor."""
     gae_lambda: float = 0.95
@@ -73,12 +74,12 @@ class TRPOConfig:
         check(self, "gae_lambda", 0.0 <= self.gae_lambda <= 1.0, "must be in [0, 1]")
         check(self, "cg_damping", self.cg_damping >= 0, "must be >= 0")
         check(self, "cg_residual_tol", self.cg_residual_tol >= 0, "must be >= 0")
-        rollout = self.num_steps * self.env.num_envs
+        rollout = self.num_steps * self.env.num_envs * max(1, self.run.runners)
         check(
             self,
             "vf_minibatch_size",
             self.vf_minibatch_size <= rollout,
-            f"must be <= num_steps * env.num_envs = {rollout}",
+            f"must be <= num_steps * env.num_envs (* run.runners) = {rollout}",
         )
         # The policy step and the value regression must move disjoint parameters: a shared
         # trunk would let each undo the other (and break the trust region's KL bound).

@@ -16,6 +16,8 @@ import torch
 from shoal.config import EnvConfig
 from shoal.data.rollout import RolloutStorage
 from shoal.envs import make_env
+from shoal.envs.base import find_wrapper
+from shoal.envs.normalize import NormalizeObservation
 from shoal.envs.snapshot import EnvStateUnsupported
 from shoal.errors import ConfigError
 from shoal.interfaces import Weights
@@ -44,7 +46,13 @@ class EnvRunner:
         model_fn: Callable[[Any, Any], ActingModel],
         num_steps: int,
         seed: int,
+        torch_seed: int | None = None,
     ):
+        if torch_seed is not None:
+            # A runner in its own process (a Ray actor) owns that process's torch generator:
+            # seeding it makes its action samples depend on its seeds only.
+            torch.manual_seed(torch_seed)
+            torch.set_num_threads(1)
         self.env = make_env(env_config)
         self.model = model_fn(self.env.observation_space, self.env.action_space)
         self.model.requires_grad_(False)
@@ -74,6 +82,21 @@ class EnvRunner:
 
     def set_weights(self, weights: Weights) -> None:
         self.model.load_state_dict(weights)
+
+    def describe(self) -> dict[str, Any]:
+        """What a sampler in another process needs to know of this runner's envs."""
+        return {
+            "observation_space": self.env.observation_space,
+            "action_space": self.env.action_space,
+            "num_envs": self.env.num_envs,
+            "agents_per_env": self.env.agents_per_env,
+        }
+
+    def obs_stats(self) -> dict[str, Any] | None:
+        """The observation normalizer's statistics (None without normalization): a deployed
+        policy applies them, frozen."""
+        wrapper = find_wrapper(self.env, NormalizeObservation)
+        return wrapper.stats.state_dict() if wrapper is not None else None
 
     @torch.inference_mode()
     def sample(self) -> tuple[Rollout, EpisodeStats]:

@@ -5,15 +5,19 @@ from __future__ import annotations
 from typing import Any
 
 from shoal.collect.env_runner import EnvRunner
-from shoal.envs.base import find_wrapper
-from shoal.envs.normalize import NormalizeObservation
 from shoal.interfaces import Weights
 from shoal.types import EpisodeStats, Rollout
 
 
 class LocalSampler:
+    num_runners = 1
+    restarts = 0
+
     def __init__(self, runner: EnvRunner):
         self.runner = runner
+        self.observation_space = runner.env.observation_space
+        self.action_space = runner.env.action_space
+        self.agents_per_env = runner.env.agents_per_env
 
     @property
     def num_envs(self) -> int:
@@ -28,8 +32,7 @@ class LocalSampler:
     def obs_stats(self) -> dict[str, Any] | None:
         """The observation normalizer's statistics (None without normalization): a deployed
         policy applies them, frozen."""
-        wrapper = find_wrapper(self.runner.env, NormalizeObservation)
-        return wrapper.stats.state_dict() if wrapper is not None else None
+        return self.runner.obs_stats()
 
     def get_state(self) -> dict[str, Any]:
         return {"runners": [self.runner.get_state()]}

@@ -1,0 +1,231 @@
+"""Ray behind a small interface: connect to a cluster, and pools of worker actors that restart.
+
+A `WorkerPool` holds N actors of one class, each built from its own constructor arguments (its
+seed among them). A call that fails because the actor died (killed process, lost node) or
+raised (an exception in an environment) restarts that actor from the same arguments, lets the
+owner restore what the fresh actor lacks (``on_restart``: the latest weights, say), logs the
+event and retries, so that training goes on. Both synchronous calls on every worker and an
+asynchronous stream of results (`WorkerPool.stream`) are supported.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import ray
+import ray.exceptions
+
+from shoal.distributed import DistributedError
+
+log = logging.getLogger("shoal.distributed")
+
+WORKER_FAILURES = (ray.exceptions.RayActorError, ray.exceptions.RayTaskError)
+"""A died actor, or an exception raised inside one."""
+
+
+def connect(address: str | None = None, num_cpus: int | None = None) -> None:
+    """Start a local Ray (``address`` None) or join the cluster at ``address``; no-op when
+    Ray is already initialized in this process (tests share one local instance)."""
+    if ray.is_initialized():
+        return
+    # Sampling workers use one torch thread each: more would oversubscribe the cores.
+    runtime_env = {"env_vars": {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}}
+    if address is None:
+        ray.init(
+            num_cpus=num_cpus or os.cpu_count(),
+            include_dashboard=False,
+            configure_logging=False,
+            log_to_driver=True,
+            runtime_env=runtime_env,
+        )
+        return
+    _check_reachable(address)
+    try:
+        ray.init(address=address, configure_logging=False, runtime_env=runtime_env)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise DistributedError(
+            f"cannot join the Ray cluster at {address!r}: {exc}. Check run.ray_address, or "
+            "leave it unset to start a local Ray"
+        ) from exc
+
+
+def _check_reachable(address: str) -> None:
+    """Fail within seconds on an address where nothing listens (ray.init would retry for
+    20 s and then print a bare ConnectionError)."""
+    if address == "auto" or "://" in address:
+        return  # resolved by Ray itself
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise DistributedError(
+            f"run.ray_address must be HOST:PORT (the head node's GCS port, usually 6379), "
+            f"'auto' or a ray:// URL; got {address!r}"
+        )
+    try:
+        with socket.create_connection((host, int(port)), timeout=5):
+            pass
+    except OSError as exc:
+        raise DistributedError(
+            f"no Ray cluster answers at {address!r} ({exc}). Start one with `ray start "
+            "--head` on that machine, or leave run.ray_address unset to start a local Ray"
+        ) from exc
+
+
+def shutdown() -> None:
+    ray.shutdown()
+
+
+def put(value: Any) -> Any:
+    """Store ``value`` once in the object store; pass the reference to many actors."""
+    return ray.put(value)
+
+
+def node_ip() -> str:
+    return ray.util.get_node_ip_address()
+
+
+class WorkerPool:
+    """N Ray actors of ``cls``; worker ``i`` is built as ``cls(*make_args(i))``.
+
+    ``on_restart(i)`` runs after worker ``i`` was restarted and before the failed call is
+    retried; it restores state the owner keeps for its workers (it may call `call_one`).
+    After ``max_restarts`` restarts in total the pool gives up with a `DistributedError`.
+    """
+
+    def __init__(
+        self,
+        cls: type,
+        make_args: Callable[[int], tuple],
+        num_workers: int,
+        name: str = "worker",
+        max_restarts: int = 100,
+        on_restart: Callable[[int], None] | None = None,
+        num_cpus: float | None = None,
+    ):
+        # max_concurrency 1: calls on one actor run in the order they were made, so weights
+        # set before a sample request are the weights that sample uses.
+        options: dict[str, Any] = {"max_concurrency": 1}
+        if num_cpus is not None:
+            options["num_cpus"] = num_cpus
+        self._actor_cls = ray.remote(cls).options(**options)
+        self._make_args = make_args
+        self.name = name
+        self.max_restarts = max_restarts
+        self.on_restart = on_restart
+        self.restarts = 0
+        self.workers = [self._actor_cls.remote(*make_args(i)) for i in range(num_workers)]
+
+    def __len__(self) -> int:
+        return len(self.workers)
+
+    def submit(self, i: int, method: str, *args: Any) -> Any:
+        """Start ``method`` on worker ``i``; returns the result's reference."""
+        return getattr(self.workers[i], method).remote(*args)
+
+    def call_one(self, i: int, method: str, *args: Any) -> Any:
+        """``method`` on worker ``i`` and wait; restart and retry on failure."""
+        while True:
+            try:
+                return ray.get(self.submit(i, method, *args))
+            except WORKER_FAILURES as exc:
+                self.restart(i, exc)
+
+    def call_all(self, method: str, *args: Any) -> list[Any]:
+        """``method`` on every worker in parallel; the results in worker order. Failed
+        workers are restarted and their call retried."""
+        refs = [self.submit(i, method, *args) for i in range(len(self.workers))]
+        results = []
+        for i, ref in enumerate(refs):
+            try:
+                results.append(ray.get(ref))
+            except WORKER_FAILURES as exc:
+                self.restart(i, exc)
+                results.append(self.call_one(i, method, *args))
+        return results
+
+    def tell_all(self, method: str, *args: Any) -> None:
+        """``method`` on every worker without waiting (a failure shows at the next call)."""
+        for i in range(len(self.workers)):
+            self.submit(i, method, *args)
+
+    def stream(
+        self, method: str, args: Callable[[int], tuple] = lambda i: (), in_flight: int = 1
+    ) -> Iterator[tuple[int, Any]]:
+        """Results of ``method`` as workers finish them, fastest first: each worker keeps
+        ``in_flight`` requests queued and gets a new one (with ``args(i)`` of that moment)
+        as soon as one of its results is taken. Close the iterator to stop; results still
+        in flight then are dropped."""
+        pending: dict[Any, int] = {}
+        for i in range(len(self.workers)):
+            for _ in range(in_flight):
+                pending[self.submit(i, method, *args(i))] = i
+        try:
+            while pending:
+                [ref], _ = ray.wait(list(pending), num_returns=1)
+                i = pending.pop(ref)
+                try:
+                    result = ray.get(ref)
+                except WORKER_FAILURES as exc:
+                    # Requests queued on the dead actor die with it; re-issue all of them.
+                    lost = [r for r, j in pending.items() if j == i]
+                    for r in lost:
+                        del pending[r]
+                    self.restart(i, exc)
+                    for _ in range(len(lost) + 1):
+                        pending[self.submit(i, method, *args(i))] = i
+                    continue
+                yield i, result
+                pending[self.submit(i, method, *args(i))] = i
+        finally:
+            for ref in pending:
+                ray.cancel(ref)
+
+    def restart(self, i: int, error: BaseException) -> None:
+        """Replace worker ``i`` by a fresh actor built from the same arguments."""
+        self.restarts += 1
+        cause = _describe(error)
+        if self.restarts > self.max_restarts:
+            raise DistributedError(
+                f"{self.name} {i} failed ({cause}) after {self.max_restarts} restarts in this "
+                "run; giving up"
+            ) from error
+        log.warning("%s %d failed (%s); restarting it with its seed", self.name, i, cause)
+        try:
+            ray.kill(self.workers[i], no_restart=True)
+        except Exception:  # already gone
+            pass
+        self.workers[i] = self._actor_cls.remote(*self._make_args(i))
+        if self.on_restart is not None:
+            self.on_restart(i)
+
+    def kill(self, i: int) -> None:
+        """Kill worker ``i``'s process, as a crash would (for tests of recovery)."""
+        ray.kill(self.workers[i], no_restart=True)
+
+    def close(self) -> None:
+        for worker in self.workers:
+            try:
+                ray.kill(worker, no_restart=True)
+            except Exception:
+                pass
+        self.workers = []
+
+
+def _describe(error: BaseException) -> str:
+    if isinstance(error, ray.exceptions.RayTaskError):
+        cause = error.cause if error.cause is not None else error
+        return f"{type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}"
+    return f"{type(error).__name__}: the actor process died"
+
+
+def wait_first(refs: Iterable[Any]) -> Any:
+    """The first of ``refs`` to finish (the others keep running)."""
+    [ready], _ = ray.wait(list(refs), num_returns=1)
+    return ready
+
+
+def get(ref: Any) -> Any:
+    return ray.get(ref)
