@@ -1,5 +1,8 @@
 """Shared fixtures: tiny PPO settings that keep end-to-end runs well under a second."""
 
+import os
+from pathlib import Path
+
 import gymnasium as gym
 import pytest
 
@@ -56,6 +59,12 @@ def ray_session():
     Skips only where the ray extra is not installed (CI installs it)."""
     pytest.importorskip("ray")
     from shoal.distributed import require_ray
+
+    # Ray workers inherit this environment: let them import test helpers (e.g. flaky_env).
+    tests_dir = str(Path(__file__).parent)
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [tests_dir, os.environ.get("PYTHONPATH")])
+    )
 
     workers = require_ray()
     workers.connect(None, num_cpus=2)

@@ -45,17 +45,18 @@ class RaySampler:
         address: str | None = None,
         max_restarts: int = 100,
     ):
-        if env_config.normalize_obs or env_config.normalize_reward:
-            if len(seeds) > 1:
-                raise ConfigError(
-                    "env.normalize_obs / env.normalize_reward: with run.runners > 1 each "
-                    "runner would normalize with its own statistics; this is not supported "
-                    "yet. Use run.runners 1, or turn normalization off"
-                )
+        if (env_config.normalize_obs or env_config.normalize_reward) and len(seeds) > 1:
+            raise ConfigError(
+                "env.normalize_obs / env.normalize_reward: with run.runners > 1 each runner "
+                "would normalize with its own statistics; this is not supported yet. Use "
+                "run.runners 1, or turn normalization off"
+            )
         workers = require_ray()  # the module; raises a clear error without Ray
         workers.connect(address, num_cpus=max(os.cpu_count() or 1, len(seeds) + 1))
         self._workers = workers
         self._weights_ref: Any = None
+        self._weight_acks: dict[int, Any] = {}
+        """Runner -> result of its last ``set_weights``, checked before its next rollout."""
         self.pool = workers.WorkerPool(
             EnvRunner,
             lambda i: (env_config, model_fn, num_steps, seeds[i], torch_seeds[i]),
@@ -64,7 +65,9 @@ class RaySampler:
             max_restarts=max_restarts,
             on_restart=self._restore,
         )
-        spec = self.pool.call_one(0, "describe")
+        # Wait until every runner is up, so that set-up errors surface here and timing
+        # starts with all runners sampling.
+        spec = self.pool.call_all("describe")[0]
         self.observation_space, self.action_space = spec["observation_space"], spec["action_space"]
         self.envs_per_runner = spec["num_envs"]
         self.agents_per_env = spec["agents_per_env"]
@@ -85,21 +88,37 @@ class RaySampler:
         """Send ``weights`` to ``runners`` (default all); the next samples use them."""
         self._weights_ref = self._workers.put({k: v.detach() for k, v in weights.items()})
         for i in range(self.num_runners) if runners is None else runners:
-            self.pool.submit(i, "set_weights", self._weights_ref)
+            self._weight_acks[i] = self.pool.submit(i, "set_weights", self._weights_ref)
+
+    def _check_weights(self, runners: list[int]) -> None:
+        """Raise (through a restart) if sending weights to one of ``runners`` failed, so
+        that weights a runner cannot load are never silently ignored."""
+        for i in runners:
+            ack = self._weight_acks.pop(i, None)
+            if ack is None:
+                continue
+            try:
+                self._workers.get(ack)
+            except self._workers.WORKER_FAILURES as exc:
+                self.pool.restart(i, exc)
 
     def _restore(self, i: int) -> None:
+        """A restarted runner gets the latest weights (the old actor's pending ack is moot)."""
+        self._weight_acks.pop(i, None)
         if self._weights_ref is not None:
             self.pool.call_one(i, "set_weights", self._weights_ref)
 
     def sample(self) -> tuple[Rollout, EpisodeStats]:
         """One rollout from every runner with the latest weights, joined along the env axis."""
         parts = self.pool.call_all("sample")
+        self._check_weights(list(range(self.num_runners)))
         return concat_rollouts([r for r, _ in parts]), concat_episodes([e for _, e in parts])
 
     def stream(self, in_flight: int = 1) -> Iterator[tuple[int, Rollout, EpisodeStats]]:
         """``(runner, rollout, episodes)`` as runners finish; each keeps ``in_flight`` sample
         requests queued, so a rollout can be up to ``in_flight`` broadcasts old."""
         for i, (rollout, episodes) in self.pool.stream("sample", in_flight=in_flight):
+            self._check_weights([i])
             yield i, rollout, episodes
 
     def obs_stats(self) -> dict[str, Any] | None:

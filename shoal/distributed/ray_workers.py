@@ -10,6 +10,7 @@ asynchronous stream of results (`WorkerPool.stream`) are supported.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -22,6 +23,9 @@ import ray.exceptions
 from shoal.distributed import DistributedError
 
 log = logging.getLogger("shoal.distributed")
+
+MAX_FAILURES_IN_A_ROW = 3
+"""Restarts of one worker without a successful call in between before the pool gives up."""
 
 WORKER_FAILURES = (ray.exceptions.RayActorError, ray.exceptions.RayTaskError)
 """A died actor, or an exception raised inside one."""
@@ -116,6 +120,7 @@ class WorkerPool:
         self.max_restarts = max_restarts
         self.on_restart = on_restart
         self.restarts = 0
+        self._failures_in_a_row = [0] * num_workers
         self.workers = [self._actor_cls.remote(*make_args(i)) for i in range(num_workers)]
 
     def __len__(self) -> int:
@@ -129,9 +134,12 @@ class WorkerPool:
         """``method`` on worker ``i`` and wait; restart and retry on failure."""
         while True:
             try:
-                return ray.get(self.submit(i, method, *args))
+                result = ray.get(self.submit(i, method, *args))
             except WORKER_FAILURES as exc:
                 self.restart(i, exc)
+                continue
+            self._failures_in_a_row[i] = 0
+            return result
 
     def call_all(self, method: str, *args: Any) -> list[Any]:
         """``method`` on every worker in parallel; the results in worker order. Failed
@@ -141,6 +149,7 @@ class WorkerPool:
         for i, ref in enumerate(refs):
             try:
                 results.append(ray.get(ref))
+                self._failures_in_a_row[i] = 0
             except WORKER_FAILURES as exc:
                 self.restart(i, exc)
                 results.append(self.call_one(i, method, *args))
@@ -177,6 +186,7 @@ class WorkerPool:
                     for _ in range(len(lost) + 1):
                         pending[self.submit(i, method, *args(i))] = i
                     continue
+                self._failures_in_a_row[i] = 0
                 yield i, result
                 pending[self.submit(i, method, *args(i))] = i
         finally:
@@ -184,19 +194,27 @@ class WorkerPool:
                 ray.cancel(ref)
 
     def restart(self, i: int, error: BaseException) -> None:
-        """Replace worker ``i`` by a fresh actor built from the same arguments."""
+        """Replace worker ``i`` by a fresh actor built from the same arguments. A worker that
+        cannot be built, or fails again before any call succeeded since its last restart
+        (``MAX_FAILURES_IN_A_ROW`` times), has a problem a restart does not fix: give up."""
         self.restarts += 1
+        self._failures_in_a_row[i] += 1
         cause = _describe(error)
+        if "creation task" in str(error):
+            raise DistributedError(f"{self.name} {i} could not be built: {cause}") from error
+        if self._failures_in_a_row[i] > MAX_FAILURES_IN_A_ROW:
+            raise DistributedError(
+                f"{self.name} {i} failed {MAX_FAILURES_IN_A_ROW + 1} times in a row ({cause}); "
+                "giving up"
+            ) from error
         if self.restarts > self.max_restarts:
             raise DistributedError(
                 f"{self.name} {i} failed ({cause}) after {self.max_restarts} restarts in this "
                 "run; giving up"
             ) from error
         log.warning("%s %d failed (%s); restarting it with its seed", self.name, i, cause)
-        try:
+        with contextlib.suppress(Exception):  # already gone
             ray.kill(self.workers[i], no_restart=True)
-        except Exception:  # already gone
-            pass
         self.workers[i] = self._actor_cls.remote(*self._make_args(i))
         if self.on_restart is not None:
             self.on_restart(i)
@@ -207,17 +225,20 @@ class WorkerPool:
 
     def close(self) -> None:
         for worker in self.workers:
-            try:
+            with contextlib.suppress(Exception):
                 ray.kill(worker, no_restart=True)
-            except Exception:
-                pass
         self.workers = []
 
 
 def _describe(error: BaseException) -> str:
+    """One line: the exception raised inside the actor, or why the actor died."""
     if isinstance(error, ray.exceptions.RayTaskError):
         cause = error.cause if error.cause is not None else error
-        return f"{type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}"
+        lines = str(cause).strip().splitlines()
+        return f"{type(cause).__name__}: {lines[-1] if lines else ''}"
+    lines = [line for line in str(error).strip().splitlines() if line.strip()]
+    if "creation task" in str(error) and lines:
+        return lines[-1].strip()  # the constructor's exception is the last line
     return f"{type(error).__name__}: the actor process died"
 
 

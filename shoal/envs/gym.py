@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import importlib
 import os
 import sys
 from typing import Any
@@ -141,7 +142,18 @@ class GymVectorEnv:
 def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
     """The registered spec of ``env_id``, or an `UnknownEnvError` listing close matches.
     Atari ids are found without importing ale-py first: a miss registers its envs (when the
-    atari extra is installed) and looks again."""
+    atari extra is installed) and looks again. ``module:EnvId`` (Gymnasium's convention)
+    imports ``module`` first, whose import registers the id: the way to use a custom env in
+    Ray runners, which build their envs in other processes."""
+    module, sep, name = env_id.rpartition(":")
+    if sep:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise UnknownEnvError(
+                f"environment id {env_id!r}: cannot import module {module!r} ({exc})"
+            ) from exc
+        env_id = name
     try:
         return gym.spec(env_id)
     except gym.error.Error as exc:

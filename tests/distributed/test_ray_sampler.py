@@ -1,0 +1,224 @@
+"""RaySampler: same data as the local runner for the same seeds, streamed sampling, recovery
+from killed runners and from exceptions in envs, and clear errors for bad set-ups."""
+
+import dataclasses
+import functools
+import logging
+import sys
+
+import pytest
+import torch
+
+import shoal
+import shoal.api
+import shoal.distributed
+from shoal.algos.ppo import PPO, PPOConfig, build_model
+from shoal.collect import EnvRunner, make_sampler
+from shoal.collect.ray import RaySampler, concat_rollouts
+from shoal.config import EnvConfig, RunConfig
+from shoal.distributed import DistributedError, require_ray
+from shoal.errors import ConfigError
+from shoal.train.seeding import derive_seed
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+CONFIG = PPOConfig(env=EnvConfig(num_envs=3), num_steps=20, minibatch_size=60)
+
+
+# A partial of a shoal function pickles by reference: Ray actors cannot import test modules.
+model_fn = functools.partial(build_model, CONFIG)
+
+
+def reference_weights():
+    torch.manual_seed(7)
+    sampler_model = model_fn(*_cartpole_spaces())
+    return sampler_model.state_dict()
+
+
+def _cartpole_spaces():
+    runner = EnvRunner(CONFIG.env, model_fn, 1, seed=0)
+    spaces = runner.env.observation_space, runner.env.action_space
+    runner.close()
+    return spaces
+
+
+def local_rollouts(run: RunConfig, weights, count: int, env: EnvConfig = CONFIG.env):
+    """What runner ``i`` of a Ray sampler must produce: a local runner with its seeds."""
+    out = []
+    for i in range(run.runners):
+        runner = EnvRunner(
+            env,
+            model_fn,
+            CONFIG.num_steps,
+            seed=derive_seed(run.seed, "env", i),
+            torch_seed=derive_seed(run.seed, "runner-torch", i),
+        )
+        runner.set_weights(weights)
+        # Clone: a local runner's rollout is a view of its storage, which the next one reuses.
+        out.append([_cloned(*runner.sample()) for _ in range(count)])
+        runner.close()
+    return out
+
+
+def _cloned(rollout, episodes):
+    return rollout._replace(
+        **{k: v.clone() for k, v in rollout._asdict().items() if v is not None}
+    ), episodes
+
+
+def assert_rollouts_equal(a, b):
+    for name in a._fields:
+        x, y = getattr(a, name), getattr(b, name)
+        if x is None:
+            assert y is None, name
+        else:
+            assert torch.equal(x, y), name
+
+
+def test_ray_runners_sample_what_local_runners_sample_with_the_same_seeds():
+    run = RunConfig(seed=3, runners=2)
+    weights = reference_weights()
+    sampler = make_sampler(CONFIG.env, model_fn, CONFIG.num_steps, run)
+    try:
+        assert isinstance(sampler, RaySampler)
+        assert sampler.num_envs == 6 and sampler.agents_per_env == 1
+        sampler.set_weights(weights)
+        got = [sampler.sample() for _ in range(2)]
+    finally:
+        sampler.close()
+    expected = local_rollouts(run, weights, 2)
+    for k in range(2):
+        joined = concat_rollouts([expected[i][k][0] for i in range(2)])
+        assert joined.obs.shape[:2] == (CONFIG.num_steps, 6)
+        assert_rollouts_equal(got[k][0], joined)
+        returns = [expected[i][k][1].returns for i in range(2)]
+        assert got[k][1].returns.tolist() == [r for part in returns for r in part.tolist()]
+
+
+def test_one_ray_runner_matches_the_local_sampler_seed():
+    """Runner 0 seeds its envs as `LocalSampler` does, so observations agree step by step
+    (actions differ only through the torch generator, which each process owns)."""
+    run = RunConfig(seed=5, runners=1)
+    local = make_sampler(
+        CONFIG.env, model_fn, CONFIG.num_steps, dataclasses.replace(run, runners=0)
+    )
+    remote = make_sampler(CONFIG.env, model_fn, CONFIG.num_steps, run)
+    try:
+        assert torch.equal(
+            torch.as_tensor(local.runner.obs),
+            torch.tensor(remote.pool.call_one(0, "get_state")["obs"]),
+        )
+    finally:
+        local.close()
+        remote.close()
+
+
+def test_stream_yields_each_runner_and_weights_go_to_one_runner():
+    run = RunConfig(seed=1, runners=2)
+    sampler = make_sampler(CONFIG.env, model_fn, CONFIG.num_steps, run)
+    try:
+        sampler.set_weights(reference_weights())
+        seen = []
+        stream = sampler.stream(in_flight=1)
+        for i, rollout, _ in stream:
+            assert rollout.obs.shape[:2] == (CONFIG.num_steps, 3)
+            seen.append(i)
+            zeros = {k: torch.zeros_like(v) for k, v in reference_weights().items()}
+            sampler.set_weights(zeros, runners=[i])
+            if len(seen) == 4:
+                break
+        stream.close()
+        assert set(seen) == {0, 1}
+        # Zero weights: uniform logits, value 0 everywhere.
+        rollout, _ = sampler.sample()
+        assert torch.all(rollout.values == 0)
+    finally:
+        sampler.close()
+
+
+def test_a_killed_runner_restarts_with_its_seed_and_the_latest_weights(caplog):
+    run = RunConfig(seed=2, runners=2)
+    weights = reference_weights()
+    sampler = make_sampler(CONFIG.env, model_fn, CONFIG.num_steps, run)
+    try:
+        sampler.set_weights(weights)
+        sampler.kill_runner(1)
+        with caplog.at_level(logging.WARNING, logger="shoal.distributed"):
+            rollout, _ = sampler.sample()
+        assert sampler.restarts == 1
+        assert "sampler 1 failed" in caplog.text and "restarting" in caplog.text
+    finally:
+        sampler.close()
+    # The restarted runner starts over from its seeds: its first rollout is a fresh one's.
+    expected = local_rollouts(run, weights, 1)
+    fresh = concat_rollouts([expected[0][0][0], expected[1][0][0]])
+    assert_rollouts_equal(rollout, fresh)
+
+
+def test_an_exception_in_an_env_restarts_the_runner(tmp_path, caplog):
+    flag = tmp_path / "fail-once"
+    flag.touch()
+    env = EnvConfig(id="flaky_env:FlakyCartPole-v0", num_envs=2, kwargs={"fail_flag": str(flag)})
+    run = RunConfig(runners=1)
+    sampler = make_sampler(env, model_fn, 8, run)
+    try:
+        sampler.set_weights(reference_weights())
+        with caplog.at_level(logging.WARNING, logger="shoal.distributed"):
+            rollout, _ = sampler.sample()
+        assert not flag.exists()
+        assert sampler.restarts == 1
+        assert "RuntimeError: injected env failure" in caplog.text
+        assert rollout.obs.shape[:2] == (8, 2)
+    finally:
+        sampler.close()
+
+
+def test_a_runner_that_keeps_failing_stops_the_run_with_a_clear_error():
+    run = RunConfig(runners=1)
+    sampler = make_sampler(CONFIG.env, model_fn, CONFIG.num_steps, run)
+    try:
+        broken = {"not a parameter": torch.zeros(1)}
+        with pytest.raises(DistributedError, match="sampler 0 failed 4 times in a row"):
+            sampler.set_weights(broken)  # every restart is given these weights again
+            sampler.sample()
+    finally:
+        sampler.close()
+
+
+def test_ppo_keeps_training_after_a_runner_is_killed_mid_run(small_ppo):
+    """PPO over 2 Ray runners: after runner 0's process is killed between iterations, the
+    next iteration restarts it, trains on a full rollout and reports the restart."""
+    config = shoal.api.build_config("ppo", **small_ppo(**{"run.runners": 2}))
+    algorithm = PPO(config)
+    try:
+        first = algorithm.train_iteration()
+        assert "perf/sampler_restarts" not in first
+        algorithm.sampler.kill_runner(0)
+        after = algorithm.train_iteration()
+        assert after["perf/sampler_restarts"] == 1
+        assert algorithm.env_steps == 2 * 2 * 4 * 16  # iterations x runners x envs x steps
+        assert all(torch.isfinite(p).all() for p in algorithm.learner.model.parameters())
+    finally:
+        algorithm.close()
+
+
+def test_normalization_with_several_runners_is_refused():
+    env = EnvConfig(normalize_obs=True)
+    with pytest.raises(ConfigError, match="normalize_obs"):
+        make_sampler(env, model_fn, 4, RunConfig(runners=2))
+
+
+def test_a_bad_cluster_address_gets_a_clear_message():
+    module = require_ray()
+    with pytest.raises(DistributedError, match="HOST:PORT"):
+        module._check_reachable("not-an-address")
+    with pytest.raises(DistributedError, match="no Ray cluster answers at '127.0.0.1:1'"):
+        module._check_reachable("127.0.0.1:1")
+
+
+def test_missing_ray_gets_a_clear_message(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray now raises ImportError
+    monkeypatch.delitem(sys.modules, "shoal.distributed.ray_workers", raising=False)
+    monkeypatch.delattr(shoal.distributed, "ray_workers", raising=False)
+    with pytest.raises(DistributedError, match=r"pip install 'shoal\[ray\]'"):
+        require_ray()
