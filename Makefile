@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.shoal-installed
 BENCH_STAMP := $(VENV)/.shoal-bench-installed
 
-.PHONY: install train test test-slow lint bench clean
+.PHONY: install train test test-slow lint bench bench-scaling clean
 
 install: $(STAMP)
 
@@ -41,5 +41,15 @@ test-slow: $(STAMP)
 bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/ppo_cartpole.py --seeds 3
 
+# RLlib pins an older Gymnasium, so it gets its own virtual environment (created once).
+RLLIB_VENV ?= .venv-rllib
+$(RLLIB_VENV)/.installed:
+	$(PYTHON) -m venv $(RLLIB_VENV)
+	$(RLLIB_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt 'ray[rllib]==2.60.0' torch
+	touch $(RLLIB_VENV)/.installed
+
+bench-scaling: $(BENCH_STAMP) $(RLLIB_VENV)/.installed
+	$(BIN)/python benchmarks/scaling.py --rllib-python $(RLLIB_VENV)/bin/python
+
 clean:
-	rm -rf $(VENV) runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(RLLIB_VENV) runs .pytest_cache .ruff_cache

@@ -26,6 +26,8 @@ SHORTHANDS = {
     "--run-dir": "--run.run-dir",
     "--target-return": "--run.target-return",
     "--num-envs": "--env.num-envs",
+    "--runners": "--run.runners",
+    "--ray-address": "--run.ray-address",
 }
 
 EXIT_INTERRUPTED = 130  # the shell's code for a command stopped by Ctrl-C

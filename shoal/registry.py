@@ -11,7 +11,25 @@ from typing import Any
 
 import yaml
 
-from shoal.algos import a2c, ctedd, d4pg, ddpg, dqn, maddpg, pg, ppo, qmix, sac, tabular, td3, trpo
+from shoal.algos import (
+    a2c,
+    a3c,
+    apex,
+    ctedd,
+    d4pg,
+    ddpg,
+    ddppo,
+    dqn,
+    impala,
+    maddpg,
+    pg,
+    ppo,
+    qmix,
+    sac,
+    tabular,
+    td3,
+    trpo,
+)
 from shoal.config import from_dict, replace
 from shoal.errors import ConfigError, ShoalError
 
@@ -217,6 +235,48 @@ for _name, _mixer, _summary in (
         "Discrete (multi-agent envs)",
         {"mixer": _mixer} if _mixer != "qmix" else {},
     )
+
+
+ALGORITHMS["impala"] = AlgorithmSpec(
+    "impala",
+    impala.IMPALAConfig,
+    impala.IMPALA,
+    impala.build_model,
+    "IMPALA: asynchronous actor-learner with V-trace off-policy correction (Ray runners)",
+    "Discrete, Box",
+)
+ALGORITHMS["a3c"] = AlgorithmSpec(
+    "a3c",
+    a3c.A3CConfig,
+    a3c.A3C,
+    a3c.build_model,
+    "A3C: asynchronous advantage actor-critic, gradients from Ray workers applied on arrival",
+    "Discrete, Box",
+)
+ALGORITHMS["ddppo"] = AlgorithmSpec(
+    "ddppo",
+    ddppo.DDPPOConfig,
+    ddppo.DDPPO,
+    ddppo.build_model,
+    "DD-PPO: decentralized data-parallel PPO, gradients all-reduced over Ray learner processes",
+    "Discrete, Box",
+)
+ALGORITHMS["apex-dqn"] = AlgorithmSpec(
+    "apex-dqn",
+    apex.ApexDQNConfig,
+    apex.Apex,
+    apex.build_model,
+    "Ape-X DQN: Ray actors with per-actor epsilon, sharded prioritized replay, n-step double DQN",
+    "Discrete",
+)
+ALGORITHMS["apex-ddpg"] = AlgorithmSpec(
+    "apex-ddpg",
+    apex.ApexDDPGConfig,
+    apex.Apex,
+    apex.build_model,
+    "Ape-X DPG: Ray actors with per-actor noise, sharded prioritized replay, n-step DDPG",
+    "Box (bounded)",
+)
 
 
 def get_algorithm(name: str) -> AlgorithmSpec:

@@ -26,11 +26,13 @@ from shoal.losses.q_learning import (
     td_loss,
 )
 from shoal.losses.returns import (
+    VTraceReturns,
     bootstrap_discount,
     discounted_returns,
     episode_returns,
     gae,
     n_step_return,
+    vtrace,
 )
 from shoal.losses.value import clipped_value_loss, huber_loss, value_loss
 
@@ -62,4 +64,6 @@ __all__ = [
     "set_flat_params",
     "td_loss",
     "value_loss",
+    "vtrace",
+    "VTraceReturns",
 ]

@@ -22,6 +22,8 @@ windows of `shoal.types.ReplayBatch` instead: ``rewards [N, n]`` with ``steps [N
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import Tensor
 
@@ -31,6 +33,8 @@ __all__ = [
     "episode_returns",
     "gae",
     "n_step_return",
+    "vtrace",
+    "VTraceReturns",
 ]
 
 
@@ -235,3 +239,101 @@ def episode_returns(
         returns.append(future)
         complete.append(ended)
     return torch.stack(returns[::-1]), torch.stack(complete[::-1])
+
+
+class VTraceReturns(NamedTuple):
+    """What `vtrace` returns; both ``[T, B, ...]``, detached."""
+
+    vs: Tensor
+    """V-trace value targets ``v_s`` for the critic."""
+    pg_advantages: Tensor
+    """``rho_pg_s * (r_s + gamma * v_{s+1} - V(x_s))``, the policy-gradient advantages."""
+
+
+def vtrace(
+    behaviour_log_probs: Tensor,
+    target_log_probs: Tensor,
+    rewards: Tensor,
+    values: Tensor,
+    next_values: Tensor,
+    terminated: Tensor,
+    truncated: Tensor,
+    gamma: float,
+    clip_rho_threshold: float | None = 1.0,
+    clip_c_threshold: float | None = 1.0,
+    clip_pg_rho_threshold: float | None = 1.0,
+    lam: float = 1.0,
+) -> VTraceReturns:
+    """V-trace off-policy value targets and advantages (Espeholt et al. 2018, arXiv:1802.01561,
+    eq. 1 and section 4.2; DeepMind's scalable_agent ``vtrace.py``).
+
+    With ``rho_t = min(rho_bar, pi(a_t|x_t) / mu(a_t|x_t))``, ``c_t = lam * min(c_bar,
+    pi / mu)`` and ``delta_t = rho_t * (r_t + gamma * (1 - terminated_t) * next_values_t -
+    values_t)``, the targets follow the recursion
+    ``v_s - V(x_s) = delta_s + gamma * c_s * (1 - done_s) * (v_{s+1} - V(x_{s+1}))`` with
+    ``done = terminated | truncated`` and ``v_T - V(x_T) = 0``: the trace stops at any episode
+    end, and a truncation still bootstraps from the final observation's value through
+    ``delta``. The advantages are
+    ``rho_pg_s * (r_s + gamma * (1 - terminated_s) * X_s - values_s)`` with
+    ``rho_pg_s = min(rho_pg_bar, pi / mu)`` and ``X_s = v_{s+1}``, or ``next_values_s`` at a
+    truncation and at the rollout's last step. With ``pi = mu`` and ``lam = 1`` the targets
+    are the on-policy n-step returns (`gae` with ``lam = 1``).
+
+    Args:
+        behaviour_log_probs: ``[T, B, ...]`` log mu(a_t|x_t) of the policy that acted.
+        target_log_probs: ``[T, B, ...]`` log pi(a_t|x_t) of the policy being learned.
+        rewards: ``[T, B, ...]`` float rewards; the computation runs in this dtype.
+        values: ``[T, B, ...]`` critic values V(x_t) of the state each transition starts from.
+        next_values: ``[T, B, ...]`` critic values of the true next state of each transition
+            (the final observation at an episode end; V(x_T) at the rollout's end).
+        terminated: ``[T, B, ...]`` bool or float episode-termination flags.
+        truncated: ``[T, B, ...]`` bool or float episode-truncation flags.
+        gamma: discount factor.
+        clip_rho_threshold: rho-bar, clipping the ratios inside ``delta`` (None: no clip).
+        clip_c_threshold: c-bar, clipping the trace coefficients (None: no clip).
+        clip_pg_rho_threshold: clips the ratios weighting the advantages (None: no clip).
+        lam: the paper's lambda (section 4.2), discounting the trace further.
+
+    Returns:
+        `VTraceReturns` ``(vs, pg_advantages)``, both ``[T, B, ...]``, without gradient.
+    """
+    shape = _check_time_major(
+        {
+            "behaviour_log_probs": behaviour_log_probs,
+            "target_log_probs": target_log_probs,
+            "rewards": rewards,
+            "values": values,
+            "next_values": next_values,
+            "terminated": terminated,
+            "truncated": truncated,
+        }
+    )
+    with torch.no_grad():
+        dtype = rewards.dtype
+        rhos = torch.exp(target_log_probs.to(dtype) - behaviour_log_probs.to(dtype))
+        values = values.to(dtype)
+        next_values = next_values.to(dtype)
+        terminated = terminated.bool()
+        truncated = truncated.bool()
+        done = terminated | truncated
+
+        def clip(threshold: float | None) -> Tensor:
+            return rhos if threshold is None else rhos.clamp(max=threshold)
+
+        cs = lam * clip(clip_c_threshold)
+        bootstrap = torch.where(terminated, 0.0, gamma * next_values)
+        deltas = clip(clip_rho_threshold) * (rewards + bootstrap - values)
+        corrections: list[Tensor] = []
+        future = torch.zeros_like(deltas[0])  # v_T - V(x_T) = 0
+        for t in reversed(range(shape[0])):
+            future = deltas[t] + torch.where(done[t], 0.0, gamma * cs[t] * future)
+            corrections.append(future)
+        vs = torch.stack(corrections[::-1]) + values
+
+        # v_{s+1}: the next step's target inside an episode, the critic's value of the next
+        # state at a truncation and at the rollout's end (nothing later was seen).
+        vs_next = torch.cat([vs[1:], next_values[-1:]])
+        vs_next = torch.where(truncated, next_values, vs_next)
+        pg_targets = rewards + torch.where(terminated, 0.0, gamma * vs_next)
+        pg_advantages = clip(clip_pg_rho_threshold) * (pg_targets - values)
+    return VTraceReturns(vs, pg_advantages)

@@ -1,0 +1,101 @@
+"""RLlib's half of benchmarks/scaling.py, run in RLlib's own virtual environment.
+
+``ray[rllib]`` pins an older Gymnasium than shoal, so it cannot share shoal's environment:
+`scaling.py` runs this script with the RLlib environment's Python (``make bench-scaling``
+creates it as ``.venv-rllib``) and reads one JSON line from its output.
+
+* ``sample --runners N --envs E --steps S --repeats R``: env-steps/s of RLlib's env runners
+  sampling CartPole-v1 in parallel, ``S`` steps per env per call, as shoal's RaySampler does.
+* ``ppo --runners N --seed K``: RLlib PPO (its CartPole defaults) trained until the mean
+  training episode return reaches 475; wall-clock from Ray start to solved, and env steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import time
+
+T0 = time.perf_counter()
+
+os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+logging.disable(logging.WARNING)
+
+import ray  # noqa: E402
+from ray.rllib.algorithms.ppo import PPOConfig  # noqa: E402
+
+SOLVED = 475.0
+
+
+def ppo_config(runners: int, envs: int, seed: int) -> PPOConfig:
+    return (
+        PPOConfig()
+        .environment("CartPole-v1")
+        .env_runners(num_env_runners=runners, num_envs_per_env_runner=envs)
+        .debugging(seed=seed, log_level="ERROR")
+        .reporting(min_time_s_per_iteration=0)
+    )
+
+
+def sample(args: argparse.Namespace) -> dict:
+    start = time.perf_counter()
+    ray.init(num_cpus=max(os.cpu_count() or 1, args.runners + 1), include_dashboard=False)
+    algo = ppo_config(args.runners, args.envs, 0).build_algo()
+    setup_s = time.perf_counter() - start
+    group = algo.env_runner_group
+    per_call = args.steps * args.envs
+
+    def one_round() -> int:
+        lengths = group.foreach_env_runner(
+            lambda runner: sum(len(e) for e in runner.sample(num_timesteps=per_call)),
+            local_env_runner=False,
+        )
+        return int(sum(lengths))
+
+    one_round()  # warm-up: first calls build connectors and compile nothing else
+    rates = []
+    for _ in range(args.repeats):
+        begin = time.perf_counter()
+        steps = 0
+        for _ in range(args.calls):
+            steps += one_round()
+        rates.append(steps / (time.perf_counter() - begin))
+    algo.stop()
+    return {"setup_s": setup_s, "steps_per_s": sorted(rates)[len(rates) // 2], "rates": rates}
+
+
+def ppo(args: argparse.Namespace) -> dict:
+    start = time.perf_counter()
+    ray.init(num_cpus=max(os.cpu_count() or 1, args.runners + 1), include_dashboard=False)
+    algo = ppo_config(args.runners, 1, args.seed).build_algo()
+    steps, ret = 0, float("-inf")
+    while time.perf_counter() - start < args.max_s:
+        result = algo.train()
+        steps = int(result["env_runners"]["num_env_steps_sampled_lifetime"])
+        ret = float(result["env_runners"].get("episode_return_mean", float("nan")))
+        if ret >= SOLVED:
+            break
+    wall = time.perf_counter() - start
+    algo.stop()
+    return {"solved": ret >= SOLVED, "wall_s": wall, "env_steps": steps, "return": ret}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("mode", choices=["sample", "ppo"])
+    parser.add_argument("--runners", type=int, default=1)
+    parser.add_argument("--envs", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=64)
+    parser.add_argument("--calls", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-s", type=float, default=600.0)
+    args = parser.parse_args()
+    out = sample(args) if args.mode == "sample" else ppo(args)
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()

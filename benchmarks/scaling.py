@@ -1,0 +1,246 @@
+"""Scaling on Ray: shoal's RaySampler and IMPALA with 1, 2 and 4 runners, against RLlib.
+
+In one run, on this machine:
+
+1. **Sampling** CartPole-v1: env-steps/s of shoal's `RaySampler` with 1, 2 and 4 runners of
+   ``--envs`` envs each (``--steps`` steps per env per call), of shoal's in-process
+   `LocalSampler` with the same total number of envs (the overhead of going through Ray), and
+   of RLlib's env runners with the same runners and envs (`rllib_side.py sample`).
+2. **IMPALA training** throughput (env-steps/s over the training iterations) with 1, 2 and 4
+   runners.
+3. **Solving CartPole**: shoal PPO (the ``ppo-cartpole`` tuned example split over
+   ``--runners 2``, 64 envs each) against RLlib PPO with 2 env runners (its CartPole defaults),
+   each seed in a fresh process; wall-clock from starting Ray to solved. shoal is solved when
+   its deterministic evaluation (20 episodes on separate envs) reaches 475, evaluation time
+   included; RLlib when its mean training episode return reaches 475 (its own criterion, the
+   more lenient of the two).
+
+Each figure is the median of ``--repeats`` measurements (solving: of ``--seeds`` seeds). On a
+2-core machine every process competes for the same cores, so throughput flattens beyond 1-2
+runners; the table says so rather than hiding it.
+
+Usage: ``python benchmarks/scaling.py [--rllib-python .venv-rllib/bin/python] [--quick]``;
+``make bench-scaling`` creates RLlib's virtual environment and runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import shoal
+from shoal.algos.ppo import PPOConfig, build_model
+from shoal.collect import make_sampler
+from shoal.config import EnvConfig, RunConfig
+from shoal.distributed import require_ray
+
+HERE = Path(__file__).parent
+TARGET_SAMPLING_RATIO = 3.0  # shoal RaySampler env-steps/s / RLlib's, same runners and envs
+TARGET_SOLVE_SPEEDUP = 10.0  # RLlib PPO solve wall-clock / shoal PPO --runners 2
+
+
+def sampler_rate(runners: int, envs: int, steps: int, calls: int, repeats: int) -> dict:
+    """Env-steps/s of one sampler: Ray runners (``runners`` >= 1) or the local sampler with
+    ``-runners`` times ``envs`` envs (``runners`` < 0)."""
+    local = runners < 0
+    count = -runners if local else runners
+    env = EnvConfig(id="CartPole-v1", num_envs=envs * count if local else envs)
+    config = PPOConfig(env=env, num_steps=steps, minibatch_size=steps)
+    run = RunConfig(runners=0 if local else count)
+    begin = time.perf_counter()
+    sampler = make_sampler(env, functools.partial(build_model, config), steps, run)
+    setup_s = time.perf_counter() - begin
+    model = build_model(config, sampler.observation_space, sampler.action_space)
+    sampler.set_weights(model.state_dict())
+    sampler.sample()  # warm-up
+    rates = []
+    for _ in range(repeats):
+        begin = time.perf_counter()
+        for _ in range(calls):
+            rollout, _ = sampler.sample()
+        rates.append(calls * rollout.rewards.numel() / (time.perf_counter() - begin))
+    sampler.close()
+    return {"steps_per_s": statistics.median(rates), "rates": rates, "setup_s": setup_s}
+
+
+def impala_rate(runners: int, total_steps: int, repeats: int) -> dict | None:
+    if "impala" not in shoal.ALGORITHMS:
+        return None
+    rates = []
+    for seed in range(repeats):
+        result = shoal.train(
+            "impala",
+            **{
+                "run.runners": runners,
+                "run.seed": seed,
+                "run.total_steps": total_steps,
+                "run.eval_every_steps": 0,
+                "run.checkpoint_every_steps": 0,
+                "run.console": False,
+                "run.tensorboard": False,
+                "run.run_dir": f"/tmp/shoal-scaling/impala-{runners}-{seed}-{time.time_ns()}",
+            },
+        )
+        rates.append(result.env_steps / result.train_s)
+    return {"steps_per_s": statistics.median(rates), "rates": rates}
+
+
+def shoal_ppo_solve_child(seed: int) -> None:
+    """Runs in a fresh process: Ray start + PPO on 2 runners until solved."""
+    start = time.perf_counter()
+    require_ray().connect(None)
+    result = shoal.train(
+        tuned="ppo-cartpole",
+        **{
+            "run.runners": 2,
+            "env.num_envs": 64,
+            "run.seed": seed,
+            "run.console": False,
+            "run.tensorboard": False,
+            "run.run_dir": f"/tmp/shoal-scaling/ppo-{seed}-{time.time_ns()}",
+        },
+    )
+    out = {
+        "solved": result.solved,
+        "wall_s": time.perf_counter() - start,
+        "train_s": result.train_s,
+        "env_steps": result.env_steps,
+        "return": result.eval_return,
+    }
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+def child(command: list[str]) -> dict:
+    """Run ``command`` and return the JSON of its RESULT line."""
+    proc = subprocess.run(command, capture_output=True, text=True, cwd=HERE.parent)
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT ") :])
+    raise RuntimeError(f"{command[:3]} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rllib-python", default=str(HERE.parent / ".venv-rllib/bin/python"))
+    parser.add_argument("--runners", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--envs", type=int, default=8, help="envs per runner")
+    parser.add_argument("--steps", type=int, default=64, help="steps per env per sample call")
+    parser.add_argument("--calls", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seeds", type=int, default=3, help="seeds of the solve comparison")
+    parser.add_argument("--impala-steps", type=int, default=100_000)
+    parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--quick", action="store_true", help="one repeat, one seed (smoke)")
+    parser.add_argument("--ppo-solve-child", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.ppo_solve_child is not None:
+        shoal_ppo_solve_child(args.ppo_solve_child)
+        return 0
+    if args.quick:
+        args.repeats, args.seeds, args.calls, args.impala_steps = 1, 1, 5, 20_000
+    if not Path(args.rllib_python).exists():
+        print(f"RLlib's Python not found at {args.rllib_python}: run `make bench-scaling`")
+        return 2
+    torch.set_num_threads(1)
+    figures: dict = {"settings": vars(args), "sampling": {}, "impala": {}, "solve": {}}
+
+    # 1. Sampling, shoal and RLlib alternating runner count by runner count.
+    sample_args = ["--envs", str(args.envs), "--steps", str(args.steps)]
+    sample_args += ["--calls", str(args.calls), "--repeats", str(args.repeats)]
+    require_ray().connect(None)
+    for n in args.runners:
+        ray_rate = sampler_rate(n, args.envs, args.steps, args.calls, args.repeats)
+        local_rate = sampler_rate(-n, args.envs, args.steps, args.calls, args.repeats)
+        rllib = child(
+            [args.rllib_python, "benchmarks/rllib_side.py", "sample", "--runners", str(n)]
+            + sample_args
+        )
+        figures["sampling"][n] = {"shoal_ray": ray_rate, "shoal_local": local_rate, "rllib": rllib}
+        print(
+            f"sampling  runners {n} x {args.envs} envs: shoal Ray {ray_rate['steps_per_s']:>9,.0f}"
+            f"  shoal local {local_rate['steps_per_s']:>9,.0f}  RLlib {rllib['steps_per_s']:>8,.0f}"
+            f"  env-steps/s   (shoal/RLlib {ray_rate['steps_per_s'] / rllib['steps_per_s']:.1f}x,"
+            f" Ray/local {ray_rate['steps_per_s'] / local_rate['steps_per_s']:.2f})",
+            flush=True,
+        )
+
+    # 2. IMPALA training throughput.
+    for n in args.runners:
+        rate = impala_rate(n, args.impala_steps, args.repeats)
+        figures["impala"][n] = rate
+        if rate is not None:
+            print(f"IMPALA    runners {n}: {rate['steps_per_s']:>9,.0f} env-steps/s", flush=True)
+    require_ray().shutdown()
+
+    # 3. Solving CartPole, each seed in fresh processes, shoal and RLlib interleaved.
+    shoal_runs, rllib_runs = [], []
+    for seed in range(args.seeds):
+        shoal_runs.append(child([sys.executable, __file__, "--ppo-solve-child", str(seed)]))
+        rllib_runs.append(
+            child(
+                [
+                    args.rllib_python,
+                    "benchmarks/rllib_side.py",
+                    "ppo",
+                    "--runners",
+                    "2",
+                    "--seed",
+                    str(seed),
+                ]
+            )
+        )
+        print(f"solve     seed {seed}: shoal {shoal_runs[-1]}  RLlib {rllib_runs[-1]}", flush=True)
+    shoal_s = statistics.median(r["wall_s"] for r in shoal_runs)
+    rllib_s = statistics.median(r["wall_s"] for r in rllib_runs)
+    figures["solve"] = {"shoal": shoal_runs, "rllib": rllib_runs}
+
+    print()
+    print(
+        "| runners | shoal Ray | shoal local (same envs) | RLlib | shoal / RLlib | IMPALA train |"
+    )
+    print("|---|---|---|---|---|---|")
+    for n in args.runners:
+        s = figures["sampling"][n]
+        impala = figures["impala"][n]
+        impala_text = f"{impala['steps_per_s']:,.0f}" if impala else "n/a"
+        print(
+            f"| {n} | {s['shoal_ray']['steps_per_s']:,.0f} | {s['shoal_local']['steps_per_s']:,.0f}"
+            f" | {s['rllib']['steps_per_s']:,.0f}"
+            f" | {s['shoal_ray']['steps_per_s'] / s['rllib']['steps_per_s']:.1f}x"
+            f" | {impala_text} |"
+        )
+    solved = all(r["solved"] for r in shoal_runs), all(r["solved"] for r in rllib_runs)
+    print(
+        f"\nsolve CartPole (median of {args.seeds}): shoal PPO --runners 2 {shoal_s:.1f} s"
+        f" (all solved: {solved[0]}), RLlib PPO 2 runners {rllib_s:.1f} s (all solved:"
+        f" {solved[1]}): {rllib_s / shoal_s:.1f}x"
+    )
+    ratios = [
+        figures["sampling"][n]["shoal_ray"]["steps_per_s"]
+        / figures["sampling"][n]["rllib"]["steps_per_s"]
+        for n in args.runners
+    ]
+    checks = {
+        f"sampling >= {TARGET_SAMPLING_RATIO}x RLlib at every runner count": min(ratios)
+        >= TARGET_SAMPLING_RATIO,
+        f"PPO --runners 2 solves >= {TARGET_SOLVE_SPEEDUP}x faster than RLlib": rllib_s / shoal_s
+        >= TARGET_SOLVE_SPEEDUP
+        and all(solved),
+    }
+    for name, ok in checks.items():
+        print(f"{'PASS' if ok else 'FAIL'}  {name}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2, default=str))
+    return 0 if all(checks.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,638 @@
+"""Ape-X: distributed prioritized experience replay (Horgan et al. 2018, arXiv:1803.00933),
+with DQN and DDPG (Ape-X DPG) learners.
+
+``run.runners`` actors (Ray actors) each step their own vector env with a copy of the policy
+and their own exploration rate, cut their steps into n-step transitions, score them with their
+own network copy (the initial priorities) and send them to ``replay_shards`` prioritized
+replay shards (`shoal.data.replay_shard`). The learner, in the driver process, trains on
+batches from whichever shard answers first while further requests stay queued (so the next
+batches are on their way while it trains), sends the new priorities back to the batch's
+shard, and pushes its weights to the actors every ``weight_sync_every`` steps. The learners,
+networks, losses and exploration noise are DQN's and DDPG's own (`shoal.algos.dqn`,
+`shoal.algos.ddpg`). ``training_intensity`` (not in the paper, whose learner had a GPU to
+itself) holds the ratio of replayed transitions to env steps where actors and learner share
+a few cores.
+
+Ray is reached only through `shoal.distributed`. A killed actor restarts with its seeds and
+gets the latest weights; a killed shard restarts empty. The seed fixes every actor's env and
+torch seeds, but how actors and learner interleave depends on timing: two runs of one seed
+are alike, not bit-identical.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Literal, NamedTuple
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from shoal.algos import ddpg, dqn
+from shoal.collect.env_runner import EnvRunner
+from shoal.collect.ray import concat_episodes
+from shoal.config import (
+    EnvConfig,
+    ModelConfig,
+    NoiseConfig,
+    OptimConfig,
+    RunConfig,
+    check,
+    check_choices,
+    check_positive,
+)
+from shoal.data.replay import ReplayBuffer
+from shoal.data.replay_shard import ReplayShard
+from shoal.distributed import require_ray
+from shoal.envs import make_env
+from shoal.errors import ConfigError
+from shoal.losses import bootstrap_discount, n_step_return
+from shoal.losses.actor_critic import ensemble_td_loss, twin_min_target
+from shoal.nn.target import frozen_copy
+from shoal.policy import ActorPolicy
+from shoal.train.seeding import derive_seed
+from shoal.types import ReplayBatch
+
+
+@dataclass(frozen=True)
+class ApexConfig:
+    """What both Ape-X variants share. Defaults suit CartPole / Pendulum on a laptop; the
+    paper's Atari values are in each field's docstring, with the RLlib key (reference 004)."""
+
+    run: RunConfig = field(default_factory=lambda: RunConfig(runners=2))
+    """run.runners is the number of actors (RLlib's num_workers; paper: 360)."""
+    env: EnvConfig = field(default_factory=lambda: EnvConfig(num_envs=4))
+    """Each actor steps env.num_envs envs of its own."""
+    n_step: int = 3
+    """Bootstrap after n rewards, stopping at episode ends (RLlib's n_step; paper: 3)."""
+    gamma: float = 0.99
+    """Discount factor."""
+    replay_shards: int = 1
+    """Replay shard actors (RLlib's num_replay_buffer_shards, RLlib default 4). Actor
+    batches go to the shards in turn; the learner trains on whichever answers first."""
+    buffer_size: int = 50_000
+    """Replay capacity in transitions over all shards, split evenly (RLlib's buffer_size;
+    paper: 2,000,000)."""
+    priority_alpha: float = 0.6
+    """How strongly priorities skew sampling (RLlib's prioritized_replay_alpha; paper: 0.6)."""
+    priority_beta: float = 0.4
+    """Importance-weight exponent, fixed as in the paper (RLlib's prioritized_replay_beta)."""
+    batch_size: int = 64
+    """Transitions per learner step (RLlib's train_batch_size; paper: 512)."""
+    learning_starts: int = 1_000
+    """Transitions in replay before the learner starts (RLlib's learning_starts; paper:
+    50,000). DDPG actors act uniformly at random until this many env steps."""
+    rollout_steps: int = 16
+    """Vector-env steps per actor batch, so a batch holds rollout_steps * env.num_envs steps
+    (RLlib's sample_batch_size, default 50)."""
+    steps_per_iteration: int = 1_000
+    """Env steps arriving from actors per training iteration (RLlib's
+    timesteps_per_iteration, default 25,000)."""
+    weight_sync_every: int = 100
+    """Learner steps between weight pushes to the actors (RLlib's max_weight_sync_delay,
+    default 400; the paper's actors fetch weights every 400 env steps)."""
+    per_worker_exploration: bool = True
+    """Actor i of N explores with epsilon_i = exploration_epsilon ** (1 + i / (N - 1) *
+    exploration_alpha) (RLlib's per_worker_exploration; paper section 4.1). DQN uses it as
+    epsilon; DDPG scales noise.scale by epsilon_i / exploration_epsilon. False: every actor
+    uses exploration_epsilon (DQN) or noise.scale (DDPG)."""
+    exploration_epsilon: float = 0.4
+    """Base of the per-actor exploration ladder (paper: 0.4)."""
+    exploration_alpha: float = 7.0
+    """Exponent spread of the ladder (paper: 7)."""
+    worker_side_prioritization: bool = True
+    """Actors compute their transitions' initial priorities |TD error| with their own network
+    copy (RLlib's worker_side_prioritization; the paper's choice). False: new transitions get
+    the largest priority seen so far, as in single-process prioritized replay."""
+    training_intensity: float | None = 16.0
+    """Replayed transitions per env step to keep to: actors wait while batch_size * learner
+    steps < training_intensity * (env steps - learning_starts) (RLlib's training_intensity).
+    None lets actors run freely, as in the paper, which needs a learner much faster than the
+    actors together; where they share a few cores, free actors fill replay while the learner
+    hardly trains."""
+
+    def __post_init__(self) -> None:
+        check_choices(self)
+        if self.run.runners < 1:
+            raise ConfigError(
+                f"{type(self).__name__}.run.runners = {self.run.runners} is invalid: Ape-X "
+                "samples with Ray actors; set run.runners >= 1 (2 or more for per-worker "
+                "exploration)"
+            )
+        if self.env.normalize_obs or self.env.normalize_reward:
+            raise ConfigError(
+                f"{type(self).__name__}.env.normalize_obs / normalize_reward are not supported: "
+                "each actor would normalize with its own statistics; turn them off"
+            )
+        check_positive(self, "n_step", "replay_shards", "batch_size", "rollout_steps")
+        check_positive(self, "steps_per_iteration", "weight_sync_every")
+        check(self, "gamma", 0.0 <= self.gamma <= 1.0, "must be in [0, 1]")
+        check(self, "priority_alpha", self.priority_alpha >= 0, "must be >= 0")
+        check(self, "priority_beta", 0.0 <= self.priority_beta <= 1.0, "must be in [0, 1]")
+        check(self, "exploration_epsilon", 0 < self.exploration_epsilon <= 1, "must be in (0, 1]")
+        check(self, "exploration_alpha", self.exploration_alpha >= 0, "must be >= 0")
+        check(
+            self,
+            "buffer_size",
+            self.buffer_size >= self.replay_shards,
+            f"must be >= replay_shards = {self.replay_shards}",
+        )
+        check(
+            self,
+            "learning_starts",
+            0 <= self.learning_starts <= self.buffer_size,
+            f"must be in [0, buffer_size = {self.buffer_size}]",
+        )
+        if self.training_intensity is not None:
+            check_positive(self, "training_intensity")
+
+
+@dataclass(frozen=True)
+class ApexDQNConfig(ApexConfig):
+    """Ape-X DQN: a dueling double DQN learner (the paper's) on n-step prioritized replay."""
+
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=5e-4, max_grad_norm=40.0))
+    """AdamW; the paper clips gradient norms to 40 (and uses RMSProp, lr 0.00025 / 4)."""
+    model: ModelConfig = field(
+        default_factory=lambda: ModelConfig(hidden=(64, 64), activation="relu")
+    )
+    """Hidden layers of the Q-network."""
+    double_q: bool = True
+    """Choose the bootstrap action with the online network, evaluate it with the target."""
+    dueling: bool = True
+    """Separate value and advantage streams (the paper's network)."""
+    loss: Literal["huber", "mse"] = "huber"
+    """TD loss."""
+    target_update_every: int = 500
+    """Learner steps between hard target-network copies (RLlib's target_network_update_freq,
+    which counts env steps, default 500,000; paper: every 2,500 learner steps)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_positive(self, "target_update_every")
+
+
+@dataclass(frozen=True)
+class ApexDDPGConfig(ApexConfig):
+    """Ape-X DPG: a DDPG learner (Polyak-averaged targets) on n-step prioritized replay."""
+
+    env: EnvConfig = field(default_factory=lambda: EnvConfig(id="Pendulum-v1", num_envs=1))
+    """Each actor steps env.num_envs envs of its own."""
+    optim: OptimConfig = field(
+        default_factory=lambda: OptimConfig(lr=1e-3, eps=1e-8, max_grad_norm=None)
+    )
+    """Adam for both networks; lr is the critic's (and the actor's unless actor_lr is set)."""
+    model: ModelConfig = field(
+        default_factory=lambda: ModelConfig(hidden=(256, 256), activation="relu")
+    )
+    """Hidden layers of the actor and of the critic."""
+    noise: NoiseConfig = field(default_factory=lambda: NoiseConfig(kind="gaussian", scale=0.3))
+    """Exploration noise of actor 0; the others scale it down (per_worker_exploration)."""
+    actor_lr: float | None = None
+    """Actor learning rate (None: optim.lr)."""
+    tau: float = 0.005
+    """Target networks: target <- tau * online + (1 - tau) * target after each update."""
+    critic_loss: Literal["mse", "huber"] = "mse"
+    """Per-sample critic regression loss."""
+    critic_l2: float = 0.0
+    """L2 regularization c * ||w||^2 of the critic's weights."""
+    batch_size: int = 256
+    """Transitions per learner step (RLlib's train_batch_size; paper: 256)."""
+    training_intensity: float | None = 256.0
+    """Replayed transitions per env step (see `ApexConfig`): one learner step per env step."""
+    exploration_alpha: float = 3.0
+    """Exponent spread of the ladder; smaller than DQN's 7, which would leave the last
+    actors with 0.4^7 = 0.2% of the noise."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self, "tau", 0.0 < self.tau <= 1.0, "must be in (0, 1]")
+        check(self, "critic_l2", self.critic_l2 >= 0, "must be >= 0")
+        if self.actor_lr is not None:
+            check_positive(self, "actor_lr")
+
+
+class Variant(NamedTuple):
+    """The single-process algorithm config an Ape-X config stands for, and its builders."""
+
+    inner: Any
+    """The `DQNConfig` or `DDPGConfig` whose learner and networks Ape-X reuses."""
+    learner_fn: Any
+    model_fn: Any
+    """``model_fn(inner, obs_space, action_space)``: the acting network."""
+
+
+def variant(config: ApexConfig) -> Variant:
+    common = dict(
+        run=config.run,
+        env=config.env,
+        optim=config.optim,
+        model=config.model,
+        gamma=config.gamma,
+        n_step=config.n_step,
+        replay="proportional",
+        buffer_size=config.buffer_size,
+        priority_alpha=config.priority_alpha,
+        priority_beta=config.priority_beta,
+        batch_size=config.batch_size,
+        learning_starts=config.learning_starts,
+    )
+    if isinstance(config, ApexDDPGConfig):
+        inner = ddpg.DDPGConfig(
+            **common,
+            actor_lr=config.actor_lr,
+            tau=config.tau,
+            critic_loss=config.critic_loss,
+            critic_l2=config.critic_l2,
+            noise=config.noise,
+        )
+        return Variant(inner, ddpg.DDPGLearner, ddpg.build_model)
+    eps = config.exploration_epsilon
+    inner = dqn.DQNConfig(
+        **common,
+        double_q=config.double_q,
+        dueling=config.dueling,
+        loss=config.loss,
+        target_update_every=config.target_update_every,
+        tau=1.0,
+        epsilon_start=eps,
+        epsilon_end=eps,
+    )
+    return Variant(inner, dqn.DQNLearner, dqn.build_model)
+
+
+def build_model(config: ApexConfig, obs_space: gym.Space, action_space: gym.Space) -> Any:
+    """The acting (and deployed) network: DQN's Q-network or DDPG's deterministic actor."""
+    parts = variant(config)
+    return parts.model_fn(parts.inner, obs_space, action_space)
+
+
+def per_worker_epsilons(num_workers: int, epsilon: float = 0.4, alpha: float = 7.0) -> list:
+    """Ape-X's exploration ladder (Horgan et al. 2018, section 4.1): actor i of N explores with
+    ``epsilon ** (1 + i / (N - 1) * alpha)``, from ``epsilon`` down to ``epsilon ** (1 +
+    alpha)`` (0.4 ** 8 = 0.00066), so some actors gather diverse data and others near-greedy
+    returns. A single actor gets ``epsilon``."""
+    if num_workers == 1:
+        return [epsilon]
+    return [epsilon ** (1 + i / (num_workers - 1) * alpha) for i in range(num_workers)]
+
+
+def exploration_scales(config: ApexConfig) -> list[float]:
+    """Each actor's epsilon (DQN) or noise scale (DDPG)."""
+    n, eps = config.run.runners, config.exploration_epsilon
+    ladder = per_worker_epsilons(n, eps, config.exploration_alpha)
+    if not config.per_worker_exploration:
+        ladder = [eps] * n
+    if isinstance(config, ApexDDPGConfig):
+        return [config.noise.scale * e / eps for e in ladder]
+    return ladder
+
+
+@torch.no_grad()
+def dqn_priorities(model: Any, batch: ReplayBatch, config: dqn.DQNConfig) -> torch.Tensor:
+    """``[N]`` |TD errors| of an actor's transitions under its Q-network copy, which stands in
+    for the target network too (actors keep none; the learner rescores each transition the
+    first time it replays it)."""
+    n = batch.obs.shape[0]
+    returns = n_step_return(batch.rewards, config.gamma)
+    discounts = bootstrap_discount(batch.steps, batch.terminated, config.gamma)
+    out, next_out = model(torch.cat([batch.obs, batch.next_obs])).split(n)
+    out_taken = out[torch.arange(n), batch.actions.long()]
+    online = next_out if config.double_q else None
+    _, priorities = model.kind.loss(out_taken, next_out, online, returns, discounts, batch)
+    return priorities
+
+
+@torch.no_grad()
+def ddpg_priorities(actor: Any, critic: Any, batch: ReplayBatch, config: Any) -> torch.Tensor:
+    """``[N]`` |TD errors| of an actor's transitions under its actor and critic copies (which
+    stand in for the targets: DDPG's target ``r + gamma^K Q(s', mu(s'))``)."""
+    returns = n_step_return(batch.rewards, config.gamma)
+    discounts = bootstrap_discount(batch.steps, batch.terminated, config.gamma)
+    next_q = critic(batch.next_obs, actor(batch.next_obs)).squeeze(-1)
+    target = twin_min_target(returns, discounts, next_q)
+    q = critic(batch.obs, actor.scaler.to_unit(batch.actions)).squeeze(-1)
+    _, priorities = ensemble_td_loss(q, target, batch.weights, config.critic_loss)
+    return priorities
+
+
+class ApexActor:
+    """One Ape-X actor (a Ray actor): its vector env and acting network (`EnvRunner`), its
+    exploration rate, the n-step cutting of its steps (a small `ReplayBuffer` holding one
+    batch and the n steps before it) and, for DDPG's priorities, a critic copy."""
+
+    def __init__(self, config: ApexConfig, index: int):
+        self.config = config
+        self.parts = parts = variant(config)
+        seed = config.run.seed
+        self.runner = EnvRunner(
+            config.env,
+            partial(parts.model_fn, parts.inner),
+            config.rollout_steps,
+            seed=derive_seed(seed, "env", index),
+            torch_seed=derive_seed(seed, "actor-torch", index),
+        )
+        env, self.model = self.runner.env, self.runner.model
+        self.ddpg = isinstance(config, ApexDDPGConfig)
+        self.critic = None
+        if self.ddpg and config.worker_side_prioritization:
+            self.critic = ddpg.deterministic_critic(
+                parts.inner, env.observation_space, env.action_space, out_dim=1, members=1
+            ).requires_grad_(False)
+        self.scale = exploration_scales(config)[index]
+        self.mask_dim = None if env.action_mask is None else int(env.action_space.n)
+        steps, n, envs = config.rollout_steps, config.n_step, env.num_envs
+        self.windows = ReplayBuffer(
+            (steps + n + 1) * envs,
+            envs,
+            env.observation_space,
+            env.action_space,
+            n_step=n,
+            action_mask_dim=self.mask_dim,
+        )
+        self.rows = 0
+        self._explore()
+
+    def _explore(self) -> None:
+        if self.ddpg:
+            self.model.noise.scale = self.scale
+        else:  # the weights carry the learner's epsilon buffer: set this actor's own
+            self.model.epsilon.fill_(self.scale)
+
+    def set_weights(self, weights: dict[str, Any]) -> None:
+        self.model.load_state_dict(weights["model"])
+        if self.critic is not None:
+            self.critic.load_state_dict(weights["critic"])
+        self._explore()
+
+    def sample(self, random_actions: bool = False) -> tuple:
+        """One batch: ``(transitions or None, priorities or None, episodes, env steps)``.
+        ``random_actions``: DDPG acts uniformly at random (before learning starts)."""
+        if self.ddpg:
+            self.model.random_actions.fill_(random_actions)
+        rollout, episodes = self.runner.sample()
+        mask = rollout.action_mask
+        self.windows.extend(
+            rollout.obs.numpy(),
+            rollout.actions.numpy(),
+            rollout.rewards.numpy(),
+            rollout.terminated.numpy(),
+            rollout.truncated.numpy(),
+            rollout.valid.numpy(),
+            None if mask is None else mask.numpy(),
+        )
+        batch = self._completed_windows(len(rollout.rewards))
+        priorities = None
+        if batch is not None and self.config.worker_side_prioritization:
+            if self.ddpg:
+                priorities = ddpg_priorities(self.model, self.critic, batch, self.parts.inner)
+            else:
+                priorities = dqn_priorities(self.model, batch, self.parts.inner)
+            priorities = priorities.numpy()
+        return batch, priorities, episodes, rollout.rewards.numel()
+
+    def _completed_windows(self, new_rows: int) -> ReplayBatch | None:
+        """The n-step transitions that the last ``new_rows`` rows completed: rows ``r`` with
+        ``r + n`` now written (the window and its bootstrap row), valid steps only."""
+        buffer, n = self.windows, self.config.n_step
+        rows = np.arange(max(0, self.rows - n), self.rows + new_rows - n) % buffer.rows
+        self.rows += new_rows
+        positions = (rows[:, None] * buffer.num_envs + np.arange(buffer.num_envs))[
+            buffer.valid[rows]
+        ]
+        if positions.size == 0:
+            return None
+        # ReplayBuffer cuts windows only when sampling; reuse that cutting for given rows.
+        return buffer._gather(positions.astype(np.int64), np.ones(positions.size, np.float32))
+
+
+PREFETCH = 2
+"""Sample requests kept queued per shard: the next batches are on their way while the
+learner trains on some."""
+BATCHES_PER_REQUEST = 4
+"""Learner batches per shard request: one round trip (and one priority update) per four
+learner steps, so that the learner does not wait on Ray's latency."""
+
+
+class Apex:
+    """Ape-X's learner process: actors and shards as Ray actors, the learner here. An
+    iteration handles actor batches and learner steps as they come, until
+    ``steps_per_iteration`` new env steps arrived.
+
+    Checkpoints hold the learner (networks, targets, optimizer), the counters and the deployed
+    policy; not the shards' contents nor the actors' envs, so a resumed run refills replay
+    (learning restarts once it holds learning_starts transitions) and restarts episodes."""
+
+    def __init__(self, config: ApexConfig):
+        self.config = config
+        self.parts = variant(config)
+        run = config.run
+        # One env here first: an unknown env id or an unsupported action space fails now,
+        # with its own message, not as actors failing and restarting in a loop.
+        probe = make_env(dataclasses.replace(config.env, num_envs=1))
+        self._spaces = (probe.observation_space, probe.action_space)
+        self._mask_dim = None if probe.action_mask is None else int(probe.action_space.n)
+        probe.close()
+        self.learner = self.parts.learner_fn(self.parts.inner, *self._spaces)
+        self._rw = rw = require_ray()
+        rw.connect(
+            run.ray_address,
+            num_cpus=max(os.cpu_count() or 1, run.runners + config.replay_shards + 1),
+        )
+        self._weights_ref: Any = None
+        self.actors = rw.WorkerPool(
+            ApexActor,
+            lambda i: (config, i),
+            run.runners,
+            name="Ape-X actor",
+            max_restarts=run.max_worker_restarts,
+            on_restart=self._restore_actor,
+        )
+        self.shards = rw.WorkerPool(
+            ReplayShard,
+            self._shard_args,
+            config.replay_shards,
+            name="replay shard",
+            max_restarts=run.max_worker_restarts,
+        )
+        self.scales = exploration_scales(config)
+        self.env_steps = 0
+        self.iteration = 0
+        self._pending: dict[Any, tuple[str, int]] = {}
+        self._idle_actors = list(range(run.runners))
+        self._queued = [0] * config.replay_shards
+        self._sizes = [0] * config.replay_shards
+        self._next_shard = 0
+        self._push_weights()
+
+    def _shard_args(self, j: int) -> tuple:
+        cfg = self.config
+        return (
+            -(-cfg.buffer_size // cfg.replay_shards),
+            *self._spaces,
+            cfg.n_step,
+            cfg.priority_alpha,
+            derive_seed(cfg.run.seed, "replay", j),
+            self._mask_dim,
+        )
+
+    def train_iteration(self) -> dict[str, float]:
+        goal = self.env_steps + self.config.steps_per_iteration
+        stats: list[dict[str, torch.Tensor]] = []
+        episodes = []
+        self._start_actors()
+        while self.env_steps < goal:
+            ref = self._rw.wait_first(list(self._pending))
+            kind, i = self._pending.pop(ref)
+            result = self._result(kind, i, ref)
+            if kind == "sample":
+                self._idle_actors.append(i)
+                if result is not None:
+                    episodes.append(self._store(*result))
+            else:
+                self._queued[i] -= 1
+                if result is not None:
+                    stats.extend(self._learn(i, result))
+            self._request_replay()
+            self._start_actors()
+        self.iteration += 1
+        return self._metrics(stats, episodes)
+
+    def _result(self, kind: str, i: int, ref: Any) -> Any:
+        """The result of a request, or None when its actor failed and was restarted."""
+        try:
+            return self._rw.get(ref)
+        except self._rw.WORKER_FAILURES as exc:
+            for other in [r for r, key in self._pending.items() if key == (kind, i)]:
+                del self._pending[other]  # queued on the dead actor: died with it
+            if kind == "replay":
+                self._queued[i], self._sizes[i] = 0, 0  # restarts empty
+            (self.actors if kind == "sample" else self.shards).restart(i, exc)
+            return None
+
+    def _store(self, batch: ReplayBatch | None, priorities: Any, episodes: Any, steps: int):
+        """Count an actor batch's env steps and send its transitions to the next shard."""
+        self.env_steps += steps
+        if batch is not None:
+            j = self._next_shard
+            self._next_shard = (j + 1) % len(self._sizes)
+            self.shards.submit(j, "add", batch, priorities)  # ordered before later samples
+            capacity = -(-self.config.buffer_size // self.config.replay_shards)
+            self._sizes[j] = min(capacity, self._sizes[j] + len(batch.steps))
+        return episodes
+
+    def _request_replay(self) -> None:
+        """Keep PREFETCH requests queued per shard once replay holds learning_starts
+        transitions, unless the learner is a prefetch window ahead of training_intensity."""
+        cfg = self.config
+        if sum(self._sizes) < max(cfg.learning_starts, 1):
+            return
+        window = PREFETCH * BATCHES_PER_REQUEST * cfg.batch_size
+        for j, size in enumerate(self._sizes):
+            while size > 0 and self._queued[j] < PREFETCH:
+                in_flight = sum(self._queued) * BATCHES_PER_REQUEST * cfg.batch_size
+                if cfg.training_intensity is not None and self._backlog() + window <= in_flight:
+                    return
+                ref = self.shards.submit(
+                    j, "sample_many", BATCHES_PER_REQUEST, cfg.batch_size, cfg.priority_beta
+                )
+                self._pending[ref] = ("replay", j)
+                self._queued[j] += 1
+
+    def _learn(self, j: int, batches: list[ReplayBatch]) -> list[dict]:
+        """Learner steps on shard ``j``'s batches; their new priorities go back to ``j``."""
+        if not batches:  # empty (restarted): no more requests until actors refill it
+            self._sizes[j] = 0
+            return []
+        stats, indices, priorities = [], [], []
+        for batch in batches:
+            metrics, new_priorities = self.learner.update(batch)
+            stats.append(metrics)
+            indices.append(batch.indices)
+            priorities.append(new_priorities.numpy())
+            if self.learner.grad_steps % self.config.weight_sync_every == 0:
+                self._push_weights()
+        self.shards.submit(
+            j, "update_priorities", np.concatenate(indices), np.concatenate(priorities)
+        )
+        return stats
+
+    def _backlog(self) -> float:
+        """Replayed transitions the learner owes the env steps so far at training_intensity
+        (negative: it is ahead)."""
+        cfg = self.config
+        owed = (cfg.training_intensity or 0.0) * (self.env_steps - cfg.learning_starts)
+        return owed - self.learner.grad_steps * cfg.batch_size
+
+    def _throttled(self) -> bool:
+        """Actors wait for the learner (training_intensity) while it has batches coming.
+        Together with `_request_replay` this holds the replay ratio whatever the speeds of
+        actors and learner, so that learning per env step does not depend on the machine."""
+        if self.config.training_intensity is None or not any(self._queued):
+            return False
+        return self._backlog() > 0
+
+    def _start_actors(self) -> None:
+        while self._idle_actors and not self._throttled():
+            i = self._idle_actors.pop(0)
+            random = self.env_steps < self.config.learning_starts
+            self._pending[self.actors.submit(i, "sample", random)] = ("sample", i)
+
+    def _acting_weights(self) -> dict[str, Any]:
+        if isinstance(self.config, ApexDDPGConfig):
+            core = self.learner.core
+            return {"model": core.actor.state_dict(), "critic": core.critic.state_dict()}
+        return {"model": self.learner.online.state_dict()}
+
+    def _push_weights(self) -> None:
+        """To the object store once; each actor applies it before its next batch."""
+        self._weights_ref = self._rw.put(self._acting_weights())
+        self.actors.tell_all("set_weights", self._weights_ref)
+
+    def _restore_actor(self, i: int) -> None:
+        if self._weights_ref is not None:
+            self.actors.call_one(i, "set_weights", self._weights_ref)
+
+    def _metrics(self, stats: list[dict], episodes: list) -> dict[str, float]:
+        metrics: dict[str, float] = {}
+        if stats:
+            means = torch.stack([torch.stack(list(s.values())) for s in stats]).mean(0)
+            metrics.update(zip(stats[0], means.tolist(), strict=True))
+        ddpg_variant = isinstance(self.config, ApexDDPGConfig)
+        metrics["train/noise_scale_mean" if ddpg_variant else "train/epsilon_mean"] = float(
+            np.mean(self.scales)
+        )
+        metrics["train/grad_steps"] = self.learner.grad_steps
+        metrics["train/learner_steps_per_iteration"] = len(stats)
+        metrics["train/replay_size"] = sum(self._sizes)
+        metrics["train/actor_restarts"] = self.actors.restarts
+        metrics["train/shard_restarts"] = self.shards.restarts
+        if episodes:
+            metrics.update(concat_episodes(episodes).metrics())
+        return metrics
+
+    def policy(self) -> ActorPolicy:
+        return ActorPolicy(frozen_copy(self.learner.policy_network), None, self.config.env.clip_obs)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "learner": self.learner.state_dict(),
+            "policy": {"model": self.learner.policy_network.state_dict(), "obs_stats": None},
+            "counters": {"env_steps": self.env_steps, "iteration": self.iteration},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> bool:
+        """Restore the learner and counters; returns False: replay and episodes restart."""
+        self.learner.load_state_dict(state["learner"])
+        self.env_steps = int(state["counters"]["env_steps"])
+        self.iteration = int(state["counters"]["iteration"])
+        self._push_weights()
+        return False
+
+    def close(self) -> None:
+        self._pending.clear()
+        self.actors.close()
+        self.shards.close()
