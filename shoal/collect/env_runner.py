@@ -48,9 +48,11 @@ class EnvRunner:
         seed: int,
         torch_seed: int | None = None,
     ):
-        if torch_seed is not None:
+        self.owns_torch_rng = torch_seed is not None
+        if self.owns_torch_rng:
             # A runner in its own process (a Ray actor) owns that process's torch generator:
-            # seeding it makes its action samples depend on its seeds only.
+            # seeding it makes its action samples depend on its seeds only (and checkpoints
+            # carry the generator's state, so a resumed run samples the same actions).
             torch.manual_seed(torch_seed)
             torch.set_num_threads(1)
         self.env = make_env(env_config)
@@ -172,6 +174,8 @@ class EnvRunner:
             state["policy_state"] = self.policy_state.clone()
         if hasattr(self.model, "exploration_state"):  # e.g. an Ornstein-Uhlenbeck process
             state["exploration"] = self.model.exploration_state()
+        if self.owns_torch_rng:
+            state["torch_rng"] = torch.get_rng_state()
         return state
 
     def set_state(self, state: dict[str, Any], fallback_seed: int) -> bool:
@@ -187,6 +191,8 @@ class EnvRunner:
             self.policy_state = state["policy_state"].clone()
         if "exploration" in state:
             self.model.load_exploration_state(state["exploration"])
+        if self.owns_torch_rng and "torch_rng" in state:
+            torch.set_rng_state(state["torch_rng"])
         return True
 
     def close(self) -> None:

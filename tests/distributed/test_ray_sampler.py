@@ -222,3 +222,23 @@ def test_missing_ray_gets_a_clear_message(monkeypatch):
     monkeypatch.delattr(shoal.distributed, "ray_workers", raising=False)
     with pytest.raises(DistributedError, match=r"pip install 'shoal\[ray\]'"):
         require_ray()
+
+
+def test_ppo_with_ray_runners_resumes_exactly(tmp_path, small_ppo, iteration_steps):
+    """N steps + resume + M steps = N + M steps straight, with 2 Ray runners: each runner's
+    envs and torch generator are in the checkpoint."""
+    from state_helpers import assert_states_equal
+
+    from shoal.train.checkpoint import load_checkpoint
+
+    per_iteration = 2 * iteration_steps  # 2 runners
+    overrides = small_ppo(**{"run.runners": 2, "run.checkpoint_every_steps": per_iteration})
+    first, total = 2 * per_iteration, 3 * per_iteration
+    run_a, run_b = str(tmp_path / "a"), str(tmp_path / "b")
+    part = shoal.train("ppo", seed=4, total_steps=first, run_dir=run_a, **overrides)
+    resumed = shoal.train(resume=part.run_dir, total_steps=total)
+    straight = shoal.train("ppo", seed=4, total_steps=total, run_dir=run_b, **overrides)
+    assert resumed.env_steps == straight.env_steps == total
+    got, want = load_checkpoint(resumed.run_dir).state, load_checkpoint(straight.run_dir).state
+    assert_states_equal(got["algorithm"], want["algorithm"])
+    assert len(got["algorithm"]["sampler"]["runners"]) == 2
