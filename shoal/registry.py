@@ -19,6 +19,7 @@ from shoal.algos import (
     d4pg,
     ddpg,
     ddppo,
+    distributed_maddpg,
     dqn,
     impala,
     maddpg,
@@ -276,6 +277,14 @@ ALGORITHMS["apex-ddpg"] = AlgorithmSpec(
     apex.build_model,
     "Ape-X DPG: Ray actors with per-actor noise, sharded prioritized replay, n-step DDPG",
     "Box (bounded)",
+)
+ALGORITHMS["maddpg-distributed"] = AlgorithmSpec(
+    "maddpg-distributed",
+    distributed_maddpg.DistributedMADDPGConfig,
+    distributed_maddpg.DistributedMADDPG,
+    distributed_maddpg.build_model,
+    "Distributed MADDPG: Ray collectors, asynchronous learners, last-writer-wins parameter server",
+    "Discrete, Box (multi-agent envs)",
 )
 
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, Literal, NamedTuple
 
 import gymnasium as gym
@@ -32,7 +31,13 @@ import numpy as np
 import torch
 
 from shoal.algos import ddpg, dqn
-from shoal.collect.env_runner import EnvRunner
+from shoal.collect.apex_actor import (
+    ApexActor,
+    ddpg_priorities,
+    dqn_priorities,
+    exploration_scales,
+    per_worker_epsilons,
+)
 from shoal.collect.ray import concat_episodes
 from shoal.config import (
     EnvConfig,
@@ -44,17 +49,29 @@ from shoal.config import (
     check_choices,
     check_positive,
 )
-from shoal.data.replay import ReplayBuffer
 from shoal.data.replay_shard import ReplayShard
 from shoal.distributed import require_ray
 from shoal.envs import make_env
 from shoal.errors import ConfigError
-from shoal.losses import bootstrap_discount, n_step_return
-from shoal.losses.actor_critic import ensemble_td_loss, twin_min_target
 from shoal.nn.target import frozen_copy
 from shoal.policy import ActorPolicy
 from shoal.train.seeding import derive_seed
 from shoal.types import ReplayBatch
+
+__all__ = [
+    "Apex",
+    "ApexActor",
+    "ApexConfig",
+    "ApexDDPGConfig",
+    "ApexDQNConfig",
+    "Variant",
+    "build_model",
+    "ddpg_priorities",
+    "dqn_priorities",
+    "exploration_scales",
+    "per_worker_epsilons",
+    "variant",
+]
 
 
 @dataclass(frozen=True)
@@ -270,145 +287,6 @@ def build_model(config: ApexConfig, obs_space: gym.Space, action_space: gym.Spac
     return parts.model_fn(parts.inner, obs_space, action_space)
 
 
-def per_worker_epsilons(num_workers: int, epsilon: float = 0.4, alpha: float = 7.0) -> list:
-    """Ape-X's exploration ladder (Horgan et al. 2018, section 4.1): actor i of N explores with
-    ``epsilon ** (1 + i / (N - 1) * alpha)``, from ``epsilon`` down to ``epsilon ** (1 +
-    alpha)`` (0.4 ** 8 = 0.00066), so some actors gather diverse data and others near-greedy
-    returns. A single actor gets ``epsilon``."""
-    if num_workers == 1:
-        return [epsilon]
-    return [epsilon ** (1 + i / (num_workers - 1) * alpha) for i in range(num_workers)]
-
-
-def exploration_scales(config: ApexConfig) -> list[float]:
-    """Each actor's epsilon (DQN) or noise scale (DDPG)."""
-    n, eps = config.run.runners, config.exploration_epsilon
-    ladder = per_worker_epsilons(n, eps, config.exploration_alpha)
-    if not config.per_worker_exploration:
-        ladder = [eps] * n
-    if isinstance(config, ApexDDPGConfig):
-        return [config.noise.scale * e / eps for e in ladder]
-    return ladder
-
-
-@torch.no_grad()
-def dqn_priorities(model: Any, batch: ReplayBatch, config: dqn.DQNConfig) -> torch.Tensor:
-    """``[N]`` |TD errors| of an actor's transitions under its Q-network copy, which stands in
-    for the target network too (actors keep none; the learner rescores each transition the
-    first time it replays it)."""
-    n = batch.obs.shape[0]
-    returns = n_step_return(batch.rewards, config.gamma)
-    discounts = bootstrap_discount(batch.steps, batch.terminated, config.gamma)
-    out, next_out = model(torch.cat([batch.obs, batch.next_obs])).split(n)
-    out_taken = out[torch.arange(n), batch.actions.long()]
-    online = next_out if config.double_q else None
-    _, priorities = model.kind.loss(out_taken, next_out, online, returns, discounts, batch)
-    return priorities
-
-
-@torch.no_grad()
-def ddpg_priorities(actor: Any, critic: Any, batch: ReplayBatch, config: Any) -> torch.Tensor:
-    """``[N]`` |TD errors| of an actor's transitions under its actor and critic copies (which
-    stand in for the targets: DDPG's target ``r + gamma^K Q(s', mu(s'))``)."""
-    returns = n_step_return(batch.rewards, config.gamma)
-    discounts = bootstrap_discount(batch.steps, batch.terminated, config.gamma)
-    next_q = critic(batch.next_obs, actor(batch.next_obs)).squeeze(-1)
-    target = twin_min_target(returns, discounts, next_q)
-    q = critic(batch.obs, actor.scaler.to_unit(batch.actions)).squeeze(-1)
-    _, priorities = ensemble_td_loss(q, target, batch.weights, config.critic_loss)
-    return priorities
-
-
-class ApexActor:
-    """One Ape-X actor (a Ray actor): its vector env and acting network (`EnvRunner`), its
-    exploration rate, the n-step cutting of its steps (a small `ReplayBuffer` holding one
-    batch and the n steps before it) and, for DDPG's priorities, a critic copy."""
-
-    def __init__(self, config: ApexConfig, index: int):
-        self.config = config
-        self.parts = parts = variant(config)
-        seed = config.run.seed
-        self.runner = EnvRunner(
-            config.env,
-            partial(parts.model_fn, parts.inner),
-            config.rollout_steps,
-            seed=derive_seed(seed, "env", index),
-            torch_seed=derive_seed(seed, "actor-torch", index),
-        )
-        env, self.model = self.runner.env, self.runner.model
-        self.ddpg = isinstance(config, ApexDDPGConfig)
-        self.critic = None
-        if self.ddpg and config.worker_side_prioritization:
-            self.critic = ddpg.deterministic_critic(
-                parts.inner, env.observation_space, env.action_space, out_dim=1, members=1
-            ).requires_grad_(False)
-        self.scale = exploration_scales(config)[index]
-        self.mask_dim = None if env.action_mask is None else int(env.action_space.n)
-        steps, n, envs = config.rollout_steps, config.n_step, env.num_envs
-        self.windows = ReplayBuffer(
-            (steps + n + 1) * envs,
-            envs,
-            env.observation_space,
-            env.action_space,
-            n_step=n,
-            action_mask_dim=self.mask_dim,
-        )
-        self.rows = 0
-        self._explore()
-
-    def _explore(self) -> None:
-        if self.ddpg:
-            self.model.noise.scale = self.scale
-        else:  # the weights carry the learner's epsilon buffer: set this actor's own
-            self.model.epsilon.fill_(self.scale)
-
-    def set_weights(self, weights: dict[str, Any]) -> None:
-        self.model.load_state_dict(weights["model"])
-        if self.critic is not None:
-            self.critic.load_state_dict(weights["critic"])
-        self._explore()
-
-    def sample(self, random_actions: bool = False) -> tuple:
-        """One batch: ``(transitions or None, priorities or None, episodes, env steps)``.
-        ``random_actions``: DDPG acts uniformly at random (before learning starts)."""
-        if self.ddpg:
-            self.model.random_actions.fill_(random_actions)
-        rollout, episodes = self.runner.sample()
-        mask = rollout.action_mask
-        self.windows.extend(
-            rollout.obs.numpy(),
-            rollout.actions.numpy(),
-            rollout.rewards.numpy(),
-            rollout.terminated.numpy(),
-            rollout.truncated.numpy(),
-            rollout.valid.numpy(),
-            None if mask is None else mask.numpy(),
-        )
-        batch = self._completed_windows(len(rollout.rewards))
-        priorities = None
-        if batch is not None and self.config.worker_side_prioritization:
-            if self.ddpg:
-                priorities = ddpg_priorities(self.model, self.critic, batch, self.parts.inner)
-            else:
-                priorities = dqn_priorities(self.model, batch, self.parts.inner)
-            priorities = priorities.numpy()
-        return batch, priorities, episodes, rollout.rewards.numel()
-
-    def _completed_windows(self, new_rows: int) -> ReplayBatch | None:
-        """The n-step transitions that the last ``new_rows`` rows completed: rows ``r`` with
-        ``r + n`` now written (the window and its bootstrap row), valid steps only."""
-        buffer, n = self.windows, self.config.n_step
-        rows = np.arange(max(0, self.rows - n), self.rows + new_rows - n) % buffer.rows
-        self.rows += new_rows
-        positions = (rows[:, None] * buffer.num_envs + np.arange(buffer.num_envs))[
-            buffer.valid[rows]
-        ]
-        if positions.size == 0:
-            return None
-        # ReplayBuffer cuts windows only when sampling; reuse that cutting for given rows.
-        return buffer._gather(positions.astype(np.int64), np.ones(positions.size, np.float32))
-
-
 PREFETCH = 2
 """Sample requests kept queued per shard: the next batches are on their way while the
 learner trains on some."""
@@ -445,7 +323,7 @@ class Apex:
         self._weights_ref: Any = None
         self.actors = rw.WorkerPool(
             ApexActor,
-            lambda i: (config, i),
+            lambda i: (config, i, self.parts),
             run.runners,
             name="Ape-X actor",
             max_restarts=run.max_worker_restarts,
@@ -458,7 +336,7 @@ class Apex:
             name="replay shard",
             max_restarts=run.max_worker_restarts,
         )
-        self.scales = exploration_scales(config)
+        self.scales = exploration_scales(config, self.parts)
         self.env_steps = 0
         self.iteration = 0
         self._pending: dict[Any, tuple[str, int]] = {}

@@ -98,10 +98,56 @@ class MADDPGConfig(ActorCriticReplayConfig):
         check(self, "gumbel_temperature", self.gumbel_temperature > 0, "must be > 0")
 
 
-def _single_group(env: MultiAgentVectorEnv) -> AgentGroup:
+def single_group(env: MultiAgentVectorEnv) -> AgentGroup:
+    """The env's one agent group (MADDPG trains one); a clear error for more."""
     if len(env.groups) != 1:
         raise ConfigError(f"MADDPG trains one agent group; this env has {list(env.groups)}")
     return next(iter(env.groups.values()))
+
+
+def replay_row(
+    config: MADDPGConfig, group: AgentGroup, obs: dict[str, np.ndarray], state: np.ndarray | None
+) -> np.ndarray:
+    """``[num_envs, ...]`` what the centralized critics see: the joint observation, plus the
+    global state when ``critic_input`` is "state"."""
+    joint = obs[group.name].reshape(obs[group.name].shape[0], -1).astype(np.float32)
+    if config.critic_input == "state":
+        return np.concatenate([joint, state.astype(np.float32)], axis=1)
+    return joint
+
+
+@torch.inference_mode()
+def collect_steps(
+    config: MADDPGConfig,
+    env: MultiAgentVectorEnv,
+    group: AgentGroup,
+    acting: MultiAgentActor,
+    obs: dict[str, np.ndarray],
+    state: np.ndarray | None,
+    sink: Any,
+) -> tuple[dict[str, np.ndarray], np.ndarray | None, EpisodeStats]:
+    """MADDPG's collection step: ``rollout_steps`` vector steps with ``acting`` (exploring),
+    each added to ``sink`` (a replay, or anything with its ``add``) as the critic row, joint
+    actions, per-agent rewards, terminated, truncated and valid. Returns the observation and
+    state to go on from and the finished episodes. Shared by MADDPG and distributed MADDPG's
+    collectors."""
+    episodes = GroupEpisodes(group)
+    name = group.name
+    for _ in range(config.rollout_steps):
+        actions = acting.act_joint(torch.as_tensor(obs[name], dtype=torch.float32)).numpy()
+        row = replay_row(config, group, obs, state)
+        step = env.step({name: actions})
+        sink.add(
+            row,
+            actions,
+            step.rewards[name],
+            step.terminated[name].all(axis=1),
+            step.truncated[name].any(axis=1),
+            ~step.autoreset,
+        )
+        obs, state = step.obs, step.state
+        episodes.add(step)
+    return obs, state, episodes.stats()
 
 
 def build_actor(config: MADDPGConfig, group: AgentGroup) -> MultiAgentActor:
@@ -121,7 +167,7 @@ def build_model(config: MADDPGConfig, obs_space: gym.Space, action_space: gym.Sp
     `shoal.load` probes): ``obs_space`` and ``action_space`` are one agent's."""
     probe = make_multi_agent_env(dataclasses.replace(config.env, num_envs=1))
     try:
-        group = _single_group(probe)
+        group = single_group(probe)
     finally:
         probe.close()
     return build_actor(config, group)
@@ -204,7 +250,7 @@ class MADDPG:
     def __init__(self, config: MADDPGConfig):
         self.config = config
         self.env = make_multi_agent_env(config.env)
-        self.group = _single_group(self.env)
+        self.group = single_group(self.env)
         state_dim = None if self.env.state_space is None else int(self.env.state_space.shape[0])
         if config.critic_input == "state" and state_dim is None:
             raise ConfigError("critic_input is 'state' but this env provides no global state")
@@ -227,33 +273,12 @@ class MADDPG:
         self.env_steps = 0
         self.iteration = 0
 
-    def _row(self, obs: dict[str, np.ndarray], state: np.ndarray | None) -> np.ndarray:
-        joint = obs[self.group.name].reshape(self.env.num_envs, -1).astype(np.float32)
-        if self.config.critic_input == "state":
-            return np.concatenate([joint, state.astype(np.float32)], axis=1)
-        return joint
-
-    @torch.inference_mode()
     def _collect(self) -> EpisodeStats:
-        episodes = GroupEpisodes(self.group)
-        name = self.group.name
-        for _ in range(self.config.rollout_steps):
-            obs_now = torch.as_tensor(self.obs[name], dtype=torch.float32)
-            actions = self.acting.act_joint(obs_now).numpy()
-            row = self._row(self.obs, self.state)
-            step = self.env.step({name: actions})
-            self.replay.add(
-                row,
-                actions,
-                step.rewards[name],
-                step.terminated[name].all(axis=1),
-                step.truncated[name].any(axis=1),
-                ~step.autoreset,
-            )
-            self.obs, self.state = step.obs, step.state
-            episodes.add(step)
+        self.obs, self.state, episodes = collect_steps(
+            self.config, self.env, self.group, self.acting, self.obs, self.state, self.replay
+        )
         self.env_steps += self.config.rollout_steps * self.env.num_envs
-        return episodes.stats()
+        return episodes
 
     def train_iteration(self) -> dict[str, float]:
         cfg = self.config

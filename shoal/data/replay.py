@@ -245,6 +245,16 @@ class ReplayBuffer:
         out[todo] = self._rng.choice(flat[valid.take(flat)], size=todo.size)
         return out
 
+    def windows(self, indices: np.ndarray, weights: np.ndarray | None = None) -> ReplayBatch:
+        """The n-step windows starting at ``indices`` (``[N]`` flat positions ``row * num_envs +
+        env``, each a valid row with its ``n_step`` following rows written), as a `ReplayBatch`
+        of new CPU tensors cut as `sample` cuts them; ``weights`` ``[N]`` default to ones. For
+        callers that choose positions themselves, e.g. an actor cutting its own new steps."""
+        indices = np.asarray(indices, np.int64)
+        if weights is None:
+            weights = np.ones(indices.size, np.float32)
+        return self._gather(indices, weights)
+
     def _gather(self, indices: np.ndarray, weights: np.ndarray) -> ReplayBatch:
         """Build the n-step windows of ``indices`` (``[N]`` flat positions) by index. Flat
         `np.take` on ``[rows * num_envs, ...]`` views: much faster than 2-d fancy indexing."""

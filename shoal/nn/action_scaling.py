@@ -37,8 +37,9 @@ class ActionScaler(nn.Module):
 
     def __init__(self, space: gym.spaces.Box):
         super().__init__()
-        low = torch.as_tensor(space.low, dtype=torch.float32)
-        high = torch.as_tensor(space.high, dtype=torch.float32)
+        # Copies: spaces that come back from Ray hold read-only arrays, which torch warns about.
+        low = torch.tensor(space.low, dtype=torch.float32)
+        high = torch.tensor(space.high, dtype=torch.float32)
         self.register_buffer("center", (high + low) / 2)
         self.register_buffer("half_range", (high - low) / 2)
 

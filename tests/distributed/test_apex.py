@@ -61,12 +61,14 @@ def test_per_worker_epsilons_follow_the_paper():
 
 def test_exploration_scales_per_variant():
     dqn_config = ApexDQNConfig(run=RunConfig(runners=3))
-    assert exploration_scales(dqn_config) == pytest.approx([0.4, 0.016190869, 0.00065536])
+    assert exploration_scales(dqn_config, variant(dqn_config)) == pytest.approx(
+        [0.4, 0.016190869, 0.00065536]
+    )
     flat = replace(dqn_config, per_worker_exploration=False, exploration_epsilon=0.1)
-    assert exploration_scales(flat) == pytest.approx([0.1, 0.1, 0.1])
+    assert exploration_scales(flat, variant(flat)) == pytest.approx([0.1, 0.1, 0.1])
     # DDPG: noise.scale times eps_i / eps = 0.4 ** (i / (N - 1) * alpha); 0.3 * 0.4 ** 3.
     ddpg_config = ApexDDPGConfig(run=RunConfig(runners=2), noise=NoiseConfig(scale=0.3))
-    assert exploration_scales(ddpg_config) == pytest.approx([0.3, 0.0192])
+    assert exploration_scales(ddpg_config, variant(ddpg_config)) == pytest.approx([0.3, 0.0192])
 
 
 def transitions(obs):
@@ -173,7 +175,7 @@ def test_ddpg_priorities_by_hand():
 
 def test_actor_cuts_every_step_once_into_n_step_windows():
     config = ApexDQNConfig(run=RunConfig(runners=2), n_step=3, rollout_steps=5)
-    actor = ApexActor(config, 1)
+    actor = ApexActor(config, 1, variant(config))
     assert actor.scale == pytest.approx(0.4**8)
     assert actor.model.epsilon.item() == pytest.approx(0.4**8)
     envs = actor.runner.num_envs
@@ -200,13 +202,14 @@ def test_actor_cuts_every_step_once_into_n_step_windows():
 
 def test_ddpg_actor_scales_its_noise_and_scores_with_its_critic():
     config = ApexDDPGConfig(run=RunConfig(runners=2), n_step=2, rollout_steps=8)
-    actor = ApexActor(config, 1)
+    actor = ApexActor(config, 1, variant(config))
     assert actor.model.noise.scale == pytest.approx(0.3 * 0.4**3)
     batch, priorities, _, count = actor.sample(random_actions=True)
     assert count == 8 and len(batch.steps) == 6  # Pendulum never ends within 8 steps
     rescored = ddpg_priorities(actor.model, actor.critic, batch, actor.parts.inner)
     np.testing.assert_allclose(priorities, rescored.numpy())
-    unscored = ApexActor(replace(config, worker_side_prioritization=False), 0)
+    unscored_config = replace(config, worker_side_prioritization=False)
+    unscored = ApexActor(unscored_config, 0, variant(unscored_config))
     assert unscored.critic is None and unscored.sample()[1] is None
 
 

@@ -1,0 +1,419 @@
+"""Distributed MADDPG: reference 000's setup (section G), one node collecting experience and
+two training asynchronously, as a configuration of MADDPG (`shoal.algos.maddpg`) on Ray.
+
+* **Collectors** (``run.runners`` Ray actors, reference 000: one) each step their own
+  multi-agent vector env (seeded per collector) with a copy of the decentralized actors and
+  MADDPG's exploration, ``rollout_steps`` vector steps per call, with the master weights sent
+  along with the call. They return MADDPG's replay rows (the joint-observation row, joint
+  actions, per-agent rewards, terminated, truncated, valid) and the finished episodes.
+* **Learners** (``num_learners`` Ray actors, reference 000: two) each hold a whole
+  `MADDPGLearner` (actors, centralized critics, targets, Adam) and a prioritized replay of
+  their own. Every collected batch goes to every learner (stored once in Ray's object
+  store). A learner call loads the master networks of that moment, takes ``sync_every``
+  gradient steps (`learn_from_replay`, MADDPG's own update and priorities) and returns its
+  networks; its Adam moments stay with it.
+* **The driver is the parameter server.** It holds the master networks and applies each
+  learner's result the moment it arrives: the master becomes that learner's networks (last
+  writer wins) and the learner starts its next call from them, while the other learner is
+  still training from an older master. Work of a learner overtaken in between is
+  overwritten, as with A3C's stale gradients: reference 000 credits these asynchronous
+  updates with exploration in parameter space and a better result than single-node MADDPG.
+
+Each iteration sends one collection request to every collector and, while they collect,
+takes learner results until the learners have done their share for the batches before:
+``gradient_steps`` updates per ``rollout_steps * num_envs`` env steps collected, for each
+learner (the ratio of single-process MADDPG, per learner). Collectors act with the master of
+the start of the iteration; ``train/collector_lag`` counts the master writes since, and
+``train/learner_lag`` the writes between a learner's start and its own write.
+
+A killed collector restarts with its seeds and gets the weights with its next call; a killed
+learner restarts with an empty replay and trains again once it holds ``learning_starts``
+transitions. Checkpoints hold the master networks, learner 0's optimizer and the counters,
+not the replays nor the collectors' envs: a resumed run refills replay (every learner starts
+from the saved learner state) and restarts episodes, so it goes on, not exactly. Arrival
+order depends on timing: two runs of one seed are alike, not bit-identical.
+
+The collection step is MADDPG's own (`shoal.algos.maddpg.collect_steps`), with a recorder in
+place of the replay.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from shoal.algos import maddpg
+from shoal.algos.maddpg import (
+    MADDPGConfig,
+    MADDPGLearner,
+    build_actor,
+    collect_steps,
+    single_group,
+)
+from shoal.algos.off_policy import learn_from_replay, make_priorities
+from shoal.collect.ray import concat_episodes
+from shoal.config import EnvConfig, RunConfig, check, check_positive
+from shoal.data.replay import ReplayBuffer
+from shoal.distributed import require_ray
+from shoal.envs.multi_agent import make_multi_agent_env
+from shoal.errors import ConfigError, NaNLossError
+from shoal.nn.target import frozen_copy
+from shoal.policy import ActorPolicy
+from shoal.train.seeding import derive_seed
+from shoal.types import EpisodeStats
+
+NETWORKS = ("actor", "critic", "target_actor", "target_critic")
+"""What the parameter server holds and learners exchange (each learner keeps its optimizer)."""
+
+
+@dataclass(frozen=True)
+class DistributedMADDPGConfig:
+    """Distributed MADDPG: ``run`` and ``env`` as every algorithm, MADDPG's hyperparameters
+    in the ``maddpg`` block, and how the work is spread."""
+
+    run: RunConfig = field(default_factory=lambda: RunConfig(runners=1))
+    """run.runners is the number of experience-collecting Ray actors (reference 000: one)."""
+    env: EnvConfig = field(default_factory=lambda: EnvConfig(id="shoal/spread-v0", num_envs=8))
+    """Each collector steps env.num_envs environments of its own."""
+    maddpg: MADDPGConfig = field(default_factory=MADDPGConfig)
+    """MADDPG's settings (networks, replay, noise, learning rates, batch size, ...);
+    gradient_steps is per learner. Its own run and env blocks are not used: set the ones
+    above."""
+    num_learners: int = 2
+    """Learner actors, each with a full MADDPG learner and replay (reference 000: two)."""
+    sync_every: int = 4
+    """Gradient steps a learner takes from the master networks before sending its own."""
+
+    def __post_init__(self) -> None:
+        check_positive(self, "num_learners", "sync_every")
+        check(self, "run", self.run.runners >= 1, "run.runners (collectors) must be >= 1")
+        untouched = self.maddpg.run == RunConfig() and self.maddpg.env == MADDPGConfig().env
+        check(self, "maddpg", untouched, "set run and env at the top level, not in maddpg")
+        self.learner_config()  # MADDPG's own checks, with the real env (buffer_size, ...)
+
+    def learner_config(self) -> MADDPGConfig:
+        """The `MADDPGConfig` of collectors and learners: ``maddpg`` with ``run`` and ``env``."""
+        return dataclasses.replace(self.maddpg, run=self.run, env=self.env)
+
+
+def build_model(config: DistributedMADDPGConfig, obs_space: gym.Space, action_space: gym.Space):
+    """The deployable actors (MADDPG's)."""
+    return maddpg.build_model(config.learner_config(), obs_space, action_space)
+
+
+class Collected(NamedTuple):
+    """A collector's steps, time-major ``[T, B, ...]``, as MADDPG adds them to replay."""
+
+    rows: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    valid: np.ndarray
+    episodes: EpisodeStats
+    env_steps: int
+
+
+class _Steps:
+    """Stands in for MADDPG's replay in `collect_steps`: keeps the added steps."""
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[np.ndarray, ...]] = []
+
+    def add(self, *fields: np.ndarray) -> None:
+        self.steps.append(tuple(np.array(f, copy=True) for f in fields))  # envs reuse buffers
+
+    def stacked(self) -> list[np.ndarray]:
+        return [np.stack(f) for f in zip(*self.steps, strict=True)]
+
+
+class Collector:
+    """One experience collector: its env and acting copy of the actors; MADDPG's collection
+    step (`collect_steps`) with a recorder in place of the replay."""
+
+    def __init__(self, config: MADDPGConfig, index: int, torch_seed: int | None = None):
+        if torch_seed is not None:  # exploration noise draws from the process's generator
+            torch.manual_seed(torch_seed)
+        self.config = config
+        self.env = make_multi_agent_env(config.env)
+        self.group = single_group(self.env)
+        self.acting = build_actor(config, self.group).requires_grad_(False)
+        self.obs, self.state = self.env.reset(seed=derive_seed(config.run.seed, "env", index))
+        self.env_steps = 0
+
+    def collect(self, weights: dict[str, torch.Tensor]) -> Collected:
+        """``rollout_steps`` vector steps with ``weights`` (random actions when they say so)."""
+        self.acting.load_state_dict(weights)
+        steps = _Steps()
+        self.obs, self.state, episodes = collect_steps(
+            self.config, self.env, self.group, self.acting, self.obs, self.state, steps
+        )
+        count = self.config.rollout_steps * self.env.num_envs
+        self.env_steps += count
+        return Collected(*steps.stacked(), episodes, count)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def make_replay(config: MADDPGConfig, learner: MADDPGLearner, state_dim: int | None, seed: int):
+    """MADDPG's replay of joint rows (as `MADDPG.__init__` builds it)."""
+    n, obs_dim, action_dim = learner.num_agents, learner.obs_dim, learner.action_dim
+    row_dim = n * obs_dim + (state_dim if config.critic_input == "state" else 0)
+    discrete = learner.core.actor.discrete
+    return ReplayBuffer(
+        config.buffer_size,
+        config.env.num_envs,
+        gym.spaces.Box(-np.inf, np.inf, (row_dim,), np.float32),
+        gym.spaces.Box(-np.inf, np.inf, (n,) if discrete else (n, action_dim)),
+        n_step=config.n_step,
+        priorities=make_priorities(config, config.env.num_envs),
+        seed=seed,
+        reward_shape=(n,),
+    )
+
+
+def probe_group(config: MADDPGConfig):
+    """The env's agent group and global-state size, from a one-env probe (refuses what
+    MADDPG refuses)."""
+    probe = make_multi_agent_env(dataclasses.replace(config.env, num_envs=1))
+    try:
+        group = single_group(probe)
+        state_dim = None if probe.state_space is None else int(probe.state_space.shape[0])
+    finally:
+        probe.close()
+    if config.critic_input == "state" and state_dim is None:
+        raise ConfigError("critic_input is 'state' but this env provides no global state")
+    return group, state_dim
+
+
+def network_state(learner: MADDPGLearner) -> dict[str, dict[str, torch.Tensor]]:
+    core = learner.core
+    modules = (core.actor, core.critic, core.target_actor, core.target_critic)
+    return {
+        name: {k: v.detach().clone() for k, v in module.state_dict().items()}
+        for name, module in zip(NETWORKS, modules, strict=True)
+    }
+
+
+def load_networks(learner: MADDPGLearner, state: dict[str, dict[str, torch.Tensor]]) -> None:
+    core = learner.core
+    modules = (core.actor, core.critic, core.target_actor, core.target_critic)
+    for name, module in zip(NETWORKS, modules, strict=True):
+        module.load_state_dict(state[name])
+
+
+class Trained(NamedTuple):
+    """A learner's answer to one call."""
+
+    networks: dict[str, dict[str, torch.Tensor]] | None
+    """Its networks after the updates; None when it took none (replay not ready, or NaN)."""
+    metrics: dict[str, float]
+    updates: int
+    version: int
+    """The master version it started from."""
+    error: str | None = None
+    """A `NaNLossError`'s message (raised by the driver: a restart would not help)."""
+
+
+class LearnerWorker:
+    """One learner: MADDPG's learner and replay; trains from the master networks it is given."""
+
+    def __init__(self, config: MADDPGConfig, index: int, sync_every: int, torch_seed=None):
+        if torch_seed is not None:  # Gumbel-softmax samples draw from the process's generator
+            torch.manual_seed(torch_seed)
+        self.config = config
+        self.sync = dataclasses.replace(config, gradient_steps=sync_every)
+        group, state_dim = probe_group(config)
+        self.learner = MADDPGLearner(config, group, state_dim)
+        seed = derive_seed(config.run.seed, "replay", index)  # learner 0: MADDPG's seed
+        self.replay = make_replay(config, self.learner, state_dim, seed)
+
+    def add(self, batch: Collected) -> None:
+        self.replay.extend(*batch[:6])
+
+    def ready(self) -> bool:
+        enough = len(self.replay) >= self.config.learning_starts
+        return enough and self.replay.num_sampleable() > 0
+
+    def train(self, master: dict[str, Any], version: int, env_steps: int) -> Trained:
+        """``sync_every`` updates starting from the ``master`` networks."""
+        if not self.ready():
+            return Trained(None, {}, 0, version)
+        load_networks(self.learner, master)
+        try:
+            metrics = learn_from_replay(self.sync, self.replay, self.learner, env_steps)
+        except NaNLossError as exc:
+            return Trained(None, {}, 0, version, str(exc))
+        return Trained(network_state(self.learner), metrics, self.sync.gradient_steps, version)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.learner.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.learner.load_state_dict(state)
+
+
+class DistributedMADDPG:
+    """The driver and parameter server; collectors and learners are Ray actors."""
+
+    def __init__(self, config: DistributedMADDPGConfig):
+        self.config = config
+        self.inner = inner = config.learner_config()
+        run = config.run
+        # The env is checked here first: a bad env id or critic_input fails now, with its own
+        # message, not as actors failing and restarting in a loop.
+        group, state_dim = probe_group(inner)
+        master = MADDPGLearner(inner, group, state_dim)  # the initial weights, from run.seed
+        self.master = network_state(master)
+        self.actor = frozen_copy(master.core.actor)
+        self._rw = rw = require_ray()
+        rw.connect(
+            run.ray_address,
+            num_cpus=max(os.cpu_count() or 1, run.runners + config.num_learners + 1),
+        )
+        seed = run.seed
+        self.collectors = rw.WorkerPool(
+            Collector,
+            lambda i: (inner, i, derive_seed(seed, "collector-torch", i)),
+            run.runners,
+            name="MADDPG collector",
+            max_restarts=run.max_worker_restarts,
+        )
+        self.learners = rw.WorkerPool(
+            LearnerWorker,
+            lambda j: (inner, j, config.sync_every, derive_seed(seed, "learner-torch", j)),
+            config.num_learners,
+            name="MADDPG learner",
+            max_restarts=run.max_worker_restarts,
+        )
+        self.env_steps = self.iteration = 0
+        self.version = 0
+        """Master writes so far."""
+        self.updates = 0
+        """Gradient steps of the learner results applied to the master."""
+        self.owed = 0
+        """Learner gradient steps due for the data collected so far."""
+        self._refs: dict[str, tuple[int, Any]] = {}
+        self._stream: Iterator[tuple[int, Trained]] | None = None
+
+    def _shared(self, name: str, value: Any) -> Any:
+        """``value`` in the object store, once per master version."""
+        key = (self.version, self.env_steps < self.inner.learning_starts)
+        if name not in self._refs or self._refs[name][0] != key:
+            self._refs[name] = (key, self._rw.put(value))
+        return self._refs[name][1]
+
+    def _train_args(self, j: int) -> tuple:
+        return (self._shared("master", self.master), self.version, self.env_steps)
+
+    def train_iteration(self) -> dict[str, float]:
+        cfg = self.inner
+        self.actor.random_actions.fill_(self.env_steps < cfg.learning_starts)
+        weights, version = self._shared("acting", self.actor.state_dict()), self.version
+        refs = [self.collectors.submit(i, "collect", weights) for i in range(len(self.collectors))]
+        trained, lags = self._learn()
+        batches = [self._collected(i, ref, weights) for i, ref in enumerate(refs)]
+        for batch in batches:
+            self.env_steps += batch.env_steps
+            shared = self._rw.put(batch._replace(episodes=None))
+            for j in range(len(self.learners)):
+                self.learners.submit(j, "add", shared)  # ordered before its next train call
+            if self.env_steps > cfg.learning_starts:
+                self.owed += len(self.learners) * cfg.gradient_steps
+        self.iteration += 1
+        metrics = self._metrics(trained, lags)
+        metrics["train/collector_lag"] = self.version - version
+        metrics.update(concat_episodes([b.episodes for b in batches]).metrics())
+        return metrics
+
+    def _collected(self, i: int, ref: Any, weights: Any) -> Collected:
+        try:
+            return self._rw.get(ref)
+        except self._rw.WORKER_FAILURES as exc:
+            self.collectors.restart(i, exc)
+            return self.collectors.call_one(i, "collect", weights)
+
+    def _learn(self) -> tuple[list[Trained], list[int]]:
+        """Learner results, each applied on arrival, until the owed updates are done (or a
+        learner has nothing to train on: a restarted one refilling its replay)."""
+        trained, lags = [], []
+        if self.owed <= 0:
+            return trained, lags
+        if self._stream is None:
+            self._stream = self.learners.stream("train", self._train_args)
+        while self.owed > 0:
+            j, result = next(self._stream)
+            if result.error is not None:
+                raise NaNLossError(f"{result.error} (learner {j})")
+            if result.networks is None:
+                break
+            lags.append(self.version - result.version)
+            self.master = result.networks  # last writer wins (reference 000's asynchrony)
+            self.actor.load_state_dict(result.networks["actor"])
+            self.version += 1
+            self.updates += result.updates
+            self.owed -= result.updates
+            trained.append(result)
+        # What a refilling learner could not do is not carried over without bound.
+        self.owed = min(self.owed, 2 * len(self.learners) * self.inner.gradient_steps)
+        return trained, lags
+
+    def _metrics(self, trained: list[Trained], lags: list[int]) -> dict[str, float]:
+        metrics: dict[str, float] = {}
+        if trained:
+            names = [k for k in trained[0].metrics if k != "train/grad_steps"]
+            for name in names:
+                metrics[name] = float(np.mean([t.metrics[name] for t in trained]))
+            metrics["train/learner_lag"] = float(np.mean(lags))
+        metrics["train/grad_steps"] = self.updates
+        metrics["train/learner_results"] = len(trained)
+        metrics["train/master_version"] = self.version
+        metrics["train/collector_restarts"] = self.collectors.restarts
+        metrics["train/learner_restarts"] = self.learners.restarts
+        return metrics
+
+    def policy(self) -> ActorPolicy:
+        return ActorPolicy(frozen_copy(self.actor))
+
+    def state_dict(self) -> dict[str, Any]:
+        # Learner 0 answers after the call it is running; its result stays queued.
+        learner = {**self.learners.call_one(0, "state_dict"), **self.master}
+        return {
+            "learner": learner,
+            "policy": {"model": self.master["actor"], "obs_stats": None},
+            "counters": {
+                "env_steps": self.env_steps,
+                "iteration": self.iteration,
+                "version": self.version,
+                "updates": self.updates,
+                "owed": self.owed,
+            },
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> bool:
+        """Every learner takes the saved learner state, the master its networks; returns
+        False: replays refill and episodes restart."""
+        learner = state["learner"]
+        self.master = {name: learner[name] for name in NETWORKS}
+        self.actor.load_state_dict(self.master["actor"])
+        self.learners.call_all("load_state_dict", learner)
+        counters = state["counters"]
+        self.env_steps, self.iteration = int(counters["env_steps"]), int(counters["iteration"])
+        self.version, self.updates = int(counters["version"]), int(counters["updates"])
+        self.owed = int(counters["owed"])
+        self._refs.clear()
+        return False
+
+    def close(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+        self.collectors.close()
+        self.learners.close()
