@@ -31,8 +31,9 @@ lint: $(STAMP)
 	$(BIN)/ruff check shoal tests benchmarks
 	$(BIN)/ruff format --check shoal tests benchmarks
 
+# One pytest worker per core (pytest-xdist); the tests that share the local Ray run in one.
 test: lint
-	$(BIN)/python -m pytest -q --durations=10
+	$(BIN)/python -m pytest -q -n auto --dist loadgroup --durations=10
 
 # Long learning checks (PPO on Atari Breakout: about 15 minutes on 2 cores), not part of CI.
 test-slow: $(STAMP)

@@ -53,6 +53,18 @@ def registered_env():
         gym.registry.pop(env_id, None)
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``make test`` runs one worker per core) the tests of
+    ``tests/distributed`` (and any other user of the local Ray) run in the same worker, so the
+    session starts one Ray, not one per worker."""
+    distributed = Path(__file__).parent / "distributed"
+    for item in items:
+        uses_ray = "ray_session" in getattr(item, "fixturenames", ())
+        if uses_ray or distributed in item.path.parents:
+            item.add_marker(pytest.mark.xdist_group("ray"))
+
+
 @pytest.fixture(scope="session")
 def ray_session():
     """One local Ray (2 CPUs) shared by every test that needs it; shut down at the end.
