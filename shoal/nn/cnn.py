@@ -58,21 +58,28 @@ def conv_output_size(size: int, kernel: int, stride: int, padding: int) -> int:
 class ImageEncoder(nn.Module):
     """Scale, then a convolutional ``trunk``, flattened, then an optional ``fc`` layer + ReLU.
 
-    ``scale`` is 1/255 for uint8 observation spaces and 1 otherwise."""
+    ``scale`` is 1/255 for uint8 observation spaces and 1 otherwise.
+
+    The trunk runs in the channels-last memory layout (weights and activations stored
+    ``[N, H, W, C]``; shapes and results are unchanged): PyTorch's CPU convolutions (oneDNN)
+    are faster there. Measured with one thread on a 256-frame training step (forward, backward,
+    Adam): 1.54x for the Nature CNN, 1.69x / 1.53x for reference 001's Models 2 / 3, 1.48x for
+    the IMPALA ResNet."""
 
     def __init__(self, trunk: nn.Module, flat_dim: int, fc: int | None, scale: float):
         super().__init__()
-        self.trunk = trunk
+        self.trunk = trunk.to(memory_format=torch.channels_last)
         self.fc = None if fc is None else linear(flat_dim, fc)
         self.scale = scale
         self.out_dim = flat_dim if fc is None else fc
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = obs.float()
+        x = obs.unsqueeze(1) if obs.dim() == 3 else obs  # [N, H, W]: one channel
+        # Reorder the raw frames (uint8: a quarter of float32's bytes to move); the float
+        # conversion and the scaling keep the layout.
+        x = x.contiguous(memory_format=torch.channels_last).float()
         if self.scale != 1.0:
             x = x * self.scale
-        if x.dim() == 3:  # [N, H, W]: one channel
-            x = x.unsqueeze(1)
         x = self.trunk(x).flatten(start_dim=1)
         if self.fc is not None:
             x = torch.relu(self.fc(x))
