@@ -28,6 +28,7 @@ from shoal.algos.on_policy import (
     check_bptt_chunk,
     make_batch,
     make_sequence_batch,
+    rmsprop_or_adamw,
 )
 from shoal.algos.pg import gradient_step
 from shoal.config import (
@@ -104,18 +105,7 @@ def build_model(
 
 
 def make_optimizer(config: A2CConfig, parameters: list[torch.Tensor]) -> torch.optim.Optimizer:
-    optim = config.optim
-    if config.optimizer == "rmsprop":
-        return torch.optim.RMSprop(
-            parameters,
-            lr=optim.lr,
-            alpha=config.rms_alpha,
-            eps=optim.eps,
-            weight_decay=optim.weight_decay,
-        )
-    return torch.optim.AdamW(
-        parameters, lr=optim.lr, eps=optim.eps, weight_decay=optim.weight_decay
-    )
+    return rmsprop_or_adamw(config.optimizer, parameters, config.optim, config.rms_alpha)
 
 
 class A2CLearner(ModelLearner):

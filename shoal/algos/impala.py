@@ -31,7 +31,7 @@ from typing import Any, Literal
 import gymnasium as gym
 import torch
 
-from shoal.algos.on_policy import ModelLearner
+from shoal.algos.on_policy import ModelLearner, rmsprop_or_adamw
 from shoal.algos.pg import gradient_step
 from shoal.collect import make_sampler
 from shoal.collect.ray import concat_episodes, concat_rollouts
@@ -144,18 +144,8 @@ def build_model(config: IMPALAConfig, obs_space: gym.Space, action_space: gym.Sp
 
 
 def make_optimizer(config: IMPALAConfig, parameters: list[torch.Tensor]) -> torch.optim.Optimizer:
-    optim = config.optim
-    if config.optimizer == "rmsprop":
-        return torch.optim.RMSprop(
-            parameters,
-            lr=optim.lr,
-            alpha=config.rms_decay,
-            eps=optim.eps,
-            momentum=config.rms_momentum,
-            weight_decay=optim.weight_decay,
-        )
-    return torch.optim.AdamW(
-        parameters, lr=optim.lr, eps=optim.eps, weight_decay=optim.weight_decay
+    return rmsprop_or_adamw(
+        config.optimizer, parameters, config.optim, config.rms_decay, config.rms_momentum
     )
 
 

@@ -94,6 +94,26 @@ def make_batch(rollout: Rollout, gamma: float, lam: float) -> PPOBatch:
     )
 
 
+def rmsprop_or_adamw(
+    kind: str, parameters: list[torch.Tensor], optim: Any, alpha: float, momentum: float = 0.0
+) -> torch.optim.Optimizer:
+    """The optimizer of A2C, A3C and IMPALA: ``rmsprop`` as in Mnih et al. 2016 (smoothing
+    ``alpha``, epsilon ``optim.eps``, weight decay as an L2 term) or ``adam``, AdamW (decoupled
+    weight decay); ``optim`` is an `OptimConfig`."""
+    if kind == "rmsprop":
+        return torch.optim.RMSprop(
+            parameters,
+            lr=optim.lr,
+            alpha=alpha,
+            eps=optim.eps,
+            momentum=momentum,
+            weight_decay=optim.weight_decay,
+        )
+    return torch.optim.AdamW(
+        parameters, lr=optim.lr, eps=optim.eps, weight_decay=optim.weight_decay
+    )
+
+
 def check_bptt_chunk(config: Any) -> None:
     """Validate ``bptt_chunk`` of a config with ``model.lstm_hidden``, ``num_steps`` and a
     ``chunk`` property (the chunk length in effect)."""
