@@ -125,7 +125,9 @@ def test_stream_yields_each_runner_and_weights_go_to_one_runner():
             seen.append(i)
             zeros = {k: torch.zeros_like(v) for k, v in reference_weights().items()}
             sampler.set_weights(zeros, runners=[i])
-            if len(seen) == 4:
+            # Which runner is faster is timing (on a loaded machine one can deliver several
+            # rollouts before the other's first): go on until both have, within a bound.
+            if (len(seen) >= 4 and set(seen) == {0, 1}) or len(seen) == 200:
                 break
         stream.close()
         assert set(seen) == {0, 1}
