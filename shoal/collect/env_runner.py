@@ -58,6 +58,7 @@ class EnvRunner:
         self.env = make_env(env_config)
         self.model = model_fn(self.env.observation_space, self.env.action_space)
         self.model.requires_grad_(False)
+        act_with_running_statistics(self.model)
         self.obs = self.env.reset(seed=seed)
         self.storage = RolloutStorage(
             num_steps,
@@ -197,6 +198,19 @@ class EnvRunner:
 
     def close(self) -> None:
         self.env.close()
+
+
+BATCH_NORMS = (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d)
+
+
+def act_with_running_statistics(model: Any) -> None:
+    """Put the batch-norm layers of an acting copy (reference 001's Models 2 and 3) in eval
+    mode: they normalize with their running statistics, so one env's action does not depend
+    on the other envs' observations in the batch, and acting leaves the statistics alone. The
+    rest of the model keeps its mode (noisy layers go on exploring)."""
+    for module in model.modules():
+        if isinstance(module, BATCH_NORMS):
+            module.eval()
 
 
 def _concat(parts: list[np.ndarray], dtype: type = np.float64) -> np.ndarray:

@@ -340,3 +340,17 @@ def test_hard_and_soft_target_updates():
 
 def test_run_config_defaults_are_used():
     assert isinstance(DQNConfig().run, RunConfig)
+
+
+def test_noisy_runner_copies_keep_exploring():
+    """Runners put only batch norm in eval mode: a noisy network's acting copy stays in
+    training mode, so it acts with fresh noise at every step."""
+    from shoal.algos.dqn import build_model
+    from shoal.collect.env_runner import EnvRunner
+
+    config = DQNConfig(noisy=True, env=EnvConfig(num_envs=2))
+    runner = EnvRunner(config.env, lambda o, a: build_model(config, o, a), 4, seed=0)
+    assert runner.model.training and any(
+        m.training for m in runner.model.modules() if hasattr(m, "noise_enabled")
+    )
+    runner.close()

@@ -205,3 +205,31 @@ def test_ppo_trains_with_the_nature_cnn(registered_env, tmp_path, small_ppo):
     actions = policy.act(obs)
     assert actions.shape == (2,) and all(0 <= a < 3 for a in actions)
     assert math.isfinite(float(np.mean(actions)))
+
+
+def test_runners_act_with_batch_norm_running_statistics(registered_env):
+    """The acting copy's batch norm uses running statistics: with reference 001's Model 2, an
+    env's action distribution depends on its own observation only, and acting leaves the
+    running statistics alone."""
+    from shoal.collect.env_runner import EnvRunner
+    from shoal.config import EnvConfig
+
+    env_id = registered_env("FakeImage-v0", FakeImageEnv)
+    config = ModelConfig(encoder="ref001-model2", shared_trunk=True)
+    runner = EnvRunner(
+        EnvConfig(id=env_id, num_envs=4),
+        lambda obs_space, action_space: ActorCritic(obs_space, action_space, config),
+        num_steps=3,
+        seed=0,
+    )
+    model = runner.model
+    assert not any(m.training for m in model.modules() if isinstance(m, nn.BatchNorm2d))
+    stats = {k: v.clone() for k, v in model.state_dict().items() if "running" in k}
+    rollout, _ = runner.sample()
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in stats.items())
+    obs = rollout.obs[0]
+    with torch.no_grad():
+        together = model(obs)[0].logits
+        alone = torch.cat([model(obs[i : i + 1])[0].logits for i in range(4)])
+    torch.testing.assert_close(together, alone)
+    runner.close()
