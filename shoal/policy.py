@@ -36,8 +36,20 @@ class ActorPolicy:
         self.clip_obs = clip_obs
 
     @torch.inference_mode()
-    def act(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
-        """Actions for a batch of observations ``[B, ...]``."""
+    def act(
+        self,
+        obs: np.ndarray,
+        deterministic: bool = True,
+        episode_start: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Actions for a batch of observations ``[B, ...]``.
+
+        ``episode_start`` ``[B]`` (bool): True where ``obs`` is the first observation of a
+        new episode. A recurrent policy (LSTM actor-critic, QMIX's GRU agents) starts those
+        rows from a zero state; without it, its state runs on from the previous call (zero at
+        the first call and when ``B`` changes). Feed-forward policies ignore it."""
+        if episode_start is not None and hasattr(self.model, "reset_state"):
+            self.model.reset_state(torch.as_tensor(np.asarray(episode_start), dtype=torch.bool))
         if self.obs_stats is not None:
             obs = normalize(obs, self.obs_stats, self.clip_obs)
         dist = self.model.distribution(torch.as_tensor(obs))

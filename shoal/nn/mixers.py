@@ -77,8 +77,9 @@ class GreedyChoice:
 class RecurrentQPolicy(nn.Module):
     """The deployable agent network on ``[M, obs_dim]`` rows of (env, agent) pairs, with its GRU
     state (and last actions) carried across calls. The state starts at zero and restarts on
-    `reset` or when the number of rows changes; a fresh policy per evaluation (as the training
-    loop makes) runs every env's first episode exactly as in training."""
+    `reset_state` (all rows or some) or when the number of rows changes; a fresh policy per
+    evaluation (as the training loop makes) runs every env's first episode exactly as in
+    training."""
 
     def __init__(self, agent: RecurrentAgent, last_action: bool, epsilon: float = 0.0):
         super().__init__()
@@ -86,8 +87,14 @@ class RecurrentQPolicy(nn.Module):
         self._h: torch.Tensor | None = None
         self._last: torch.Tensor | None = None
 
-    def reset(self) -> None:
-        self._h = self._last = None
+    def reset_state(self, mask: torch.Tensor | None = None) -> None:
+        """Zero the GRU state and last action: of every row, or of the rows where ``mask``
+        ``[M]`` is True (their episode starts with the next call)."""
+        if mask is None or self._h is None:
+            self._h = self._last = None
+            return
+        keep = (~torch.as_tensor(mask, dtype=torch.bool)).float().unsqueeze(-1)
+        self._h, self._last = self._h * keep, self._last * keep
 
     def distribution(self, obs: torch.Tensor) -> GreedyChoice:
         rows = obs.shape[0]

@@ -106,8 +106,9 @@ class RecurrentActorCritic(nn.Module):
     def distribution(self, obs: torch.Tensor) -> Categorical | DiagGaussian:
         """Deployment: the action distribution at ``obs`` ``[B, ...]``, carrying the state
         from the previous call. Nothing tells this call where episodes end, so the state
-        is zeroed only at the first call, when ``B`` changes, or by `reset_state`: right for
-        the first episode of each env, which is what `shoal.train.evaluate` scores."""
+        is zeroed only at the first call, when ``B`` changes, or by `reset_state` (which
+        `ActorPolicy.act` calls for its ``episode_start`` rows): right for the first episode
+        of each env, which is what `shoal.train.evaluate` scores."""
         state = self._deployed_state
         if state is None or state.shape[0] != obs.shape[0]:
             state = self.initial_state(obs.shape[0])

@@ -13,6 +13,7 @@ from shoal.envs.multi_agent import MultiAgentStep
 from shoal.errors import ConfigError, UnsupportedSpaceError
 from shoal.losses.value_decomposition import double_q_next_values, masked_td_loss, td_targets
 from shoal.nn.mixers import QMixer, RecurrentAgent, RecurrentQPolicy, VDNMixer
+from shoal.policy import ActorPolicy
 from shoal.train.checkpoint import load_checkpoint
 
 # 8 envs x 2 vector steps = 16 env steps (8 two-step episodes) per iteration.
@@ -79,8 +80,15 @@ def test_recurrent_agent_unroll_matches_step_by_step():
     policy.distribution(x[0]).mode()
     second = policy.distribution(x[1]).choice.q
     assert torch.allclose(second, steps[1], atol=1e-6)
-    policy.reset()
+    policy.reset_state()
     assert torch.allclose(policy.distribution(x[0]).choice.q, steps[0], atol=1e-6)
+    # A deployed policy told that row 2's episode starts: row 2 restarts from zero, the
+    # others go on from their state.
+    ActorPolicy(policy).act(x[1].numpy(), episode_start=np.arange(7) == 2)
+    restart = (torch.arange(7) == 2)[:, None]
+    _, h0 = agent(x[0], agent.initial_state(7))
+    _, want = agent(x[1], torch.where(restart, 0.0, h0))
+    assert torch.allclose(policy._h, want, atol=1e-6)
 
 
 def _step(b, obs, rew, term, trunc, autoreset, active=None):

@@ -160,3 +160,21 @@ def test_deployed_distribution_carries_state_until_reset():
             assert torch.equal(net.distribution(obs[t]).mode(), want)
         net.reset_state()
         assert torch.allclose(net.distribution(obs[0]).logits, net.policy_head(features[0]).logits)
+
+
+def test_deployed_policy_restarts_the_rows_whose_episode_starts():
+    """`ActorPolicy.act(..., episode_start=mask)`: the masked rows start from a zero state,
+    the others carry theirs."""
+    from shoal.policy import ActorPolicy
+
+    net = model()
+    obs, _, _ = sequence(steps=2, batch=3)
+    policy = ActorPolicy(net)
+    policy.act(obs[0].numpy())
+    start = np.array([False, True, False])
+    policy.act(obs[1].numpy(), episode_start=start)
+    with torch.no_grad():
+        _, after_first = net(obs[:1], net.initial_state(3))
+        state = torch.where(torch.as_tensor(start)[:, None, None], 0.0, after_first)
+        _, want = net(obs[1:2], state)
+    torch.testing.assert_close(net._deployed_state, want)
