@@ -301,10 +301,17 @@ def test_crashed_actor_and_shard_restart_and_training_goes_on(ray_session):
         algo.train_iteration()
         algo.actors.kill(0)
         algo.shards.kill(1)
-        for _ in range(3):
+        # Ray reports a death when a request to the dead actor resolves, which on a loaded
+        # machine can take several iterations; then training must go on with both restarted.
+        for _ in range(30):
             metrics = algo.train_iteration()
+            if metrics["train/actor_restarts"] and metrics["train/shard_restarts"]:
+                break
         assert metrics["train/actor_restarts"] == 1
         assert metrics["train/shard_restarts"] == 1
+        for _ in range(2):
+            metrics = algo.train_iteration()
+        assert metrics["train/actor_restarts"] == 1 and metrics["train/shard_restarts"] == 1
         assert np.isfinite(metrics["loss/td"])
     finally:
         algo.close()
