@@ -75,7 +75,9 @@ class RunConfig:
     torch_threads: int = 1
     """Intra-op threads for torch; one is fastest for the small networks of control tasks."""
     device: str = "cpu"
-    """Torch device for learning, e.g. cpu or cuda."""
+    """Torch device for learning. Only cpu for now: the learners do not move their networks
+    and batches to an accelerator yet, and a run asked to use one must not silently train on
+    the CPU."""
     runners: int = 0
     """Sampling workers as Ray actors, each with its own env.num_envs environments (0: sample
     in the learner's process, no Ray). Algorithms without distributed sampling refuse > 0."""
@@ -97,6 +99,12 @@ class RunConfig:
         check(self, "checkpoint_every_steps", self.checkpoint_every_steps >= 0, "must be >= 0")
         if self.max_wall_s is not None:
             check(self, "max_wall_s", self.max_wall_s > 0, "must be > 0 seconds")
+        check(
+            self,
+            "device",
+            self.device == "cpu",
+            "must be cpu: shoal's learners do not run on GPUs or other accelerators yet",
+        )
 
 
 @dataclass(frozen=True)
