@@ -7,15 +7,20 @@ Two measurements, in one process:
   with the rl-baselines3-zoo Atari hyperparameters (``hyperparams/ppo.yml``, ``atari``) on
   ``make_atari_env(..., n_envs=8)`` + ``VecFrameStack(n_stack=4)``, as the zoo builds it;
   ``shoal zoo`` is shoal PPO with the same hyperparameters on shoal's deepmind pipeline
-  (``env.atari: deepmind``, ale-py's native vector env) and the Nature CNN. Frames =
-  agent steps x 4 (the frame skip of both pipelines). Repeats alternate the order; medians.
+  (``env.atari: deepmind``, ale-py's native vector env) and the Nature CNN in float32;
+  ``shoal zoo bf16`` is the same with ``model.precision: bfloat16`` (mixed precision: the
+  CNN computes in bfloat16, weights, optimizer and losses stay float32), run only on CPUs with
+  native bfloat16 (AMX or AVX512-BF16), where it is shoal's fastest set-up for the zoo's
+  hyperparameters. Frames = agent steps x 4 (the frame skip of both pipelines). Repeats
+  rotate the order; medians.
 * **DQN replay bytes per transition** for 4 x 84 x 84 uint8 observations: the replay of shoal
   DQN with ``frame_replay: true`` (a `shoal.data.replay.ReplayBuffer` with ``frame_stack=4``,
   built by the algorithm itself) against SB3's ``ReplayBuffer(optimize_memory_usage=True)``,
   both from their arrays' ``nbytes`` over the capacity, and extrapolated to 1M transitions.
 
-Targets: shoal / SB3 median training frames/s >= 2x, shoal replay <= 7,680 bytes (7.5 KiB)
-per transition. Imports and lazy initialisation are excluded by an untimed warm-up.
+Targets: shoal / SB3 median training frames/s >= 2x (shoal's fastest configuration: bf16
+where the CPU has it, float32 otherwise; both ratios are reported), shoal replay <= 7,680
+bytes (7.5 KiB) per transition. Imports and lazy initialisation are excluded by an untimed warm-up.
 
 Usage: ``python benchmarks/atari_throughput.py [--repeats 3] [--json out.json] [--quick]``
 (needs ``pip install -e '.[atari,bench]'``). See benchmarks/README.md.
@@ -40,6 +45,7 @@ from common import RunRecord, environment, median, record_dict, require_sb3, run
 
 from shoal.api import build_config
 from shoal.data.frame_replay import bytes_per_transition
+from shoal.nn.cnn import native_bfloat16
 from shoal.registry import algorithm_for_config
 
 try:
@@ -61,6 +67,7 @@ ZOO_TIMESTEPS = 10_000_000  # the zoo's n_timesteps: horizon of both linear sche
 REPLAY_CAPACITY = 10_000  # transitions of the measured replay buffers
 MILLION = 1_000_000
 OBS_SHAPE = (4, 84, 84)
+WARM_UP_SEED = 1000  # a run directory of its own, apart from the timed repeats'
 
 TARGET_RATIO = 2.0  # shoal zoo / sb3 zoo median training frames/s
 TARGET_BYTES = 7.5 * 1024  # 7,680 bytes per transition (KiB)
@@ -114,15 +121,26 @@ def register_ale() -> None:
 # --- PPO frames/s ------------------------------------------------------------------------------
 
 
-def shoal_overrides() -> dict[str, Any]:
-    return SHOAL_ZOO | {"run.torch_threads": common.TORCH_THREADS}
+SHOAL_PRECISIONS = {"shoal zoo": "float32", "shoal zoo bf16": "bfloat16"}
+
+
+def shoal_configs() -> list[str]:
+    """The shoal rows this CPU runs: bf16 only where bfloat16 is native (it is emulated, and
+    slower than float32, elsewhere)."""
+    return [name for name in SHOAL_PRECISIONS if name == "shoal zoo" or native_bfloat16()]
+
+
+def shoal_overrides(name: str = "shoal zoo") -> dict[str, Any]:
+    precision = SHOAL_PRECISIONS[name]
+    return SHOAL_ZOO | {"model.precision": precision, "run.torch_threads": common.TORCH_THREADS}
 
 
 def shoal_run(workdir: Path, name: str, seed: int, agent_steps: int) -> RunRecord:
     """shoal PPO with the zoo hyperparameters for ``agent_steps``, no evaluation; the clock is
     ``RunResult.train_s`` (env and model set-up, logging and the final checkpoint excluded)."""
+    overrides = shoal_overrides(name)
     return common.shoal_run(
-        workdir, name, seed, agent_steps, False, algo="ppo", env=ENV_ID, overrides=shoal_overrides()
+        workdir, name, seed, agent_steps, False, algo="ppo", env=ENV_ID, overrides=overrides
     )
 
 
@@ -161,9 +179,10 @@ def sb3_run(seed: int, agent_steps: int) -> RunRecord:
 
 
 def warm_up(workdir: Path) -> None:
-    """Untimed: one iteration of each library (lazy imports such as torch._dynamo on the first
-    optimizer, the ROM, the allocator)."""
-    shoal_run(workdir, "warmup", 0, ROLLOUT)
+    """Untimed: one iteration of each library and precision (lazy imports such as
+    torch._dynamo on the first optimizer, the ROM, the allocator, oneDNN's kernels)."""
+    for name in shoal_configs():
+        shoal_run(workdir, name, WARM_UP_SEED, ROLLOUT)
     torch.set_num_threads(common.TORCH_THREADS)
     model = sb3_model(0)
     model.learn(ROLLOUT)
@@ -183,11 +202,15 @@ def run_throughput(repeats: int, iterations: int, log: Callable[[str], None]) ->
         warm_up(workdir)
         for repeat in range(repeats):
             log(f"repeat {repeat}")
-            pair = [
-                lambda s=repeat: shoal_run(workdir, "shoal zoo", s, agent_steps),
+            runs = [
+                *(
+                    lambda s=repeat, n=name: shoal_run(workdir, n, s, agent_steps)
+                    for name in shoal_configs()
+                ),
                 lambda s=repeat: sb3_run(s, agent_steps),
             ]
-            for measure in pair if repeat % 2 == 0 else pair[::-1]:
+            shift = repeat % len(runs)  # each configuration goes first in some repeat
+            for measure in runs[shift:] + runs[:shift]:
                 record = measure()
                 records.append(record)
                 log(f"{run_line(record)}  {frames_per_s(record):,.0f} frames/s")
@@ -269,7 +292,7 @@ def run_memory(capacity: int) -> dict[str, dict[str, Any]]:
 
 def summarize(records: list[RunRecord], memory: dict[str, dict[str, Any]]) -> dict[str, Any]:
     rows: dict[str, dict[str, Any]] = {}
-    for config in ("shoal zoo", "sb3 zoo"):
+    for config in (*shoal_configs(), "sb3 zoo"):
         runs = [r for r in records if r.config == config]
         rows[config] = {
             "repeats": len(runs),
@@ -279,12 +302,15 @@ def summarize(records: list[RunRecord], memory: dict[str, dict[str, Any]]) -> di
             "frames_per_s": [frames_per_s(r) for r in runs],
             "median_setup_s": median([r.setup_s for r in runs]),
         }
-    ratio = rows["shoal zoo"]["median_frames_per_s"] / rows["sb3 zoo"]["median_frames_per_s"]
+    sb3 = rows["sb3 zoo"]["median_frames_per_s"]
+    ratios = {name: rows[name]["median_frames_per_s"] / sb3 for name in shoal_configs()}
+    fastest = max(ratios, key=ratios.__getitem__)
+    ratio = ratios[fastest]
     shoal_bytes = memory["shoal frame_replay"]["bytes_per_transition"]
     sb3_bytes = memory["sb3 optimize_memory_usage"]["bytes_per_transition"]
     checks = {
         "ppo_frames_ratio": {
-            "description": "shoal zoo / sb3 zoo median PPO training frames/s, Pong, 8 envs",
+            "description": f"{fastest} / sb3 zoo median PPO training frames/s, Pong, 8 envs",
             "value": ratio,
             "target": TARGET_RATIO,
             "compare": ">=",
@@ -298,7 +324,10 @@ def summarize(records: list[RunRecord], memory: dict[str, dict[str, Any]]) -> di
             "pass": shoal_bytes <= TARGET_BYTES,
         },
     }
-    extra = {"replay_bytes_ratio_sb3_over_shoal": sb3_bytes / shoal_bytes}
+    extra = {
+        "replay_bytes_ratio_sb3_over_shoal": sb3_bytes / shoal_bytes,
+        "frames_ratio_over_sb3": ratios,
+    }
     return {"rows": rows, "memory": memory, "checks": checks, "extra": extra}
 
 
@@ -356,7 +385,10 @@ def print_report(summary: dict[str, Any], repeats: int, iterations: int) -> None
             "[green]PASS[/green]" if check["pass"] else "[red]FAIL[/red]",
         )
     console.print(table)
+    each = ", ".join(f"{k} {v:.2f}x" for k, v in summary["extra"]["frames_ratio_over_sb3"].items())
+    bf16 = "" if native_bfloat16() else " (no bf16 row: this CPU has no native bfloat16)"
     console.print(
+        f"over sb3 zoo: {each}{bf16}. "
         f"frames = agent steps x {FRAME_SKIP} (frame skip); torch threads = "
         f"{common.TORCH_THREADS} for both libraries; no evaluation; imports excluded (untimed "
         f"warm-up); env and model set-up excluded for both. SB3 / shoal replay bytes: "
@@ -416,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
                 "agent_steps_per_repeat": iterations * ROLLOUT,
                 "frame_skip": FRAME_SKIP,
                 "replay_capacity": args.replay_capacity,
-                "shoal_zoo_overrides": shoal_overrides(),
+                "shoal_zoo_overrides": {n: shoal_overrides(n) for n in shoal_configs()},
                 "sb3_zoo": SB3_ZOO,
             },
             "environment": environment(),

@@ -226,6 +226,11 @@ class ModelConfig:
     layers (512 features on 80x80) and implies its LSTM 256 core, so lstm_hidden None becomes
     256 (any other size is an error); impala is the IMPALA ResNet (Espeholt et al. 2018; FC
     256). PPO, A2C and DQN read it (DQN has no LSTM core, hence no ref001-model3)."""
+    precision: Literal["float32", "bfloat16"] = "float32"
+    """Compute precision of the image encoders (not the mlp one). bfloat16: mixed precision,
+    the convolutions and FC layer run in bfloat16 while weights, optimizer state, heads and
+    losses stay float32; about 2x faster Atari training on CPUs with AMX or AVX512-BF16
+    (Intel Sapphire Rapids and later), slower on CPUs without them (a warning says so)."""
 
     def __post_init__(self) -> None:
         check(self, "hidden", all(h > 0 for h in self.hidden), "sizes must be > 0")

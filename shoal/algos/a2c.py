@@ -26,6 +26,8 @@ from shoal.algos.on_policy import (
     PPOBatch,
     PPOSequenceBatch,
     check_bptt_chunk,
+    check_finite,
+    clip_and_step,
     make_batch,
     make_sequence_batch,
     rmsprop_or_adamw,
@@ -41,7 +43,9 @@ from shoal.config import (
     check_positive,
 )
 from shoal.losses import entropy_loss, policy_gradient_loss, value_loss
+from shoal.losses.gradients import entropy_loss_grad, policy_gradient_loss_grad, value_loss_grad
 from shoal.nn import ActorCritic, RecurrentActorCritic, build_actor_critic
+from shoal.nn.direct_grad import DirectGradActorCritic
 from shoal.train.schedules import scheduled
 
 
@@ -116,25 +120,56 @@ class A2CLearner(ModelLearner):
         self.model = build_model(config, obs_space, action_space)
         self.parameters = list(self.model.parameters())
         self.optimizer = make_optimizer(config, self.parameters)
+        direct = DirectGradActorCritic.supports(self.model)
+        self.direct = DirectGradActorCritic(self.model) if direct else None
 
     def losses(self, batch: PPOBatch | PPOSequenceBatch) -> dict[str, torch.Tensor]:
         """The loss terms of one batch, ``total`` last."""
-        cfg = self.config
         if isinstance(batch, PPOSequenceBatch):
             (dist, values), batch = self._replay(batch)
         else:
             dist, values = self.model(batch.obs)
+        log_probs = dist.log_prob(batch.actions)
+        return self._losses(log_probs, dist.entropy(), values, self._advantages(batch), batch)
+
+    def _advantages(self, batch: PPOBatch) -> torch.Tensor:
         advantages = batch.advantages
-        if cfg.normalize_advantages and advantages.numel() > 1:
+        if self.config.normalize_advantages and advantages.numel() > 1:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        return advantages
+
+    def _losses(
+        self,
+        log_probs: torch.Tensor,
+        entropy: torch.Tensor,
+        values: torch.Tensor,
+        advantages: torch.Tensor,
+        batch: PPOBatch,
+    ) -> dict[str, torch.Tensor]:
+        cfg = self.config
         losses = {
-            "policy": policy_gradient_loss(dist.log_prob(batch.actions), advantages),
+            "policy": policy_gradient_loss(log_probs, advantages),
             "value": value_loss(values, batch.returns),
-            "entropy": entropy_loss(dist.entropy()),
+            "entropy": entropy_loss(entropy),
         }
         losses["total"] = (
             losses["policy"] + cfg.vf_coef * losses["value"] + cfg.ent_coef * losses["entropy"]
         )
+        return losses
+
+    def _direct_step(self, batch: PPOBatch) -> dict[str, torch.Tensor]:
+        """The gradient step through `DirectGradActorCritic`: the same losses and gradients
+        as autograd's, in about half the time on small MLPs (see `shoal.nn.direct_grad`)."""
+        cfg = self.config
+        out = self.direct.outputs(batch.obs, batch.actions)
+        advantages = self._advantages(batch)
+        losses = self._losses(out.log_prob, out.entropy, out.values, advantages, batch)
+        check_finite(losses)
+        g_entropy = cfg.ent_coef * entropy_loss_grad(out.entropy) if cfg.ent_coef else None
+        g_values = cfg.vf_coef * value_loss_grad(out.values, batch.returns)
+        g_log_prob = policy_gradient_loss_grad(out.log_prob, advantages)
+        self.direct.backward(out, g_log_prob, g_entropy, g_values)
+        clip_and_step(self.optimizer, self.parameters, cfg.optim.max_grad_norm)
         return losses
 
     def _replay(self, batch: PPOSequenceBatch) -> tuple[tuple, PPOBatch]:
@@ -159,8 +194,11 @@ class A2CLearner(ModelLearner):
     def update(self, batch: PPOBatch | PPOSequenceBatch, lr: float) -> dict[str, float]:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        losses = self.losses(batch)
-        gradient_step(losses, self.optimizer, self.parameters, self.config.optim.max_grad_norm)
+        if self.direct is not None and isinstance(batch, PPOBatch):
+            losses = self._direct_step(batch)
+        else:
+            losses = self.losses(batch)
+            gradient_step(losses, self.optimizer, self.parameters, self.config.optim.max_grad_norm)
         values = torch.stack(list(losses.values())).detach().tolist()
         metrics = {f"loss/{k}": v for k, v in zip(losses, values, strict=True)}
         metrics["train/lr"] = lr

@@ -20,6 +20,7 @@ import torch
 from shoal.collect import make_sampler
 from shoal.config import check, check_positive
 from shoal.data.rollout import episode_starts, to_chunks
+from shoal.errors import NaNLossError
 from shoal.losses import gae
 from shoal.policy import ActorPolicy
 from shoal.train.schedules import apply_temperature
@@ -49,6 +50,24 @@ class PPOSequenceBatch(NamedTuple):
     rollout_obs: torch.Tensor
     rollout_starts: torch.Tensor
     initial_state: torch.Tensor
+
+
+def check_finite(losses: dict[str, torch.Tensor]) -> None:
+    """Raise `NaNLossError` naming the first non-finite term unless ``losses["total"]`` is
+    finite; called before any weight changes, so the last checkpoint stays good."""
+    if not torch.isfinite(losses["total"]):
+        bad = next(k for k, v in losses.items() if not torch.isfinite(v))
+        raise NaNLossError(f"loss/{bad} became {losses[bad].item()}; weights left unchanged")
+
+
+def clip_and_step(
+    optimizer: torch.optim.Optimizer, parameters: list[torch.Tensor], max_grad_norm: float | None
+) -> None:
+    """Scale the gradients down to a global norm of ``max_grad_norm`` (None: leave them),
+    then take the optimizer's step."""
+    if max_grad_norm is not None:
+        torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm, foreach=True)
+    optimizer.step()
 
 
 def _gae(rollout: Rollout, gamma: float, lam: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -99,7 +118,9 @@ def rmsprop_or_adamw(
 ) -> torch.optim.Optimizer:
     """The optimizer of A2C, A3C and IMPALA: ``rmsprop`` as in Mnih et al. 2016 (smoothing
     ``alpha``, epsilon ``optim.eps``, weight decay as an L2 term) or ``adam``, AdamW (decoupled
-    weight decay); ``optim`` is an `OptimConfig`."""
+    weight decay); ``optim`` is an `OptimConfig`. Both update all parameters in a few
+    multi-tensor ops (PyTorch's CPU default loops over the tensors, which costs more than the
+    arithmetic on small networks)."""
     if kind == "rmsprop":
         return torch.optim.RMSprop(
             parameters,
@@ -108,9 +129,10 @@ def rmsprop_or_adamw(
             eps=optim.eps,
             momentum=momentum,
             weight_decay=optim.weight_decay,
+            foreach=True,
         )
     return torch.optim.AdamW(
-        parameters, lr=optim.lr, eps=optim.eps, weight_decay=optim.weight_decay
+        parameters, lr=optim.lr, eps=optim.eps, weight_decay=optim.weight_decay, fused=True
     )
 
 

@@ -21,9 +21,8 @@ from typing import Any, NamedTuple
 import gymnasium as gym
 import torch
 
-from shoal.algos.on_policy import ModelLearner, OnPolicyAlgorithm
+from shoal.algos.on_policy import ModelLearner, OnPolicyAlgorithm, check_finite, clip_and_step
 from shoal.config import EnvConfig, ModelConfig, OptimConfig, RunConfig, check, check_positive
-from shoal.errors import NaNLossError
 from shoal.losses import entropy_loss, episode_returns, policy_gradient_loss, value_loss
 from shoal.nn import ActorCritic
 from shoal.train.schedules import scheduled
@@ -132,15 +131,10 @@ def gradient_step(
     max_grad_norm: float | None,
 ) -> None:
     """Minimize ``losses["total"]``; a non-finite loss raises `NaNLossError` naming the term."""
-    total = losses["total"]
-    if not torch.isfinite(total):
-        bad = next(k for k, v in losses.items() if not torch.isfinite(v))
-        raise NaNLossError(f"loss/{bad} became {losses[bad].item()}; weights left unchanged")
+    check_finite(losses)
     optimizer.zero_grad(set_to_none=True)
-    total.backward()
-    if max_grad_norm is not None:
-        torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm, foreach=True)
-    optimizer.step()
+    losses["total"].backward()
+    clip_and_step(optimizer, parameters, max_grad_norm)
 
 
 class PGLearner(ModelLearner):

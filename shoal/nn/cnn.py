@@ -23,10 +23,18 @@ Batch norm uses batch statistics in training mode and running statistics in `eva
 deployed `shoal.policy.ActorPolicy`); its running statistics travel with the weights.
 
 Weights follow `shoal.nn.init`: orthogonal with gain sqrt(2), zero biases.
+
+``ModelConfig.precision`` ``bfloat16`` runs an encoder's convolutions and FC layer in mixed
+precision (CPU autocast): weights, gradients, optimizer state and everything after the encoder
+stay float32, and the features leave the encoder as float32. On CPUs with AMX or AVX512-BF16
+(Intel Sapphire Rapids and later) oneDNN's bfloat16 convolutions make a Nature CNN training step
+about 2x faster; on other CPUs bfloat16 is emulated and slower, and `ImageEncoder` warns
+(`native_bfloat16`).
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import gymnasium as gym
@@ -43,6 +51,12 @@ NATURE_CONVS = ((32, 8, 4, 0), (64, 4, 2, 0), (64, 3, 1, 0))
 REF001_MODEL2_CONVS = ((16, 8, 4, 2), (32, 4, 2, 1))
 REF001_MODEL3_CONVS = ((16, 8, 4, 2), (32, 4, 2, 1), (32, 4, 2, 0))
 IMPALA_CHANNELS = (16, 32, 32)
+
+
+def native_bfloat16() -> bool:
+    """Whether this CPU computes bfloat16 natively (AMX tiles or AVX512-BF16)."""
+    cpu = torch.cpu
+    return cpu._is_amx_tile_supported() or cpu._is_avx512_bf16_supported()
 
 
 def conv2d(in_channels: int, out_channels: int, kernel: int, stride: int = 1, padding: int = 0):
@@ -66,12 +80,26 @@ class ImageEncoder(nn.Module):
     Adam): 1.54x for the Nature CNN, 1.69x / 1.53x for reference 001's Models 2 / 3, 1.48x for
     the IMPALA ResNet."""
 
-    def __init__(self, trunk: nn.Module, flat_dim: int, fc: int | None, scale: float):
+    def __init__(
+        self,
+        trunk: nn.Module,
+        flat_dim: int,
+        fc: int | None,
+        scale: float,
+        precision: str = "float32",
+    ):
         super().__init__()
         self.trunk = trunk.to(memory_format=torch.channels_last)
         self.fc = None if fc is None else linear(flat_dim, fc)
         self.scale = scale
         self.out_dim = flat_dim if fc is None else fc
+        self.bfloat16 = precision == "bfloat16"
+        if self.bfloat16 and not native_bfloat16():
+            warnings.warn(
+                "model.precision 'bfloat16' is emulated on this CPU (no AMX or AVX512-BF16) "
+                "and will train slower than float32",
+                stacklevel=2,
+            )
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         x = obs.unsqueeze(1) if obs.dim() == 3 else obs  # [N, H, W]: one channel
@@ -80,10 +108,11 @@ class ImageEncoder(nn.Module):
         x = x.contiguous(memory_format=torch.channels_last).float()
         if self.scale != 1.0:
             x = x * self.scale
-        x = self.trunk(x).flatten(start_dim=1)
-        if self.fc is not None:
-            x = torch.relu(self.fc(x))
-        return x
+        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=self.bfloat16):
+            x = self.trunk(x).flatten(start_dim=1)
+            if self.fc is not None:
+                x = torch.relu(self.fc(x))
+        return x.float()  # a no-op in float32; heads, losses and LSTMs read float32
 
 
 def _image_shape(obs_space: gym.Space, encoder: str) -> tuple[int, int, int]:
@@ -157,8 +186,9 @@ def impala_trunk(
     return nn.Sequential(*layers), (in_channels, height, width)
 
 
-def image_encoder(obs_space: gym.Space, encoder: str) -> ImageEncoder:
-    """One ``encoder`` network (a `ModelConfig.encoder` name other than mlp) for ``obs_space``."""
+def image_encoder(obs_space: gym.Space, encoder: str, precision: str = "float32") -> ImageEncoder:
+    """One ``encoder`` network (a `ModelConfig.encoder` name other than mlp) for ``obs_space``,
+    computing in ``precision`` (`ModelConfig.precision`)."""
     channels, height, width = _image_shape(obs_space, encoder)
     if encoder == "impala":
         trunk, out_shape = impala_trunk(channels, height, width)
@@ -179,7 +209,7 @@ def image_encoder(obs_space: gym.Space, encoder: str) -> ImageEncoder:
     if min(out_shape[1:]) < 1:
         raise _too_small(encoder, tuple(obs_space.shape), minimum)
     scale = 1.0 / 255.0 if obs_space.dtype == np.uint8 else 1.0
-    return ImageEncoder(trunk, int(np.prod(out_shape)), fc, scale)
+    return ImageEncoder(trunk, int(np.prod(out_shape)), fc, scale, precision)
 
 
 class ParallelEncoders(nn.Module):
@@ -202,6 +232,5 @@ def build_encoder(obs_space: gym.Space, config: ModelConfig, members: int = 1) -
     (`ObsEncoding` + `MLP`), so its fast path has no extra layer of calls."""
     if config.encoder == "mlp":
         raise ValueError("build_encoder builds image encoders; mlp is ObsEncoding + MLP")
-    if members == 1:
-        return image_encoder(obs_space, config.encoder)
-    return ParallelEncoders([image_encoder(obs_space, config.encoder) for _ in range(members)])
+    encoders = [image_encoder(obs_space, config.encoder, config.precision) for _ in range(members)]
+    return encoders[0] if members == 1 else ParallelEncoders(encoders)

@@ -233,3 +233,61 @@ def test_runners_act_with_batch_norm_running_statistics(registered_env):
         alone = torch.cat([model(obs[i : i + 1])[0].logits for i in range(4)])
     torch.testing.assert_close(together, alone)
     runner.close()
+
+
+# --- bfloat16 mixed precision ---------------------------------------------------------------------
+
+
+@pytest.mark.filterwarnings("ignore:model.precision 'bfloat16' is emulated")
+@pytest.mark.parametrize("encoder", ENCODERS)
+def test_bfloat16_encoders_match_float32_and_train_float32_weights(encoder):
+    """Mixed precision computes the same features as float32 up to bfloat16 rounding (8 bits
+    of mantissa), returns float32 features and float32 gradients, and keeps the weights in
+    float32."""
+    torch.manual_seed(0)
+    space = image_space(4, 84, 84) if encoder == "nature" else image_space(1, 80, 80)
+    full = image_encoder(space, encoder)
+    mixed = image_encoder(space, encoder, "bfloat16")
+    mixed.load_state_dict(full.state_dict())
+    obs = frames(8, *space.shape)
+    expected, got = full(obs), mixed(obs)
+    assert got.dtype == torch.float32
+    # Relative to the features' scale: each of the 2-7 layers rounds its inputs to bfloat16.
+    assert (got - expected).abs().max() <= 0.05 * expected.abs().max()
+    got.square().mean().backward()
+    assert all(p.dtype == torch.float32 for p in mixed.parameters())
+    grads = [p.grad for p in mixed.parameters() if p.requires_grad]
+    assert grads and all(g is not None and g.dtype == torch.float32 for g in grads)
+    assert all(torch.isfinite(g).all() for g in grads)
+
+
+def test_bfloat16_precision_is_validated_and_warned_about_where_emulated(monkeypatch):
+    with pytest.raises(ConfigError, match="precision"):
+        ModelConfig(precision="float16")
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    with pytest.warns(UserWarning, match="emulated on this CPU"):
+        image_encoder(image_space(4, 84, 84), "nature", "bfloat16")
+
+
+@pytest.mark.filterwarnings("ignore:model.precision 'bfloat16' is emulated")
+def test_ppo_trains_in_bfloat16_and_keeps_float32_weights(registered_env, tmp_path, small_ppo):
+    """PPO with a bfloat16 Nature CNN trains and checkpoints float32 weights; the loaded
+    policy computes in bfloat16 as it was trained."""
+    env_id = registered_env("FakeImage-v0", FakeImageEnv)
+    overrides = {"model.encoder": "nature", "model.shared_trunk": True}
+    result = shoal.train(
+        "ppo",
+        env=env_id,
+        seed=0,
+        total_steps=64,
+        run_dir=str(tmp_path / "run"),
+        **small_ppo(**overrides, **{"model.precision": "bfloat16"}),
+    )
+    assert result.env_steps == 64
+    policy = shoal.load(result.run_dir)
+    assert policy.model.body.bfloat16
+    weights = policy.model.state_dict().values()
+    assert all(w.dtype == torch.float32 for w in weights if w.is_floating_point())
+    obs = np.stack([FakeImageEnv().reset(seed=s)[0] for s in range(2)])
+    assert policy.act(obs).shape == (2,)
