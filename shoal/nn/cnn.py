@@ -54,9 +54,10 @@ IMPALA_CHANNELS = (16, 32, 32)
 
 
 def native_bfloat16() -> bool:
-    """Whether this CPU computes bfloat16 natively (AMX tiles or AVX512-BF16)."""
-    cpu = torch.cpu
-    return cpu._is_amx_tile_supported() or cpu._is_avx512_bf16_supported()
+    """Whether this CPU computes bfloat16 natively (AMX tiles or AVX512-BF16), by PyTorch's
+    own CPU feature checks (private helpers, hence the fallback to "no")."""
+    checks = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")
+    return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
 
 
 def conv2d(in_channels: int, out_channels: int, kernel: int, stride: int = 1, padding: int = 0):

@@ -189,18 +189,26 @@ def test_mlp_encoder_still_flattens_images():
     assert model.act(frames(2, 4, 84, 84)).actions.shape == (2,)
 
 
-def test_ppo_trains_with_the_nature_cnn(registered_env, tmp_path, small_ppo):
+@pytest.mark.filterwarnings("ignore:model.precision 'bfloat16' is emulated")
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_ppo_trains_with_the_nature_cnn(registered_env, tmp_path, small_ppo, precision):
+    """PPO trains the Nature CNN and checkpoints float32 weights in either precision; the
+    loaded policy computes in the precision it was trained in."""
     env_id = registered_env("FakeImage-v0", FakeImageEnv)
+    overrides = {"model.encoder": "nature", "model.shared_trunk": True}
     result = shoal.train(
         "ppo",
         env=env_id,
         seed=0,
         total_steps=64,
         run_dir=str(tmp_path / "run"),
-        **small_ppo(**{"model.encoder": "nature", "model.shared_trunk": True}),
+        **small_ppo(**overrides, **{"model.precision": precision}),
     )
     assert result.env_steps == 64
     policy = shoal.load(result.run_dir)
+    assert policy.model.body.bfloat16 == (precision == "bfloat16")
+    weights = policy.model.state_dict().values()
+    assert all(w.dtype == torch.float32 for w in weights if w.is_floating_point())
     obs = np.stack([FakeImageEnv().reset(seed=s)[0] for s in range(2)])
     actions = policy.act(obs)
     assert actions.shape == (2,) and all(0 <= a < 3 for a in actions)
@@ -268,26 +276,3 @@ def test_bfloat16_precision_is_validated_and_warned_about_where_emulated(monkeyp
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
     with pytest.warns(UserWarning, match="emulated on this CPU"):
         image_encoder(image_space(4, 84, 84), "nature", "bfloat16")
-
-
-@pytest.mark.filterwarnings("ignore:model.precision 'bfloat16' is emulated")
-def test_ppo_trains_in_bfloat16_and_keeps_float32_weights(registered_env, tmp_path, small_ppo):
-    """PPO with a bfloat16 Nature CNN trains and checkpoints float32 weights; the loaded
-    policy computes in bfloat16 as it was trained."""
-    env_id = registered_env("FakeImage-v0", FakeImageEnv)
-    overrides = {"model.encoder": "nature", "model.shared_trunk": True}
-    result = shoal.train(
-        "ppo",
-        env=env_id,
-        seed=0,
-        total_steps=64,
-        run_dir=str(tmp_path / "run"),
-        **small_ppo(**overrides, **{"model.precision": "bfloat16"}),
-    )
-    assert result.env_steps == 64
-    policy = shoal.load(result.run_dir)
-    assert policy.model.body.bfloat16
-    weights = policy.model.state_dict().values()
-    assert all(w.dtype == torch.float32 for w in weights if w.is_floating_point())
-    obs = np.stack([FakeImageEnv().reset(seed=s)[0] for s in range(2)])
-    assert policy.act(obs).shape == (2,)
