@@ -248,6 +248,13 @@ class ModelConfig:
             check_positive(self, "lstm_hidden")
         check_positive(self, "temperature", "temperature_anneal")
         check_choices(self)
+        check(
+            self,
+            "precision",
+            self.precision == "float32" or self.encoder != "mlp",
+            "bfloat16 applies to the image encoders (model.encoder nature, ref001-model2, "
+            "ref001-model3, impala); the mlp encoder computes in float32",
+        )
         if self.temperature_min is not None:
             check(
                 self,

@@ -272,6 +272,8 @@ def test_bfloat16_encoders_match_float32_and_train_float32_weights(encoder):
 def test_bfloat16_precision_is_validated_and_warned_about_where_emulated(monkeypatch):
     with pytest.raises(ConfigError, match="precision"):
         ModelConfig(precision="float16")
+    with pytest.raises(ConfigError, match="applies to the image encoders"):
+        ModelConfig(precision="bfloat16")  # encoder mlp
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
     with pytest.warns(UserWarning, match="emulated on this CPU"):
