@@ -69,7 +69,7 @@ MILLION = 1_000_000
 OBS_SHAPE = (4, 84, 84)
 WARM_UP_SEED = 1000  # a run directory of its own, apart from the timed repeats'
 
-TARGET_RATIO = 2.0  # shoal zoo / sb3 zoo median training frames/s
+TARGET_RATIO = 2.0  # fastest shoal row / sb3 zoo median training frames/s
 TARGET_BYTES = 7.5 * 1024  # 7,680 bytes per transition (KiB)
 
 # rl-baselines3-zoo ppo.yml, atari: n_envs 8, n_steps 128, n_epochs 4, batch_size 256,

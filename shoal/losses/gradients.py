@@ -73,10 +73,6 @@ def clipped_value_loss_grad(
     error = values - returns
     clipped_error = old_values + torch.clamp(delta, -clip, clip) - returns
     unclipped_sq, clipped_sq = error.square(), clipped_error.square()
-    grad_unclipped = error * (unclipped_sq > clipped_sq) + 0.5 * error * (
-        unclipped_sq == clipped_sq
-    )
-    grad_clipped = (
-        clipped_error * inside * ((clipped_sq > unclipped_sq) + 0.5 * (unclipped_sq == clipped_sq))
-    )
-    return (grad_unclipped + grad_clipped) * (1.0 / values.numel())
+    unclipped_share = (unclipped_sq > clipped_sq) + 0.5 * (unclipped_sq == clipped_sq)
+    grad = error * unclipped_share + clipped_error * inside * (1.0 - unclipped_share)
+    return grad * (1.0 / values.numel())

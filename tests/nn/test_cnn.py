@@ -258,8 +258,12 @@ def test_bfloat16_encoders_match_float32_and_train_float32_weights(encoder):
     mixed = image_encoder(space, encoder, "bfloat16")
     mixed.load_state_dict(full.state_dict())
     obs = frames(8, *space.shape)
+    conv_dtypes = []
+    first_conv = next(m for m in mixed.trunk.modules() if isinstance(m, nn.Conv2d))
+    first_conv.register_forward_hook(lambda m, i, out: conv_dtypes.append(out.dtype))
     expected, got = full(obs), mixed(obs)
-    assert got.dtype == torch.float32
+    assert conv_dtypes == [torch.bfloat16]  # the convolutions really compute in bfloat16
+    assert got.dtype == torch.float32 and not torch.equal(got, expected)
     # Relative to the features' scale: each of the 2-7 layers rounds its inputs to bfloat16.
     assert (got - expected).abs().max() <= 0.05 * expected.abs().max()
     got.square().mean().backward()
