@@ -27,7 +27,6 @@ from shoal.algos.on_policy import (
     PPOSequenceBatch,
     check_bptt_chunk,
     check_finite,
-    clip_and_step,
     make_batch,
     make_sequence_batch,
     rmsprop_or_adamw,
@@ -122,7 +121,7 @@ class A2CLearner(ModelLearner):
         self.optimizer = make_optimizer(config, self.parameters)
         # MLP actor-critics skip autograd (`shoal.nn.direct_grad`): the same gradients in
         # about 0.75x the time per step on small networks.
-        self.direct = DirectGradActorCritic.for_model(self.model)
+        self.direct = DirectGradActorCritic.for_model(self.model, flat_parameters=True)
 
     def losses(self, batch: PPOBatch | PPOSequenceBatch) -> dict[str, torch.Tensor]:
         """The loss terms of one batch, ``total`` last."""
@@ -170,7 +169,7 @@ class A2CLearner(ModelLearner):
         g_values = cfg.vf_coef * value_loss_grad(out.values, batch.returns)
         g_log_prob = policy_gradient_loss_grad(out.log_prob, advantages)
         self.direct.backward(out, g_log_prob, g_entropy, g_values)
-        clip_and_step(self.optimizer, self.parameters, cfg.optim.max_grad_norm)
+        self.direct.clip_and_step(self.optimizer, cfg.optim.max_grad_norm)
         return losses
 
     def _replay(self, batch: PPOSequenceBatch) -> tuple[tuple, PPOBatch]:

@@ -23,6 +23,7 @@ from shoal.data.rollout import episode_starts, to_chunks
 from shoal.errors import NaNLossError
 from shoal.losses import gae
 from shoal.policy import ActorPolicy
+from shoal.train.optim_step import optimizer_step
 from shoal.train.schedules import apply_temperature
 from shoal.train.seeding import derive_seed
 from shoal.types import EpisodeStats, Rollout
@@ -67,7 +68,7 @@ def clip_and_step(
     then take the optimizer's step."""
     if max_grad_norm is not None:
         torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm, foreach=True)
-    optimizer.step()
+    optimizer_step(optimizer)
 
 
 def _gae(rollout: Rollout, gamma: float, lam: float) -> tuple[torch.Tensor, torch.Tensor]:

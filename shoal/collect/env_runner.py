@@ -22,6 +22,7 @@ from shoal.envs.snapshot import EnvStateUnsupported
 from shoal.errors import ConfigError
 from shoal.interfaces import Weights
 from shoal.nn.actor_critic import ActOutput
+from shoal.nn.direct_grad import DirectGradActorCritic
 from shoal.nn.recurrent import is_recurrent
 from shoal.types import EpisodeStats, Rollout
 
@@ -59,6 +60,9 @@ class EnvRunner:
         self.model = model_fn(self.env.observation_space, self.env.action_space)
         self.model.requires_grad_(False)
         act_with_running_statistics(self.model)
+        # Small MLP actor-critics act through NumPy (`shoal.nn.direct_grad`): the same actions
+        # from the same random draws at a fraction of the per-step cost; others act as is.
+        self.actor: ActingModel = DirectGradActorCritic.for_model(self.model) or self.model
         self.obs = self.env.reset(seed=seed)
         self.storage = RolloutStorage(
             num_steps,
@@ -106,13 +110,14 @@ class EnvRunner:
         """Step all envs ``num_steps`` times; returns the rollout and finished episodes."""
         if self.recurrent:
             return self._sample_recurrent()
-        storage, env, model = self.storage, self.env, self.model
+        storage, env, model = self.storage, self.env, self.actor
         returns, lengths, agents = [], [], []
         masked = storage.action_mask is not None
         for t in range(self.num_steps):
             obs = storage.write_obs(t, self.obs)
             if masked:
-                out = model.act(obs, action_mask=storage.write_action_mask(t, env.action_mask))
+                mask = storage.write_action_mask(t, env.action_mask)
+                out = self.model.act(obs, action_mask=mask)
             else:
                 out = model.act(obs)
             result = env.step(out.actions.numpy())

@@ -14,44 +14,121 @@ log-probability of the taken action, the policy's entropy and the value. So the 
 3. `DirectGradActorCritic.backward` carries those gradients through the distribution, the heads
    and the hidden layers with the chain rule written out, into each parameter's ``.grad``.
 
+Both passes compute with NumPy on zero-copy views of the parameters and their gradients. On
+arrays of this size a NumPy call costs about a third of a PyTorch op's dispatch (the matmuls
+run at the same speed), and a step here is some forty calls; the result is the same
+arithmetic in float32. Inputs and outputs stay torch tensors (views of the same memory), so
+callers see no NumPy.
+
 The result equals autograd's to float32 rounding (``tests/nn/test_direct_grad.py`` compares
-every parameter's gradient for each supported model); a PPO gradient step takes about 0.75x the
-time. `DirectGradActorCritic.supports` says which models qualify: `ActorCritic` with separate
-MLP trunks (`ParallelMLP`) or a shared one (`MLP`), tanh or ReLU, and a categorical (any
-temperature) or diagonal-Gaussian head. Everything else (image encoders, recurrent cores, a
-critic-only observation part, other activations) trains through autograd as before.
+every parameter's gradient for each supported model). `DirectGradActorCritic.supports` says
+which models qualify: a CPU float32 `ActorCritic` with separate MLP trunks (`ParallelMLP`) or a
+shared one (`MLP`), tanh or ReLU, and a categorical (any temperature) or diagonal-Gaussian
+head. Everything else (image encoders, recurrent cores, a critic-only observation part, other
+activations, other devices) trains through autograd as before.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from typing import NamedTuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from shoal.nn.activations import ACTIVATIONS
-from shoal.nn.actor_critic import ActorCritic
+from shoal.nn.actor_critic import ActorCritic, ActOutput
 from shoal.nn.distributions import LOG_SQRT_2PI
 from shoal.nn.heads import CategoricalHead, GaussianHead
 from shoal.nn.mlp import MLP, ParallelMLP
+from shoal.train.optim_step import FlatStep, optimizer_step
 
-# Each activation's backward from its output y, as one fused op (autograd's own kernels):
-# tanh: grad * (1 - y^2); relu: grad * [y > 0].
-_BACKWARD_FROM_OUTPUT = {
-    ACTIVATIONS["tanh"]: torch.ops.aten.tanh_backward,
-    ACTIVATIONS["relu"]: lambda grad, y: torch.ops.aten.threshold_backward(grad, y, 0),
+
+def _tanh_backward(grad: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``grad * (1 - y^2)``, with one temporary; ``grad`` is overwritten."""
+    slope = np.multiply(y, y)
+    np.subtract(1.0, slope, out=slope)
+    return np.multiply(grad, slope, out=grad)
+
+
+def _relu_backward(grad: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``grad * [y > 0]``; ``grad`` is overwritten."""
+    return np.multiply(grad, y > 0, out=grad)
+
+
+def _relu(x: np.ndarray) -> np.ndarray:
+    return np.maximum(x, 0.0, out=x)
+
+
+# Each activation in place on a fresh pre-activation, and its backward from the output y
+# (in place on a fresh gradient).
+_NUMPY_ACTIVATIONS = {
+    ACTIVATIONS["tanh"]: (lambda x: np.tanh(x, out=x), _tanh_backward),
+    ACTIVATIONS["relu"]: (_relu, _relu_backward),
 }
+
+
+def _log_softmax(logits: np.ndarray) -> np.ndarray:
+    """Over the last axis; ``logits`` is overwritten."""
+    logits -= logits.max(-1, keepdims=True)
+    logits -= np.log(np.exp(logits).sum(-1, keepdims=True))
+    return logits
+
+
+def _gaussian_log_prob(z: np.ndarray, log_std: np.ndarray) -> np.ndarray:
+    """Log-density of standardized actions ``z = (a - mean) / std``, summed over the last axis."""
+    return (-0.5 * z * z - log_std).sum(-1) - z.shape[-1] * LOG_SQRT_2PI
+
+
+def _tensor(array: np.ndarray) -> Tensor:
+    """A torch view of a float32 (or int64) result; NumPy's float64 scalars are cast."""
+    if array.dtype == np.float64:
+        array = array.astype(np.float32)
+    return torch.from_numpy(np.ascontiguousarray(array))
 
 
 class Outputs(NamedTuple):
     """The per-sample quantities the on-policy losses read, ``[N]`` each, plus what the
     hand-written backward pass needs (``saved``: each layer's output, the distribution's
-    intermediate values)."""
+    intermediate values, as NumPy arrays)."""
 
     log_prob: Tensor
     entropy: Tensor
     values: Tensor
     saved: tuple
+
+
+class _Views(NamedTuple):
+    """NumPy views of an actor-critic's parameters (or of their gradients), laid out for the
+    arithmetic: each hidden layer is ``x @ weight + bias`` (``weight`` ``[in, out]``, or
+    ``[2, in, out]`` for separate trunks); ``head`` is the policy head's linear layer
+    (``[out, in]`` weight, bias), ``value`` the value head's (``[in]`` weight, ``[1]`` bias)."""
+
+    layers: list[tuple[np.ndarray, np.ndarray]]
+    head: tuple[np.ndarray, np.ndarray]
+    value: tuple[np.ndarray, np.ndarray]
+    log_std: np.ndarray | None
+
+    @classmethod
+    def of(cls, model: ActorCritic, array_of: Callable[[Tensor], np.ndarray]) -> _Views:
+        """``array_of(parameter)``: the array to view (the parameter's data or its gradient)."""
+        body = model.body
+        if isinstance(body, ParallelMLP):
+            pairs = zip(body.weights, body.biases, strict=True)
+            layers = [(array_of(weight), array_of(bias)) for weight, bias in pairs]
+        else:  # nn.Linear stores [out, in]: the transposed views are [in, out]
+            layers = [(array_of(lin.weight).T, array_of(lin.bias)) for lin in body.layers]
+        head = model.policy_head
+        linear = head.mean if isinstance(head, GaussianHead) else head.logits
+        value = model.value_head.value
+        return cls(
+            layers,
+            (array_of(linear.weight), array_of(linear.bias)),
+            (array_of(value.weight)[0], array_of(value.bias)),
+            array_of(head.log_std) if isinstance(head, GaussianHead) else None,
+        )
 
 
 class DirectGradActorCritic:
@@ -61,134 +138,263 @@ class DirectGradActorCritic:
     def supports(model: torch.nn.Module) -> bool:
         if type(model) is not ActorCritic or model.split is not None:
             return False
+        if any(p.device.type != "cpu" or p.dtype != torch.float32 for p in model.parameters()):
+            return False
         body = model.body
-        if type(body) not in (MLP, ParallelMLP) or body.activation not in _BACKWARD_FROM_OUTPUT:
+        if type(body) not in (MLP, ParallelMLP) or body.activation not in _NUMPY_ACTIVATIONS:
             return False
         if type(body) is ParallelMLP and body.members != 2:
             return False
         return type(model.policy_head) in (CategoricalHead, GaussianHead)
 
     @classmethod
-    def for_model(cls, model: torch.nn.Module) -> DirectGradActorCritic | None:
+    def for_model(
+        cls, model: torch.nn.Module, flat_parameters: bool = False
+    ) -> DirectGradActorCritic | None:
         """The direct path for ``model``, or None when it needs autograd."""
-        return cls(model) if cls.supports(model) else None
+        return cls(model, flat_parameters) if cls.supports(model) else None
 
-    def __init__(self, model: ActorCritic):
+    def __init__(self, model: ActorCritic, flat_parameters: bool = False):
+        """``flat_parameters``: move the parameters into one flat buffer (each becomes a view of
+        it), so that `clip_and_step` updates them with a few NumPy operations
+        (`shoal.train.optim_step.FlatStep`); for a learner's model."""
         if not self.supports(model):
             raise ValueError(f"{type(model).__name__} has no hand-derived gradient")
         self.model = model
         self.parallel = isinstance(model.body, ParallelMLP)
-        self.activation_backward = _BACKWARD_FROM_OUTPUT[model.body.activation]
+        self.activation, self.activation_backward = _NUMPY_ACTIVATIONS[model.body.activation]
         self.categorical = isinstance(model.policy_head, CategoricalHead)
+        self.parameters = list(model.parameters())
+        self.flat_param: Tensor | None = None
+        if flat_parameters:
+            self.flat_param = torch.cat([p.detach().flatten() for p in self.parameters])
+            for param, view in zip(self.parameters, self._pieces(self.flat_param), strict=True):
+                param.data = view
+        self._view_parameters()
+        self.flat_grad: Tensor | None = None
+        self.grad_views: _Views | None = None
+        self.flat_step: FlatStep | None = None
 
-    def _layers(self) -> list[tuple[Tensor, Tensor]]:
-        """``(weight, bias)`` of each hidden layer, weights as ``[in, out]`` (``[2, in, out]``
-        for separate trunks) so that a layer is ``x @ weight + bias``."""
-        body = self.model.body
-        if self.parallel:
-            return list(zip(body.weights, body.biases, strict=True))
-        return [(layer.weight.T, layer.bias) for layer in body.layers]
+    def _pieces(self, flat: Tensor) -> list[Tensor]:
+        """Views of ``flat`` shaped as the parameters, in order."""
+        pieces, offset = [], 0
+        for param in self.parameters:
+            pieces.append(flat[offset : offset + param.numel()].view_as(param))
+            offset += param.numel()
+        return pieces
 
-    @torch.no_grad()
-    def outputs(self, obs: Tensor, actions: Tensor) -> Outputs:
-        model = self.model
-        x = model.encoding(obs)
-        h = x.expand(2, *x.shape) if self.parallel else x
-        hidden = [h]
-        for weight, bias in self._layers():
-            h = torch.baddbmm(bias, h, weight) if self.parallel else torch.addmm(bias, h, weight)
-            h = model.body.activation(h)
-            hidden.append(h)
-        actor, critic = h.unbind(0) if self.parallel else (h, h)
-        values = model.value_head(critic)
-        if self.categorical:
-            head = model.policy_head
-            logits = head.logits(actor) / head.temperature  # exact at temperature 1
-            log_probs = torch.log_softmax(logits, dim=-1)
-            probs = log_probs.exp()
-            log_prob = log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
-            entropy = -(probs * log_probs).sum(-1)
-            distribution = (log_probs, probs, actions.long(), entropy)
+    def _view_parameters(self) -> None:
+        """NumPy views of the parameters' memory (`load_state_dict` copies into it in place;
+        `_check_views` notices when a parameter was given new memory instead)."""
+        self.weights = _Views.of(self.model, lambda p: p.detach().numpy())
+        self.pointers = [p.data_ptr() for p in self.parameters]
+
+    def _check_views(self) -> None:
+        if any(p.data_ptr() != ptr for p, ptr in zip(self.parameters, self.pointers, strict=True)):
+            self.flat_param = None
+            self.flat_step = None
+            self._view_parameters()
+
+    def _attach_grads(self) -> _Views:
+        """The gradient views, allocated at the first backward pass: one flat buffer (so that
+        clipping is one dot product) whose pieces are the parameters' ``.grad``; backward
+        writes them in place. Puts them back if something replaced a ``.grad``."""
+        if self.flat_grad is None:
+            self.flat_grad = torch.zeros(sum(p.numel() for p in self.parameters))
+            self.grads = self._pieces(self.flat_grad)
+            grad_of = {id(p): g for p, g in zip(self.parameters, self.grads, strict=True)}
+            self.grad_views = _Views.of(self.model, lambda p: grad_of[id(p)].numpy())
+        for param, grad in zip(self.parameters, self.grads, strict=True):
+            if param.grad is not grad:
+                param.grad = grad
+        return self.grad_views
+
+    def gradient_is_finite(self) -> bool:
+        """Whether every gradient of the last `backward` is finite."""
+        return bool(np.isfinite(self.flat_grad.numpy()).all())
+
+    def clip_and_step(self, optimizer: torch.optim.Optimizer, max_grad_norm: float | None) -> None:
+        """Scale the gradients of the last `backward` down to a global norm of
+        ``max_grad_norm`` (None: leave them), as ``torch.nn.utils.clip_grad_norm_`` does, then
+        take the optimizer's step: `shoal.train.optim_step.FlatStep` when the parameters are
+        flat, else `shoal.train.optim_step.optimizer_step`."""
+        if max_grad_norm is not None and self.flat_grad is not None:
+            grad = self.flat_grad.numpy()
+            coef = max_grad_norm / (math.sqrt(float(grad @ grad)) + 1e-6)
+            if coef < 1.0:
+                grad *= np.float32(coef)
+        if self.flat_step is None or self.flat_step.optimizer is not optimizer:
+            self.flat_step = self._flat_step(optimizer)
+        if self.flat_step is not None:
+            self.flat_step.step()
         else:
-            log_std = model.policy_head.log_std
-            inv_std = torch.exp(-log_std)
-            z = (actions - model.policy_head.mean(actor)) * inv_std
-            log_prob = (-0.5 * z.square() - log_std).sum(-1) - z.shape[-1] * LOG_SQRT_2PI
-            entropy = (log_std + 0.5 + LOG_SQRT_2PI).sum(-1).expand(z.shape[0])
-            distribution = (z, inv_std)
-        return Outputs(log_prob, entropy, values, saved=(hidden, distribution))
+            optimizer_step(optimizer)
 
-    @torch.no_grad()
+    def _flat_step(self, optimizer: torch.optim.Optimizer) -> FlatStep | None:
+        groups = optimizer.param_groups
+        if self.flat_param is None or self.flat_grad is None or len(groups) != 1:
+            return None
+        params = groups[0]["params"]
+        if len(params) != len(self.parameters) or any(
+            a is not b for a, b in zip(params, self.parameters, strict=True)
+        ):
+            return None
+        flat_step = FlatStep(optimizer, self.flat_param, self.flat_grad)
+        return flat_step if flat_step.supported() else None
+
+    def _forward(self, obs: Tensor) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+        """Each layer's output (the input first), the values and the policy head's output
+        (logits, tempered, or the Gaussian's mean)."""
+        self._check_views()
+        if obs.dtype == torch.float32 and obs.dim() == 2:  # what the encoding leaves as is
+            x = obs.contiguous().numpy()
+        else:
+            with torch.no_grad():
+                x = self.model.encoding(obs).contiguous().numpy()
+        hidden = [x]
+        h = x
+        for weight, bias in self.weights.layers:
+            h = np.matmul(h, weight)
+            h += bias
+            hidden.append(self.activation(h))
+        actor, critic = (h[0], h[1]) if self.parallel else (h, h)
+        value_weight, value_bias = self.weights.value
+        values = critic @ value_weight + value_bias
+        weight, bias = self.weights.head
+        out = actor @ weight.T
+        out += bias
+        if self.categorical:
+            temperature = self._temperature()
+            if temperature != 1.0:
+                out /= temperature
+        return hidden, values, out
+
+    def _temperature(self) -> float:
+        return float(self.model.policy_head.temperature)
+
+    def act(self, obs: Tensor, deterministic: bool = False) -> ActOutput:
+        """``ActorCritic.act`` for inference: the same actions, log-probabilities and values,
+        and the same draws from the torch generator (the Gumbel noise of
+        `shoal.nn.distributions.Categorical.sample`, the normal noise of
+        `DiagGaussian.sample`), so a seeded run samples the same actions either way."""
+        _, values, out = self._forward(obs)
+        if self.categorical:
+            log_probs = _log_softmax(out)
+            if deterministic:
+                actions = log_probs.argmax(-1)
+            else:
+                gumbel = torch.empty(log_probs.shape).exponential_().numpy()
+                actions = (log_probs - np.log(gumbel)).argmax(-1)
+            log_prob = np.take_along_axis(log_probs, actions[:, None], -1)[:, 0]
+        else:
+            actions = out
+            if not deterministic:
+                noise = torch.randn(out.shape).numpy()
+                actions = out + np.exp(self.weights.log_std) * noise
+            z = (actions - out) * np.exp(-self.weights.log_std)
+            log_prob = _gaussian_log_prob(z, self.weights.log_std)
+        return ActOutput(_tensor(actions), _tensor(log_prob), _tensor(values))
+
+    def value(self, obs: Tensor) -> Tensor:
+        return _tensor(self._forward(obs)[1])
+
+    def outputs(self, obs: Tensor, actions: Tensor) -> Outputs:
+        """``log_prob`` of ``actions``, ``entropy`` and ``values`` for a training step, and
+        what `backward` needs."""
+        hidden, values, out = self._forward(obs)
+        actions = actions.numpy()
+        if self.categorical:
+            log_probs = _log_softmax(out)
+            probs = np.exp(log_probs)
+            index = actions.astype(np.int64)[:, None]
+            log_prob = np.take_along_axis(log_probs, index, -1)[:, 0]
+            entropy = -(probs * log_probs).sum(-1)
+            distribution = (probs, log_probs, index, entropy, self._temperature())
+        else:
+            log_std = self.weights.log_std
+            inv_std = np.exp(-log_std)
+            z = (actions - out) * inv_std
+            log_prob = _gaussian_log_prob(z, log_std)
+            entropy = np.full(z.shape[0], (log_std + 0.5 + LOG_SQRT_2PI).sum(), np.float32)
+            distribution = (z, inv_std)
+        return Outputs(_tensor(log_prob), _tensor(entropy), _tensor(values), (hidden, distribution))
+
     def backward(
         self, outputs: Outputs, g_log_prob: Tensor, g_entropy: Tensor | None, g_values: Tensor
     ) -> None:
         """Set each parameter's ``.grad`` to the gradient of a loss whose gradients with
         respect to ``outputs.log_prob``, ``.entropy`` and ``.values`` are the ``g_`` tensors
         (``g_entropy`` None: the loss has no entropy term)."""
-        model = self.model
+        grads = self._attach_grads()
         hidden, distribution = outputs.saved
         features = hidden[-1]
-        actor, critic = features.unbind(0) if self.parallel else (features, features)
-
-        # Value head: values = critic @ w.T + b.
-        value = model.value_head.value
-        value.weight.grad = (g_values @ critic).unsqueeze(0)
-        value.bias.grad = g_values.sum().reshape(1)
-        g_critic = g_values.unsqueeze(-1) * value.weight
+        actor, critic = (features[0], features[1]) if self.parallel else (features, features)
+        g_values = g_values.numpy()
+        g_log_prob = g_log_prob.numpy()
+        g_entropy = None if g_entropy is None else g_entropy.numpy()
 
         if self.categorical:
-            g_actor = self._categorical_backward(actor, distribution, g_log_prob, g_entropy)
+            g_out = self._categorical_backward(distribution, g_log_prob, g_entropy)
         else:
-            g_actor = self._gaussian_backward(actor, distribution, g_log_prob, g_entropy)
+            g_out = self._gaussian_backward(distribution, g_log_prob, g_entropy, grads.log_std)
+        # Heads: out = actor @ weight.T + bias; values = critic @ w + b.
+        np.matmul(g_out.T, actor, out=grads.head[0])
+        g_out.sum(0, out=grads.head[1])
+        np.matmul(g_values, critic, out=grads.value[0])
+        grads.value[1][0] = g_values.sum()
+        # The gradient on the last hidden layer's output: [actor, critic] for separate trunks.
+        head_weight, value_weight = self.weights.head[0], self.weights.value[0]
+        if self.parallel:
+            g_h = np.empty_like(features)
+            np.matmul(g_out, head_weight, out=g_h[0])
+            np.multiply.outer(g_values, value_weight, out=g_h[1])
+        else:
+            g_h = g_out @ head_weight
+            g_h += np.multiply.outer(g_values, value_weight)
 
         # Hidden layers, last to first: h_out = act(h_in @ weight + bias).
-        g_h = torch.stack([g_actor, g_critic]) if self.parallel else g_actor + g_critic
-        layers = self._layers()
-        for index in range(len(layers) - 1, -1, -1):
-            weight, bias = layers[index]
+        for index in range(len(grads.layers) - 1, -1, -1):
+            grad_weight, grad_bias = grads.layers[index]
             g_pre = self.activation_backward(g_h, hidden[index + 1])
             h_in = hidden[index]
-            if self.parallel:
-                weight.grad = torch.bmm(h_in.transpose(1, 2), g_pre)
-                bias.grad = g_pre.sum(1, keepdim=True)
-            else:
-                model.body.layers[index].weight.grad = g_pre.T @ h_in
-                bias.grad = g_pre.sum(0)
+            # h_in^T @ g_pre per trunk; the input is 2-D, shared by both trunks.
+            h_in_t = h_in.T if h_in.ndim == 2 else h_in.transpose(0, 2, 1)
+            np.matmul(h_in_t, g_pre, out=grad_weight)
+            g_pre.sum(-2, keepdims=self.parallel, out=grad_bias)
             if index > 0:
-                g_h = (
-                    torch.bmm(g_pre, weight.transpose(1, 2)) if self.parallel else g_pre @ weight.T
-                )
+                g_h = np.matmul(g_pre, np.swapaxes(self.weights.layers[index][0], -1, -2))
 
     def _categorical_backward(
-        self, actor: Tensor, distribution: tuple, g_log_prob: Tensor, g_entropy: Tensor | None
-    ) -> Tensor:
-        """Through log_softmax, the entropy and the (tempered) logits layer; returns the
-        gradient on the actor's features."""
-        head = self.model.policy_head
-        log_probs, probs, actions, entropy = distribution
+        self, distribution: tuple, g_log_prob: np.ndarray, g_entropy: np.ndarray | None
+    ) -> np.ndarray:
+        """Through log_softmax, the entropy and the temperature; returns the gradient on the
+        head's output."""
+        probs, log_probs, index, entropy, temperature = distribution
         # d log p_a / d logit_k = [k = a] - p_k;  d H / d logit_k = -p_k (log p_k + H).
-        g_per_prob = g_log_prob.unsqueeze(-1)
+        g_per_prob = g_log_prob[:, None]
         if g_entropy is not None:
-            g_per_prob = g_per_prob + g_entropy.unsqueeze(-1) * (log_probs + entropy.unsqueeze(-1))
+            g_per_prob = g_per_prob + g_entropy[:, None] * (log_probs + entropy[:, None])
         g_logits = -probs * g_per_prob
-        g_logits.scatter_add_(-1, actions.unsqueeze(-1), g_log_prob.unsqueeze(-1))
-        g_logits = g_logits / head.temperature
-        head.logits.weight.grad = g_logits.T @ actor
-        head.logits.bias.grad = g_logits.sum(0)
-        return g_logits @ head.logits.weight
+        np.put_along_axis(
+            g_logits, index, np.take_along_axis(g_logits, index, -1) + g_log_prob[:, None], -1
+        )
+        if temperature != 1.0:
+            g_logits /= temperature
+        return g_logits
 
     def _gaussian_backward(
-        self, actor: Tensor, distribution: tuple, g_log_prob: Tensor, g_entropy: Tensor | None
-    ) -> Tensor:
-        """Through the diagonal Gaussian's log-density and entropy and the mean layer."""
-        head = self.model.policy_head
+        self,
+        distribution: tuple,
+        g_log_prob: np.ndarray,
+        g_entropy: np.ndarray | None,
+        grad_log_std: np.ndarray,
+    ) -> np.ndarray:
+        """Through the diagonal Gaussian's log-density and entropy; returns the gradient on
+        the mean."""
         z, inv_std = distribution
         # log p = sum(-z^2 / 2 - log_std) - c with z = (a - mean) / std:
         # d log p / d mean = z / std;  d log p / d log_std = z^2 - 1;  d H / d log_std = 1.
-        g_mean = g_log_prob.unsqueeze(-1) * z * inv_std
-        head.log_std.grad = g_log_prob @ (z.square() - 1.0)
+        np.matmul(g_log_prob, z * z - 1.0, out=grad_log_std)
         if g_entropy is not None:
-            head.log_std.grad += g_entropy.sum()
-        head.mean.weight.grad = g_mean.T @ actor
-        head.mean.bias.grad = g_mean.sum(0)
-        return g_mean @ head.mean.weight
+            grad_log_std += g_entropy.sum()
+        return g_log_prob[:, None] * z * inv_std
