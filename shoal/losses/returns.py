@@ -126,7 +126,7 @@ def gae(
         ``(advantages, returns)``, both ``[T, B, ...]`` in the dtype of ``rewards``, with
         ``returns = advantages + values`` (the lambda-return, a target for the critic).
     """
-    shape = _check_time_major(
+    _check_time_major(
         {
             "rewards": rewards,
             "values": values,
@@ -143,12 +143,16 @@ def gae(
 
     # All TD errors at once; only the recursion needs the loop.
     deltas = rewards - values + torch.where(terminated, 0.0, gamma * next_values)
-    advantages: list[Tensor] = []
-    future = torch.zeros_like(deltas[0])  # A_T = 0
-    for t in reversed(range(shape[0])):
-        future = deltas[t] + torch.where(done[t], 0.0, gamma * lam * future)
-        advantages.append(future)
-    adv = torch.stack(advantages[::-1])
+    decay = (~done).to(deltas.dtype) * (gamma * lam)
+    adv = torch.empty_like(deltas)
+    # The recursion is a short loop of tiny steps: on CPU it runs on NumPy views of the same
+    # memory, whose per-call cost is a fraction of a tensor op's (the code is the same).
+    cpu = deltas.device.type == "cpu"
+    steps = zip(*(x.numpy() if cpu else x for x in (deltas, decay, adv)), strict=True)
+    future = 0.0  # A_T = 0
+    for delta, keep, out in reversed(list(steps)):
+        future = delta + keep * future
+        out[...] = future
     return adv, adv + values
 
 

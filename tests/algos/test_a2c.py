@@ -107,6 +107,7 @@ def test_direct_gradient_step_equals_the_autograd_step(action_space, settings):
     """A2C's hand-derived gradient path (MLP models, `shoal.nn.direct_grad`) takes the same
     step and reports the same losses as autograd."""
     config = A2CConfig(model=ModelConfig(hidden=(8, 8)), **settings)
+    torch.manual_seed(18)  # data whose float32 rounding differs most (over seeds 0-199)
     obs = torch.randn(6, 4)
     action_space.seed(0)
     actions = torch.stack([torch.as_tensor(action_space.sample()) for _ in range(6)])
@@ -121,7 +122,9 @@ def test_direct_gradient_step_equals_the_autograd_step(action_space, settings):
     auto.direct = None
     direct_metrics, auto_metrics = direct.update(batch, lr=1e-2), auto.update(batch, lr=1e-2)
     for key, value in auto.model.state_dict().items():
-        torch.testing.assert_close(direct.model.state_dict()[key], value, rtol=1e-5, atol=1e-7)
+        # RMSprop's first step divides by the gradient's own magnitude, which scales float32
+        # rounding differences (NumPy against PyTorch kernels) up to ~1e-5.
+        torch.testing.assert_close(direct.model.state_dict()[key], value, rtol=1e-4, atol=2e-5)
     assert direct_metrics == pytest.approx(auto_metrics, rel=1e-5, abs=1e-7)
 
 

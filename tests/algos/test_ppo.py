@@ -709,3 +709,20 @@ def test_direct_gradient_update_equals_the_autograd_update(env_id, settings):
     for key, value in auto_metrics.items():
         assert direct_metrics[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
     runner.close()
+
+
+def test_direct_update_stops_before_a_non_finite_gradient_is_applied():
+    config = small_config("CartPole-v1")
+    torch.manual_seed(0)
+    runner = EnvRunner(config.env, lambda o, a: ppo.build_model(config, o, a), 16, seed=0)
+    rollout, _ = runner.sample()
+    batch = make_batch(rollout, config.gamma, config.gae_lambda)
+    batch = batch._replace(returns=batch.returns.clone().fill_(float("nan")))
+    learner = PPOLearner(config, runner.env.observation_space, runner.env.action_space)
+    assert learner.direct is not None
+    before = {k: v.clone() for k, v in learner.model.state_dict().items()}
+    with pytest.raises(NaNLossError, match="loss/value"):
+        learner.update(batch, 3e-3, 0.2, 0.0)
+    for key, value in learner.model.state_dict().items():
+        torch.testing.assert_close(value, before[key])
+    runner.close()

@@ -88,3 +88,50 @@ def test_unsupported_models_keep_autograd():
     )
     with pytest.raises(ValueError, match="no hand-derived gradient"):
         DirectGradActorCritic(ActorCritic(OBS, DISCRETE, ModelConfig(activation="elu")))
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+@pytest.mark.parametrize("name", list(MODELS))
+def test_act_equals_the_models_act_with_the_same_draws(name, deterministic):
+    obs_space, action_space, config = MODELS[name]
+    torch.manual_seed(0)
+    model = ActorCritic(obs_space, action_space, config)
+    obs = batch(obs_space, action_space, n=64)[0]
+    direct = DirectGradActorCritic(model)
+    torch.manual_seed(1)
+    with torch.inference_mode():
+        expected = model.act(obs, deterministic)
+        expected_values = model.value(obs)
+    torch.manual_seed(1)
+    out = direct.act(obs, deterministic)
+    assert out.actions.dtype == expected.actions.dtype
+    assert out.actions.shape == expected.actions.shape
+    torch.testing.assert_close(out.actions, expected.actions)
+    torch.testing.assert_close(out.log_probs, expected.log_probs, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out.values, expected.values)
+    torch.testing.assert_close(direct.value(obs), expected_values)
+
+
+def test_views_follow_loaded_weights_and_new_parameter_memory():
+    torch.manual_seed(0)
+    model = ActorCritic(OBS, DISCRETE, ModelConfig())
+    other = ActorCritic(OBS, DISCRETE, ModelConfig())
+    direct = DirectGradActorCritic(model, flat_parameters=True)
+    obs = torch.randn(8, 5)
+    model.load_state_dict(other.state_dict())  # copies into the flat buffer
+    torch.testing.assert_close(direct.value(obs), other.value(obs).detach())
+    for param in model.parameters():  # new memory: the views are rebuilt
+        param.data = param.data.clone() * 2.0
+    torch.testing.assert_close(direct.value(obs), model.value(obs).detach())
+
+
+def test_flat_parameters_keep_the_model_and_its_state_dict():
+    torch.manual_seed(0)
+    model = ActorCritic(OBS, BOX, ModelConfig())
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    direct = DirectGradActorCritic(model, flat_parameters=True)
+    for key, value in model.state_dict().items():
+        torch.testing.assert_close(value, before[key])
+    pieces = [p.data_ptr() for p in model.parameters()]
+    start = direct.flat_param.data_ptr()
+    assert pieces[0] == start and sorted(pieces) == pieces  # one buffer, in order
