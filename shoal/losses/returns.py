@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -144,15 +145,19 @@ def gae(
     # All TD errors at once; only the recursion needs the loop.
     deltas = rewards - values + torch.where(terminated, 0.0, gamma * next_values)
     decay = (~done).to(deltas.dtype) * (gamma * lam)
-    adv = torch.empty_like(deltas)
     # The recursion is a short loop of tiny steps: on CPU it runs on NumPy views of the same
     # memory, whose per-call cost is a fraction of a tensor op's (the code is the same).
-    cpu = deltas.device.type == "cpu"
-    steps = zip(*(x.numpy() if cpu else x for x in (deltas, decay, adv)), strict=True)
+    # Inputs that carry a graph (values whose gradient a caller wants) stay tensors.
+    numpy = deltas.device.type == "cpu" and not deltas.requires_grad
+    if numpy:
+        deltas, decay = deltas.numpy(), decay.numpy()
+    advantages = []
     future = 0.0  # A_T = 0
-    for delta, keep, out in reversed(list(steps)):
-        future = delta + keep * future
-        out[...] = future
+    for t in reversed(range(len(deltas))):
+        future = deltas[t] + decay[t] * future
+        advantages.append(future)
+    advantages.reverse()
+    adv = torch.from_numpy(np.stack(advantages)) if numpy else torch.stack(advantages)
     return adv, adv + values
 
 

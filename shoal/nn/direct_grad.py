@@ -8,17 +8,21 @@ log-probability of the taken action, the policy's entropy and the value. So the 
 
 1. `DirectGradActorCritic.outputs` runs the network without autograd, keeping what the backward
    pass needs, and returns ``log_prob``, ``entropy`` and ``values``.
-2. The learner evaluates its losses on them with the usual pure functions (`shoal.losses`, for
-   the logged values and the NaN check) and their gradients with respect to the three
-   quantities from `shoal.losses.gradients`.
+2. The learner takes the losses' gradients with respect to the three quantities from
+   `shoal.losses.gradients` (and evaluates the losses themselves with the usual pure functions
+   of `shoal.losses`, for the logged values and the NaN check).
 3. `DirectGradActorCritic.backward` carries those gradients through the distribution, the heads
    and the hidden layers with the chain rule written out, into each parameter's ``.grad``.
+4. `DirectGradActorCritic.clip_and_step` clips the gradients and takes the optimizer's step.
 
 Both passes compute with NumPy on zero-copy views of the parameters and their gradients. On
-arrays of this size a NumPy call costs about a third of a PyTorch op's dispatch (the matmuls
-run at the same speed), and a step here is some forty calls; the result is the same
-arithmetic in float32. Inputs and outputs stay torch tensors (views of the same memory), so
-callers see no NumPy.
+arrays of this size a NumPy call costs a fraction of a PyTorch op's dispatch (the matmuls run
+at the same speed), and a step here is some forty calls; the result is the same arithmetic in
+float32. Inputs and outputs stay torch tensors (views of the same memory), so callers see no
+NumPy. A learner's instance (``flat_parameters=True``) also moves the parameters into one flat
+buffer, next to the flat gradient buffer, so that clipping is one dot product and the optimizer
+step a dozen array operations (`shoal.train.optim_step.FlatStep`). A sampler's instance acts
+(`DirectGradActorCritic.act`) with the same random draws as ``ActorCritic.act``.
 
 The result equals autograd's to float32 rounding (``tests/nn/test_direct_grad.py`` compares
 every parameter's gradient for each supported model). `DirectGradActorCritic.supports` says

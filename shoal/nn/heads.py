@@ -24,22 +24,17 @@ class CategoricalHead(nn.Module):
         super().__init__()
         self.logits = linear(in_dim, num_actions, POLICY_GAIN)
         self.register_buffer("temperature", torch.tensor(float(temperature)))
-        # A host-side copy of the buffer, so the hot path needs no device read to skip the
-        # division at temperature 1; kept in sync by set_temperature and load_state_dict.
-        self._untempered = float(temperature) == 1.0
 
     def forward(self, features: torch.Tensor) -> Categorical:
-        logits = self.logits(features)
-        if not self._untempered:
-            logits = logits / self.temperature
-        return Categorical(logits)
+        # Always divided (exact at temperature 1): a host-side "is it 1?" flag would have to
+        # follow every way the buffer's value can change, weight copies included.
+        return Categorical(self.logits(features) / self.temperature)
 
     @torch.no_grad()
     def set_temperature(self, value: float) -> None:
         if not value > 0:
             raise ValueError(f"softmax temperature must be > 0, got {value}")
         self.temperature.fill_(value)
-        self._untempered = float(self.temperature) == 1.0
 
     def _load_from_state_dict(
         self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any
@@ -48,7 +43,6 @@ class CategoricalHead(nn.Module):
         # BatchNorm does for its num_batches_tracked.
         state_dict.setdefault(prefix + "temperature", self.temperature.detach().clone())
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-        self._untempered = float(self.temperature) == 1.0
 
 
 def set_temperature(model: nn.Module, value: float) -> bool:
