@@ -102,8 +102,8 @@ def make_sequence_batch(rollout: Rollout, gamma: float, lam: float, chunk: int) 
 def make_batch(rollout: Rollout, gamma: float, lam: float) -> PPOBatch:
     """GAE over the time-major rollout, then keep only the real (non-autoreset) transitions."""
     advantages, returns = _gae(rollout, gamma, lam)
-    keep = rollout.valid.flatten()
-    flat = lambda x: x.flatten(0, 1)[keep]
+    keep = rollout.valid.flatten().nonzero().squeeze(1)  # once, not a boolean mask per field
+    flat = lambda x: x.flatten(0, 1).index_select(0, keep)
     return PPOBatch(
         flat(rollout.obs),
         flat(rollout.actions),

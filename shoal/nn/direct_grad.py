@@ -191,10 +191,14 @@ class DirectGradActorCritic:
         """NumPy views of the parameters' memory (`load_state_dict` copies into it in place;
         `_check_views` notices when a parameter was given new memory instead)."""
         self.weights = _Views.of(self.model, lambda p: p.detach().numpy())
-        self.pointers = [p.data_ptr() for p in self.parameters]
+        self.viewed = list(self.parameters)
+        if self.categorical:
+            self.temperature = self.model.policy_head.temperature.numpy()
+            self.viewed.append(self.model.policy_head.temperature)
+        self.pointers = [t.data_ptr() for t in self.viewed]
 
     def _check_views(self) -> None:
-        if any(p.data_ptr() != ptr for p, ptr in zip(self.parameters, self.pointers, strict=True)):
+        if [t.data_ptr() for t in self.viewed] != self.pointers:
             self.flat_param = None
             self.flat_step = None
             self._view_parameters()
@@ -274,7 +278,8 @@ class DirectGradActorCritic:
         return hidden, values, out
 
     def _temperature(self) -> float:
-        return float(self.model.policy_head.temperature)
+        # Through a NumPy view of the buffer: converting the tensor itself costs microseconds.
+        return float(self.temperature)
 
     def act(self, obs: Tensor, deterministic: bool = False) -> ActOutput:
         """``ActorCritic.act`` for inference: the same actions, log-probabilities and values,
@@ -289,7 +294,7 @@ class DirectGradActorCritic:
             else:
                 gumbel = torch.empty(log_probs.shape).exponential_().numpy()
                 actions = (log_probs - np.log(gumbel)).argmax(-1)
-            log_prob = np.take_along_axis(log_probs, actions[:, None], -1)[:, 0]
+            log_prob = log_probs[np.arange(len(actions)), actions]
         else:
             actions = out
             if not deterministic:
@@ -310,8 +315,8 @@ class DirectGradActorCritic:
         if self.categorical:
             log_probs = _log_softmax(out)
             probs = np.exp(log_probs)
-            index = actions.astype(np.int64)[:, None]
-            log_prob = np.take_along_axis(log_probs, index, -1)[:, 0]
+            index = (np.arange(len(actions)), actions.astype(np.int64))
+            log_prob = log_probs[index]
             entropy = -(probs * log_probs).sum(-1)
             distribution = (probs, log_probs, index, entropy, self._temperature())
         else:
@@ -379,9 +384,7 @@ class DirectGradActorCritic:
         if g_entropy is not None:
             g_per_prob = g_per_prob + g_entropy[:, None] * (log_probs + entropy[:, None])
         g_logits = -probs * g_per_prob
-        np.put_along_axis(
-            g_logits, index, np.take_along_axis(g_logits, index, -1) + g_log_prob[:, None], -1
-        )
+        g_logits[index] += g_log_prob
         if temperature != 1.0:
             g_logits /= temperature
         return g_logits
