@@ -40,13 +40,13 @@ from typing import Any
 import common  # benchmarks/common.py: the script's directory is on sys.path
 import gymnasium as gym
 import numpy as np
-import torch
 from common import RunRecord, environment, median, record_dict, require_sb3, run_line
 
 from shoal.api import build_config
 from shoal.data.frame_replay import bytes_per_transition
 from shoal.nn.cnn import native_bfloat16
 from shoal.registry import algorithm_for_config
+from shoal.train.threads import set_compute_threads
 
 try:
     from stable_baselines3 import PPO as SB3PPO
@@ -183,7 +183,7 @@ def warm_up(workdir: Path) -> None:
     torch._dynamo on the first optimizer, the ROM, the allocator, oneDNN's kernels)."""
     for name in shoal_configs():
         shoal_run(workdir, name, WARM_UP_SEED, ROLLOUT)
-    torch.set_num_threads(common.TORCH_THREADS)
+    set_compute_threads(common.TORCH_THREADS)
     model = sb3_model(0)
     model.learn(ROLLOUT)
     model.get_env().close()

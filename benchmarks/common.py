@@ -30,6 +30,7 @@ import torch
 import shoal
 from shoal.train.evaluate import evaluate
 from shoal.train.seeding import derive_seed
+from shoal.train.threads import set_compute_threads
 
 try:
     import stable_baselines3
@@ -272,7 +273,7 @@ def sb3_run(
     budget counts).
     Otherwise a fixed budget: no evaluation, stop after ``stop_after`` env steps (the vector step
     taken to stop is not counted). Returns the record and the model (its env closed)."""
-    torch.set_num_threads(TORCH_THREADS)
+    set_compute_threads(TORCH_THREADS)  # torch and NumPy BLAS, as shoal runs set them
     eval_env = shoal.make_env(env_id, num_envs=criterion.eval_episodes) if solve else None
     try:
         start = time.perf_counter()
@@ -316,7 +317,7 @@ def sb3_warm_up(
 ) -> None:
     """Untimed: build an SB3 model, train it briefly and evaluate it once on
     ``criterion.eval_episodes`` envs (lazy imports, allocator, evaluator)."""
-    torch.set_num_threads(TORCH_THREADS)
+    set_compute_threads(TORCH_THREADS)  # torch and NumPy BLAS, as shoal runs set them
     model = make_model(0)
     model.learn(learn_steps)
     eval_env = shoal.make_env(env_id, num_envs=criterion.eval_episodes)

@@ -37,6 +37,7 @@ import torch
 import shoal
 from shoal.config import EnvConfig
 from shoal.envs.multi_agent import make_multi_agent_env
+from shoal.train.threads import set_compute_threads
 
 AGENTS = 3
 ENV_COUNTS = (1, 64, 1024)
@@ -160,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--quick", action="store_true", help="smoke check: short blocks")
     args = parser.parse_args(argv)
-    torch.set_num_threads(TORCH_THREADS)
+    set_compute_threads(TORCH_THREADS)
     repeats = 1 if args.quick else args.repeats
 
     rows: dict[str, dict[int, float]] = {name: {} for name in LIBRARIES}

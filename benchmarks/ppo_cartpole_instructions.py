@@ -37,7 +37,9 @@ def train(library: str, iterations: int) -> None:
     # The zoo hyperparameters are defined once, in the wall-clock benchmark beside this file.
     from ppo_cartpole import SHOAL_ZOO, sb3_model
 
-    torch.set_num_threads(1)
+    from shoal.train.threads import set_compute_threads
+
+    set_compute_threads(1)  # torch and NumPy BLAS, as a shoal run sets them
     if library == "shoal":
         from shoal.algos.ppo import PPO
         from shoal.api import build_config

@@ -73,7 +73,8 @@ class RunConfig:
     keep_checkpoints: int = 3
     """How many of the newest checkpoints to keep on disk."""
     torch_threads: int = 1
-    """Intra-op threads for torch; one is fastest for the small networks of control tasks."""
+    """Intra-op threads for torch and NumPy's BLAS (`shoal.train.threads`); one is fastest for
+    the small networks of control tasks."""
     device: str = "cpu"
     """Torch device for learning. Only cpu for now: the learners do not move their networks
     and batches to an accelerator yet, and a run asked to use one must not silently train on

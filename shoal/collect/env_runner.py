@@ -24,6 +24,7 @@ from shoal.interfaces import Weights
 from shoal.nn.actor_critic import ActOutput
 from shoal.nn.direct_grad import DirectGradActorCritic
 from shoal.nn.recurrent import is_recurrent
+from shoal.train.threads import set_compute_threads
 from shoal.types import EpisodeStats, Rollout
 
 
@@ -55,7 +56,7 @@ class EnvRunner:
             # seeding it makes its action samples depend on its seeds only (and checkpoints
             # carry the generator's state, so a resumed run samples the same actions).
             torch.manual_seed(torch_seed)
-            torch.set_num_threads(1)
+            set_compute_threads(1)
         self.env = make_env(env_config)
         self.model = model_fn(self.env.observation_space, self.env.action_space)
         self.model.requires_grad_(False)

@@ -19,8 +19,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from shoal.config import to_dict
 from shoal.envs import make_env
 from shoal.errors import NaNLossError, ShoalError
@@ -30,6 +28,7 @@ from shoal.train.checkpoint import Checkpoint, incompatible, save_checkpoint
 from shoal.train.evaluate import evaluate
 from shoal.train.logger import make_loggers
 from shoal.train.seeding import derive_seed, rng_state, seed_torch, set_rng_state
+from shoal.train.threads import set_compute_threads
 
 
 @dataclass(frozen=True)
@@ -71,7 +70,7 @@ def run(
 ) -> RunResult:
     """Train ``config`` with ``spec``'s algorithm until a stop condition; see `RunResult`."""
     run_cfg = config.run
-    torch.set_num_threads(run_cfg.torch_threads)
+    set_compute_threads(run_cfg.torch_threads)
     run_dir = _resolve_run_dir(spec, config, resume)
     config_json = to_dict(config)
     (run_dir / "config.json").write_text(json.dumps(config_json, indent=2))
