@@ -7,9 +7,9 @@ counts a process that builds the agent and trains ``WARMUP`` iterations, and one
 (imports and set-up cancel out). Both libraries use the rl-baselines3-zoo CartPole-v1 PPO
 hyperparameters (8 envs x 32 steps, 20 epochs of one 256-sample minibatch).
 
-It also splits the difference by shared library and names the math kernels (MKL's sgemm and
-tanh), which both libraries execute alike, so the report shows how much of each library's cost
-is arithmetic and how much is overhead (Python, dispatch, allocation).
+It also splits the difference by shared library and names the math kernels (sgemm, MKL's in
+torch or OpenBLAS's in NumPy, and MKL's tanh), so the report shows how much of each library's
+cost is arithmetic and how much is overhead (Python, dispatch, allocation).
 
 Usage: ``python benchmarks/ppo_cartpole_instructions.py`` (needs valgrind, about 10 minutes).
 """
@@ -100,7 +100,7 @@ def main() -> int:
             math = sum(v for f, v in delta.items() if "sgemm" in f or "Tanh" in f)
             print(f"{library}: {total / 1e9:.3f}e9 instructions for {ITERATIONS} iterations, "
                   f"{total / (ITERATIONS * ROLLOUT) / 1e3:.0f}k per env step; "
-                  f"MKL sgemm+tanh {100 * math / total:.0f}%")  # fmt: skip
+                  f"sgemm + MKL tanh {100 * math / total:.0f}%")  # fmt: skip
             by_library = collections.Counter()
             for function, value in delta.items():
                 by_library[library_of(function)] += value
