@@ -53,12 +53,13 @@ class PPOSequenceBatch(NamedTuple):
     initial_state: torch.Tensor
 
 
-def check_finite(losses: dict[str, torch.Tensor]) -> None:
+def check_finite(losses: dict[str, torch.Tensor], weights: str = "weights left unchanged") -> None:
     """Raise `NaNLossError` naming the first non-finite term unless ``losses["total"]`` is
-    finite; called before any weight changes, so the last checkpoint stays good."""
+    finite. Nothing is saved after it, so the last checkpoint stays good; ``weights`` says
+    what became of the weights in memory."""
     if not torch.isfinite(losses["total"]):
         bad = next(k for k, v in losses.items() if not torch.isfinite(v))
-        raise NaNLossError(f"loss/{bad} became {losses[bad].item()}; weights left unchanged")
+        raise NaNLossError(f"loss/{bad} became {losses[bad].item()}; {weights}")
 
 
 def clip_and_step(

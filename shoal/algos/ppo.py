@@ -225,21 +225,18 @@ class PPOLearner(ModelLearner):
                 if stats["approx_kl"] > cfg.target_kl:
                     break
         losses, stats = self._step_losses(steps, clip_eps, kl_coeff)
-        check_finite(losses)
+        check_finite(losses, "this update's steps were applied to the weights in memory")
         return losses, stats, epochs_done
 
     def _step_losses(
         self, steps: list[tuple[PPOBatch, Outputs, torch.Tensor]], clip_eps: float, kl_coeff: float
     ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """`_losses` over the samples of several direct steps at once."""
-        if len(steps) == 1:
-            minibatch, out, advantages = steps[0]
-        else:
-            minibatches, outputs, advantages = zip(*steps, strict=True)
-            minibatch = PPOBatch(*(torch.cat(f) for f in zip(*minibatches, strict=True)))
-            out = Outputs(*(torch.cat(f) for f in zip(*(o[:3] for o in outputs), strict=True)), ())
-            advantages = torch.cat(advantages)
-        args = (out.log_prob, out.entropy, out.values, advantages, clip_eps, kl_coeff)
+        minibatches, outputs, advantages = zip(*steps, strict=True)
+        cat = lambda parts: parts[0] if len(parts) == 1 else torch.cat(parts)  # noqa: E731
+        minibatch = PPOBatch(*(cat(field) for field in zip(*minibatches, strict=True)))
+        log_prob, entropy, values = (cat(f) for f in zip(*(o[:3] for o in outputs), strict=True))
+        args = (log_prob, entropy, values, cat(advantages), clip_eps, kl_coeff)
         return self._losses(minibatch, *args)
 
     def _epoch(self, batch: PPOBatch) -> Iterator[tuple[PPOBatch, None]]:

@@ -63,7 +63,7 @@ class EnvRunner:
         act_with_running_statistics(self.model)
         # Small MLP actor-critics act through NumPy (`shoal.nn.direct_grad`): the same actions
         # from the same random draws at a fraction of the per-step cost; others act as is.
-        self.actor: ActingModel = DirectGradActorCritic.for_model(self.model) or self.model
+        self.actor = DirectGradActorCritic.for_model(self.model) or self.model
         self.obs = self.env.reset(seed=seed)
         self.storage = RolloutStorage(
             num_steps,
@@ -94,11 +94,7 @@ class EnvRunner:
         # place: its module walk and checks cost more than the copies on a small model, and
         # the learner sends the same layout every time.
         targets = self._weight_targets
-        if (
-            targets is not None
-            and len(weights) == len(targets)
-            and targets.keys() == weights.keys()
-        ):
+        if targets is not None and targets.keys() == weights.keys():
             with torch.no_grad():
                 torch._foreach_copy_(list(targets.values()), [weights[k] for k in targets])
             return

@@ -148,8 +148,8 @@ def gae(
     # The recursion is a short loop of tiny steps: on CPU it runs on NumPy views of the same
     # memory, whose per-call cost is a fraction of a tensor op's (the code is the same).
     # Inputs that carry a graph (values whose gradient a caller wants) stay tensors.
-    numpy = deltas.device.type == "cpu" and not deltas.requires_grad
-    if numpy:
+    on_numpy = deltas.device.type == "cpu" and not deltas.requires_grad
+    if on_numpy:
         deltas, decay = deltas.numpy(), decay.numpy()
     advantages = []
     future = 0.0  # A_T = 0
@@ -157,7 +157,7 @@ def gae(
         future = deltas[t] + decay[t] * future
         advantages.append(future)
     advantages.reverse()
-    adv = torch.from_numpy(np.stack(advantages)) if numpy else torch.stack(advantages)
+    adv = torch.from_numpy(np.stack(advantages)) if on_numpy else torch.stack(advantages)
     return adv, adv + values
 
 

@@ -42,55 +42,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from shoal.nn.activations import ACTIVATIONS
 from shoal.nn.actor_critic import ActorCritic, ActOutput
 from shoal.nn.distributions import LOG_SQRT_2PI
 from shoal.nn.heads import CategoricalHead, GaussianHead
 from shoal.nn.mlp import MLP, ParallelMLP
+from shoal.nn.numpy_ops import NUMPY_ACTIVATIONS, as_tensor, gaussian_log_prob, log_softmax
 from shoal.train.optim_step import FlatStep, optimizer_step
-
-
-def _tanh_backward(grad: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """``grad * (1 - y^2)``, with one temporary; ``grad`` is overwritten."""
-    slope = np.multiply(y, y)
-    np.subtract(1.0, slope, out=slope)
-    return np.multiply(grad, slope, out=grad)
-
-
-def _relu_backward(grad: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """``grad * [y > 0]``; ``grad`` is overwritten."""
-    return np.multiply(grad, y > 0, out=grad)
-
-
-def _relu(x: np.ndarray) -> np.ndarray:
-    return np.maximum(x, 0.0, out=x)
-
-
-# Each activation in place on a fresh pre-activation, and its backward from the output y
-# (in place on a fresh gradient).
-_NUMPY_ACTIVATIONS = {
-    ACTIVATIONS["tanh"]: (lambda x: np.tanh(x, out=x), _tanh_backward),
-    ACTIVATIONS["relu"]: (_relu, _relu_backward),
-}
-
-
-def _log_softmax(logits: np.ndarray) -> np.ndarray:
-    """Over the last axis; ``logits`` is overwritten."""
-    logits -= logits.max(-1, keepdims=True)
-    logits -= np.log(np.exp(logits).sum(-1, keepdims=True))
-    return logits
-
-
-def _gaussian_log_prob(z: np.ndarray, log_std: np.ndarray) -> np.ndarray:
-    """Log-density of standardized actions ``z = (a - mean) / std``, summed over the last axis."""
-    return (-0.5 * z * z - log_std).sum(-1) - z.shape[-1] * LOG_SQRT_2PI
-
-
-def _tensor(array: np.ndarray) -> Tensor:
-    """A torch view of a float32 (or int64) result; NumPy's float64 scalars are cast."""
-    if array.dtype == np.float64:
-        array = array.astype(np.float32)
-    return torch.from_numpy(np.ascontiguousarray(array))
 
 
 class Outputs(NamedTuple):
@@ -145,7 +102,7 @@ class DirectGradActorCritic:
         if any(p.device.type != "cpu" or p.dtype != torch.float32 for p in model.parameters()):
             return False
         body = model.body
-        if type(body) not in (MLP, ParallelMLP) or body.activation not in _NUMPY_ACTIVATIONS:
+        if type(body) not in (MLP, ParallelMLP) or body.activation not in NUMPY_ACTIVATIONS:
             return False
         if type(body) is ParallelMLP and body.members != 2:
             return False
@@ -166,7 +123,7 @@ class DirectGradActorCritic:
             raise ValueError(f"{type(model).__name__} has no hand-derived gradient")
         self.model = model
         self.parallel = isinstance(model.body, ParallelMLP)
-        self.activation, self.activation_backward = _NUMPY_ACTIVATIONS[model.body.activation]
+        self.activation, self.activation_backward = NUMPY_ACTIVATIONS[model.body.activation]
         self.categorical = isinstance(model.policy_head, CategoricalHead)
         self.parameters = list(model.parameters())
         self.flat_param: Tensor | None = None
@@ -178,6 +135,7 @@ class DirectGradActorCritic:
         self.flat_grad: Tensor | None = None
         self.grad_views: _Views | None = None
         self.flat_step: FlatStep | None = None
+        self.stepped: torch.optim.Optimizer | None = None
 
     def _pieces(self, flat: Tensor) -> list[Tensor]:
         """Views of ``flat`` shaped as the parameters, in order."""
@@ -200,7 +158,7 @@ class DirectGradActorCritic:
     def _check_views(self) -> None:
         if [t.data_ptr() for t in self.viewed] != self.pointers:
             self.flat_param = None
-            self.flat_step = None
+            self.flat_step = self.stepped = None
             self._view_parameters()
 
     def _attach_grads(self) -> _Views:
@@ -231,8 +189,8 @@ class DirectGradActorCritic:
             coef = max_grad_norm / (math.sqrt(float(grad @ grad)) + 1e-6)
             if coef < 1.0:
                 grad *= np.float32(coef)
-        if self.flat_step is None or self.flat_step.optimizer is not optimizer:
-            self.flat_step = self._flat_step(optimizer)
+        if self.stepped is not optimizer:  # decided once per optimizer
+            self.flat_step, self.stepped = self._flat_step(optimizer), optimizer
         if self.flat_step is not None:
             self.flat_step.step()
         else:
@@ -288,7 +246,7 @@ class DirectGradActorCritic:
         `DiagGaussian.sample`), so a seeded run samples the same actions either way."""
         _, values, out = self._forward(obs)
         if self.categorical:
-            log_probs = _log_softmax(out)
+            log_probs = log_softmax(out)
             if deterministic:
                 actions = log_probs.argmax(-1)
             else:
@@ -301,11 +259,11 @@ class DirectGradActorCritic:
                 noise = torch.randn(out.shape).numpy()
                 actions = out + np.exp(self.weights.log_std) * noise
             z = (actions - out) * np.exp(-self.weights.log_std)
-            log_prob = _gaussian_log_prob(z, self.weights.log_std)
-        return ActOutput(_tensor(actions), _tensor(log_prob), _tensor(values))
+            log_prob = gaussian_log_prob(z, self.weights.log_std)
+        return ActOutput(as_tensor(actions), as_tensor(log_prob), as_tensor(values))
 
     def value(self, obs: Tensor) -> Tensor:
-        return _tensor(self._forward(obs)[1])
+        return as_tensor(self._forward(obs)[1])
 
     def outputs(self, obs: Tensor, actions: Tensor) -> Outputs:
         """``log_prob`` of ``actions``, ``entropy`` and ``values`` for a training step, and
@@ -313,7 +271,7 @@ class DirectGradActorCritic:
         hidden, values, out = self._forward(obs)
         actions = actions.numpy()
         if self.categorical:
-            log_probs = _log_softmax(out)
+            log_probs = log_softmax(out)
             probs = np.exp(log_probs)
             index = (np.arange(len(actions)), actions.astype(np.int64))
             log_prob = log_probs[index]
@@ -323,10 +281,12 @@ class DirectGradActorCritic:
             log_std = self.weights.log_std
             inv_std = np.exp(-log_std)
             z = (actions - out) * inv_std
-            log_prob = _gaussian_log_prob(z, log_std)
+            log_prob = gaussian_log_prob(z, log_std)
             entropy = np.full(z.shape[0], (log_std + 0.5 + LOG_SQRT_2PI).sum(), np.float32)
             distribution = (z, inv_std)
-        return Outputs(_tensor(log_prob), _tensor(entropy), _tensor(values), (hidden, distribution))
+        return Outputs(
+            as_tensor(log_prob), as_tensor(entropy), as_tensor(values), (hidden, distribution)
+        )
 
     def backward(
         self, outputs: Outputs, g_log_prob: Tensor, g_entropy: Tensor | None, g_values: Tensor
