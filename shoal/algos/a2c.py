@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import gymnasium as gym
+import numpy as np
 import torch
 
 from shoal.algos.on_policy import (
@@ -42,7 +43,11 @@ from shoal.config import (
     check_positive,
 )
 from shoal.losses import entropy_loss, policy_gradient_loss, value_loss
-from shoal.losses.gradients import entropy_loss_grad, policy_gradient_loss_grad, value_loss_grad
+from shoal.losses.numpy_losses import (
+    entropy_loss_and_grad,
+    policy_gradient_loss_and_grad,
+    value_loss_and_grad,
+)
 from shoal.nn import ActorCritic, RecurrentActorCritic, build_actor_critic
 from shoal.nn.direct_grad import DirectGradActorCritic
 from shoal.train.schedules import scheduled
@@ -157,17 +162,22 @@ class A2CLearner(ModelLearner):
         )
         return losses
 
-    def _direct_step(self, batch: PPOBatch) -> dict[str, torch.Tensor]:
+    def _direct_step(self, batch: PPOBatch) -> dict[str, float]:
         """The gradient step through `DirectGradActorCritic`: the same losses and gradients
-        as autograd's, faster on small MLPs (see `shoal.nn.direct_grad`)."""
+        as autograd's, faster on small MLPs (see `shoal.nn.direct_grad`), with the loss terms
+        and their gradients evaluated in NumPy (`shoal.losses.numpy_losses`)."""
         cfg = self.config
         out = self.direct.outputs(batch.obs, batch.actions)
-        advantages = self._advantages(batch)
-        losses = self._losses(out.log_prob, out.entropy, out.values, advantages, batch)
+        log_prob, entropy, values = out.log_prob.numpy(), out.entropy.numpy(), out.values.numpy()
+        advantages = self._advantages(batch).numpy()
+        policy, g_log_prob = policy_gradient_loss_and_grad(log_prob, advantages)
+        value, g_values = value_loss_and_grad(values, batch.returns.numpy())
+        entropy_term, g_entropy = entropy_loss_and_grad(entropy)
+        total = policy + cfg.vf_coef * value + cfg.ent_coef * entropy_term
+        losses = {"policy": policy, "value": value, "entropy": entropy_term, "total": total}
         check_finite(losses)
-        g_entropy = cfg.ent_coef * entropy_loss_grad(out.entropy) if cfg.ent_coef else None
-        g_values = cfg.vf_coef * value_loss_grad(out.values, batch.returns)
-        g_log_prob = policy_gradient_loss_grad(out.log_prob, advantages)
+        g_entropy = g_entropy * np.float32(cfg.ent_coef) if cfg.ent_coef else None
+        g_values *= np.float32(cfg.vf_coef)
         self.direct.backward(out, g_log_prob, g_entropy, g_values)
         self.direct.clip_and_step(self.optimizer, cfg.optim.max_grad_norm)
         return losses
@@ -195,12 +205,13 @@ class A2CLearner(ModelLearner):
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         if self.direct is not None and isinstance(batch, PPOBatch):
-            losses = self._direct_step(batch)
+            values = self._direct_step(batch)
         else:
             losses = self.losses(batch)
             gradient_step(losses, self.optimizer, self.parameters, self.config.optim.max_grad_norm)
-        values = torch.stack(list(losses.values())).detach().tolist()
-        metrics = {f"loss/{k}": v for k, v in zip(losses, values, strict=True)}
+            stacked = torch.stack(list(losses.values())).detach().tolist()
+            values = dict(zip(losses, stacked, strict=True))
+        metrics = {f"loss/{k}": v for k, v in values.items()}
         metrics["train/lr"] = lr
         return metrics
 

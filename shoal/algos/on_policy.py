@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import gymnasium as gym
+import numpy as np
 import torch
 
 from shoal.collect import make_sampler
@@ -53,13 +55,23 @@ class PPOSequenceBatch(NamedTuple):
     initial_state: torch.Tensor
 
 
-def check_finite(losses: dict[str, torch.Tensor], weights: str = "weights left unchanged") -> None:
+def check_finite(
+    losses: dict[str, torch.Tensor] | dict[str, float], weights: str = "weights left unchanged"
+) -> None:
     """Raise `NaNLossError` naming the first non-finite term unless ``losses["total"]`` is
-    finite. Nothing is saved after it, so the last checkpoint stays good; ``weights`` says
-    what became of the weights in memory."""
-    if not torch.isfinite(losses["total"]):
-        bad = next(k for k, v in losses.items() if not torch.isfinite(v))
-        raise NaNLossError(f"loss/{bad} became {losses[bad].item()}; {weights}")
+    finite (the terms are tensors or Python floats). Nothing is saved after it, so the last
+    checkpoint stays good; ``weights`` says what became of the weights in memory."""
+    if not _is_finite(losses["total"]):
+        bad = next(k for k, v in losses.items() if not _is_finite(v))
+        value = losses[bad]
+        value = value.item() if isinstance(value, torch.Tensor) else value
+        raise NaNLossError(f"loss/{bad} became {value}; {weights}")
+
+
+def _is_finite(value: torch.Tensor | float) -> bool:
+    if isinstance(value, torch.Tensor):
+        return bool(torch.isfinite(value))
+    return math.isfinite(value)
 
 
 def clip_and_step(
@@ -101,15 +113,30 @@ def make_sequence_batch(rollout: Rollout, gamma: float, lam: float, chunk: int) 
 
 
 def make_batch(rollout: Rollout, gamma: float, lam: float) -> PPOBatch:
-    """GAE over the time-major rollout, then keep only the real (non-autoreset) transitions."""
-    advantages, returns = _gae(rollout, gamma, lam)
-    keep = rollout.valid.flatten().nonzero().squeeze(1)  # once, not a boolean mask per field
-    flat = lambda x: x.flatten(0, 1).index_select(0, keep)
+    """GAE over the time-major rollout, then keep only the real (non-autoreset) transitions,
+    flat. Rollouts live on the CPU, so this runs on NumPy views of their memory: a dozen
+    NumPy calls cost a fraction of the same tensor ops' dispatch on rollouts this small."""
+    values = rollout.values.numpy()
+    next_values = np.concatenate([values[1:], rollout.last_values.numpy()[None]])
+    advantages, returns = gae(
+        rollout.rewards.numpy(),
+        values,
+        next_values,
+        rollout.terminated.numpy(),
+        rollout.truncated.numpy(),
+        gamma,
+        lam,
+    )
+    keep = rollout.valid.numpy().reshape(-1)
+
+    def flat(x: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(x.reshape(keep.size, *x.shape[2:])[keep])
+
     return PPOBatch(
-        flat(rollout.obs),
-        flat(rollout.actions),
-        flat(rollout.log_probs),
-        flat(rollout.values),
+        flat(rollout.obs.numpy()),
+        flat(rollout.actions.numpy()),
+        flat(rollout.log_probs.numpy()),
+        flat(values),
         flat(advantages),
         flat(returns),
     )
@@ -162,7 +189,15 @@ class ModelLearner:
     optimizer: torch.optim.Optimizer
 
     def get_weights(self) -> dict[str, torch.Tensor]:
-        return self.model.state_dict()
+        """The model's ``state_dict()``: detached tensors sharing the weights' memory (a
+        receiver copies them). The module walk is done once: ``state_dict`` visits every
+        submodule, which costs more than the copies on a small model, while the parameter
+        and buffer objects of a built model stay the same (``load_state_dict`` and the
+        optimizer write into them in place)."""
+        entries = getattr(self, "_weight_entries", None)
+        if entries is None:
+            entries = self._weight_entries = self.model.state_dict(keep_vars=True)
+        return {name: tensor.detach() for name, tensor in entries.items()}
 
     def set_weights(self, weights: dict[str, torch.Tensor]) -> None:
         self.model.load_state_dict(weights)
@@ -231,12 +266,16 @@ class OnPolicyAlgorithm:
         metrics.update(episodes.metrics())
         return metrics
 
-    def _broadcast(self) -> None:
+    def _broadcast(self, restored: bool = False) -> None:
+        """Hand the learner's weights to the sampler, with the temperature for the next
+        rollout. ``restored``: the learner's weights were just loaded from a checkpoint."""
         # The temperature is a buffer of the weights, so the next rollout is sampled with it
-        # and its update uses the same value, as probability ratios need.
-        self.temperature = apply_temperature(
-            self.learner.model, self.config.model, self.env_steps, self.episodes
-        )
+        # and its update uses the same value, as probability ratios need. A constant one is
+        # set once, and again after a restore (the checkpoint may hold another value).
+        if restored or self.iteration == 0 or self.config.model.temperature_min is not None:
+            self.temperature = apply_temperature(
+                self.learner.model, self.config.model, self.env_steps, self.episodes
+            )
         self.sampler.set_weights(self.learner.get_weights())
 
     def policy(self) -> ActorPolicy:
@@ -265,7 +304,7 @@ class OnPolicyAlgorithm:
         self.env_steps = state["counters"]["env_steps"]
         self.episodes = state["counters"]["episodes"]
         self.iteration = state["counters"]["iteration"]
-        self._broadcast()
+        self._broadcast(restored=True)
         fallback = derive_seed(self.config.run.seed, "env-restart", self.iteration)
         return self.sampler.set_state(state["sampler"], fallback)
 

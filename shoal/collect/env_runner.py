@@ -23,6 +23,7 @@ from shoal.errors import ConfigError
 from shoal.interfaces import Weights
 from shoal.nn.actor_critic import ActOutput
 from shoal.nn.direct_grad import DirectGradActorCritic
+from shoal.nn.numpy_ops import as_array
 from shoal.nn.recurrent import is_recurrent
 from shoal.train.threads import set_compute_threads
 from shoal.types import EpisodeStats, Rollout
@@ -63,7 +64,7 @@ class EnvRunner:
         act_with_running_statistics(self.model)
         # Small MLP actor-critics act through NumPy (`shoal.nn.direct_grad`): the same actions
         # from the same random draws at a fraction of the per-step cost; others act as is.
-        self.actor = DirectGradActorCritic.for_model(self.model) or self.model
+        self.direct = DirectGradActorCritic.for_model(self.model)
         self.obs = self.env.reset(seed=seed)
         self.storage = RolloutStorage(
             num_steps,
@@ -121,17 +122,19 @@ class EnvRunner:
         """Step all envs ``num_steps`` times; returns the rollout and finished episodes."""
         if self.recurrent:
             return self._sample_recurrent()
-        storage, env, model = self.storage, self.env, self.actor
+        storage, env, model, direct = self.storage, self.env, self.model, self.direct
         returns, lengths, agents = [], [], []
         masked = storage.action_mask is not None
         for t in range(self.num_steps):
-            obs = storage.write_obs(t, self.obs)
             if masked:
+                obs = storage.write_obs(t, self.obs)
                 mask = storage.write_action_mask(t, env.action_mask)
-                out = self.model.act(obs, action_mask=mask)
+                out = model.act(obs, action_mask=mask)
+            elif direct is not None:  # NumPy in, NumPy out: no tensor wrapping per step
+                out = direct.act_arrays(storage.write_obs_array(t, self.obs))
             else:
-                out = model.act(obs)
-            result = env.step(out.actions.numpy())
+                out = model.act(storage.write_obs(t, self.obs))
+            result = env.step(as_array(out.actions))
             storage.write_step(t, out, result)
             self.obs = result.obs
             if result.episode_returns.size:
@@ -140,7 +143,7 @@ class EnvRunner:
                 if result.episode_agents is not None:
                     agents.append(result.episode_agents)
         last_obs = torch.as_tensor(self.obs, dtype=storage.obs.dtype)
-        rollout = storage.rollout(last_values=model.value(last_obs))
+        rollout = storage.rollout(last_values=(direct or model).value(last_obs))
         return rollout, self._episodes(returns, lengths, agents)
 
     def _sample_recurrent(self) -> tuple[Rollout, EpisodeStats]:

@@ -9,6 +9,7 @@ import torch
 from shoal.envs.agents_as_batch import split_observation
 from shoal.errors import UnsupportedSpaceError
 from shoal.nn.actor_critic import ActOutput
+from shoal.nn.numpy_ops import as_array
 from shoal.types import Rollout, StepResult
 
 
@@ -78,17 +79,24 @@ class RolloutStorage:
         self._np["obs"][t] = obs
         return self.obs[t]
 
+    def write_obs_array(self, t: int, obs: np.ndarray) -> np.ndarray:
+        """`write_obs` for a policy that acts on NumPy arrays: the stored row as an array."""
+        row = self._np["obs"][t]
+        row[...] = obs
+        return row
+
     def write_action_mask(self, t: int, mask: np.ndarray) -> torch.Tensor:
         """Store the legal actions at step ``t``'s observation and return the stored row."""
         self._np["action_mask"][t] = mask
         return self.action_mask[t]
 
     def write_step(self, t: int, out: ActOutput, result: StepResult) -> None:
-        """Store what the policy did at step ``t`` and what the env answered."""
+        """Store what the policy did at step ``t`` (``out`` of tensors or NumPy arrays) and
+        what the env answered."""
         views = self._np
-        views["actions"][t] = out.actions.numpy()
-        views["log_probs"][t] = out.log_probs.numpy()
-        views["values"][t] = out.values.numpy()
+        views["actions"][t] = as_array(out.actions)
+        views["log_probs"][t] = as_array(out.log_probs)
+        views["values"][t] = as_array(out.values)
         views["rewards"][t] = result.reward
         views["terminated"][t] = result.terminated
         views["truncated"][t] = result.truncated

@@ -114,6 +114,12 @@ def gae(
     with ``A_T = 0``. ``lam = 1`` gives Monte-Carlo returns minus the baseline, ``lam = 0`` the
     one-step TD error.
 
+    Takes torch tensors or NumPy arrays and returns the same kind. CPU tensors without a
+    graph are computed on NumPy views of their memory: the recursion is a short loop of tiny
+    steps, and a NumPy call costs a fraction of a tensor op's dispatch (same arithmetic).
+    Tensors on an accelerator, or carrying a graph (values whose gradient a caller wants),
+    stay in torch.
+
     Args:
         rewards: ``[T, B, ...]`` float rewards; the computation runs in this dtype.
         values: ``[T, B, ...]`` critic values of the state each transition starts from.
@@ -127,38 +133,54 @@ def gae(
         ``(advantages, returns)``, both ``[T, B, ...]`` in the dtype of ``rewards``, with
         ``returns = advantages + values`` (the lambda-return, a target for the critic).
     """
-    _check_time_major(
-        {
-            "rewards": rewards,
-            "values": values,
-            "next_values": next_values,
-            "terminated": terminated,
-            "truncated": truncated,
-        }
-    )
+    inputs = (rewards, values, next_values, terminated, truncated)
+    names = ("rewards", "values", "next_values", "terminated", "truncated")
+    _check_time_major(dict(zip(names, inputs, strict=True)))
+    if isinstance(rewards, np.ndarray):
+        return _gae_numpy(*inputs, gamma, lam)
+    if rewards.device.type == "cpu" and not any(x.requires_grad for x in inputs):
+        advantages, returns = _gae_numpy(*(x.numpy() for x in inputs), gamma, lam)
+        return torch.from_numpy(advantages), torch.from_numpy(returns)
     values = values.to(rewards.dtype)
     next_values = next_values.to(rewards.dtype)
     terminated = terminated.bool()
     # The trace must stop at any episode end, but only termination drops the bootstrap.
     done = terminated | truncated.bool()
-
-    # All TD errors at once; only the recursion needs the loop.
+    # All TD errors at once; only the recursion needs the loop. Masks via torch.where, so a
+    # non-finite placeholder value at a masked-out position cannot leak (0 * inf is nan).
     deltas = rewards - values + torch.where(terminated, 0.0, gamma * next_values)
     decay = (~done).to(deltas.dtype) * (gamma * lam)
-    # The recursion is a short loop of tiny steps: on CPU it runs on NumPy views of the same
-    # memory, whose per-call cost is a fraction of a tensor op's (the code is the same).
-    # Inputs that carry a graph (values whose gradient a caller wants) stay tensors.
-    on_numpy = deltas.device.type == "cpu" and not deltas.requires_grad
-    if on_numpy:
-        deltas, decay = deltas.numpy(), decay.numpy()
     advantages = []
-    future = 0.0  # A_T = 0
+    future = torch.zeros_like(deltas[0])  # A_T = 0
     for t in reversed(range(len(deltas))):
         future = deltas[t] + decay[t] * future
         advantages.append(future)
-    advantages.reverse()
-    adv = torch.from_numpy(np.stack(advantages)) if on_numpy else torch.stack(advantages)
+    adv = torch.stack(advantages[::-1])
     return adv, adv + values
+
+
+def _gae_numpy(
+    rewards: np.ndarray,
+    values: np.ndarray,
+    next_values: np.ndarray,
+    terminated: np.ndarray,
+    truncated: np.ndarray,
+    gamma: float,
+    lam: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """`gae` on NumPy arrays, step for step the torch code above."""
+    dtype = rewards.dtype
+    values = values.astype(dtype, copy=False)
+    terminated = terminated.astype(bool, copy=False)
+    done = terminated | truncated.astype(bool, copy=False)
+    bootstrap = np.where(terminated, 0.0, gamma * next_values.astype(dtype, copy=False))
+    deltas = rewards - values + bootstrap.astype(dtype, copy=False)
+    decay = np.where(done, 0.0, gamma * lam).astype(dtype)
+    advantages = np.empty_like(deltas)
+    future = 0.0  # A_T = 0
+    for t in range(len(deltas) - 1, -1, -1):
+        future = advantages[t] = deltas[t] + decay[t] * future
+    return advantages, advantages + values
 
 
 def n_step_return(rewards: Tensor, gamma: float) -> Tensor:

@@ -10,7 +10,8 @@ log-probability of the taken action, the policy's entropy and the value. So the 
    pass needs, and returns ``log_prob``, ``entropy`` and ``values``.
 2. The learner takes the losses' gradients with respect to the three quantities from
    `shoal.losses.gradients` (and evaluates the losses themselves with the usual pure functions
-   of `shoal.losses`, for the logged values and the NaN check).
+   of `shoal.losses`, for the logged values and the NaN check); A2C, one step per rollout,
+   takes both from their NumPy versions in `shoal.losses.numpy_losses`.
 3. `DirectGradActorCritic.backward` carries those gradients through the distribution, the heads
    and the hidden layers with the chain rule written out, into each parameter's ``.grad``.
 4. `DirectGradActorCritic.clip_and_step` clips the gradients and takes the optimizer's step.
@@ -18,11 +19,12 @@ log-probability of the taken action, the policy's entropy and the value. So the 
 Both passes compute with NumPy on zero-copy views of the parameters and their gradients. On
 arrays of this size a NumPy call costs a fraction of a PyTorch op's dispatch (the matmuls run
 at the same speed), and a step here is some forty calls; the result is the same arithmetic in
-float32. Inputs and outputs stay torch tensors (views of the same memory), so callers see no
-NumPy. A learner's instance (``flat_parameters=True``) also moves the parameters into one flat
+float32. Inputs and outputs are torch tensors (views of the same memory), or NumPy arrays
+where a caller works in NumPy anyway (`act_arrays`, gradients given to `backward`). A
+learner's instance (``flat_parameters=True``) also moves the parameters into one flat
 buffer, next to the flat gradient buffer, so that clipping is one dot product and the optimizer
 step a dozen array operations (`shoal.train.optim_step.FlatStep`). A sampler's instance acts
-(`DirectGradActorCritic.act`) with the same random draws as ``ActorCritic.act``.
+(`DirectGradActorCritic.act_arrays`) with the same random draws as ``ActorCritic.act``.
 
 The result equals autograd's to float32 rounding (``tests/nn/test_direct_grad.py`` compares
 every parameter's gradient for each supported model). `DirectGradActorCritic.supports` says
@@ -46,7 +48,13 @@ from shoal.nn.actor_critic import ActorCritic, ActOutput
 from shoal.nn.distributions import LOG_SQRT_2PI
 from shoal.nn.heads import CategoricalHead, GaussianHead
 from shoal.nn.mlp import MLP, ParallelMLP
-from shoal.nn.numpy_ops import NUMPY_ACTIVATIONS, as_tensor, gaussian_log_prob, log_softmax
+from shoal.nn.numpy_ops import (
+    NUMPY_ACTIVATIONS,
+    as_array,
+    as_tensor,
+    gaussian_log_prob,
+    log_softmax,
+)
 from shoal.train.optim_step import FlatStep, optimizer_step
 
 
@@ -212,11 +220,7 @@ class DirectGradActorCritic:
         """Each layer's output (the input first), the values and the policy head's output
         (logits, tempered, or the Gaussian's mean)."""
         self._check_views()
-        if obs.dtype == torch.float32 and obs.dim() == 2:  # what the encoding leaves as is
-            x = obs.contiguous().numpy()
-        else:
-            with torch.no_grad():
-                x = self.model.encoding(obs).contiguous().numpy()
+        x = self._input(obs)
         hidden = [x]
         h = x
         for weight, bias in self.weights.layers:
@@ -235,6 +239,18 @@ class DirectGradActorCritic:
                 out /= temperature
         return hidden, values, out
 
+    def _input(self, obs: Tensor | np.ndarray) -> np.ndarray:
+        """The network's input: float32 rows pass as they are (what the model's encoding
+        leaves unchanged); anything else goes through the encoding."""
+        if isinstance(obs, np.ndarray):
+            if obs.dtype == np.float32 and obs.ndim == 2:
+                return obs
+            obs = torch.from_numpy(obs)
+        if obs.dtype == torch.float32 and obs.dim() == 2:
+            return obs.contiguous().numpy()
+        with torch.no_grad():
+            return self.model.encoding(obs).contiguous().numpy()
+
     def _temperature(self) -> float:
         # Through a NumPy view of the buffer: converting the tensor itself costs microseconds.
         return float(self.temperature)
@@ -244,6 +260,11 @@ class DirectGradActorCritic:
         and the same draws from the torch generator (the Gumbel noise of
         `shoal.nn.distributions.Categorical.sample`, the normal noise of
         `DiagGaussian.sample`), so a seeded run samples the same actions either way."""
+        return ActOutput(*(as_tensor(x) for x in self.act_arrays(obs, deterministic)))
+
+    def act_arrays(self, obs: Tensor | np.ndarray, deterministic: bool = False) -> ActOutput:
+        """`act` with NumPy arrays for observations and results: a sampler's per-step path,
+        which writes them straight into its storage's arrays."""
         _, values, out = self._forward(obs)
         if self.categorical:
             log_probs = log_softmax(out)
@@ -260,7 +281,7 @@ class DirectGradActorCritic:
                 actions = out + np.exp(self.weights.log_std) * noise
             z = (actions - out) * np.exp(-self.weights.log_std)
             log_prob = gaussian_log_prob(z, self.weights.log_std)
-        return ActOutput(as_tensor(actions), as_tensor(log_prob), as_tensor(values))
+        return ActOutput(actions, log_prob, values)
 
     def value(self, obs: Tensor) -> Tensor:
         return as_tensor(self._forward(obs)[1])
@@ -289,18 +310,21 @@ class DirectGradActorCritic:
         )
 
     def backward(
-        self, outputs: Outputs, g_log_prob: Tensor, g_entropy: Tensor | None, g_values: Tensor
+        self,
+        outputs: Outputs,
+        g_log_prob: Tensor | np.ndarray,
+        g_entropy: Tensor | np.ndarray | None,
+        g_values: Tensor | np.ndarray,
     ) -> None:
         """Set each parameter's ``.grad`` to the gradient of a loss whose gradients with
         respect to ``outputs.log_prob``, ``.entropy`` and ``.values`` are the ``g_`` tensors
-        (``g_entropy`` None: the loss has no entropy term)."""
+        or float32 arrays (``g_entropy`` None: the loss has no entropy term)."""
         grads = self._attach_grads()
         hidden, distribution = outputs.saved
         features = hidden[-1]
         actor, critic = (features[0], features[1]) if self.parallel else (features, features)
-        g_values = g_values.numpy()
-        g_log_prob = g_log_prob.numpy()
-        g_entropy = None if g_entropy is None else g_entropy.numpy()
+        g_values, g_log_prob = as_array(g_values), as_array(g_log_prob)
+        g_entropy = None if g_entropy is None else as_array(g_entropy)
 
         if self.categorical:
             g_out = self._categorical_backward(distribution, g_log_prob, g_entropy)

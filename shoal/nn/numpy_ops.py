@@ -56,3 +56,8 @@ def as_tensor(array: np.ndarray) -> Tensor:
     if array.dtype == np.float64:
         array = array.astype(np.float32)
     return torch.from_numpy(np.ascontiguousarray(array))
+
+
+def as_array(x: Tensor | np.ndarray) -> np.ndarray:
+    """A NumPy view of a CPU tensor; arrays pass as they are."""
+    return x.numpy() if isinstance(x, Tensor) else x

@@ -12,6 +12,7 @@ import shoal
 from shoal.algos import a2c
 from shoal.algos.a2c import A2C, A2CConfig, A2CLearner
 from shoal.algos.ppo import make_batch
+from shoal.api import build_config
 from shoal.config import EnvConfig, ModelConfig, OptimConfig
 from shoal.errors import ConfigError, NaNLossError
 from shoal.train.checkpoint import load_checkpoint
@@ -164,11 +165,19 @@ def test_a2c_smoke(env_id, action_shape, tmp_path):
     env.close()
 
 
-def test_nan_loss_names_the_loss(tmp_path, monkeypatch):
-    monkeypatch.setattr(a2c, "value_loss", lambda v, r: (v - r).mean() * float("nan"))
+@pytest.mark.parametrize("activation", ["tanh", "silu"])
+def test_nan_loss_names_the_loss(activation, tmp_path, monkeypatch):
+    """tanh: the direct path, whose loss terms come from `shoal.losses.numpy_losses`; SiLU
+    has no hand-written backward pass, so its update goes through autograd."""
+    nan_value = lambda v, r: (v - r).mean() * float("nan")  # noqa: E731
+    monkeypatch.setattr(a2c, "value_loss", nan_value)
+    monkeypatch.setattr(a2c, "value_loss_and_grad", lambda v, r: (nan_value(v, r), v - r))
     with pytest.raises(NaNLossError, match="loss/value"):
         shoal.train(
-            "a2c", run_dir=str(tmp_path / "run"), total_steps=ITERATION_STEPS, **small_a2c()
+            "a2c",
+            run_dir=str(tmp_path / "run"),
+            total_steps=ITERATION_STEPS,
+            **small_a2c(**{"model.activation": activation}),
         )
 
 
@@ -220,3 +229,27 @@ def test_tuned_example_builds():
     config = shoal.registry.find_tuned("a2c-cartpole").build_config()
     assert isinstance(config, A2CConfig) and config.optimizer == "rmsprop"
     assert config.run.target_return == 475 and config.run.eval_episodes == 20
+
+
+def test_the_sampler_acts_with_the_weights_of_the_latest_update():
+    """`ModelLearner.get_weights` walks the model once and then hands out the same tensors:
+    they must still carry every update and every load into the learner."""
+    config = build_config("a2c", **small_a2c())
+    algorithm = A2C(config)
+    runner_model = algorithm.sampler.runner.model
+
+    def assert_sampler_has_learner_weights():
+        learner = algorithm.learner.model.state_dict()
+        for name, value in runner_model.state_dict().items():
+            torch.testing.assert_close(value, learner[name], rtol=0, atol=0)
+
+    before = {k: v.clone() for k, v in algorithm.learner.model.state_dict().items()}
+    for _ in range(2):
+        algorithm.train_iteration()
+        assert_sampler_has_learner_weights()
+    changed = algorithm.learner.model.state_dict()
+    assert any(not torch.equal(before[k], changed[k]) for k in before)
+    algorithm.learner.model.load_state_dict(before)
+    algorithm._broadcast()
+    assert_sampler_has_learner_weights()
+    algorithm.close()

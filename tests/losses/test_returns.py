@@ -1,5 +1,6 @@
 """Tests for shoal.losses.returns: hand-computed cases and naive references."""
 
+import numpy as np
 import pytest
 import torch
 from torch.testing import assert_close
@@ -262,3 +263,25 @@ def test_shape_mismatch_raises():
         gae(rewards, rewards, rewards, flags, flags[:2], GAMMA, LAM)
     with pytest.raises(ValueError):
         discounted_returns(torch.zeros(3), torch.zeros(3), flags[:, 0], flags[:, 0], GAMMA)
+
+
+# ------------------------------------------------------------- NumPy and torch computations
+
+
+@pytest.mark.parametrize("shape", [(17, 5), (9, 4)])
+def test_gae_numpy_arrays_and_the_torch_path_agree(shape):
+    """CPU tensors without a graph and NumPy arrays go through NumPy; tensors with a graph
+    through torch (keeping the graph). All three give the same numbers."""
+    rewards, values, next_values, terminated, truncated = _random_rollout(shape, seed=8)
+    on_numpy = gae(rewards, values, next_values, terminated, truncated, 0.97, 0.9)
+    arrays = gae(
+        *(x.numpy() for x in (rewards, values, next_values, terminated, truncated)), 0.97, 0.9
+    )
+    assert all(isinstance(a, np.ndarray) for a in arrays)
+    graph_values = values.clone().requires_grad_(True)
+    on_torch = gae(rewards, graph_values, next_values, terminated, truncated, 0.97, 0.9)
+    assert on_torch[1].requires_grad
+    expected = _naive_gae(rewards, values, next_values, terminated, truncated, 0.97, 0.9)
+    for result in (on_numpy, tuple(torch.from_numpy(a) for a in arrays), on_torch):
+        assert_close(result[0].detach(), expected[0])
+        assert_close(result[1].detach(), expected[1])

@@ -2,6 +2,7 @@
 supports, and PPO / A2C updates through it equal the autograd updates."""
 
 import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 
@@ -110,6 +111,12 @@ def test_act_equals_the_models_act_with_the_same_draws(name, deterministic):
     torch.testing.assert_close(out.log_probs, expected.log_probs, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(out.values, expected.values)
     torch.testing.assert_close(direct.value(obs), expected_values)
+    # The sampler's path: NumPy observations in, the same results as NumPy arrays out.
+    torch.manual_seed(1)
+    arrays = direct.act_arrays(obs.numpy(), deterministic)
+    assert all(isinstance(x, np.ndarray) for x in arrays)
+    for got, want in zip(arrays, out, strict=True):
+        np.testing.assert_array_equal(got, want.numpy())
 
 
 def test_views_follow_loaded_weights_and_new_parameter_memory():
