@@ -194,10 +194,10 @@ class ModelLearner:
         submodule, which costs more than the copies on a small model, while the parameter
         and buffer objects of a built model stay the same (``load_state_dict`` and the
         optimizer write into them in place)."""
-        entries = getattr(self, "_weight_entries", None)
-        if entries is None:
-            entries = self._weight_entries = self.model.state_dict(keep_vars=True)
-        return {name: tensor.detach() for name, tensor in entries.items()}
+        cached = getattr(self, "_weight_entries", None)
+        if cached is None or cached[0] is not self.model:
+            cached = self._weight_entries = (self.model, self.model.state_dict(keep_vars=True))
+        return {name: tensor.detach() for name, tensor in cached[1].items()}
 
     def set_weights(self, weights: dict[str, torch.Tensor]) -> None:
         self.model.load_state_dict(weights)
