@@ -236,7 +236,7 @@ class OnPolicyAlgorithm:
         self.env_steps = 0
         self.episodes = 0
         self.iteration = 0
-        self._broadcast()
+        self._broadcast(set_temperature=True)
 
     def progress(self) -> float:
         """Fraction of the schedules' horizon done (``optim.anneal_steps`` or total steps)."""
@@ -266,13 +266,14 @@ class OnPolicyAlgorithm:
         metrics.update(episodes.metrics())
         return metrics
 
-    def _broadcast(self, restored: bool = False) -> None:
+    def _broadcast(self, set_temperature: bool = False) -> None:
         """Hand the learner's weights to the sampler, with the temperature for the next
-        rollout. ``restored``: the learner's weights were just loaded from a checkpoint."""
+        rollout: the scheduled one, or with ``set_temperature`` the constant one (when the
+        learner is built or its weights were loaded from a checkpoint, which may hold another
+        value; nothing else changes it)."""
         # The temperature is a buffer of the weights, so the next rollout is sampled with it
-        # and its update uses the same value, as probability ratios need. A constant one is
-        # set once, and again after a restore (the checkpoint may hold another value).
-        if restored or self.iteration == 0 or self.config.model.temperature_min is not None:
+        # and its update uses the same value, as probability ratios need.
+        if set_temperature or self.config.model.temperature_min is not None:
             self.temperature = apply_temperature(
                 self.learner.model, self.config.model, self.env_steps, self.episodes
             )
@@ -304,7 +305,7 @@ class OnPolicyAlgorithm:
         self.env_steps = state["counters"]["env_steps"]
         self.episodes = state["counters"]["episodes"]
         self.iteration = state["counters"]["iteration"]
-        self._broadcast(restored=True)
+        self._broadcast(set_temperature=True)
         fallback = derive_seed(self.config.run.seed, "env-restart", self.iteration)
         return self.sampler.set_state(state["sampler"], fallback)
 

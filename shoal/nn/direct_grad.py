@@ -205,16 +205,17 @@ class DirectGradActorCritic:
             optimizer_step(optimizer)
 
     def _flat_step(self, optimizer: torch.optim.Optimizer) -> FlatStep | None:
-        groups = optimizer.param_groups
-        if self.flat_param is None or self.flat_grad is None or len(groups) != 1:
+        if self.flat_param is None or self.flat_grad is None:
             return None
-        params = groups[0]["params"]
+        flat_step = FlatStep(optimizer, self.flat_param, self.flat_grad)
+        if not flat_step.supported():  # one parameter group among its conditions
+            return None
+        params = optimizer.param_groups[0]["params"]
         if len(params) != len(self.parameters) or any(
             a is not b for a, b in zip(params, self.parameters, strict=True)
         ):
             return None
-        flat_step = FlatStep(optimizer, self.flat_param, self.flat_grad)
-        return flat_step if flat_step.supported() else None
+        return flat_step
 
     def _forward(self, obs: Tensor) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
         """Each layer's output (the input first), the values and the policy head's output
@@ -255,16 +256,12 @@ class DirectGradActorCritic:
         # Through a NumPy view of the buffer: converting the tensor itself costs microseconds.
         return float(self.temperature)
 
-    def act(self, obs: Tensor, deterministic: bool = False) -> ActOutput:
-        """``ActorCritic.act`` for inference: the same actions, log-probabilities and values,
+    def act_arrays(self, obs: Tensor | np.ndarray, deterministic: bool = False) -> ActOutput:
+        """``ActorCritic.act`` for a sampler, with NumPy arrays for results (it writes them
+        straight into its storage's arrays): the same actions, log-probabilities and values,
         and the same draws from the torch generator (the Gumbel noise of
         `shoal.nn.distributions.Categorical.sample`, the normal noise of
         `DiagGaussian.sample`), so a seeded run samples the same actions either way."""
-        return ActOutput(*(as_tensor(x) for x in self.act_arrays(obs, deterministic)))
-
-    def act_arrays(self, obs: Tensor | np.ndarray, deterministic: bool = False) -> ActOutput:
-        """`act` with NumPy arrays for observations and results: a sampler's per-step path,
-        which writes them straight into its storage's arrays."""
         _, values, out = self._forward(obs)
         if self.categorical:
             log_probs = log_softmax(out)

@@ -164,7 +164,7 @@ class FlatStep:
         if not all(states) or any(p.grad is None for p in params):
             return False
         steps = [float(s["step"]) for s in states]
-        if len(set(steps)) != 1:
+        if len(set(steps)) != 1 or sum(p.numel() for p in params) != self.param.size:
             return False
         flats = {key: torch.cat([s[key].flatten() for s in states]) for key in self.keys}
         flat_steps = torch.tensor(steps, dtype=states[0]["step"].dtype)
@@ -178,8 +178,6 @@ class FlatStep:
             state["step"] = flat_steps[index]
             self.views.append(state["step"])
             offset += size
-        if offset != self.param.size:
-            return False
         self.buffers = {key: flat.numpy() for key, flat in flats.items()}
         self.steps = flat_steps.numpy()
         return True

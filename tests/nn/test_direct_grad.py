@@ -103,20 +103,18 @@ def test_act_equals_the_models_act_with_the_same_draws(name, deterministic):
     with torch.inference_mode():
         expected = model.act(obs, deterministic)
         expected_values = model.value(obs)
-    torch.manual_seed(1)
-    out = direct.act(obs, deterministic)
-    assert out.actions.dtype == expected.actions.dtype
-    assert out.actions.shape == expected.actions.shape
-    torch.testing.assert_close(out.actions, expected.actions)
-    torch.testing.assert_close(out.log_probs, expected.log_probs, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(out.values, expected.values)
+    # A tensor observation, and the sampler's NumPy row: the same results as NumPy arrays.
+    for observation in (obs, obs.numpy()):
+        torch.manual_seed(1)
+        out = direct.act_arrays(observation, deterministic)
+        assert all(isinstance(x, np.ndarray) for x in out)
+        assert out.actions.dtype == expected.actions.numpy().dtype
+        assert out.actions.shape == tuple(expected.actions.shape)
+        actions, log_probs, values = (torch.from_numpy(x) for x in out)
+        torch.testing.assert_close(actions, expected.actions)
+        torch.testing.assert_close(log_probs, expected.log_probs, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(values, expected.values)
     torch.testing.assert_close(direct.value(obs), expected_values)
-    # The sampler's path: NumPy observations in, the same results as NumPy arrays out.
-    torch.manual_seed(1)
-    arrays = direct.act_arrays(obs.numpy(), deterministic)
-    assert all(isinstance(x, np.ndarray) for x in arrays)
-    for got, want in zip(arrays, out, strict=True):
-        np.testing.assert_array_equal(got, want.numpy())
 
 
 def test_views_follow_loaded_weights_and_new_parameter_memory():
