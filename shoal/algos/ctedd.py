@@ -41,13 +41,13 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from shoal.algos.maddpg import MADDPG, MADDPGLearner
-from shoal.algos.off_policy import (
+from shoal.algos.actor_critic_replay import (
     ActorCriticCore,
     ActorCriticLearner,
     ActorCriticReplayConfig,
-    make_priorities,
 )
+from shoal.algos.maddpg import MADDPG, MADDPGLearner
+from shoal.algos.off_policy import make_priorities
 from shoal.config import EnvConfig, ModelConfig, OptimConfig, check, check_positive
 from shoal.data.replay import ReplayBuffer
 from shoal.envs.multi_agent import (

@@ -30,13 +30,12 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from shoal.algos.off_policy import (
+from shoal.algos.actor_critic_replay import (
     ActorCriticCore,
     ActorCriticLearner,
     ActorCriticReplayConfig,
-    learn_from_replay,
-    make_priorities,
 )
+from shoal.algos.off_policy import learn_from_replay, make_priorities
 from shoal.config import EnvConfig, ModelConfig, NoiseConfig, OptimConfig, check, check_choices
 from shoal.data.replay import ReplayBuffer
 from shoal.envs.multi_agent import (

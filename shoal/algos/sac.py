@@ -21,12 +21,12 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from shoal.algos.off_policy import (
+from shoal.algos.actor_critic_replay import (
     ActorCriticCore,
     ActorCriticLearner,
     ActorCriticReplayConfig,
-    ReplayAlgorithm,
 )
+from shoal.algos.off_policy import ReplayAlgorithm
 from shoal.config import check, check_positive
 from shoal.losses.actor_critic import (
     discrete_sac_actor_loss,

@@ -1,0 +1,230 @@
+"""What the off-policy actor-critics (DDPG, TD3, SAC, D4PG, and MADDPG's per-agent learners)
+share: their replay settings (`ActorCriticReplayConfig`) and the networks-targets-optimizer
+core of a learner.
+
+`ActorCriticCore` holds the actor, the critic ensemble, their targets, one optimizer with a
+parameter group per network, target updates and checkpoint state. Each learner uses it by
+composition (`ActorCriticLearner` adds the plumbing around it) and writes its own ``update``
+from the pure losses of `shoal.losses.actor_critic`. The act-store-learn iteration is
+`shoal.algos.off_policy.ReplayAlgorithm`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from shoal.config import (
+    EnvConfig,
+    ModelConfig,
+    OptimConfig,
+    RunConfig,
+    check,
+    check_choices,
+    check_positive,
+)
+from shoal.errors import NaNLossError
+from shoal.losses import bootstrap_discount, n_step_return
+from shoal.nn.target import frozen_copy, soft_update
+from shoal.types import ReplayBatch
+
+
+@dataclass(frozen=True)
+class ActorCriticReplayConfig:
+    """Settings shared by DDPG, TD3, SAC and D4PG. Defaults follow Stable-Baselines3's SAC and
+    TD3 (one env, one gradient step per env step, batch 256, 256x256 ReLU networks)."""
+
+    run: RunConfig = field(default_factory=RunConfig)
+    env: EnvConfig = field(default_factory=lambda: EnvConfig(id="Pendulum-v1", num_envs=1))
+    optim: OptimConfig = field(
+        default_factory=lambda: OptimConfig(lr=1e-3, eps=1e-8, max_grad_norm=None)
+    )
+    """Adam for both networks; lr is the critic's (and the actor's unless actor_lr is set).
+    max_grad_norm clips each network's gradient norm separately."""
+    model: ModelConfig = field(
+        default_factory=lambda: ModelConfig(hidden=(256, 256), activation="relu")
+    )
+    """Hidden layers of the actor and of each critic."""
+    actor_lr: float | None = None
+    """Actor learning rate (None: optim.lr)."""
+    gamma: float = 0.99
+    """Discount factor."""
+    tau: float = 0.005
+    """Target networks: target <- tau * online + (1 - tau) * target after each update."""
+    n_step: int = 1
+    """Bootstrap after n rewards (stopping at episode ends)."""
+    replay: Literal["uniform", "proportional", "rank"] = "uniform"
+    """Replay sampling: uniform, or prioritized by TD error (proportional or rank-based)."""
+    buffer_size: int = 1_000_000
+    """Replay capacity in transitions."""
+    priority_alpha: float = 0.6
+    """How strongly priorities skew sampling (0: uniform)."""
+    priority_beta: float = 0.4
+    """Importance-weight exponent at the start, annealed linearly to 1."""
+    batch_size: int = 256
+    """Transitions per gradient step."""
+    learning_starts: int = 100
+    """Env steps of uniformly random actions before the first gradient step."""
+    rollout_steps: int = 1
+    """Vector-env steps per iteration (env steps per iteration = rollout_steps * num_envs)."""
+    gradient_steps: int = 1
+    """Gradient steps per iteration: updates per env step = gradient_steps / env steps."""
+    critic_loss: Literal["mse", "huber"] = "mse"
+    """Per-sample critic regression loss (0.5 e^2, or Huber with threshold 1)."""
+    critic_l2: float = 0.0
+    """L2 regularization c * ||w||^2 of the critic's weights (the DDPG paper uses 1e-2)."""
+    save_replay: bool = False
+    """Store the replay buffer in checkpoints (exact resume; large files)."""
+
+    def __post_init__(self) -> None:
+        check_choices(self)
+        check_positive(self, "n_step", "buffer_size", "batch_size", "rollout_steps")
+        check_positive(self, "gradient_steps")
+        check(self, "gamma", 0.0 <= self.gamma <= 1.0, "must be in [0, 1]")
+        check(self, "tau", 0.0 < self.tau <= 1.0, "must be in (0, 1]")
+        check(self, "learning_starts", self.learning_starts >= 0, "must be >= 0")
+        check(self, "priority_alpha", self.priority_alpha >= 0, "must be >= 0")
+        check(self, "priority_beta", 0.0 <= self.priority_beta <= 1.0, "must be in [0, 1]")
+        check(self, "critic_l2", self.critic_l2 >= 0, "must be >= 0")
+        if self.actor_lr is not None:
+            check_positive(self, "actor_lr")
+        check(
+            self,
+            "buffer_size",
+            self.buffer_size >= self.env.num_envs * (self.n_step + 2),
+            f"must hold at least n_step + 2 steps of {self.env.num_envs} envs",
+        )
+
+
+class ActorCriticCore:
+    """The actor, the critic ensemble, their targets and one Adam optimizer with a parameter
+    group per network, as DDPG, TD3, SAC and D4PG learners use them.
+
+    One optimizer over the sum of the losses is the same as one optimizer per loss: each loss
+    reaches only its own network's parameters (actor losses see the critic through
+    ``detach_weights``), and Adam's update of a parameter depends only on that parameter's
+    gradients. It saves a backward pass and an optimizer call per update.
+
+    Args:
+        config: an `ActorCriticReplayConfig`.
+        actor, critic: the online networks.
+        target_actor: keep a target copy of the actor (DDPG, TD3, D4PG; SAC has none).
+        extra: further parameters (SAC's log-temperature) with their learning rate.
+    """
+
+    def __init__(
+        self,
+        config: ActorCriticReplayConfig,
+        actor: nn.Module,
+        critic: nn.Module,
+        target_actor: bool,
+        extra: tuple[nn.Parameter, float] | None = None,
+    ):
+        self.config = config
+        self.actor, self.critic = actor, critic
+        self.target_actor = frozen_copy(actor) if target_actor else None
+        self.target_critic = frozen_copy(critic)
+        self.actor_params = list(actor.parameters())
+        self.critic_params = list(critic.parameters())
+        optim = config.optim
+        groups: list[dict[str, Any]] = [
+            {"params": self.actor_params, "lr": config.actor_lr or optim.lr},
+            # Adam's weight_decay adds wd * w to the gradient: the gradient of (wd / 2) ||w||^2.
+            {"params": self.critic_params, "weight_decay": 2.0 * config.critic_l2},
+        ]
+        if extra is not None:
+            groups.append({"params": [extra[0]], "lr": extra[1]})
+        # fused: one kernel for every parameter, most of a small network's optimizer time.
+        self.optimizer = torch.optim.Adam(groups, lr=optim.lr, eps=optim.eps, fused=True)
+        self._critic_pairs = (list(self.target_critic.parameters()), self.critic_params)
+        self._actor_pairs = (
+            (list(self.target_actor.parameters()), self.actor_params) if target_actor else None
+        )
+        self.grad_steps = 0
+
+    def unit_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        """Replay's env-unit actions in the unit box the networks use."""
+        return self.actor.scaler.to_unit(actions)
+
+    def bootstrap(self, batch: ReplayBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(returns, discounts)`` ``[N]`` of a batch's n-step windows."""
+        gamma = self.config.gamma
+        return n_step_return(batch.rewards, gamma), bootstrap_discount(
+            batch.steps, batch.terminated, gamma
+        )
+
+    def step(self, loss: torch.Tensor) -> None:
+        """One optimizer step on the summed losses; refuses non-finite losses."""
+        if not torch.isfinite(loss):
+            raise NaNLossError(f"loss became {loss.item()}; weights left unchanged")
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        max_norm = self.config.optim.max_grad_norm
+        if max_norm is not None:
+            for params in (self.actor_params, self.critic_params):
+                torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
+        self.optimizer.step()
+        self.grad_steps += 1
+
+    def update_targets(self, actor: bool = True) -> None:
+        """Polyak-average the target critic (and target actor, when kept and ``actor``)."""
+        soft_update(*self._critic_pairs, self.config.tau)
+        if actor and self._actor_pairs is not None:
+            soft_update(*self._actor_pairs, self.config.tau)
+
+    def set_random_actions(self, on: bool) -> None:
+        self.actor.random_actions.fill_(on)
+
+    def state_dict(self) -> dict[str, Any]:
+        state = {
+            "actor": self.actor.state_dict(),
+            "critic": self.critic.state_dict(),
+            "target_critic": self.target_critic.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "grad_steps": self.grad_steps,
+        }
+        if self.target_actor is not None:
+            state["target_actor"] = self.target_actor.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.actor.load_state_dict(state["actor"])
+        self.critic.load_state_dict(state["critic"])
+        self.target_critic.load_state_dict(state["target_critic"])
+        if self.target_actor is not None:
+            self.target_actor.load_state_dict(state["target_actor"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.grad_steps = int(state["grad_steps"])
+
+
+class ActorCriticLearner:
+    """The plumbing of a learner built on an `ActorCriticCore` (``self.core``): weights for
+    the samplers, checkpoint state, the random-action switch. A learner adds its ``update``."""
+
+    core: ActorCriticCore
+
+    @property
+    def grad_steps(self) -> int:
+        return self.core.grad_steps
+
+    @property
+    def policy_network(self) -> nn.Module:
+        return self.core.actor
+
+    def set_random_actions(self, on: bool) -> None:
+        self.core.set_random_actions(on)
+
+    def get_weights(self) -> dict[str, torch.Tensor]:
+        return self.core.actor.state_dict()
+
+    def set_weights(self, weights: dict[str, torch.Tensor]) -> None:
+        self.core.actor.load_state_dict(weights)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.core.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.core.load_state_dict(state)
