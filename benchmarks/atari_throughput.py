@@ -46,7 +46,7 @@ from shoal.api import build_config
 from shoal.data.frame_replay import bytes_per_transition
 from shoal.nn.cnn import native_bfloat16
 from shoal.registry import algorithm_for_config
-from shoal.train.threads import set_compute_threads
+from shoal.threads import set_compute_threads
 
 try:
     from stable_baselines3 import PPO as SB3PPO

@@ -29,8 +29,8 @@ import torch
 
 import shoal
 from shoal.train.evaluate import evaluate
-from shoal.train.seeding import derive_seed
-from shoal.train.threads import set_compute_threads
+from shoal.seeding import derive_seed
+from shoal.threads import set_compute_threads
 
 try:
     import stable_baselines3

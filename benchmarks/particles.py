@@ -37,7 +37,7 @@ import torch
 import shoal
 from shoal.config import EnvConfig
 from shoal.envs.multi_agent import make_multi_agent_env
-from shoal.train.threads import set_compute_threads
+from shoal.threads import set_compute_threads
 
 AGENTS = 3
 ENV_COUNTS = (1, 64, 1024)

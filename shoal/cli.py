@@ -115,12 +115,48 @@ def _train(args: argparse.Namespace, rest: list[str]) -> int:
         base = spec.default_config()
     else:
         raise ShoalError("name an algorithm (shoal train ppo), --tuned NAME, --config or --resume")
-    rest = [SHORTHANDS.get(a, a) for a in rest] + (["--help"] if args.help else [])
+    rest = renamed_flags(spec.config_cls, [SHORTHANDS.get(a, a) for a in rest])
+    rest += ["--help"] if args.help else []
     config = tyro.cli(spec.config_cls, default=base, args=rest, prog=f"shoal train {spec.name}")
     console.print(f"training [bold]{spec.name}[/] on [bold]{config.env.id}[/]", highlight=False)
     result = train(config, resume=args.resume)
     _print_result(result)
     return EXIT_INTERRUPTED if result.stop_reason == "interrupted" else 0
+
+
+def renamed_flags(cls: type, argv: list[str]) -> list[str]:
+    """``argv`` with the flags of fields an earlier shoal version named otherwise
+    (`shoal.config.Renamed`) spelled as today: ``--buffer-size 5000`` becomes
+    ``--replay.buffer-size 5000``, ``--replay uniform`` ``--replay.prioritized none``."""
+    from shoal.config import rename_key, renames
+
+    if not renames(cls):
+        return argv
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        i += 1
+        if not arg.startswith("--"):
+            out.append(arg)
+            continue
+        flag, eq, value = arg[2:].partition("=")
+        negated = flag.startswith("no-") and flag[3:].replace("-", "_") in renames(cls)
+        flag = flag[3:] if negated else flag
+        separate = not eq and not negated and i < len(argv) and not argv[i].startswith("--")
+        if separate:
+            value = argv[i]
+        new, new_value = rename_key(cls, flag, value if (eq or separate) else {})
+        if new == flag:
+            out.append(arg)
+            continue
+        head, _, last = new.rpartition(".")  # tyro negates a boolean as --block.no-name
+        new = f"{head}.no-{last}" if negated and head else ("no-" + new if negated else new)
+        out.append("--" + new.replace("_", "-"))
+        if eq or separate:
+            out.append(str(new_value))
+            i += 1 if separate else 0
+    return out
 
 
 def _print_result(result) -> None:

@@ -12,9 +12,12 @@ import difflib
 import functools
 import types
 import typing
+import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
+from shoal.device import DEVICE_NAMES, valid_device_name
 from shoal.errors import ConfigError
 
 T = TypeVar("T")
@@ -73,12 +76,16 @@ class RunConfig:
     keep_checkpoints: int = 3
     """How many of the newest checkpoints to keep on disk."""
     torch_threads: int = 1
-    """Intra-op threads for torch and NumPy's BLAS (`shoal.train.threads`); one is fastest for
+    """Intra-op threads for torch and NumPy's BLAS (`shoal.threads`); one is fastest for
     the small networks of control tasks."""
-    device: str = "cpu"
-    """Torch device for learning. Only cpu for now: the learners do not move their networks
-    and batches to an accelerator yet, and a run asked to use one must not silently train on
-    the CPU."""
+    device: str = "auto"
+    """Where the learner computes: auto (CUDA when this process sees a GPU, else the CPU), cpu,
+    cuda or cuda:N. Networks, optimizer state and batches live there; samplers act on the CPU
+    with a copy of the weights. The small MLPs of control tasks train faster on the CPU."""
+    compile: bool = False
+    """Compile the learner's networks (forward and backward) and the samplers' acting networks
+    with torch.compile: faster steps on large networks and GPUs after a start-up of seconds to
+    minutes (see benchmarks/README.md). Implies model.backend torch."""
     runners: int = 0
     """Sampling workers as Ray actors, each with its own env.num_envs environments (0: sample
     in the learner's process, no Ray). Algorithms without distributed sampling refuse > 0."""
@@ -100,12 +107,7 @@ class RunConfig:
         check(self, "checkpoint_every_steps", self.checkpoint_every_steps >= 0, "must be >= 0")
         if self.max_wall_s is not None:
             check(self, "max_wall_s", self.max_wall_s > 0, "must be > 0 seconds")
-        check(
-            self,
-            "device",
-            self.device == "cpu",
-            "must be cpu: shoal's learners do not run on GPUs or other accelerators yet",
-        )
+        check(self, "device", valid_device_name(self.device), f"must be {DEVICE_NAMES}")
 
 
 @dataclass(frozen=True)
@@ -146,7 +148,7 @@ class EnvConfig:
     atari: Literal["none", "deepmind", "ref001-stack", "ref001-diff"] = "none"
     """Atari frame preprocessing for ALE ids (needs the atari extra; `shoal.envs.atari`).
     deepmind: no-op and FIRE resets, frame skip 4 with max-pooling, 84x84 grayscale, 4 frames
-    stacked (uint8 [4, 84, 84]). ref001-stack / ref001-diff: reference 001's 160x160 crop,
+    stacked (uint8 [4, 84, 84]). ref001-stack / ref001-diff: Lamb et al.'s 160x160 crop,
     grayscale and 80x80 downsampling, then 4 frames stacked or the difference of consecutive
     frames."""
     atari_training: bool = True
@@ -208,7 +210,7 @@ class ModelConfig:
     temperature when temperature_min anneals it."""
     temperature_min: float | None = None
     """Anneal the temperature linearly from temperature down to this value over
-    temperature_anneal, then hold it (reference 001); None keeps it constant."""
+    temperature_anneal, then hold it (Lamb et al.); None keeps it constant."""
     temperature_anneal: int = 100_000
     """Length of the temperature annealing, counted in temperature_unit."""
     temperature_unit: Literal["steps", "episodes"] = "steps"
@@ -222,27 +224,34 @@ class ModelConfig:
     """Observation encoder (`shoal.nn.cnn`). mlp: observations flattened (Box) or one-hot
     (Discrete), then the hidden layers. The others read channel-first images [C, H, W] (uint8
     frames are scaled by 1/255) and replace the MLP, so hidden is unused: nature is the DQN
-    Nature CNN (Mnih et al. 2015; FC 512); ref001-model2 is reference 001's two conv layers
+    Nature CNN (Mnih et al. 2015; FC 512); ref001-model2 is Lamb et al.'s two conv layers
     with batch norm, flattened (3200 features on 80x80); ref001-model3 is its three conv
     layers (512 features on 80x80) and implies its LSTM 256 core, so lstm_hidden None becomes
     256 (any other size is an error); impala is the IMPALA ResNet (Espeholt et al. 2018; FC
     256). PPO, A2C and DQN read it (DQN has no LSTM core, hence no ref001-model3)."""
-    precision: Literal["float32", "bfloat16"] = "float32"
-    """Compute precision of the image encoders (not the mlp one). bfloat16: mixed precision,
-    the convolutions and FC layer run in bfloat16 while weights, optimizer state, heads and
-    losses stay float32; about 2x faster Atari training on CPUs with AMX or AVX512-BF16
-    (Intel Sapphire Rapids and later), slower on CPUs without them (a warning says so)."""
+    precision: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Compute precision of the image encoders (not the mlp one). bfloat16 and float16: mixed
+    precision, the convolutions and FC layer run in that type (autocast) while weights,
+    optimizer state, heads and losses stay float32. bfloat16 runs on GPUs and on the CPU:
+    about 2x faster Atari training on CPUs with AMX or AVX512-BF16 (Intel Sapphire Rapids and
+    later), slower on CPUs without them (a warning says so). float16 needs CUDA and trains
+    with a gradient scaler (its narrow range would flush small gradients to zero)."""
+    backend: Literal["auto", "torch", "numpy"] = "auto"
+    """How MLP actor-critics train and act (`shoal.backend`). torch: autograd. numpy: the
+    forward and a hand-derived backward pass in NumPy, several times faster on the small
+    networks of control tasks (PPO and A2C learners; every sampler of an MLP actor-critic);
+    CPU, float32, tanh or relu MLPs only. auto: numpy where it applies, torch otherwise."""
 
     def __post_init__(self) -> None:
         check(self, "hidden", all(h > 0 for h in self.hidden), "sizes must be > 0")
         if self.encoder == "ref001-model3":
-            if self.lstm_hidden is None:  # the paper's Model 3 is CNN + LSTM 256 (ref. 001)
+            if self.lstm_hidden is None:  # the paper's Model 3 is CNN + LSTM 256 (Lamb et al.)
                 object.__setattr__(self, "lstm_hidden", 256)
             check(
                 self,
                 "lstm_hidden",
                 self.lstm_hidden == 256,
-                "encoder 'ref001-model3' is reference 001's CNN + LSTM 256: use 256 or "
+                "encoder 'ref001-model3' is Lamb et al.'s CNN + LSTM 256: use 256 or "
                 "leave it unset (or pick encoder 'ref001-model2' / 'nature' / 'impala')",
             )
         if self.lstm_hidden is not None:
@@ -253,8 +262,8 @@ class ModelConfig:
             self,
             "precision",
             self.precision == "float32" or self.encoder != "mlp",
-            "bfloat16 applies to the image encoders (model.encoder nature, ref001-model2, "
-            "ref001-model3, impala); the mlp encoder computes in float32",
+            "bfloat16 and float16 apply to the image encoders (model.encoder nature, "
+            "ref001-model2, ref001-model3, impala); the mlp encoder computes in float32",
         )
         if self.temperature_min is not None:
             check(
@@ -274,18 +283,182 @@ class NoiseConfig:
     """gaussian: independent N(0, scale^2) per step; ou: scale times an Ornstein-Uhlenbeck
     process, temporally correlated (the DDPG paper's choice)."""
     scale: float = 0.1
-    """Standard deviation of Gaussian noise, or the factor on the OU process (reference 004's
+    """Standard deviation of Gaussian noise, or the factor on the OU process (RLlib's
     noise_scale)."""
     theta: float = 0.15
-    """OU mean reversion per step (reference 004's exploration_theta)."""
+    """OU mean reversion per step (RLlib's exploration_theta)."""
     sigma: float = 0.2
-    """OU step standard deviation (reference 004's exploration_sigma)."""
+    """OU step standard deviation (RLlib's exploration_sigma)."""
 
     def __post_init__(self) -> None:
         check_choices(self)
         check(self, "scale", self.scale >= 0, "must be >= 0")
         check(self, "theta", 0 <= self.theta <= 1, "must be in [0, 1]")
         check(self, "sigma", self.sigma >= 0, "must be >= 0")
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    """Experience replay: how much is kept, how it is sampled and how often it is learned from.
+    One block for every replay-based learner (DQN and its variants, DDPG, TD3, SAC, D4PG,
+    MADDPG, CTEDD, Ape-X, QMIX), each with its own defaults."""
+
+    buffer_size: int = 100_000
+    """Capacity in transitions (QMIX: in episodes)."""
+    batch_size: int = 64
+    """Transitions (QMIX: episodes) per gradient step."""
+    n_step: int = 1
+    """Bootstrap after n rewards, stopping at episode ends (n-step returns)."""
+    prioritized: Literal["none", "proportional", "rank"] = "none"
+    """none: uniform sampling; proportional or rank: prioritized by TD error (Schaul et al.
+    2016, "Prioritized Experience Replay")."""
+    priority_alpha: float = 0.6
+    """How strongly priorities skew sampling (0: uniform)."""
+    priority_beta: float = 0.4
+    """Importance-weight exponent at the start, annealed linearly to 1 (Ape-X keeps it)."""
+    learning_starts: int = 1_000
+    """Env steps before the first gradient step (QMIX: stored episodes); the actor-critics act
+    uniformly at random until then."""
+    gradient_steps: int = 1
+    """Gradient steps per iteration: updates per env step = gradient_steps / (env steps per
+    iteration)."""
+    save: bool = False
+    """Store the replay buffer in checkpoints (exact resume; large files)."""
+
+    def __post_init__(self) -> None:
+        check_choices(self)
+        check_positive(self, "buffer_size", "batch_size", "n_step", "gradient_steps")
+        check(self, "learning_starts", self.learning_starts >= 0, "must be >= 0")
+        check(self, "priority_alpha", self.priority_alpha >= 0, "must be >= 0")
+        check(self, "priority_beta", 0.0 <= self.priority_beta <= 1.0, "must be in [0, 1]")
+
+
+def nested_block(cls: type[T]) -> type[T]:
+    """``cls`` as a block nested in a variant's config (DD-PPO's ``ppo``, Ape-X's ``dqn``): the
+    same fields and checks, except those that depend on ``run`` and ``env``, which the variant
+    runs on the block with its own ``run`` and ``env`` (`unnest`). The block's own run and env
+    are not used."""
+    namespace = {"NESTED": True, "__doc__": cls.__doc__, "__module__": cls.__module__}
+    return typing.cast(type[T], type(cls.__name__, (cls,), namespace))
+
+
+def is_nested(config: object) -> bool:
+    """Whether ``config`` is a `nested_block` (its run- and env-dependent checks wait)."""
+    return getattr(type(config), "NESTED", False)
+
+
+def unnest(block: T, **changes: Any) -> T:
+    """The plain config a `nested_block` stands for, with ``changes`` (the variant's run and
+    env), validated in full."""
+    cls = type(block).__mro__[1] if is_nested(block) else type(block)
+    values = {f.name: getattr(block, f.name) for f in dataclasses.fields(block) if f.init}
+    return cls(**{**values, **changes})
+
+
+def check_replay_holds(owner: object, num_envs: int) -> None:
+    """``owner.replay.buffer_size`` must hold the n-step windows of ``num_envs`` envs (left
+    to the variant for a `nested_block`)."""
+    if is_nested(owner):
+        return
+    replay = owner.replay
+    check(
+        replay,
+        "buffer_size",
+        replay.buffer_size >= num_envs * (replay.n_step + 2),
+        f"must hold at least replay.n_step + 2 steps of {num_envs} envs",
+    )
+
+
+class Renamed(NamedTuple):
+    """Where a config field of an earlier shoal version lives now (config files, checkpoints,
+    command lines and keyword overrides written for it keep working, with a warning)."""
+
+    path: str
+    """The field's dotted name now, e.g. ``replay.buffer_size``."""
+    values: dict[Any, Any] | None = None
+    """Old values that are spelled differently now."""
+
+
+REPLAY_RENAMES: dict[str, Renamed] = {
+    "buffer_size": Renamed("replay.buffer_size"),
+    "batch_size": Renamed("replay.batch_size"),
+    "n_step": Renamed("replay.n_step"),
+    "replay": Renamed("replay.prioritized", {"uniform": "none"}),
+    "priority_alpha": Renamed("replay.priority_alpha"),
+    "priority_beta": Renamed("replay.priority_beta"),
+    "learning_starts": Renamed("replay.learning_starts"),
+    "gradient_steps": Renamed("replay.gradient_steps"),
+    "save_replay": Renamed("replay.save"),
+}
+"""The flat replay fields of shoal 0.1's DQN, DDPG, TD3, SAC, D4PG, MADDPG and CTEDD configs."""
+
+
+class RenamedFieldWarning(UserWarning):
+    """A config used a field name of an earlier shoal version."""
+
+
+def renames(cls: type) -> dict[str, Renamed]:
+    """The renamed fields of a config class (its ``RENAMED`` class attribute)."""
+    return getattr(cls, "RENAMED", {})
+
+
+def _is_current(cls: type, name: str, value: Any) -> bool:
+    """``name`` is a field of ``cls`` now and ``value`` fits it (a block takes a mapping)."""
+    hints = typing.get_type_hints(cls)
+    if name not in hints or name not in {f.name for f in dataclasses.fields(cls)}:
+        return False
+    return not dataclasses.is_dataclass(hints[name]) or isinstance(value, (dict, Mapping))
+
+
+def rename_key(cls: type, key: str, value: Any, where: str = "") -> tuple[str, Any]:
+    """``(key, value)`` in today's spelling: a renamed field's dotted path (a dotted ``key``
+    whose head was renamed keeps its tail) and value; unchanged otherwise. Warns once per use
+    of an old name."""
+    name = key.replace("-", "_")
+    head, dot, tail = name.partition(".")
+    rule = renames(cls).get(head)
+    if rule is None or _is_current(cls, head, value if not dot else {}):
+        return key, value
+    new = f"{rule.path}.{tail}" if dot else rule.path
+    if rule.values is not None and not dot:
+        value = rule.values.get(value, value)
+    old = f"{where}.{name}" if where else name
+    warnings.warn(
+        f"config field {old!r} is now {new!r} (the old name still works)",
+        RenamedFieldWarning,
+        stacklevel=3,
+    )
+    return new, value
+
+
+def _nest(key: str, value: Any) -> tuple[str, Any]:
+    """``a.b.c: v`` as ``a: {b: {c: v}}``."""
+    head, dot, tail = key.partition(".")
+    if not dot:
+        return head, value
+    inner_key, inner_value = _nest(tail, value)
+    return head, {inner_key: inner_value}
+
+
+def _merge(into: dict[str, Any], key: str, value: Any) -> None:
+    if isinstance(value, dict) and isinstance(into.get(key), dict):
+        for k, v in value.items():
+            _merge(into[key], k, v)
+    else:
+        into[key] = value
+
+
+def upgrade(cls: type, data: dict[str, Any], path: str = "") -> dict[str, Any]:
+    """``data`` (a config mapping for ``cls``) with renamed fields moved to where they live
+    now (`Renamed`)."""
+    if not renames(cls):
+        return data
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        new, value = rename_key(cls, key, value, path)
+        head, nested = _nest(new, value)
+        _merge(out, head, nested)
+    return out
 
 
 def to_dict(config: Any) -> dict[str, Any]:
@@ -306,6 +479,7 @@ def from_dict(cls: type[T], data: dict[str, Any], path: str = "", base: T | None
     """
     if not isinstance(data, dict):
         raise ConfigError(f"{path or cls.__name__} must be a mapping, got {data!r}")
+    data = upgrade(cls, data, path)
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     kwargs: dict[str, Any] = {}
@@ -351,7 +525,8 @@ def replace(config: T, **changes: Any) -> T:
     """`dataclasses.replace` that also accepts dotted names for nested blocks."""
     nested: dict[str, dict[str, Any]] = {}
     flat: dict[str, Any] = {}
-    for key, value in changes.items():
+    for old_key, old_value in changes.items():
+        key, value = rename_key(type(config), old_key, old_value)
         head, _, rest = key.partition(".")
         if rest:
             nested.setdefault(head, {})[rest] = value
@@ -369,14 +544,24 @@ def replace(config: T, **changes: Any) -> T:
 
 
 __all__ = [
+    "REPLAY_RENAMES",
     "EnvConfig",
     "ModelConfig",
     "OptimConfig",
+    "Renamed",
+    "RenamedFieldWarning",
+    "ReplayConfig",
     "RunConfig",
     "check",
     "check_choices",
+    "check_replay_holds",
+    "is_nested",
+    "nested_block",
     "check_positive",
     "from_dict",
+    "renames",
     "replace",
     "to_dict",
+    "unnest",
+    "upgrade",
 ]

@@ -21,7 +21,7 @@ Where later features plug in:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import numpy as np
@@ -84,3 +84,12 @@ class Algorithm(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class AlgorithmSpec(Protocol):
+    """What the training loop needs of a registered algorithm (`shoal.registry`)."""
+
+    name: str
+    algorithm_cls: Callable[[Any], Algorithm]
+    backends: tuple[str, ...]
+    """The ``model.backend`` values its learner supports."""

@@ -26,7 +26,7 @@ class ActorPolicy:
         clip_obs: float = 10.0,
         config: Any = None,
     ):
-        self.model = model.eval()
+        self.model = model.cpu().eval()
         self.config = config
         """The training config, when loaded from a run (``shoal.load``)."""
         self.obs_stats: RunningMeanStd | None = None

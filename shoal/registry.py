@@ -50,6 +50,8 @@ class AlgorithmSpec:
     sharing one config class (``q-learning``, ``sarsa``, ... all use `TabularConfig`; ``mappo``
     is PPO with ``env.global_state``) start from their own settings. Dotted keys name fields
     of nested blocks."""
+    backends: tuple[str, ...] = ("auto", "torch")
+    """The ``model.backend`` values its learner supports (numpy: PPO's and A2C's)."""
 
     def default_config(self, **overrides: Any) -> Any:
         """The config this name starts from: ``config_cls()`` with ``defaults``, then
@@ -69,6 +71,9 @@ def _dotted(config: Any, key: str) -> Any:
     return config
 
 
+NUMPY_BACKENDS = ("auto", "torch", "numpy")
+"""The learners with a NumPy path (`shoal.backend`): PPO's (with MAPPO and IPPO) and A2C's."""
+
 ALGORITHMS: dict[str, AlgorithmSpec] = {
     "ppo": AlgorithmSpec(
         "ppo",
@@ -77,6 +82,7 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
         ppo.build_model,
         "Proximal Policy Optimization (clipped surrogate, GAE, adaptive KL)",
         "Discrete, Box",
+        backends=NUMPY_BACKENDS,
     ),
 }
 
@@ -90,6 +96,7 @@ ALGORITHMS["mappo"] = AlgorithmSpec(
     "Multi-agent PPO, shared weights, centralized value function on the global state",
     "Discrete, Box (multi-agent envs)",
     {"env.global_state": True, "env.agent_id": True},
+    NUMPY_BACKENDS,
 )
 ALGORITHMS["ippo"] = AlgorithmSpec(
     "ippo",
@@ -99,6 +106,7 @@ ALGORITHMS["ippo"] = AlgorithmSpec(
     "Independent PPO, shared weights, each agent's critic on its own observation",
     "Discrete, Box (multi-agent envs)",
     {"env.global_state": False, "env.agent_id": True},
+    NUMPY_BACKENDS,
 )
 
 ALGORITHMS["maddpg"] = AlgorithmSpec(
@@ -134,6 +142,7 @@ ALGORITHMS["a2c"] = AlgorithmSpec(
     a2c.build_model,
     "A2C: synchronous advantage actor-critic (n-step/GAE, RMSProp or Adam)",
     "Discrete, Box",
+    backends=NUMPY_BACKENDS,
 )
 
 ALGORITHMS["trpo"] = AlgorithmSpec(

@@ -37,6 +37,17 @@ class StepResult(NamedTuple):
     index of each entry of ``episode_returns`` (else None)."""
 
 
+class ActOutput(NamedTuple):
+    """What a policy returns when acting on a batch of observations ``[B, ...]``: tensors, or
+    NumPy arrays from a NumPy policy (`shoal.backend`)."""
+
+    actions: Any
+    log_probs: Any
+    """Log-probability of each action under the acting policy (zeros for value-based ones)."""
+    values: Any
+    """The critic's value of each observation (Q of the action for value-based ones)."""
+
+
 class Rollout(NamedTuple):
     """A time-major on-policy batch collected by an `EnvRunner`, all ``[T, B, ...]`` tensors."""
 
@@ -74,7 +85,7 @@ class EpisodeStats(NamedTuple):
     def metrics(self) -> dict[str, float]:
         """``episode/return``, ``episode/length`` (means) and ``episode/count``; empty when no
         episode ended. Multi-agent envs add ``episode/return/<agent>`` for every agent, as
-        team means hide an agent that learned nothing (reference 000)."""
+        team means hide an agent that learned nothing (Biswas and Biswas)."""
         if not self.returns.size:
             return {}
         metrics = {

@@ -23,7 +23,7 @@ INVALID = [
     (RunConfig, {"eval_every_steps": -1}, "RunConfig.eval_every_steps", ">= 0"),
     (RunConfig, {"checkpoint_every_steps": -5}, "RunConfig.checkpoint_every_steps", ">= 0"),
     (RunConfig, {"max_wall_s": 0.0}, "RunConfig.max_wall_s", "> 0"),
-    (RunConfig, {"device": "cuda"}, "RunConfig.device", "must be cpu"),
+    (RunConfig, {"device": "gpu"}, "RunConfig.device", "must be auto, cpu, cuda or cuda:N"),
     (EnvConfig, {"id": ""}, "EnvConfig.id", "must name an environment"),
     (EnvConfig, {"num_envs": 0}, "EnvConfig.num_envs", "> 0"),
     (EnvConfig, {"clip_obs": 0.0}, "EnvConfig.clip_obs", "> 0"),

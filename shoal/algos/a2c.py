@@ -14,11 +14,11 @@ backpropagation through time); autoreset steps stay in the sequence but out of t
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Literal
 
 import gymnasium as gym
-import numpy as np
 import torch
 
 from shoal.algos.on_policy import (
@@ -27,12 +27,13 @@ from shoal.algos.on_policy import (
     PPOBatch,
     PPOSequenceBatch,
     check_bptt_chunk,
-    check_finite,
     make_batch,
     make_sequence_batch,
+    mean_metrics,
     rmsprop_or_adamw,
+    step_metrics,
 )
-from shoal.algos.pg import gradient_step
+from shoal.backend import evaluate_objective, learner_step
 from shoal.config import (
     EnvConfig,
     ModelConfig,
@@ -41,16 +42,12 @@ from shoal.config import (
     check,
     check_choices,
     check_positive,
+    is_nested,
 )
-from shoal.losses import entropy_loss, policy_gradient_loss, value_loss
-from shoal.losses.numpy_losses import (
-    entropy_loss_and_grad,
-    policy_gradient_loss_and_grad,
-    value_loss_and_grad,
-)
+from shoal.device import to_device
+from shoal.losses.objectives import a2c_objective
 from shoal.nn import ActorCritic, RecurrentActorCritic, build_actor_critic
-from shoal.nn.direct_grad import DirectGradActorCritic
-from shoal.train.schedules import scheduled
+from shoal.schedules import scheduled
 
 
 @dataclass(frozen=True)
@@ -95,7 +92,7 @@ class A2CConfig:
         check(
             self,
             "env",
-            self.env.action_mask == "none",
+            is_nested(self) or self.env.action_mask == "none",
             "A2C does not use action masks yet; set env.action_mask to none",
         )
         check_bptt_chunk(self)
@@ -117,70 +114,30 @@ def make_optimizer(config: A2CConfig, parameters: list[torch.Tensor]) -> torch.o
 
 
 class A2CLearner(ModelLearner):
-    """Owns the actor-critic and its optimizer; one gradient step per rollout."""
+    """Owns the actor-critic and its optimizer; one gradient step per rollout on the A2C
+    objective (`shoal.losses.objectives.a2c_objective`), through autograd or the NumPy path
+    (`shoal.backend.learner_step`)."""
 
     def __init__(self, config: A2CConfig, obs_space: gym.Space, action_space: gym.Space):
         self.config = config
-        self.model = build_model(config, obs_space, action_space)
-        self.parameters = list(self.model.parameters())
-        self.optimizer = make_optimizer(config, self.parameters)
-        # MLP actor-critics skip autograd (`shoal.nn.direct_grad`): the same gradients and
-        # optimizer step in about 0.4x the time on small networks.
-        self.direct = DirectGradActorCritic.for_model(self.model, flat_parameters=True)
+        model = build_model(config, obs_space, action_space)
+        self.setup(config, model, functools.partial(make_optimizer, config))
+        self.step = learner_step(
+            self.model, config.model.backend, self.device, config.run.compile, self.scaler
+        )
+        self.objective = a2c_objective(config.vf_coef, config.ent_coef, config.normalize_advantages)
 
     def losses(self, batch: PPOBatch | PPOSequenceBatch) -> dict[str, torch.Tensor]:
-        """The loss terms of one batch, ``total`` last."""
+        """The objective's loss terms on a batch through autograd, ``total`` last (no step)."""
+        batch, outputs = self._flat(to_device(batch, self.device))
+        return evaluate_objective(self.model, self.objective, batch, outputs)[0]
+
+    def _flat(self, batch: PPOBatch | PPOSequenceBatch) -> tuple[PPOBatch, tuple | None]:
+        """A feed-forward batch as it is; a recurrent one replayed (`_replay`)."""
         if isinstance(batch, PPOSequenceBatch):
-            (dist, values), batch = self._replay(batch)
-        else:
-            dist, values = self.model(batch.obs)
-        log_probs = dist.log_prob(batch.actions)
-        return self._losses(log_probs, dist.entropy(), values, self._advantages(batch), batch)
-
-    def _advantages(self, batch: PPOBatch) -> torch.Tensor:
-        advantages = batch.advantages
-        if self.config.normalize_advantages and advantages.numel() > 1:
-            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        return advantages
-
-    def _losses(
-        self,
-        log_probs: torch.Tensor,
-        entropy: torch.Tensor,
-        values: torch.Tensor,
-        advantages: torch.Tensor,
-        batch: PPOBatch,
-    ) -> dict[str, torch.Tensor]:
-        cfg = self.config
-        losses = {
-            "policy": policy_gradient_loss(log_probs, advantages),
-            "value": value_loss(values, batch.returns),
-            "entropy": entropy_loss(entropy),
-        }
-        losses["total"] = (
-            losses["policy"] + cfg.vf_coef * losses["value"] + cfg.ent_coef * losses["entropy"]
-        )
-        return losses
-
-    def _direct_step(self, batch: PPOBatch) -> dict[str, float]:
-        """The gradient step through `DirectGradActorCritic`: the same losses and gradients
-        as autograd's, faster on small MLPs (see `shoal.nn.direct_grad`), with the loss terms
-        and their gradients evaluated in NumPy (`shoal.losses.numpy_losses`)."""
-        cfg = self.config
-        out = self.direct.outputs(batch.obs, batch.actions)
-        log_prob, entropy, values = out.log_prob.numpy(), out.entropy.numpy(), out.values.numpy()
-        advantages = self._advantages(batch).numpy()
-        policy, g_log_prob = policy_gradient_loss_and_grad(log_prob, advantages)
-        value, g_values = value_loss_and_grad(values, batch.returns.numpy())
-        entropy_term, g_entropy = entropy_loss_and_grad(entropy)
-        total = policy + cfg.vf_coef * value + cfg.ent_coef * entropy_term
-        losses = {"policy": policy, "value": value, "entropy": entropy_term, "total": total}
-        check_finite(losses)
-        g_entropy = g_entropy * np.float32(cfg.ent_coef) if cfg.ent_coef else None
-        g_values *= np.float32(cfg.vf_coef)
-        self.direct.backward(out, g_log_prob, g_entropy, g_values)
-        self.direct.clip_and_step(self.optimizer, cfg.optim.max_grad_norm)
-        return losses
+            outputs, batch = self._replay(batch)
+            return batch, outputs
+        return batch, None
 
     def _replay(self, batch: PPOSequenceBatch) -> tuple[tuple, PPOBatch]:
         """Recurrent models: the ``(distribution, values)`` of the valid steps of a time-major
@@ -204,14 +161,10 @@ class A2CLearner(ModelLearner):
     def update(self, batch: PPOBatch | PPOSequenceBatch, lr: float) -> dict[str, float]:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        if self.direct is not None and isinstance(batch, PPOBatch):
-            values = self._direct_step(batch)
-        else:
-            losses = self.losses(batch)
-            gradient_step(losses, self.optimizer, self.parameters, self.config.optim.max_grad_norm)
-            stacked = torch.stack(list(losses.values())).detach().tolist()
-            values = dict(zip(losses, stacked, strict=True))
-        metrics = {f"loss/{k}": v for k, v in values.items()}
+        batch, outputs = self._flat(to_device(batch, self.device))
+        max_norm = self.config.optim.max_grad_norm
+        losses, stats = self.step(self.objective, batch, self.optimizer, max_norm, outputs)
+        metrics = mean_metrics([step_metrics(losses, stats)])
         metrics["train/lr"] = lr
         return metrics
 

@@ -15,87 +15,105 @@ so runs are not bit-reproducible.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import gymnasium as gym
 import torch
 
-from shoal.algos.a2c import make_optimizer
-from shoal.algos.on_policy import PPOBatch, make_batch
+from shoal.algos.a2c import A2CConfig, make_optimizer
+from shoal.algos.on_policy import make_batch
+from shoal.backend import place, uncompiled_copy
 from shoal.collect import EnvRunner
 from shoal.collect.ray import concat_episodes
 from shoal.config import (
     EnvConfig,
-    ModelConfig,
     OptimConfig,
+    Renamed,
     RunConfig,
     check,
-    check_choices,
     check_positive,
+    nested_block,
+    unnest,
 )
+from shoal.device import resolve_device
 from shoal.distributed import require_ray
-from shoal.errors import NaNLossError
-from shoal.losses import entropy_loss, policy_gradient_loss, value_loss
+from shoal.errors import ConfigError, NaNLossError
+from shoal.losses.objectives import PolicyOutputs, a2c_objective
 from shoal.nn import ActorCritic, build_actor_critic
+from shoal.nn.heads import apply_temperature
+from shoal.optim import apply_gradients, gradients
 from shoal.policy import ActorPolicy
-from shoal.train.schedules import apply_temperature, scheduled
-from shoal.train.seeding import derive_seed
+from shoal.schedules import scheduled
+from shoal.seeding import derive_seed
 from shoal.types import EpisodeStats
+
+A2CBlock = nested_block(A2CConfig)
+"""A2C's settings of A3C's workers (`shoal.config.nested_block`)."""
+
+A2C_FIELDS = (
+    "optim",
+    "model",
+    "num_steps",
+    "gamma",
+    "gae_lambda",
+    "vf_coef",
+    "ent_coef",
+    "normalize_advantages",
+    "optimizer",
+    "rms_alpha",
+)
+"""A2C's settings that shoal 0.1's A3C config held at its top level."""
 
 
 @dataclass(frozen=True)
 class A3CConfig:
-    """A3C hyperparameters. The defaults are RLlib's A3C (reference 004): 10-step rollouts,
+    """A3C: ``run`` and ``env`` as every algorithm, the A2C hyperparameters each worker's
+    gradient follows in the ``a2c`` block, and how gradients are grouped into iterations.
+    The defaults are RLlib's A3C (RLlib's 2018 algorithm documentation): 10-step rollouts,
     lambda 1 (n-step returns), Adam 1e-4, gradient clipping 40 per worker, value loss weight
     0.5, entropy bonus 0.01."""
 
     run: RunConfig = field(default_factory=lambda: RunConfig(runners=2))
+    """run.runners is the number of gradient workers (Ray actors; 0: one in-process)."""
     env: EnvConfig = field(default_factory=lambda: EnvConfig(num_envs=1))
-    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-4, max_grad_norm=40.0))
-    model: ModelConfig = field(default_factory=ModelConfig)
-    num_steps: int = 10
-    """Steps per environment in each worker's rollout: the n of the n-step returns."""
-    gamma: float = 0.99
-    """Discount factor."""
-    gae_lambda: float = 1.0
-    """GAE lambda; 1.0 gives the paper's n-step returns bootstrapped from V(s_{t+n})."""
-    vf_coef: float = 0.5
-    """Weight of the value loss."""
-    ent_coef: float = 0.01
-    """Weight of the entropy bonus."""
-    normalize_advantages: bool = False
-    """Standardize the advantages within each worker's rollout."""
-    optimizer: Literal["adam", "rmsprop"] = "adam"
-    """adam: AdamW, as RLlib; rmsprop: as Mnih et al. 2016 (smoothing rms_alpha; the paper's
-    statistics are shared between threads, here they live with the driver's parameters)."""
-    rms_alpha: float = 0.99
-    """Smoothing constant of RMSProp's squared-gradient average."""
+    """Each worker steps env.num_envs envs of its own."""
+    a2c: A2CBlock = field(
+        default_factory=lambda: A2CBlock(
+            optim=OptimConfig(lr=1e-4, max_grad_norm=40.0),
+            num_steps=10,
+            ent_coef=0.01,
+            optimizer="adam",
+        )
+    )
+    """The A2C loss, rollout, network and optimizer (`A2CConfig`); its own run and env blocks
+    are not used: set the ones above. rmsprop's statistics live with the driver's parameters
+    (the paper shares them between threads); adam is AdamW, as RLlib."""
     grads_per_iteration: int | None = None
     """Gradients applied per training iteration (None: one per worker, run.runners or 1).
     It sets only how often metrics are logged and checkpoints can be taken."""
 
+    RENAMED: ClassVar[dict[str, Renamed]] = {name: Renamed(f"a2c.{name}") for name in A2C_FIELDS}
+
     def __post_init__(self) -> None:
-        check_positive(self, "num_steps")
-        check_choices(self)
-        check(self, "gamma", 0.0 <= self.gamma <= 1.0, "must be in [0, 1]")
-        check(self, "gae_lambda", 0.0 <= self.gae_lambda <= 1.0, "must be in [0, 1]")
-        check(self, "vf_coef", self.vf_coef >= 0, "must be >= 0")
-        check(self, "ent_coef", self.ent_coef >= 0, "must be >= 0")
-        check(self, "rms_alpha", 0.0 < self.rms_alpha < 1.0, "must be in (0, 1)")
         if self.grads_per_iteration is not None:
             check_positive(self, "grads_per_iteration")
-        check(self, "model", self.model.lstm_hidden is None, "A3C has no recurrent models yet")
+        untouched = self.a2c.run == RunConfig() and self.a2c.env == A2CConfig().env
+        check(self, "a2c", untouched, "set run and env at the top level, not in a2c")
+        try:
+            a2c = self.learner_config()
+        except ConfigError as exc:  # A2C's own checks, with the real env and run
+            raise ConfigError(str(exc).replace("A2CConfig.", "A3CConfig.a2c.", 1)) from None
+        check(a2c, "model", a2c.model.lstm_hidden is None, "A3C has no recurrent models yet")
         check(
-            self,
-            "env",
-            self.env.action_mask == "none",
-            "A3C does not use action masks yet; set env.action_mask to none",
+            a2c.model,
+            "backend",
+            a2c.model.backend != "numpy",
+            "A3C's workers send autograd gradients; use auto (acting through NumPy) or torch",
         )
         normalizes = self.env.normalize_obs or self.env.normalize_reward
         check(
@@ -106,6 +124,10 @@ class A3CConfig:
             "run.runners > 1; turn normalization off or use one worker",
         )
 
+    def learner_config(self) -> A2CConfig:
+        """The `A2CConfig` of the workers and the driver: ``a2c`` with ``run`` and ``env``."""
+        return unnest(self.a2c, run=self.run, env=self.env)
+
     @property
     def workers(self) -> int:
         """Gradient workers: run.runners Ray actors, or one in-process worker."""
@@ -113,25 +135,7 @@ class A3CConfig:
 
 
 def build_model(config: A3CConfig, obs_space: gym.Space, action_space: gym.Space) -> ActorCritic:
-    return build_actor_critic(obs_space, action_space, config.model)
-
-
-def a3c_losses(
-    model: ActorCritic, batch: PPOBatch, vf_coef: float, ent_coef: float, normalize: bool
-) -> dict[str, torch.Tensor]:
-    """The A2C loss terms of one rollout batch, ``total`` last (Mnih et al. 2016, Algorithm
-    S3): ``-mean(log pi(a|s) A) + vf_coef * 0.5 mean((V - R)^2) - ent_coef * mean(H)``."""
-    dist, values = model(batch.obs)
-    advantages = batch.advantages
-    if normalize and advantages.numel() > 1:
-        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-    losses = {
-        "policy": policy_gradient_loss(dist.log_prob(batch.actions), advantages),
-        "value": value_loss(values, batch.returns),
-        "entropy": entropy_loss(dist.entropy()),
-    }
-    losses["total"] = losses["policy"] + vf_coef * losses["value"] + ent_coef * losses["entropy"]
-    return losses
+    return build_actor_critic(obs_space, action_space, config.a2c.model)
 
 
 class Gradients(NamedTuple):
@@ -144,6 +148,8 @@ class Gradients(NamedTuple):
     """Norm of the gradient before clipping."""
     env_steps: int
     episodes: EpisodeStats
+    error: str | None = None
+    """Why the gradient is missing: a non-finite loss, named."""
 
 
 class A3CWorker:
@@ -152,36 +158,49 @@ class A3CWorker:
 
     def __init__(self, config: A3CConfig, seed: int, torch_seed: int | None = None):
         self.config = config
+        a2c = config.learner_config()
         # Reward normalization scales by the std of returns discounted with the algorithm's gamma.
-        env_config = dataclasses.replace(config.env, gamma=config.gamma)
+        env_config = dataclasses.replace(config.env, gamma=a2c.gamma)
         model_fn = functools.partial(build_model, config)
-        self.runner = EnvRunner(env_config, model_fn, config.num_steps, seed, torch_seed)
+        self.runner = EnvRunner(
+            env_config,
+            model_fn,
+            a2c.num_steps,
+            seed,
+            torch_seed,
+            acting=a2c.model.backend,
+            compiled=config.run.compile,
+        )
+        # The worker's copy computes gradients on the CPU, as the samplers act there.
         self.model = model_fn(self.runner.env.observation_space, self.runner.env.action_space)
         self.parameters = list(self.model.parameters())
+        self.objective = a2c_objective(a2c.vf_coef, a2c.ent_coef, a2c.normalize_advantages)
 
     def describe(self) -> dict[str, Any]:
         return self.runner.describe()
 
     def compute_gradients(self, weights: dict[str, torch.Tensor]) -> Gradients:
-        """Sample a rollout with ``weights`` and return the clipped gradient of its loss."""
-        cfg = self.config
+        """Sample a rollout with ``weights`` and return the clipped gradient of its loss (the
+        first half of `shoal.optim.minimize`; the driver applies it)."""
+        a2c = self.config.a2c
         self.model.load_state_dict(weights)
         self.runner.set_weights(weights)
         rollout, episodes = self.runner.sample()
-        batch = make_batch(rollout, cfg.gamma, cfg.gae_lambda)
-        losses = a3c_losses(self.model, batch, cfg.vf_coef, cfg.ent_coef, cfg.normalize_advantages)
+        batch = make_batch(rollout, a2c.gamma, a2c.gae_lambda)
+        dist, values = self.model(batch.obs)
+        out = PolicyOutputs(dist.log_prob(batch.actions), dist.entropy(), values)
+        losses, _ = self.objective.losses(out, self.objective.targets(batch))
         values = dict(zip(losses, torch.stack(list(losses.values())).tolist(), strict=True))
         steps = rollout.rewards.numel() // self.runner.env.agents_per_env
-        if not torch.isfinite(losses["total"]):
-            # The driver raises NaNLossError; raising here would make Ray restart the worker.
-            return Gradients(None, values, float("nan"), steps, episodes)
-        self.model.zero_grad(set_to_none=True)
-        losses["total"].backward()
-        norm = float("nan")
-        if cfg.optim.max_grad_norm is not None:
-            norm = float(torch.nn.utils.clip_grad_norm_(self.parameters, cfg.optim.max_grad_norm))
+        try:
+            norm = gradients(losses, self.parameters, a2c.optim.max_grad_norm)
+        except NaNLossError as exc:
+            # The driver raises; raising here would make Ray restart the worker.
+            return Gradients(None, values, float("nan"), steps, episodes, str(exc))
         grads = [torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in self.parameters]
-        return Gradients(grads, values, norm, steps, episodes)
+        return Gradients(
+            grads, values, float("nan") if norm is None else float(norm), steps, episodes
+        )
 
     def obs_stats(self) -> dict[str, Any] | None:
         return self.runner.obs_stats()
@@ -246,37 +265,42 @@ class A3C:
 
     def __init__(self, config: A3CConfig):
         self.config = config
+        self.a2c = a2c = config.learner_config()
+        self.device = resolve_device(config.run.device)
         self.pool = make_pool(config)
         spec = self.pool.call_one(0, "describe")
         self.agents_per_env = spec["agents_per_env"]
-        self.model = build_model(config, spec["observation_space"], spec["action_space"])
+        model = build_model(config, spec["observation_space"], spec["action_space"])
+        # The shared parameters and optimizer state live on the run's device; the workers
+        # compute their gradients on the CPU.
+        self.model = place(model, self.device)
         self.parameters = list(self.model.parameters())
-        self.optimizer = make_optimizer(config, self.parameters)
+        self.optimizer = make_optimizer(a2c, self.parameters)
         self.env_steps = self.episodes = self.iteration = self.updates = 0
         self._sent = [0] * config.workers
         """The update count of the weights each worker last received (for staleness)."""
         self._weights: tuple[int, Any] | None = None
         self._stream: Iterator[tuple[int, Gradients]] | None = None
-        self.temperature = apply_temperature(self.model, config.model, 0, 0)
+        self.temperature = apply_temperature(self.model, a2c.model, 0, 0)
 
     def _weights_for(self, i: int) -> tuple[Any]:
         """Arguments of worker ``i``'s next request: the latest weights, stored once per
         update in Ray's object store when several workers may read them."""
         self._sent[i] = self.updates
         if self._weights is None or self._weights[0] != self.updates:
-            weights = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+            weights = {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
             if self.config.run.runners > 0:
                 weights = require_ray().put(weights)
             self._weights = (self.updates, weights)
         return (self._weights[1],)
 
     def progress(self) -> float:
-        optim = self.config.optim
+        optim = self.a2c.optim
         return self.env_steps / (optim.anneal_steps or self.config.run.total_steps)
 
     def train_iteration(self) -> dict[str, float]:
         cfg = self.config
-        lr = scheduled(cfg.optim.lr_schedule, cfg.optim.lr, self.progress())
+        lr = scheduled(self.a2c.optim.lr_schedule, self.a2c.optim.lr, self.progress())
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         if self._stream is None:
@@ -304,24 +328,21 @@ class A3C:
     def _apply(self, worker: int, result: Gradients) -> None:
         """One optimizer step on a worker's gradient, as soon as it arrives."""
         if result.grads is None:
-            bad = next(k for k, v in result.losses.items() if not torch.isfinite(torch.tensor(v)))
-            raise NaNLossError(
-                f"loss/{bad} became {result.losses[bad]} (worker {worker}); weights left unchanged"
-            )
+            raise NaNLossError(f"{result.error} (worker {worker})")
         for parameter, grad in zip(self.parameters, result.grads, strict=True):
-            parameter.grad = grad
-        self.optimizer.step()
+            parameter.grad = grad.to(self.device)
+        apply_gradients(self.optimizer)
         self.updates += 1
         self.env_steps += result.env_steps
         self.episodes += result.episodes.returns.size // self.agents_per_env
         # The temperature is a buffer of the weights: the next request carries it.
         self.temperature = apply_temperature(
-            self.model, self.config.model, self.env_steps, self.episodes
+            self.model, self.a2c.model, self.env_steps, self.episodes
         )
 
     def policy(self) -> ActorPolicy:
         obs_stats = self.pool.call_one(0, "obs_stats")
-        return ActorPolicy(copy.deepcopy(self.model), obs_stats, self.config.env.clip_obs)
+        return ActorPolicy(uncompiled_copy(self.model), obs_stats, self.config.env.clip_obs)
 
     def state_dict(self) -> dict[str, Any]:
         # Workers answer after the rollout they are computing: its gradient stays queued.
@@ -350,7 +371,7 @@ class A3C:
         self.env_steps, self.episodes = counters["env_steps"], counters["episodes"]
         self.iteration, self.updates = counters["iteration"], counters["updates"]
         self.temperature = apply_temperature(
-            self.model, self.config.model, self.env_steps, self.episodes
+            self.model, self.a2c.model, self.env_steps, self.episodes
         )
         saved, restored = state["workers"], True
         fallback = derive_seed(self.config.run.seed, "env-restart", self.iteration)

@@ -12,23 +12,29 @@ from the pure losses of `shoal.losses.actor_critic`. The act-store-learn iterati
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import nn
 
+from shoal.backend import place
 from shoal.config import (
+    REPLAY_RENAMES,
     EnvConfig,
     ModelConfig,
     OptimConfig,
+    Renamed,
+    ReplayConfig,
     RunConfig,
     check,
     check_choices,
     check_positive,
+    check_replay_holds,
 )
-from shoal.errors import NaNLossError
+from shoal.device import check_precision, grad_scaler, resolve_device, to_device, to_host
 from shoal.losses import bootstrap_discount, n_step_return
 from shoal.nn.target import frozen_copy, soft_update
+from shoal.optim import minimize
 from shoal.types import ReplayBatch
 
 
@@ -54,49 +60,31 @@ class ActorCriticReplayConfig:
     """Discount factor."""
     tau: float = 0.005
     """Target networks: target <- tau * online + (1 - tau) * target after each update."""
-    n_step: int = 1
-    """Bootstrap after n rewards (stopping at episode ends)."""
-    replay: Literal["uniform", "proportional", "rank"] = "uniform"
-    """Replay sampling: uniform, or prioritized by TD error (proportional or rank-based)."""
-    buffer_size: int = 1_000_000
-    """Replay capacity in transitions."""
-    priority_alpha: float = 0.6
-    """How strongly priorities skew sampling (0: uniform)."""
-    priority_beta: float = 0.4
-    """Importance-weight exponent at the start, annealed linearly to 1."""
-    batch_size: int = 256
-    """Transitions per gradient step."""
-    learning_starts: int = 100
-    """Env steps of uniformly random actions before the first gradient step."""
+    replay: ReplayConfig = field(
+        default_factory=lambda: ReplayConfig(
+            buffer_size=1_000_000, batch_size=256, learning_starts=100
+        )
+    )
+    """Replay size, batch size, n-step returns, prioritization, learning_starts (env steps of
+    uniformly random actions before the first gradient step), gradient steps per iteration."""
     rollout_steps: int = 1
     """Vector-env steps per iteration (env steps per iteration = rollout_steps * num_envs)."""
-    gradient_steps: int = 1
-    """Gradient steps per iteration: updates per env step = gradient_steps / env steps."""
     critic_loss: Literal["mse", "huber"] = "mse"
     """Per-sample critic regression loss (0.5 e^2, or Huber with threshold 1)."""
     critic_l2: float = 0.0
     """L2 regularization c * ||w||^2 of the critic's weights (the DDPG paper uses 1e-2)."""
-    save_replay: bool = False
-    """Store the replay buffer in checkpoints (exact resume; large files)."""
+
+    RENAMED: ClassVar[dict[str, Renamed]] = REPLAY_RENAMES
 
     def __post_init__(self) -> None:
         check_choices(self)
-        check_positive(self, "n_step", "buffer_size", "batch_size", "rollout_steps")
-        check_positive(self, "gradient_steps")
+        check_positive(self, "rollout_steps")
         check(self, "gamma", 0.0 <= self.gamma <= 1.0, "must be in [0, 1]")
         check(self, "tau", 0.0 < self.tau <= 1.0, "must be in (0, 1]")
-        check(self, "learning_starts", self.learning_starts >= 0, "must be >= 0")
-        check(self, "priority_alpha", self.priority_alpha >= 0, "must be >= 0")
-        check(self, "priority_beta", 0.0 <= self.priority_beta <= 1.0, "must be in [0, 1]")
         check(self, "critic_l2", self.critic_l2 >= 0, "must be >= 0")
         if self.actor_lr is not None:
             check_positive(self, "actor_lr")
-        check(
-            self,
-            "buffer_size",
-            self.buffer_size >= self.env.num_envs * (self.n_step + 2),
-            f"must hold at least n_step + 2 steps of {self.env.num_envs} envs",
-        )
+        check_replay_holds(self, self.env.num_envs)
 
 
 class ActorCriticCore:
@@ -124,9 +112,13 @@ class ActorCriticCore:
         extra: tuple[nn.Parameter, float] | None = None,
     ):
         self.config = config
-        self.actor, self.critic = actor, critic
-        self.target_actor = frozen_copy(actor) if target_actor else None
-        self.target_critic = frozen_copy(critic)
+        self.device = resolve_device(config.run.device)
+        check_precision(config.model.precision, self.device)
+        compiled = config.run.compile
+        self.target_actor = place(frozen_copy(actor), self.device) if target_actor else None
+        self.target_critic = place(frozen_copy(critic), self.device)
+        self.actor = place(actor, self.device, compiled)
+        self.critic = place(critic, self.device, compiled)
         self.actor_params = list(actor.parameters())
         self.critic_params = list(critic.parameters())
         optim = config.optim
@@ -135,15 +127,20 @@ class ActorCriticCore:
             # Adam's weight_decay adds wd * w to the gradient: the gradient of (wd / 2) ||w||^2.
             {"params": self.critic_params, "weight_decay": 2.0 * config.critic_l2},
         ]
-        if extra is not None:
+        if extra is not None:  # created on the run's device by the learner
             groups.append({"params": [extra[0]], "lr": extra[1]})
         # fused: one kernel for every parameter, most of a small network's optimizer time.
         self.optimizer = torch.optim.Adam(groups, lr=optim.lr, eps=optim.eps, fused=True)
+        self.scaler = grad_scaler(config.model.precision, self.device)
         self._critic_pairs = (list(self.target_critic.parameters()), self.critic_params)
         self._actor_pairs = (
             (list(self.target_actor.parameters()), self.actor_params) if target_actor else None
         )
         self.grad_steps = 0
+
+    def batch(self, batch: ReplayBatch) -> ReplayBatch:
+        """A replay batch on the networks' device (pinned, asynchronous copies)."""
+        return to_device(batch, self.device)
 
     def unit_actions(self, actions: torch.Tensor) -> torch.Tensor:
         """Replay's env-unit actions in the unit box the networks use."""
@@ -156,17 +153,17 @@ class ActorCriticCore:
             batch.steps, batch.terminated, gamma
         )
 
-    def step(self, loss: torch.Tensor) -> None:
-        """One optimizer step on the summed losses; refuses non-finite losses."""
-        if not torch.isfinite(loss):
-            raise NaNLossError(f"loss became {loss.item()}; weights left unchanged")
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        max_norm = self.config.optim.max_grad_norm
-        if max_norm is not None:
-            for params in (self.actor_params, self.critic_params):
-                torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
-        self.optimizer.step()
+    def step(self, losses: dict[str, torch.Tensor]) -> None:
+        """One optimizer step on the sum of ``losses`` (a non-finite one is refused by name);
+        actor and critic gradients are clipped each to ``optim.max_grad_norm``."""
+        total = sum(losses.values())
+        minimize(
+            {**losses, "total": total},
+            self.optimizer,
+            self.config.optim.max_grad_norm,
+            scaler=self.scaler,
+            clip_groups=(self.actor_params, self.critic_params),
+        )
         self.grad_steps += 1
 
     def update_targets(self, actor: bool = True) -> None:
@@ -207,6 +204,10 @@ class ActorCriticLearner:
     core: ActorCriticCore
 
     @property
+    def device(self) -> torch.device:
+        return self.core.device
+
+    @property
     def grad_steps(self) -> int:
         return self.core.grad_steps
 
@@ -218,7 +219,7 @@ class ActorCriticLearner:
         self.core.set_random_actions(on)
 
     def get_weights(self) -> dict[str, torch.Tensor]:
-        return self.core.actor.state_dict()
+        return to_host(self.core.actor.state_dict())
 
     def set_weights(self, weights: dict[str, torch.Tensor]) -> None:
         self.core.actor.load_state_dict(weights)

@@ -24,38 +24,45 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import gymnasium as gym
 import numpy as np
 import torch
 
 from shoal.algos import ddpg, dqn
-from shoal.collect.apex_actor import (
+from shoal.algos.apex_actor import (
     ApexActor,
     ddpg_priorities,
     dqn_priorities,
     exploration_scales,
     per_worker_epsilons,
 )
+from shoal.algos.ddpg import DDPGConfig
+from shoal.algos.dqn import DQNConfig
+from shoal.backend import uncompiled_copy
 from shoal.collect.ray import concat_episodes
 from shoal.config import (
     EnvConfig,
     ModelConfig,
     NoiseConfig,
     OptimConfig,
+    Renamed,
+    ReplayConfig,
     RunConfig,
     check,
     check_choices,
     check_positive,
+    nested_block,
+    unnest,
 )
 from shoal.data.replay_shard import ReplayShard
+from shoal.device import to_host
 from shoal.distributed import require_ray
 from shoal.envs import make_env
 from shoal.errors import ConfigError
-from shoal.nn.target import frozen_copy
 from shoal.policy import ActorPolicy
-from shoal.train.seeding import derive_seed
+from shoal.seeding import derive_seed
 from shoal.types import ReplayBatch
 
 __all__ = [
@@ -76,32 +83,24 @@ __all__ = [
 
 @dataclass(frozen=True)
 class ApexConfig:
-    """What both Ape-X variants share. Defaults suit CartPole / Pendulum on a laptop; the
-    paper's Atari values are in each field's docstring, with the RLlib key (reference 004)."""
+    """What both Ape-X variants share: ``run`` and ``env``, and the distributed settings. The
+    learner's settings are the nested DQN or DDPG config of each variant. Defaults suit
+    CartPole / Pendulum on a laptop; the paper's Atari values are in each field's docstring,
+    with the RLlib key (RLlib's 2018 algorithm documentation)."""
 
     run: RunConfig = field(default_factory=lambda: RunConfig(runners=2))
     """run.runners is the number of actors (RLlib's num_workers; paper: 360)."""
     env: EnvConfig = field(default_factory=lambda: EnvConfig(num_envs=4))
     """Each actor steps env.num_envs envs of its own."""
-    n_step: int = 3
-    """Bootstrap after n rewards, stopping at episode ends (RLlib's n_step; paper: 3)."""
-    gamma: float = 0.99
-    """Discount factor."""
     replay_shards: int = 1
     """Replay shard actors (RLlib's num_replay_buffer_shards, RLlib default 4). Actor
-    batches go to the shards in turn; the learner trains on whichever answers first."""
-    buffer_size: int = 50_000
-    """Replay capacity in transitions over all shards, split evenly (RLlib's buffer_size;
-    paper: 2,000,000)."""
-    priority_alpha: float = 0.6
-    """How strongly priorities skew sampling (RLlib's prioritized_replay_alpha; paper: 0.6)."""
-    priority_beta: float = 0.4
-    """Importance-weight exponent, fixed as in the paper (RLlib's prioritized_replay_beta)."""
-    batch_size: int = 64
-    """Transitions per learner step (RLlib's train_batch_size; paper: 512)."""
-    learning_starts: int = 1_000
-    """Transitions in replay before the learner starts (RLlib's learning_starts; paper:
-    50,000). DDPG actors act uniformly at random until this many env steps."""
+    batches go to the shards in turn; the learner trains on whichever answers first. The
+    learner's replay block sizes them: replay.buffer_size over all shards (RLlib's
+    buffer_size; paper: 2,000,000), replay.batch_size per learner step (RLlib's
+    train_batch_size; paper: 512), replay.n_step (paper: 3), replay.priority_alpha (paper:
+    0.6), replay.priority_beta, fixed as in the paper, and replay.learning_starts, the
+    transitions stored before the learner starts (paper: 50,000), also the env steps of
+    uniformly random actions of DDPG's actors."""
     rollout_steps: int = 16
     """Vector-env steps per actor batch, so a batch holds rollout_steps * env.num_envs steps
     (RLlib's sample_batch_size, default 50)."""
@@ -131,6 +130,9 @@ class ApexConfig:
     actors together; where they share a few cores, free actors fill replay while the learner
     hardly trains."""
 
+    LEARNER: ClassVar[str] = ""
+    """The name of the nested learner config field (dqn or ddpg)."""
+
     def __post_init__(self) -> None:
         check_choices(self)
         if self.run.runners < 1:
@@ -144,52 +146,94 @@ class ApexConfig:
                 f"{type(self).__name__}.env.normalize_obs / normalize_reward are not supported: "
                 "each actor would normalize with its own statistics; turn them off"
             )
-        check_positive(self, "n_step", "replay_shards", "batch_size", "rollout_steps")
+        check_positive(self, "replay_shards", "rollout_steps")
         check_positive(self, "steps_per_iteration", "weight_sync_every")
-        check(self, "gamma", 0.0 <= self.gamma <= 1.0, "must be in [0, 1]")
-        check(self, "priority_alpha", self.priority_alpha >= 0, "must be >= 0")
-        check(self, "priority_beta", 0.0 <= self.priority_beta <= 1.0, "must be in [0, 1]")
         check(self, "exploration_epsilon", 0 < self.exploration_epsilon <= 1, "must be in (0, 1]")
         check(self, "exploration_alpha", self.exploration_alpha >= 0, "must be >= 0")
+        if self.training_intensity is not None:
+            check_positive(self, "training_intensity")
+        base = getattr(self, self.LEARNER)
+        untouched = base.run == RunConfig() and base.env == type(base).__mro__[1]().env
+        check(self, self.LEARNER, untouched, "set run and env at the top level, not here")
+        try:
+            learner = self.learner_config()
+        except ConfigError as exc:  # the learner's own checks, with the real env and run
+            name = type(base).__name__
+            raise ConfigError(str(exc).replace(f"{name}.", f"{type(self).__name__}.", 1)) from None
+        replay = learner.replay
         check(
-            self,
+            replay,
+            "prioritized",
+            replay.prioritized == "proportional",
+            "Ape-X's replay shards are proportional prioritized replay: use 'proportional'",
+        )
+        check(
+            replay,
             "buffer_size",
-            self.buffer_size >= self.replay_shards,
+            replay.buffer_size >= self.replay_shards,
             f"must be >= replay_shards = {self.replay_shards}",
         )
         check(
-            self,
+            replay,
             "learning_starts",
-            0 <= self.learning_starts <= self.buffer_size,
-            f"must be in [0, buffer_size = {self.buffer_size}]",
+            replay.learning_starts <= replay.buffer_size,
+            f"must be <= replay.buffer_size = {replay.buffer_size}",
         )
-        if self.training_intensity is not None:
-            check_positive(self, "training_intensity")
+
+    def learner_config(self) -> Any:
+        """The nested DQN or DDPG config with ``run`` and ``env`` (validated)."""
+        return unnest(getattr(self, self.LEARNER), run=self.run, env=self.env)
+
+
+DQNBlock = nested_block(DQNConfig)
+"""Ape-X DQN's learner settings (`shoal.config.nested_block`)."""
+DDPGBlock = nested_block(DDPGConfig)
+"""Ape-X DPG's learner settings (`shoal.config.nested_block`)."""
+
+
+def _apex_replay(batch_size: int, n_step: int = 3) -> ReplayConfig:
+    return ReplayConfig(
+        buffer_size=50_000,
+        batch_size=batch_size,
+        n_step=n_step,
+        prioritized="proportional",
+        learning_starts=1_000,
+    )
+
+
+def _learner_renames(block: str, fields: tuple[str, ...]) -> dict[str, Renamed]:
+    """shoal 0.1's flat Ape-X fields: the learner's own in its block, the replay fields in
+    its replay block."""
+    renamed = {name: Renamed(f"{block}.{name}") for name in fields}
+    for name in ("buffer_size", "batch_size", "n_step", "priority_alpha", "priority_beta"):
+        renamed[name] = Renamed(f"{block}.replay.{name}")
+    renamed["learning_starts"] = Renamed(f"{block}.replay.learning_starts")
+    return renamed
 
 
 @dataclass(frozen=True)
 class ApexDQNConfig(ApexConfig):
     """Ape-X DQN: a dueling double DQN learner (the paper's) on n-step prioritized replay."""
 
-    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=5e-4, max_grad_norm=40.0))
-    """AdamW; the paper clips gradient norms to 40 (and uses RMSProp, lr 0.00025 / 4)."""
-    model: ModelConfig = field(
-        default_factory=lambda: ModelConfig(hidden=(64, 64), activation="relu")
+    dqn: DQNBlock = field(
+        default_factory=lambda: DQNBlock(
+            optim=OptimConfig(lr=5e-4, max_grad_norm=40.0),
+            model=ModelConfig(hidden=(64, 64), activation="relu"),
+            dueling=True,
+            replay=_apex_replay(batch_size=64),
+        )
     )
-    """Hidden layers of the Q-network."""
-    double_q: bool = True
-    """Choose the bootstrap action with the online network, evaluate it with the target."""
-    dueling: bool = True
-    """Separate value and advantage streams (the paper's network)."""
-    loss: Literal["huber", "mse"] = "huber"
-    """TD loss."""
-    target_update_every: int = 500
-    """Learner steps between hard target-network copies (RLlib's target_network_update_freq,
-    which counts env steps, default 500,000; paper: every 2,500 learner steps)."""
+    """The learner (`DQNConfig`): AdamW (the paper clips gradient norms to 40 and uses
+    RMSProp, lr 0.00025 / 4), the Q-network, double_q, dueling (the paper's network), the
+    loss, target_update_every (hard copies every this many learner steps; RLlib's
+    target_network_update_freq counts env steps, default 500,000; paper: every 2,500 learner
+    steps), gamma, and the replay sizes. Its exploration fields are unused: each actor has its
+    own epsilon (exploration_epsilon, exploration_alpha)."""
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_positive(self, "target_update_every")
+    LEARNER: ClassVar[str] = "dqn"
+    RENAMED: ClassVar[dict[str, Renamed]] = _learner_renames(
+        "dqn", ("optim", "model", "double_q", "dueling", "loss", "target_update_every", "gamma")
+    )
 
 
 @dataclass(frozen=True)
@@ -198,38 +242,26 @@ class ApexDDPGConfig(ApexConfig):
 
     env: EnvConfig = field(default_factory=lambda: EnvConfig(id="Pendulum-v1", num_envs=1))
     """Each actor steps env.num_envs envs of its own."""
-    optim: OptimConfig = field(
-        default_factory=lambda: OptimConfig(lr=1e-3, eps=1e-8, max_grad_norm=None)
+    ddpg: DDPGBlock = field(
+        default_factory=lambda: DDPGBlock(
+            noise=NoiseConfig(kind="gaussian", scale=0.3),
+            replay=_apex_replay(batch_size=256),
+        )
     )
-    """Adam for both networks; lr is the critic's (and the actor's unless actor_lr is set)."""
-    model: ModelConfig = field(
-        default_factory=lambda: ModelConfig(hidden=(256, 256), activation="relu")
-    )
-    """Hidden layers of the actor and of the critic."""
-    noise: NoiseConfig = field(default_factory=lambda: NoiseConfig(kind="gaussian", scale=0.3))
-    """Exploration noise of actor 0; the others scale it down (per_worker_exploration)."""
-    actor_lr: float | None = None
-    """Actor learning rate (None: optim.lr)."""
-    tau: float = 0.005
-    """Target networks: target <- tau * online + (1 - tau) * target after each update."""
-    critic_loss: Literal["mse", "huber"] = "mse"
-    """Per-sample critic regression loss."""
-    critic_l2: float = 0.0
-    """L2 regularization c * ||w||^2 of the critic's weights."""
-    batch_size: int = 256
-    """Transitions per learner step (RLlib's train_batch_size; paper: 256)."""
+    """The learner (`DDPGConfig`): Adam for both networks, actor and critic sizes, actor_lr,
+    tau, the critic loss and L2, gamma, the replay sizes (paper: batches of 256), and the
+    exploration noise of actor 0 (the others scale it down, per_worker_exploration)."""
     training_intensity: float | None = 256.0
     """Replayed transitions per env step (see `ApexConfig`): one learner step per env step."""
     exploration_alpha: float = 3.0
     """Exponent spread of the ladder; smaller than DQN's 7, which would leave the last
     actors with 0.4^7 = 0.2% of the noise."""
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check(self, "tau", 0.0 < self.tau <= 1.0, "must be in (0, 1]")
-        check(self, "critic_l2", self.critic_l2 >= 0, "must be >= 0")
-        if self.actor_lr is not None:
-            check_positive(self, "actor_lr")
+    LEARNER: ClassVar[str] = "ddpg"
+    RENAMED: ClassVar[dict[str, Renamed]] = _learner_renames(
+        "ddpg",
+        ("optim", "model", "noise", "actor_lr", "tau", "critic_loss", "critic_l2", "gamma"),
+    )
 
 
 class Variant(NamedTuple):
@@ -243,41 +275,13 @@ class Variant(NamedTuple):
 
 
 def variant(config: ApexConfig) -> Variant:
-    common = dict(
-        run=config.run,
-        env=config.env,
-        optim=config.optim,
-        model=config.model,
-        gamma=config.gamma,
-        n_step=config.n_step,
-        replay="proportional",
-        buffer_size=config.buffer_size,
-        priority_alpha=config.priority_alpha,
-        priority_beta=config.priority_beta,
-        batch_size=config.batch_size,
-        learning_starts=config.learning_starts,
-    )
+    inner = config.learner_config()
     if isinstance(config, ApexDDPGConfig):
-        inner = ddpg.DDPGConfig(
-            **common,
-            actor_lr=config.actor_lr,
-            tau=config.tau,
-            critic_loss=config.critic_loss,
-            critic_l2=config.critic_l2,
-            noise=config.noise,
-        )
         return Variant(inner, ddpg.DDPGLearner, ddpg.build_model)
+    # The Q-network's epsilon travels with its weights: the ladder's base, not DQN's schedule
+    # (each actor then sets its own; a deployed policy sampling actions uses this one).
     eps = config.exploration_epsilon
-    inner = dqn.DQNConfig(
-        **common,
-        double_q=config.double_q,
-        dueling=config.dueling,
-        loss=config.loss,
-        target_update_every=config.target_update_every,
-        tau=1.0,
-        epsilon_start=eps,
-        epsilon_end=eps,
-    )
+    inner = dataclasses.replace(inner, epsilon_start=eps, epsilon_end=eps)
     return Variant(inner, dqn.DQNLearner, dqn.build_model)
 
 
@@ -307,6 +311,7 @@ class Apex:
     def __init__(self, config: ApexConfig):
         self.config = config
         self.parts = variant(config)
+        self.replay = self.parts.inner.replay
         run = config.run
         # One env here first: an unknown env id or an unsupported action space fails now,
         # with its own message, not as actors failing and restarting in a loop.
@@ -347,12 +352,12 @@ class Apex:
         self._push_weights()
 
     def _shard_args(self, j: int) -> tuple:
-        cfg = self.config
+        cfg, replay = self.config, self.replay
         return (
-            -(-cfg.buffer_size // cfg.replay_shards),
+            -(-replay.buffer_size // cfg.replay_shards),
             *self._spaces,
-            cfg.n_step,
-            cfg.priority_alpha,
+            replay.n_step,
+            replay.priority_alpha,
             derive_seed(cfg.run.seed, "replay", j),
             self._mask_dim,
         )
@@ -398,7 +403,7 @@ class Apex:
             j = self._next_shard
             self._next_shard = (j + 1) % len(self._sizes)
             self.shards.submit(j, "add", batch, priorities)  # ordered before later samples
-            capacity = -(-self.config.buffer_size // self.config.replay_shards)
+            capacity = -(-self.replay.buffer_size // self.config.replay_shards)
             self._sizes[j] = min(capacity, self._sizes[j] + len(batch.steps))
         return episodes
 
@@ -406,16 +411,17 @@ class Apex:
         """Keep PREFETCH requests queued per shard once replay holds learning_starts
         transitions, unless the learner is a prefetch window ahead of training_intensity."""
         cfg = self.config
-        if sum(self._sizes) < max(cfg.learning_starts, 1):
+        replay = self.replay
+        if sum(self._sizes) < max(replay.learning_starts, 1):
             return
-        window = PREFETCH * BATCHES_PER_REQUEST * cfg.batch_size
+        window = PREFETCH * BATCHES_PER_REQUEST * replay.batch_size
         for j, size in enumerate(self._sizes):
             while size > 0 and self._queued[j] < PREFETCH:
-                in_flight = sum(self._queued) * BATCHES_PER_REQUEST * cfg.batch_size
+                in_flight = sum(self._queued) * BATCHES_PER_REQUEST * replay.batch_size
                 if cfg.training_intensity is not None and self._backlog() + window <= in_flight:
                     return
                 ref = self.shards.submit(
-                    j, "sample_many", BATCHES_PER_REQUEST, cfg.batch_size, cfg.priority_beta
+                    j, "sample_many", BATCHES_PER_REQUEST, replay.batch_size, replay.priority_beta
                 )
                 self._pending[ref] = ("replay", j)
                 self._queued[j] += 1
@@ -430,7 +436,7 @@ class Apex:
             metrics, new_priorities = self.learner.update(batch)
             stats.append(metrics)
             indices.append(batch.indices)
-            priorities.append(new_priorities.numpy())
+            priorities.append(new_priorities.detach().cpu().numpy())
             if self.learner.grad_steps % self.config.weight_sync_every == 0:
                 self._push_weights()
         self.shards.submit(
@@ -442,8 +448,8 @@ class Apex:
         """Replayed transitions the learner owes the env steps so far at training_intensity
         (negative: it is ahead)."""
         cfg = self.config
-        owed = (cfg.training_intensity or 0.0) * (self.env_steps - cfg.learning_starts)
-        return owed - self.learner.grad_steps * cfg.batch_size
+        owed = (cfg.training_intensity or 0.0) * (self.env_steps - self.replay.learning_starts)
+        return owed - self.learner.grad_steps * self.replay.batch_size
 
     def _throttled(self) -> bool:
         """Actors wait for the learner (training_intensity) while it has batches coming.
@@ -456,14 +462,18 @@ class Apex:
     def _start_actors(self) -> None:
         while self._idle_actors and not self._throttled():
             i = self._idle_actors.pop(0)
-            random = self.env_steps < self.config.learning_starts
+            random = self.env_steps < self.replay.learning_starts
             self._pending[self.actors.submit(i, "sample", random)] = ("sample", i)
 
     def _acting_weights(self) -> dict[str, Any]:
+        """Host copies of the acting network (and DDPG's critic, for its priorities)."""
         if isinstance(self.config, ApexDDPGConfig):
             core = self.learner.core
-            return {"model": core.actor.state_dict(), "critic": core.critic.state_dict()}
-        return {"model": self.learner.online.state_dict()}
+            return {
+                "model": to_host(core.actor.state_dict()),
+                "critic": to_host(core.critic.state_dict()),
+            }
+        return {"model": to_host(self.learner.online.state_dict())}
 
     def _push_weights(self) -> None:
         """To the object store once; each actor applies it before its next batch."""
@@ -493,7 +503,8 @@ class Apex:
         return metrics
 
     def policy(self) -> ActorPolicy:
-        return ActorPolicy(frozen_copy(self.learner.policy_network), None, self.config.env.clip_obs)
+        network = uncompiled_copy(self.learner.policy_network)
+        return ActorPolicy(network, None, self.config.env.clip_obs)
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -1,5 +1,7 @@
 """CTEDD: Centralized Training and Exploration with Decentralized execution via policy
-Distillation (reference 003, Chen 2019), built on MADDPG's parts.
+Distillation (Gang Chen 2019, "A New Framework for Multi-Agent Reinforcement Learning -
+Centralized Training and Exploration with Decentralized Execution via Policy Distillation"),
+built on MADDPG's parts.
 
 **Stage 1 (centralized training and exploration, section 4.1).** Every agent's global policy
 ``pi~_i(s) = pi_{theta_i}(s) + eps * sigma_{omega_i}(s)`` reads the env's full global state
@@ -46,9 +48,17 @@ from shoal.algos.actor_critic_replay import (
     ActorCriticLearner,
     ActorCriticReplayConfig,
 )
-from shoal.algos.maddpg import MADDPG, MADDPGLearner
-from shoal.algos.off_policy import make_priorities
-from shoal.config import EnvConfig, ModelConfig, OptimConfig, check, check_positive
+from shoal.algos.maddpg import critic_inputs, own_action_inputs
+from shoal.algos.off_policy import learn_from_replay, make_priorities
+from shoal.backend import place, uncompiled_copy
+from shoal.config import (
+    EnvConfig,
+    ModelConfig,
+    OptimConfig,
+    ReplayConfig,
+    check,
+    check_positive,
+)
 from shoal.data.replay import ReplayBuffer
 from shoal.envs.multi_agent import (
     AgentGroup,
@@ -61,15 +71,15 @@ from shoal.losses.actor_critic import deterministic_actor_loss, ensemble_td_loss
 from shoal.losses.distillation import distillation_loss, exploration_scale_loss
 from shoal.nn.critics import CriticEnsemble
 from shoal.nn.local_policies import ExplorationScale, GlobalActor, LocalPolicies
-from shoal.nn.target import frozen_copy
+from shoal.optim import minimize
 from shoal.policy import ActorPolicy
-from shoal.train.seeding import derive_seed
+from shoal.seeding import derive_seed
 from shoal.types import EpisodeStats, ReplayBatch
 
 
 @dataclass(frozen=True)
 class CTEDDConfig(ActorCriticReplayConfig):
-    """CTEDD hyperparameters; defaults follow reference 003's section 5.2 (lr 0.005, batch
+    """CTEDD hyperparameters; defaults follow Chen's section 5.2 (lr 0.005, batch
     1024, gamma 0.95, 64-unit policy layers, 64x64 critics, alpha 0.1 -> 0.001) and MADDPG's
     defaults otherwise. The shared replay settings are documented on `ActorCriticReplayConfig`."""
 
@@ -90,10 +100,13 @@ class CTEDDConfig(ActorCriticReplayConfig):
     """Discount factor (MADDPG's 0.95)."""
     tau: float = 0.01
     """Target networks: target <- tau * online + (1 - tau) * target."""
-    batch_size: int = 1024
-    """Transitions per gradient step of stage 1 (the paper's 1024)."""
-    learning_starts: int = 1024
-    """Env steps of uniformly random actions before the first gradient step."""
+    replay: ReplayConfig = field(
+        default_factory=lambda: ReplayConfig(
+            buffer_size=1_000_000, batch_size=1024, learning_starts=1024
+        )
+    )
+    """Replay of joint steps; batch_size transitions per gradient step of stage 1 (the
+    paper's 1024), learning_starts env steps of uniformly random actions."""
     global_hidden: tuple[int, ...] = (64,)
     """Hidden layers of the shared global network of the global policies (Figure 1)."""
     local_hidden: tuple[int, ...] = (64,)
@@ -193,10 +206,8 @@ def build_model(config: CTEDDConfig, obs_space: gym.Space, action_space: gym.Spa
 
 
 class CTEDDLearner(ActorCriticLearner):
-    """Stage 1: the global policies, their exploration scales and the centralized critics."""
-
-    critic_inputs = MADDPGLearner.critic_inputs
-    own_action_inputs = MADDPGLearner.own_action_inputs
+    """Stage 1: the global policies, their exploration scales and the centralized critics
+    (whose inputs are MADDPG's, `shoal.algos.maddpg.critic_inputs`)."""
 
     def __init__(
         self, config: CTEDDConfig, num_agents: int, action_dim: int, state_dim: int, offset: int
@@ -209,46 +220,52 @@ class CTEDDLearner(ActorCriticLearner):
         space = gym.spaces.Box(-np.inf, np.inf, (state_dim,), np.float32)
         critic = CriticEnsemble(space, n * action_dim, 1, config.model, members=n)
         self.core = ActorCriticCore(config, actor, critic, target_actor=True)
-        self.scale = ExplorationScale(
+        scale = ExplorationScale(
             actor.feature_dim, action_dim, n, config.local_hidden,
             config.sigma_min, config.sigma_max, config.sigma_init,
         )  # fmt: skip
+        self.scale = place(scale, self.device, config.run.compile)
         self.scale_optimizer = torch.optim.Adam(
             self.scale.parameters(), lr=config.exploration_lr, eps=1e-8
         )
-        self._eye = torch.eye(n, dtype=torch.bool)
 
     @torch.no_grad()
     def act(self, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``[B, S]`` -> (sampled actions ``mu + sigma * eps`` ``[B, N, d]``, the same
-        clipped to ``[-1, 1]`` for the env); uniform before learning starts."""
+        clipped to ``[-1, 1]`` for the env), on the CPU; uniform before learning starts. The
+        global policies act where they train (they read the global state, so there is no
+        separate acting copy)."""
         actor = self.core.actor
         if actor.random_actions:
             uniform = torch.rand(state.shape[0], self.num_agents, self.action_dim) * 2 - 1
             return uniform, uniform
+        state = state.to(self.device)
         mean = actor(state)
-        sampled = mean + self.scale(actor.features(state)) * torch.randn_like(mean)
+        # The noise draws from the CPU generator, so a seed acts alike on every device.
+        noise = torch.randn(mean.shape).to(self.device)
+        sampled = (mean + self.scale(actor.features(state)) * noise).cpu()
         return sampled, sampled.clamp(-1.0, 1.0)
 
     def update(self, batch: ReplayBatch) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """Eq. (2) for the critics and Eq. (4) for the deterministic parts, as MADDPG."""
         cfg, core, n = self.config, self.core, self.num_agents
+        batch = core.batch(batch)
         returns, discounts = core.bootstrap(batch)
         state, next_state = batch.obs[:, self.offset :], batch.next_obs[:, self.offset :]
         replayed = batch.actions.float()
         with torch.no_grad():
-            next_inputs = self.critic_inputs(next_state, core.target_actor(next_state))
+            next_inputs = critic_inputs(next_state, core.target_actor(next_state))
             next_q = core.target_critic.evaluate(next_inputs).squeeze(-1)  # [N, M]
             target = returns.T + discounts * next_q
-        q = core.critic.evaluate(self.critic_inputs(state, replayed)).squeeze(-1)
+        q = core.critic.evaluate(critic_inputs(state, replayed)).squeeze(-1)
         critic_loss, errors = ensemble_td_loss(
             q.reshape(1, -1), target.reshape(-1), batch.weights.repeat(n), cfg.critic_loss
         )
         critic_loss = critic_loss * n
-        inputs = self.own_action_inputs(state, replayed, core.actor(state))
+        inputs = own_action_inputs(state, replayed, core.actor(state))
         policy_q = core.critic.evaluate(inputs, detach_weights=True).squeeze(-1)
         actor_loss = deterministic_actor_loss(policy_q.reshape(-1)) * n
-        core.step(critic_loss + actor_loss)
+        core.step({"critic": critic_loss, "actor": actor_loss})
         core.update_targets()
         metrics = {
             "loss/critic": critic_loss.detach(),
@@ -262,21 +279,18 @@ class CTEDDLearner(ActorCriticLearner):
     ) -> dict[str, float]:
         """Eq. (5) on the latest samples: ``state`` ``[K, S]``, ``sampled`` ``[K, N, d]``."""
         actor, critic = self.core.actor, self.core.critic
+        state, sampled = state.to(self.device), sampled.to(self.device)
         with torch.no_grad():
             mean = actor(state)
             features = actor.features(state)
-            q_sampled = critic.evaluate(self.critic_inputs(state, sampled.clamp(-1, 1)))
-            q_mean = critic.evaluate(self.critic_inputs(state, mean))
+            q_sampled = critic.evaluate(critic_inputs(state, sampled.clamp(-1, 1)))
+            q_mean = critic.evaluate(critic_inputs(state, mean))
             advantages = (q_sampled - q_mean).squeeze(-1).T  # [K, N]: agent i's critic
             if self.config.normalize_advantages and len(advantages) > 1:
                 advantages = advantages / (advantages.std(dim=0) + 1e-6)
         scale = self.scale(features)
         loss, stats = exploration_scale_loss(sampled, mean, scale, advantages, alpha)
-        self.scale_optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if self.config.optim.max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(self.scale.parameters(), self.config.optim.max_grad_norm)
-        self.scale_optimizer.step()
+        minimize({"exploration": loss}, self.scale_optimizer, self.config.optim.max_grad_norm)
         return {
             "loss/exploration": loss.item(),
             "train/entropy": stats["entropy"].item(),
@@ -309,9 +323,7 @@ class Student:
         """``repeats`` gradient steps of Eq. (6) on one minibatch ``[K, N, o]``, ``[K, N, d]``."""
         for _ in range(repeats):
             loss = distillation_loss(teacher, self.policies(obs))
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            self.optimizer.step()
+            minimize({"distillation": loss}, self.optimizer)
         return loss.item()
 
     def state_dict(self) -> dict[str, Any]:
@@ -337,18 +349,22 @@ class CTEDD:
         self.state_dim = int(self.env.state_space.shape[0])
         self.learner = CTEDDLearner(config, n, self.action_dim, self.state_dim, n * self.obs_dim)
         dims = (config.message_dim, *config.extra_message_dims)
+        device, compiled = self.learner.device, config.run.compile
         self.students = {
-            m: Student(build_local(config, self.group, m), config.distill_lr) for m in dims
+            m: Student(
+                place(build_local(config, self.group, m), device, compiled), config.distill_lr
+            )
+            for m in dims
         }
         # A row: the joint observations (for the local policies), then the state (stage 1).
         row_dim = n * self.obs_dim + self.state_dim
         self.replay = ReplayBuffer(
-            config.buffer_size,
+            config.replay.buffer_size,
             num_envs,
             gym.spaces.Box(-np.inf, np.inf, (row_dim,), np.float32),
             gym.spaces.Box(-1.0, 1.0, (n, self.action_dim), np.float32),
-            n_step=config.n_step,
-            priorities=make_priorities(config, num_envs),
+            n_step=config.replay.n_step,
+            priorities=make_priorities(config.replay, num_envs),
             seed=derive_seed(config.run.seed, "replay", 0),
             reward_shape=(n,),
         )
@@ -395,12 +411,12 @@ class CTEDD:
 
     def train_iteration(self) -> dict[str, float]:
         cfg = self.config
-        learning = self.env_steps >= cfg.learning_starts
+        learning = self.env_steps >= cfg.replay.learning_starts
         self.learner.set_random_actions(not learning)
         episodes, states, sampled = self._collect()
         self.iteration += 1
         metrics: dict[str, float] = {}
-        if self.env_steps > cfg.learning_starts and self.replay.num_sampleable() > 0:
+        if self.env_steps > cfg.replay.learning_starts and self.replay.num_sampleable() > 0:
             # Eq. (5) first: the samples' log-likelihoods are those of the policy that drew
             # them only while the deterministic parts have not moved yet (footnote 1).
             if learning and len(states):
@@ -412,8 +428,9 @@ class CTEDD:
         metrics.update(episodes.metrics())
         return metrics
 
-    # MADDPG's replay-sampling loop (prioritized replay's beta annealing included).
-    _learn = MADDPG._learn
+    def _learn(self) -> dict[str, float]:
+        """MADDPG's replay-sampling loop (prioritized replay's beta annealing included)."""
+        return learn_from_replay(self.config, self.replay, self.learner, self.env_steps)
 
     # --- stage 2 ------------------------------------------------------------------------------
 
@@ -430,7 +447,7 @@ class CTEDD:
     def distill(self) -> dict[str, float]:
         """One chronological distillation round of every local policy (Eq. (6))."""
         cfg, n = self.config, self.group.size
-        rows = torch.as_tensor(self.chronological_rows())
+        rows = torch.as_tensor(self.chronological_rows()).to(self.learner.device)
         obs = rows[:, : n * self.obs_dim].reshape(-1, n, self.obs_dim)
         with torch.no_grad():
             teacher = self.learner.core.actor(rows[:, n * self.obs_dim :])
@@ -479,7 +496,9 @@ class CTEDD:
         total = np.zeros((episodes, self.group.size))
         done = np.zeros(episodes, bool)
         while not done.all():
-            actions = act(torch.as_tensor(obs[name]).float(), torch.as_tensor(state).float())
+            device = self.learner.device
+            obs_t = torch.as_tensor(obs[name]).float().to(device)
+            actions = act(obs_t, torch.as_tensor(state).float().to(device)).cpu()
             step = env.step({name: actions.numpy()})
             total[~done] += step.rewards[name][~done]
             done |= (step.terminated[name] | step.truncated[name]).all(axis=1)
@@ -488,7 +507,7 @@ class CTEDD:
 
     def policy(self) -> ActorPolicy:
         """The deployable CTEDD-L-<message_dim> local policies (rows of agents)."""
-        return ActorPolicy(frozen_copy(self.students[self.config.message_dim].policies))
+        return ActorPolicy(uncompiled_copy(self.students[self.config.message_dim].policies))
 
     # --- checkpoints --------------------------------------------------------------------------
 
@@ -499,7 +518,7 @@ class CTEDD:
             "env": self.env.get_state(),
             "obs": copy.deepcopy(self.obs),
             "state": self.state.copy(),
-            "replay": self.replay.state_dict() if self.config.save_replay else None,
+            "replay": self.replay.state_dict() if self.config.replay.save else None,
             "policy": {
                 "model": self.students[self.config.message_dim].policies.state_dict(),
                 "obs_stats": None,

@@ -58,10 +58,12 @@ class D4PGLearner(ActorCriticLearner):
             config, obs_space, action_space, out_dim=config.num_atoms, members=1
         )
         self.core = ActorCriticCore(config, actor, critic, target_actor=True)
-        self.support = torch.linspace(config.v_min, config.v_max, config.num_atoms)
+        support = torch.linspace(config.v_min, config.v_max, config.num_atoms)
+        self.support = support.to(self.core.device)
 
     def update(self, batch: ReplayBatch) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         core = self.core
+        batch = core.batch(batch)
         returns, discounts = core.bootstrap(batch)
         with torch.no_grad():
             next_actions = core.target_actor(batch.next_obs)
@@ -74,7 +76,7 @@ class D4PGLearner(ActorCriticLearner):
         policy_logits = core.critic(batch.obs, core.actor(batch.obs), detach_weights=True)[0]
         policy_q = (policy_logits.softmax(dim=-1) * self.support).sum(dim=-1)
         actor_loss = deterministic_actor_loss(policy_q)
-        core.step(critic_loss + actor_loss)
+        core.step({"critic": critic_loss, "actor": actor_loss})
         core.update_targets()
         q = (logits.detach().softmax(dim=-1) * self.support).sum(dim=-1)
         metrics = {

@@ -3,7 +3,7 @@
 A deterministic actor ``mu(s)`` and a critic ``Q(s, a)``, both with slowly tracking target
 networks. The critic regresses toward ``r + gamma Q'(s', mu'(s'))``; the actor follows the
 critic's action gradient. Exploration adds Gaussian or Ornstein-Uhlenbeck noise to the actor's
-actions (reference 004's noise_scale, exploration_theta, exploration_sigma). n-step returns,
+actions (RLlib's noise_scale, exploration_theta, exploration_sigma). n-step returns,
 prioritized replay, the Huber loss and L2 regularization of the critic are config fields.
 """
 
@@ -59,6 +59,7 @@ class DDPGLearner(ActorCriticLearner):
 
     def update(self, batch: ReplayBatch) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         core = self.core
+        batch = core.batch(batch)
         returns, discounts = core.bootstrap(batch)
         with torch.no_grad():
             next_actions = core.target_actor(batch.next_obs)
@@ -70,7 +71,7 @@ class DDPGLearner(ActorCriticLearner):
         )
         policy_q = core.critic(batch.obs, core.actor(batch.obs), detach_weights=True)
         actor_loss = deterministic_actor_loss(policy_q[0, :, 0])
-        core.step(critic_loss + actor_loss)
+        core.step({"critic": critic_loss, "actor": actor_loss})
         core.update_targets()
         metrics = {
             "loss/critic": critic_loss.detach(),

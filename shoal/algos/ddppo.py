@@ -17,28 +17,38 @@ without it); resume from the last checkpoint.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
 import os
 import socket
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Literal, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
+import gymnasium as gym
 import torch
 import torch.distributed as dist
 
+from shoal.algos import ppo as ppo_module
 from shoal.algos.on_policy import PPOBatch, make_batch
-from shoal.algos.ppo import PPOConfig, PPOLearner, build_model
+from shoal.algos.ppo import PPOConfig, PPOLearner
+from shoal.backend import TorchStep, uncompiled_copy
 from shoal.collect import EnvRunner
 from shoal.collect.ray import concat_episodes
-from shoal.config import EnvConfig, ModelConfig, OptimConfig, RunConfig, check, check_positive
+from shoal.config import (
+    EnvConfig,
+    Renamed,
+    RunConfig,
+    check,
+    check_positive,
+    nested_block,
+    unnest,
+)
 from shoal.distributed import DistributedError, require_ray
 from shoal.errors import ConfigError, NaNLossError
 from shoal.policy import ActorPolicy
-from shoal.train.schedules import scheduled
-from shoal.train.seeding import derive_seed
+from shoal.schedules import scheduled
+from shoal.seeding import derive_seed
 from shoal.types import EpisodeStats
 
 COLLECTIVE_TIMEOUT = timedelta(minutes=5)
@@ -46,42 +56,44 @@ COLLECTIVE_TIMEOUT = timedelta(minutes=5)
 30 minutes would hang a run whose learner died for that long)."""
 
 
+PPOBlock = nested_block(PPOConfig)
+"""PPO's settings of one DD-PPO learner (`shoal.config.nested_block`)."""
+
+PPO_FIELDS = (
+    "optim",
+    "model",
+    "num_steps",
+    "num_epochs",
+    "minibatch_size",
+    "gamma",
+    "gae_lambda",
+    "clip_eps",
+    "clip_schedule",
+    "value_clip",
+    "vf_coef",
+    "ent_coef",
+    "normalize_advantages",
+)
+"""PPO's settings that shoal 0.1's DD-PPO config held at its top level."""
+
+
 @dataclass(frozen=True)
 class DDPPOConfig:
-    """DD-PPO hyperparameters: the learner count, then PPO's own fields (see `PPOConfig`),
-    which apply per learner: each rank samples num_steps * env.num_envs steps per iteration
-    and splits them into minibatches of minibatch_size."""
+    """DD-PPO: ``run`` and ``env`` as every algorithm, PPO's hyperparameters in the ``ppo``
+    block, which apply per learner (each rank samples ppo.num_steps * env.num_envs steps per
+    iteration and splits them into minibatches of ppo.minibatch_size), and the learner count."""
 
     run: RunConfig = field(default_factory=RunConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
+    ppo: PPOBlock = field(default_factory=lambda: PPOBlock(num_steps=128, num_epochs=4))
+    """PPO's settings per learner (`PPOConfig`); its own run and env blocks are not used: set
+    the ones above. The KL penalty and early stop are off (ranks that stopped at different
+    epochs would wait for each other forever)."""
     num_learners: int = 2
     """Learner processes (Ray actors), each sampling its own envs; the batch per iteration is
-    num_learners * num_steps * env.num_envs."""
-    num_steps: int = 128
-    """Steps per environment in each learner's rollout."""
-    num_epochs: int = 4
-    """Passes of minibatch SGD over each rollout."""
-    minibatch_size: int = 256
-    """Samples per gradient step on each learner (the effective minibatch is num_learners
-    times larger, since gradients are averaged)."""
-    gamma: float = 0.99
-    """Discount factor."""
-    gae_lambda: float = 0.95
-    """GAE lambda: 0 is one-step TD, 1 is Monte-Carlo."""
-    clip_eps: float = 0.2
-    """Clip range of the probability ratio."""
-    clip_schedule: Literal["constant", "linear"] = "constant"
-    """linear: decay clip_eps to zero over optim.anneal_steps."""
-    value_clip: float | None = None
-    """Use the clipped value loss with this range (None: the plain squared error)."""
-    vf_coef: float = 0.5
-    """Weight of the value loss."""
-    ent_coef: float = 0.0
-    """Weight of the entropy bonus."""
-    normalize_advantages: bool = True
-    """Standardize advantages within each learner's minibatch (locally, as the paper)."""
+    num_learners * ppo.num_steps * env.num_envs."""
+
+    RENAMED: ClassVar[dict[str, Renamed]] = {name: Renamed(f"ppo.{name}") for name in PPO_FIELDS}
 
     def __post_init__(self) -> None:
         check_positive(self, "num_learners")
@@ -91,13 +103,28 @@ class DDPPOConfig:
             self.run.runners == 0,
             "DD-PPO learners sample their own envs; set num_learners instead of run.runners",
         )
-        check(self, "model", self.model.lstm_hidden is None, "DD-PPO has no recurrent models yet")
+        untouched = self.ppo.run == RunConfig() and self.ppo.env == PPOConfig().env
+        check(self, "ppo", untouched, "set run and env at the top level, not in ppo")
+        try:
+            ppo = self.learner_config()
+        except ConfigError as exc:  # PPO's own checks, with the real env and run
+            raise ConfigError(str(exc).replace("PPOConfig.", "DDPPOConfig.ppo.", 1)) from None
+        model = ppo.model
+        check(ppo, "model", model.lstm_hidden is None, "DD-PPO has no recurrent models yet")
         check(
-            self,
+            ppo,
             "model",
-            self.model.temperature_min is None,
+            model.temperature_min is None,
             "DD-PPO does not anneal the temperature yet; set temperature_min to None",
         )
+        check(
+            model,
+            "backend",
+            model.backend != "numpy",
+            "DD-PPO averages gradients through autograd; use auto (acting through NumPy) or torch",
+        )
+        check(ppo, "kl_coeff", ppo.kl_coeff == 0, "DD-PPO runs without the KL penalty: use 0")
+        check(ppo, "target_kl", ppo.target_kl is None, "DD-PPO runs every epoch: use None")
         normalizes = self.env.normalize_obs or self.env.normalize_reward
         check(
             self,
@@ -106,17 +133,15 @@ class DDPPOConfig:
             "normalize_obs / normalize_reward would keep separate statistics per learner; "
             "turn normalization off or use one learner",
         )
-        try:
-            self.ppo_config()
-        except ConfigError as exc:
-            raise ConfigError(str(exc).replace("PPOConfig.", "DDPPOConfig.", 1)) from None
 
-    def ppo_config(self) -> PPOConfig:
-        """The `PPOConfig` of one learner (validated; KL penalty and early stop off, since
-        ranks that stopped at different epochs would wait for each other forever)."""
-        names = {f.name for f in dataclasses.fields(PPOConfig)}
-        mine = (f.name for f in dataclasses.fields(self))
-        return PPOConfig(**{name: getattr(self, name) for name in mine if name in names})
+    def learner_config(self) -> PPOConfig:
+        """The `PPOConfig` of one learner: ``ppo`` with ``run`` and ``env`` (validated)."""
+        return unnest(self.ppo, run=self.run, env=self.env)
+
+
+def build_model(config: DDPPOConfig, obs_space: gym.Space, action_space: gym.Space) -> Any:
+    """The deployable actor-critic: PPO's, for one learner's settings."""
+    return ppo_module.build_model(config.learner_config(), obs_space, action_space)
 
 
 class RankResult(NamedTuple):
@@ -139,16 +164,9 @@ def average_gradients(parameters: list[torch.Tensor], world_size: int) -> None:
         offset += p.numel()
 
 
-def synchronized_step(
-    losses: dict[str, torch.Tensor],
-    optimizer: torch.optim.Optimizer,
-    parameters: list[torch.Tensor],
-    max_grad_norm: float | None,
-    world_size: int,
-) -> None:
-    """PPO's gradient step with the gradient averaged over the ranks before clipping. The
-    ranks first agree that every loss is finite, so that a NaN on one rank stops all of them
-    (instead of leaving the others waiting in the all-reduce)."""
+def agree_finite(losses: dict[str, torch.Tensor]) -> None:
+    """Raise `NaNLossError` on every rank when a loss is not finite on any of them, before
+    the gradient all-reduce (a rank stopping alone would leave the others waiting in it)."""
     finite = torch.isfinite(torch.stack([v.detach() for v in losses.values()])).all()
     agreed = finite.to(torch.float32).reshape(1)
     dist.all_reduce(agreed, op=dist.ReduceOp.MIN)
@@ -156,32 +174,17 @@ def synchronized_step(
         bad = [k for k, v in losses.items() if not torch.isfinite(v)]
         where = f"loss/{bad[0]} became {losses[bad[0]].item()}" if bad else "a loss"
         raise NaNLossError(f"{where} on a DD-PPO learner; weights left unchanged")
-    optimizer.zero_grad(set_to_none=True)
-    losses["total"].backward()
-    average_gradients(parameters, world_size)
-    if max_grad_norm is not None:
-        torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm, foreach=True)
-    optimizer.step()
 
 
-def distributed_update(
-    learner: PPOLearner, batch: PPOBatch, lr: float, clip_eps: float, world_size: int
-) -> dict[str, float]:
-    """`PPOLearner.update` (feed-forward, no KL terms) with `synchronized_step`. Every rank
-    must take the same number of steps: callers give all ranks batches of one size."""
-    for group in learner.optimizer.param_groups:
-        group["lr"] = lr
-    history = []
-    for _ in range(learner.config.num_epochs):
-        for minibatch, outputs in learner._epoch(batch):
-            losses, stats = learner._minibatch_losses(minibatch, clip_eps, 0.0, outputs)
-            max_norm = learner.config.optim.max_grad_norm
-            synchronized_step(losses, learner.optimizer, learner.parameters, max_norm, world_size)
-            history.append(torch.stack([*losses.values(), *stats.values()]).detach())
-    names = [f"loss/{k}" for k in losses] + [f"train/{k}" for k in stats]
-    metrics = dict(zip(names, torch.stack(history).mean(0).tolist(), strict=True))
-    metrics["train/lr"] = lr
-    return metrics
+def synchronize(learner: PPOLearner, world_size: int) -> None:
+    """Make ``learner``'s gradient steps DD-PPO's: through autograd, the ranks first agree
+    that every loss is finite, then average their gradients before clipping."""
+    learner.step = TorchStep(
+        learner.model,
+        learner.scaler,
+        before_minimize=agree_finite,
+        before_clip=lambda: average_gradients(learner.parameters, world_size),
+    )
 
 
 def equal_size(batch: PPOBatch) -> PPOBatch:
@@ -201,18 +204,24 @@ class DDPPOLearner:
 
     def __init__(self, config: DDPPOConfig, rank: int):
         self.config, self.rank = config, rank
-        self.ppo = config.ppo_config()
+        self.ppo = ppo = config.learner_config()
         seed = config.run.seed
-        env_config = dataclasses.replace(config.env, gamma=config.gamma)
+        env_config = dataclasses.replace(config.env, gamma=ppo.gamma)
         self.runner = EnvRunner(
             env_config,
-            functools.partial(build_model, self.ppo),
-            config.num_steps,
+            functools.partial(ppo_module.build_model, ppo),
+            ppo.num_steps,
             seed=derive_seed(seed, "env", rank),
             torch_seed=derive_seed(seed, "ddppo-torch", rank),
+            acting=ppo.model.backend,
+            compiled=config.run.compile,
         )
         env = self.runner.env
-        self.learner = PPOLearner(self.ppo, env.observation_space, env.action_space)
+        # PPO's learner, stepping in lockstep with the other ranks through autograd.
+        torch_model = dataclasses.replace(ppo.model, backend="torch")
+        learner_config = dataclasses.replace(ppo, model=torch_model)
+        self.learner = PPOLearner(learner_config, env.observation_space, env.action_space)
+        synchronize(self.learner, config.num_learners)
 
     def describe(self) -> dict[str, Any]:
         return self.runner.describe()
@@ -226,8 +235,11 @@ class DDPPOLearner:
 
     def join(self, address: tuple[str, int], world_size: int) -> None:
         host, port = address
+        if self.learner.device.type == "cuda":
+            # NCCL all-reduces GPU tensors; the few host-side collectives go through gloo.
+            torch.cuda.set_device(self.learner.device)
         dist.init_process_group(
-            "gloo",
+            "cuda:nccl,cpu:gloo" if self.learner.device.type == "cuda" else "gloo",
             init_method=f"tcp://{host}:{port}",
             rank=self.rank,
             world_size=world_size,
@@ -237,11 +249,11 @@ class DDPPOLearner:
     def train(self, lr: float, clip_eps: float) -> RankResult | str:
         """Sample, update in lockstep with the other ranks; a NaN loss comes back as its
         message (raised here, Ray would restart the learner)."""
-        cfg = self.config
+        ppo = self.ppo
         rollout, episodes = self.runner.sample()
-        batch = equal_size(make_batch(rollout, cfg.gamma, cfg.gae_lambda))
+        batch = equal_size(make_batch(rollout, ppo.gamma, ppo.gae_lambda))
         try:
-            metrics = distributed_update(self.learner, batch, lr, clip_eps, cfg.num_learners)
+            metrics = self.learner.update(batch, lr, clip_eps, kl_coeff=0.0)
         except NaNLossError as exc:
             return str(exc)
         self.runner.set_weights(self.learner.get_weights())
@@ -285,9 +297,19 @@ class DDPPO:
         n = config.num_learners
         rw = require_ray()
         rw.connect(config.run.ray_address, num_cpus=max(os.cpu_count() or 1, n + 1))
+        # Each learner takes a GPU (or a share) when the run's device asks for one; inside an
+        # actor Ray's CUDA_VISIBLE_DEVICES makes it "cuda".
+        gpus = rw.gpu_share(config.run.device, n)
+        run = dataclasses.replace(config.run, device="cuda" if gpus else "cpu")
+        rank_config = dataclasses.replace(config, run=run)
         # A restarted rank could not rejoin the process group of the others: fail instead.
         self.pool = rw.WorkerPool(
-            DDPPOLearner, lambda r: (config, r), n, name="ddppo learner", max_restarts=0
+            DDPPOLearner,
+            lambda r: (rank_config, r),
+            n,
+            name="ddppo learner",
+            max_restarts=0,
+            num_gpus=gpus,
         )
         spec = self.pool.call_one(0, "describe")
         self.agents_per_env = spec["agents_per_env"]
@@ -295,16 +317,16 @@ class DDPPO:
         self._lockstep("join", self.pool.call_one(0, "address"), n)
         # Identical replicas from the start: the weights the training loop's seed initialized.
         spaces = spec["observation_space"], spec["action_space"]
-        self.model = build_model(config.ppo_config(), *spaces)
+        self.model = build_model(config, *spaces)
         self.pool.call_all("set_weights", rw.put(self.model.state_dict()))
         self.env_steps = self.episodes = self.iteration = 0
 
     def progress(self) -> float:
-        optim = self.config.optim
+        optim = self.config.ppo.optim
         return self.env_steps / (optim.anneal_steps or self.config.run.total_steps)
 
     def train_iteration(self) -> dict[str, float]:
-        cfg = self.config
+        cfg = self.config.ppo
         progress = self.progress()
         lr = scheduled(cfg.optim.lr_schedule, cfg.optim.lr, progress)
         clip_eps = scheduled(cfg.clip_schedule, cfg.clip_eps, progress)
@@ -343,7 +365,7 @@ class DDPPO:
     def policy(self) -> ActorPolicy:
         self.model.load_state_dict(self.pool.call_one(0, "get_weights"))
         obs_stats = self.pool.call_one(0, "obs_stats")
-        return ActorPolicy(copy.deepcopy(self.model), obs_stats, self.config.env.clip_obs)
+        return ActorPolicy(uncompiled_copy(self.model), obs_stats, self.config.env.clip_obs)
 
     def state_dict(self) -> dict[str, Any]:
         learner = self.pool.call_one(0, "learner_state")

@@ -1,12 +1,13 @@
-"""Distributed MADDPG: reference 000's setup (section G), one node collecting experience and
-two training asynchronously, as a configuration of MADDPG (`shoal.algos.maddpg`) on Ray.
+"""Distributed MADDPG: the setup of Biswas and Biswas, "Autonomous driving using Multi-Agent RL"
+(UC San Diego, undated, section G), one node collecting experience and two training
+asynchronously, as a configuration of MADDPG (`shoal.algos.maddpg`) on Ray.
 
-* **Collectors** (``run.runners`` Ray actors, reference 000: one) each step their own
+* **Collectors** (``run.runners`` Ray actors, Biswas and Biswas: one) each step their own
   multi-agent vector env (seeded per collector) with a copy of the decentralized actors and
   MADDPG's exploration, ``rollout_steps`` vector steps per call, with the master weights sent
   along with the call. They return MADDPG's replay rows (the joint-observation row, joint
   actions, per-agent rewards, terminated, truncated, valid) and the finished episodes.
-* **Learners** (``num_learners`` Ray actors, reference 000: two) each hold a whole
+* **Learners** (``num_learners`` Ray actors, Biswas and Biswas: two) each hold a whole
   `MADDPGLearner` (actors, centralized critics, targets, Adam) and a prioritized replay of
   their own. Every collected batch goes to every learner (stored once in Ray's object
   store). A learner call loads the master networks of that moment, takes ``sync_every``
@@ -16,7 +17,7 @@ two training asynchronously, as a configuration of MADDPG (`shoal.algos.maddpg`)
   learner's result the moment it arrives: the master becomes that learner's networks (last
   writer wins) and the learner starts its next call from them, while the other learner is
   still training from an older master. Work of a learner overtaken in between is
-  overwritten, as with A3C's stale gradients: reference 000 credits these asynchronous
+  overwritten, as with A3C's stale gradients: Biswas and Biswas credit these asynchronous
   updates with exploration in parameter space and a better result than single-node MADDPG.
 
 Each iteration sends one collection request to every collector and, while they collect,
@@ -59,15 +60,18 @@ from shoal.algos.maddpg import (
 )
 from shoal.algos.off_policy import learn_from_replay, make_priorities
 from shoal.collect.ray import concat_episodes
-from shoal.config import EnvConfig, RunConfig, check, check_positive
+from shoal.config import EnvConfig, RunConfig, check, check_positive, nested_block, unnest
 from shoal.data.replay import ReplayBuffer
 from shoal.distributed import require_ray
 from shoal.envs.multi_agent import make_multi_agent_env
 from shoal.errors import ConfigError, NaNLossError
 from shoal.nn.target import frozen_copy
 from shoal.policy import ActorPolicy
-from shoal.train.seeding import derive_seed
+from shoal.seeding import derive_seed
 from shoal.types import EpisodeStats
+
+MADDPGBlock = nested_block(MADDPGConfig)
+"""MADDPG's settings of distributed MADDPG's learners (`shoal.config.nested_block`)."""
 
 NETWORKS = ("actor", "critic", "target_actor", "target_critic")
 """What the parameter server holds and learners exchange (each learner keeps its optimizer)."""
@@ -79,15 +83,15 @@ class DistributedMADDPGConfig:
     in the ``maddpg`` block, and how the work is spread."""
 
     run: RunConfig = field(default_factory=lambda: RunConfig(runners=1))
-    """run.runners is the number of experience-collecting Ray actors (reference 000: one)."""
+    """run.runners is the number of experience-collecting Ray actors (Biswas and Biswas: one)."""
     env: EnvConfig = field(default_factory=lambda: EnvConfig(id="shoal/spread-v0", num_envs=8))
     """Each collector steps env.num_envs environments of its own."""
-    maddpg: MADDPGConfig = field(default_factory=MADDPGConfig)
+    maddpg: MADDPGBlock = field(default_factory=MADDPGBlock)
     """MADDPG's settings (networks, replay, noise, learning rates, batch size, ...);
-    gradient_steps is per learner. Its own run and env blocks are not used: set the ones
-    above."""
+    replay.gradient_steps is per learner. Its own run and env blocks are not used: set the
+    ones above."""
     num_learners: int = 2
-    """Learner actors, each with a full MADDPG learner and replay (reference 000: two)."""
+    """Learner actors, each with a full MADDPG learner and replay (Biswas and Biswas: two)."""
     sync_every: int = 4
     """Gradient steps a learner takes from the master networks before sending its own."""
 
@@ -100,7 +104,7 @@ class DistributedMADDPGConfig:
 
     def learner_config(self) -> MADDPGConfig:
         """The `MADDPGConfig` of collectors and learners: ``maddpg`` with ``run`` and ``env``."""
-        return dataclasses.replace(self.maddpg, run=self.run, env=self.env)
+        return unnest(self.maddpg, run=self.run, env=self.env)
 
 
 def build_model(config: DistributedMADDPGConfig, obs_space: gym.Space, action_space: gym.Space):
@@ -169,12 +173,12 @@ def make_replay(config: MADDPGConfig, learner: MADDPGLearner, state_dim: int | N
     row_dim = n * obs_dim + (state_dim if config.critic_input == "state" else 0)
     discrete = learner.core.actor.discrete
     return ReplayBuffer(
-        config.buffer_size,
+        config.replay.buffer_size,
         config.env.num_envs,
         gym.spaces.Box(-np.inf, np.inf, (row_dim,), np.float32),
         gym.spaces.Box(-np.inf, np.inf, (n,) if discrete else (n, action_dim)),
-        n_step=config.n_step,
-        priorities=make_priorities(config, config.env.num_envs),
+        n_step=config.replay.n_step,
+        priorities=make_priorities(config.replay, config.env.num_envs),
         seed=seed,
         reward_shape=(n,),
     )
@@ -197,8 +201,9 @@ def probe_group(config: MADDPGConfig):
 def network_state(learner: MADDPGLearner) -> dict[str, dict[str, torch.Tensor]]:
     core = learner.core
     modules = (core.actor, core.critic, core.target_actor, core.target_critic)
+    # Host copies: they travel through Ray's object store to processes without a GPU.
     return {
-        name: {k: v.detach().clone() for k, v in module.state_dict().items()}
+        name: {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
         for name, module in zip(NETWORKS, modules, strict=True)
     }
 
@@ -230,7 +235,8 @@ class LearnerWorker:
         if torch_seed is not None:  # Gumbel-softmax samples draw from the process's generator
             torch.manual_seed(torch_seed)
         self.config = config
-        self.sync = dataclasses.replace(config, gradient_steps=sync_every)
+        replay = dataclasses.replace(config.replay, gradient_steps=sync_every)
+        self.sync = dataclasses.replace(config, replay=replay)
         group, state_dim = probe_group(config)
         self.learner = MADDPGLearner(config, group, state_dim)
         seed = derive_seed(config.run.seed, "replay", index)  # learner 0: MADDPG's seed
@@ -240,7 +246,7 @@ class LearnerWorker:
         self.replay.extend(*batch[:6])
 
     def ready(self) -> bool:
-        enough = len(self.replay) >= self.config.learning_starts
+        enough = len(self.replay) >= self.config.replay.learning_starts
         return enough and self.replay.num_sampleable() > 0
 
     def train(self, master: dict[str, Any], version: int, env_steps: int) -> Trained:
@@ -252,7 +258,8 @@ class LearnerWorker:
             metrics = learn_from_replay(self.sync, self.replay, self.learner, env_steps)
         except NaNLossError as exc:
             return Trained(None, {}, 0, version, str(exc))
-        return Trained(network_state(self.learner), metrics, self.sync.gradient_steps, version)
+        updates = self.sync.replay.gradient_steps
+        return Trained(network_state(self.learner), metrics, updates, version)
 
     def state_dict(self) -> dict[str, Any]:
         return self.learner.state_dict()
@@ -271,7 +278,10 @@ class DistributedMADDPG:
         # The env is checked here first: a bad env id or critic_input fails now, with its own
         # message, not as actors failing and restarting in a loop.
         group, state_dim = probe_group(inner)
-        master = MADDPGLearner(inner, group, state_dim)  # the initial weights, from run.seed
+        # The initial weights, from run.seed, built here on the CPU: the driver only keeps
+        # the master networks and acts with nothing.
+        on_cpu = dataclasses.replace(inner, run=dataclasses.replace(run, device="cpu"))
+        master = MADDPGLearner(on_cpu, group, state_dim)
         self.master = network_state(master)
         self.actor = frozen_copy(master.core.actor)
         self._rw = rw = require_ray()
@@ -279,6 +289,11 @@ class DistributedMADDPG:
             run.ray_address,
             num_cpus=max(os.cpu_count() or 1, run.runners + config.num_learners + 1),
         )
+        # Learner actors take a GPU (or a share) when the run's device asks for one; inside
+        # an actor Ray's CUDA_VISIBLE_DEVICES makes it "cuda".
+        gpus = rw.gpu_share(run.device, config.num_learners)
+        learner_run = dataclasses.replace(run, device="cuda" if gpus else "cpu")
+        learner_config = dataclasses.replace(inner, run=learner_run)
         seed = run.seed
         self.collectors = rw.WorkerPool(
             Collector,
@@ -289,10 +304,11 @@ class DistributedMADDPG:
         )
         self.learners = rw.WorkerPool(
             LearnerWorker,
-            lambda j: (inner, j, config.sync_every, derive_seed(seed, "learner-torch", j)),
+            lambda j: (learner_config, j, config.sync_every, derive_seed(seed, "learner-torch", j)),
             config.num_learners,
             name="MADDPG learner",
             max_restarts=run.max_worker_restarts,
+            num_gpus=gpus,
         )
         self.env_steps = self.iteration = 0
         self.version = 0
@@ -306,7 +322,7 @@ class DistributedMADDPG:
 
     def _shared(self, name: str, value: Any) -> Any:
         """``value`` in the object store, once per master version."""
-        key = (self.version, self.env_steps < self.inner.learning_starts)
+        key = (self.version, self.env_steps < self.inner.replay.learning_starts)
         if name not in self._refs or self._refs[name][0] != key:
             self._refs[name] = (key, self._rw.put(value))
         return self._refs[name][1]
@@ -316,7 +332,7 @@ class DistributedMADDPG:
 
     def train_iteration(self) -> dict[str, float]:
         cfg = self.inner
-        self.actor.random_actions.fill_(self.env_steps < cfg.learning_starts)
+        self.actor.random_actions.fill_(self.env_steps < cfg.replay.learning_starts)
         weights, version = self._shared("acting", self.actor.state_dict()), self.version
         refs = [self.collectors.submit(i, "collect", weights) for i in range(len(self.collectors))]
         trained, lags = self._learn()
@@ -326,8 +342,8 @@ class DistributedMADDPG:
             shared = self._rw.put(batch._replace(episodes=None))
             for j in range(len(self.learners)):
                 self.learners.submit(j, "add", shared)  # ordered before its next train call
-            if self.env_steps > cfg.learning_starts:
-                self.owed += len(self.learners) * cfg.gradient_steps
+            if self.env_steps > cfg.replay.learning_starts:
+                self.owed += len(self.learners) * cfg.replay.gradient_steps
         self.iteration += 1
         metrics = self._metrics(trained, lags)
         metrics["train/collector_lag"] = self.version - version
@@ -356,14 +372,14 @@ class DistributedMADDPG:
             if result.networks is None:
                 break
             lags.append(self.version - result.version)
-            self.master = result.networks  # last writer wins (reference 000's asynchrony)
+            self.master = result.networks  # last writer wins (Biswas and Biswas's asynchrony)
             self.actor.load_state_dict(result.networks["actor"])
             self.version += 1
             self.updates += result.updates
             self.owed -= result.updates
             trained.append(result)
         # What a refilling learner could not do is not carried over without bound.
-        self.owed = min(self.owed, 2 * len(self.learners) * self.inner.gradient_steps)
+        self.owed = min(self.owed, 2 * len(self.learners) * self.inner.replay.gradient_steps)
         return trained, lags
 
     def _metrics(self, trained: list[Trained], lags: list[int]) -> dict[str, float]:

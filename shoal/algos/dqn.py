@@ -11,26 +11,33 @@ value kinds of `shoal.nn.q_network`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
 import torch
 
 from shoal.algos.off_policy import ReplayAlgorithm
+from shoal.backend import place
 from shoal.config import (
+    REPLAY_RENAMES,
     EnvConfig,
     ModelConfig,
     OptimConfig,
+    Renamed,
+    ReplayConfig,
     RunConfig,
     check,
     check_choices,
     check_positive,
+    check_replay_holds,
 )
-from shoal.errors import NaNLossError
+from shoal.device import check_precision, grad_scaler, resolve_device, to_device, to_host
 from shoal.losses import bootstrap_discount, n_step_return
-from shoal.nn.q_network import QNetwork, make_value_kind
+from shoal.losses.value_kinds import make_value_kind
+from shoal.nn.q_network import QNetwork
 from shoal.nn.target import frozen_copy, soft_update
-from shoal.train.schedules import linear
+from shoal.optim import minimize
+from shoal.schedules import linear
 from shoal.types import ReplayBatch
 
 
@@ -58,16 +65,9 @@ class DQNConfig:
     """Factorized-Gaussian noisy linear layers in the head (exploration by parameter noise)."""
     noisy_sigma0: float = 0.5
     """Initial noise scale of noisy layers."""
-    n_step: int = 1
-    """Bootstrap after n rewards (stopping at episode ends)."""
-    replay: Literal["uniform", "proportional", "rank"] = "uniform"
-    """Replay sampling: uniform, or prioritized by TD error (proportional or rank-based)."""
-    buffer_size: int = 100_000
-    """Replay capacity in transitions."""
-    priority_alpha: float = 0.6
-    """How strongly priorities skew sampling (0: uniform)."""
-    priority_beta: float = 0.4
-    """Importance-weight exponent at the start, annealed linearly to 1."""
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
+    """Replay size, batch size, n-step returns, prioritization, learning_starts (env steps of
+    pure exploration before the first gradient step), gradient steps per iteration."""
     num_atoms: int = 51
     """Support size of the C51 distribution."""
     v_min: float = -10.0
@@ -80,14 +80,8 @@ class DQNConfig:
     """Huber threshold of the quantile regression loss."""
     num_heads: int = 4
     """Q-heads of REM."""
-    batch_size: int = 64
-    """Transitions per gradient step."""
-    learning_starts: int = 1_000
-    """Env steps of pure exploration before the first gradient step."""
     rollout_steps: int = 1
     """Vector-env steps per iteration (env steps per iteration = rollout_steps * num_envs)."""
-    gradient_steps: int = 1
-    """Gradient steps per iteration: updates per env step = gradient_steps / env steps."""
     target_update_every: int = 500
     """Gradient steps between target-network updates."""
     tau: float = 1.0
@@ -108,34 +102,25 @@ class DQNConfig:
     """Final Boltzmann temperature."""
     exploration_steps: int = 10_000
     """Env steps over which epsilon / temperature anneal linearly to their final value."""
-    save_replay: bool = False
-    """Store the replay buffer in checkpoints (exact resume; large files)."""
     frame_replay: bool = False
     """Store frame-stacked image observations [k, H, W] (stacked on the first axis, e.g.
     Atari's 4 x 84 x 84) one frame per step in replay and rebuild the stacks when sampling
     (`shoal.data.frame_replay`): about 7 KB per Atari transition instead of 28 KB."""
 
+    RENAMED: ClassVar[dict[str, Renamed]] = REPLAY_RENAMES
+
     def __post_init__(self) -> None:
         check_choices(self)
-        check_positive(self, "n_step", "buffer_size", "batch_size", "rollout_steps")
-        check_positive(self, "gradient_steps", "target_update_every", "exploration_steps")
+        check_positive(self, "rollout_steps", "target_update_every", "exploration_steps")
         check_positive(self, "num_atoms", "num_quantiles", "num_heads", "kappa")
         check_positive(self, "temperature_start", "temperature_end", "noisy_sigma0")
         check(self, "gamma", 0.0 <= self.gamma <= 1.0, "must be in [0, 1]")
         check(self, "tau", 0.0 < self.tau <= 1.0, "must be in (0, 1]")
-        check(self, "learning_starts", self.learning_starts >= 0, "must be >= 0")
-        check(self, "priority_alpha", self.priority_alpha >= 0, "must be >= 0")
-        check(self, "priority_beta", 0.0 <= self.priority_beta <= 1.0, "must be in [0, 1]")
         for name in ("epsilon_start", "epsilon_end"):
             check(self, name, 0.0 <= getattr(self, name) <= 1.0, "must be in [0, 1]")
         check(self, "v_max", self.v_max > self.v_min, f"must be > v_min = {self.v_min}")
         check(self, "num_atoms", self.num_atoms >= 2 or self.value_head != "c51", "must be >= 2")
-        check(
-            self,
-            "buffer_size",
-            self.buffer_size >= self.env.num_envs * (self.n_step + 2),
-            f"must hold at least n_step + 2 steps of {self.env.num_envs} envs",
-        )
+        check_replay_holds(self, self.env.num_envs)
 
 
 def build_model(config: DQNConfig, obs_space: gym.Space, action_space: gym.Space) -> QNetwork:
@@ -147,8 +132,11 @@ class DQNLearner:
 
     def __init__(self, config: DQNConfig, obs_space: gym.Space, action_space: gym.Space):
         self.config = config
-        self.online = build_model(config, obs_space, action_space)
-        self.target = frozen_copy(self.online)
+        self.device = resolve_device(config.run.device)
+        check_precision(config.model.precision, self.device)
+        online = build_model(config, obs_space, action_space)
+        self.target = place(frozen_copy(online), self.device, config.run.compile)
+        self.online = place(online, self.device, config.run.compile)
         self.kind = self.online.kind
         self.parameters = list(self.online.parameters())
         optim = config.optim
@@ -159,11 +147,13 @@ class DQNLearner:
             weight_decay=optim.weight_decay,
             fused=True,  # one kernel for all parameters: most of a small network's step
         )
+        self.scaler = grad_scaler(config.model.precision, self.device)
         self.grad_steps = 0
 
     def update(self, batch: ReplayBatch) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """One gradient step; returns metrics (tensors) and new priorities ``[N]``."""
         cfg = self.config
+        batch = to_device(batch, self.device)
         if cfg.noisy:  # fresh parameter noise for every step, online and target alike
             self.online.reset_noise()
             self.target.reset_noise()
@@ -176,17 +166,11 @@ class DQNLearner:
             out, next_online = self.online(batch.obs), None
         with torch.no_grad():
             next_target = self.target(batch.next_obs)
-        out_taken = out[torch.arange(n), batch.actions.long()]
+        out_taken = out[torch.arange(n, device=out.device), batch.actions.long()]
         loss, priorities = self.kind.loss(
             out_taken, next_target, next_online, returns, discounts, batch
         )
-        if not torch.isfinite(loss):
-            raise NaNLossError(f"loss/td became {loss.item()}; weights left unchanged")
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if cfg.optim.max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(self.parameters, cfg.optim.max_grad_norm, foreach=True)
-        self.optimizer.step()
+        minimize({"td": loss}, self.optimizer, cfg.optim.max_grad_norm, scaler=self.scaler)
         self.grad_steps += 1
         if self.grad_steps % cfg.target_update_every == 0:
             self._update_target()
@@ -205,7 +189,7 @@ class DQNLearner:
         self.online.temperature.fill_(temperature)
 
     def get_weights(self) -> dict[str, torch.Tensor]:
-        return self.online.state_dict()
+        return to_host(self.online.state_dict())
 
     def set_weights(self, weights: dict[str, torch.Tensor]) -> None:
         self.online.load_state_dict(weights)

@@ -3,7 +3,8 @@
 Runners sample with the weights they last received while the learner trains; the learner
 recomputes log-probabilities and values with its current network, corrects for the runners'
 staleness with V-trace (`shoal.losses.vtrace`) and steps on policy gradient + vf_loss_coeff *
-value loss - entropy_coeff * entropy. Field names and defaults follow RLlib (reference 004).
+value loss - entropy_coeff * entropy. Field names and defaults follow RLlib's (its 2018
+algorithm documentation).
 
 With ``run.runners >= 1`` rollouts arrive from `RaySampler.stream` as runners finish them;
 each arriving runner then gets the latest weights snapshot (refreshed every
@@ -21,7 +22,6 @@ runs with Ray runners continue from the saved weights (which runner finishes fir
 from __future__ import annotations
 
 import collections
-import copy
 import dataclasses
 import functools
 import math
@@ -31,8 +31,8 @@ from typing import Any, Literal
 import gymnasium as gym
 import torch
 
-from shoal.algos.on_policy import ModelLearner, rmsprop_or_adamw
-from shoal.algos.pg import gradient_step
+from shoal.algos.on_policy import ModelLearner, mean_metrics, rmsprop_or_adamw, step_metrics
+from shoal.backend import uncompiled_copy
 from shoal.collect import make_sampler
 from shoal.collect.ray import concat_episodes, concat_rollouts
 from shoal.config import (
@@ -44,17 +44,19 @@ from shoal.config import (
     check_choices,
     check_positive,
 )
+from shoal.device import to_device
 from shoal.losses import entropy_loss, policy_gradient_loss, value_loss, vtrace
-from shoal.nn import ActorCritic, build_actor_critic
+from shoal.nn import build_actor_critic
+from shoal.optim import minimize
 from shoal.policy import ActorPolicy
-from shoal.train.schedules import scheduled
-from shoal.train.seeding import derive_seed
+from shoal.schedules import scheduled
+from shoal.seeding import derive_seed
 from shoal.types import EpisodeStats, Rollout
 
 
 @dataclass(frozen=True)
 class IMPALAConfig:
-    """IMPALA hyperparameters, named after reference 004's RLlib keys where shoal has no
+    """IMPALA hyperparameters, named after RLlib's keys where shoal has no
     equivalent; each field names the RLlib key it stands for."""
 
     run: RunConfig = field(default_factory=RunConfig)
@@ -155,9 +157,8 @@ class IMPALALearner(ModelLearner):
 
     def __init__(self, config: IMPALAConfig, obs_space: gym.Space, action_space: gym.Space):
         self.config = config
-        self.model: ActorCritic = build_model(config, obs_space, action_space)
-        self.parameters = list(self.model.parameters())
-        self.optimizer = make_optimizer(config, self.parameters)
+        model = build_model(config, obs_space, action_space)
+        self.setup(config, model, functools.partial(make_optimizer, config))
 
     def losses(self, rollout: Rollout) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
         """The loss terms (``total`` last) and V-trace diagnostics of one rollout batch."""
@@ -203,10 +204,9 @@ class IMPALALearner(ModelLearner):
     def update(self, rollout: Rollout, lr: float) -> dict[str, float]:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        losses, metrics = self.losses(rollout)
-        gradient_step(losses, self.optimizer, self.parameters, self.config.optim.max_grad_norm)
-        values = torch.stack(list(losses.values())).detach().tolist()
-        metrics.update({f"loss/{k}": v for k, v in zip(losses, values, strict=True)})
+        losses, metrics = self.losses(to_device(rollout, self.device))
+        minimize(losses, self.optimizer, self.config.optim.max_grad_norm, scaler=self.scaler)
+        metrics.update(mean_metrics([step_metrics(losses, {})]))
         return metrics
 
 
@@ -218,7 +218,9 @@ class IMPALA:
         self.config = config
         env_config = dataclasses.replace(config.env, gamma=config.gamma)
         model_fn = functools.partial(build_model, config)  # (obs_space, action_space)
-        self.sampler = make_sampler(env_config, model_fn, config.num_steps, config.run)
+        self.sampler = make_sampler(
+            env_config, model_fn, config.num_steps, config.run, acting=config.model.backend
+        )
         self.asynchronous = config.run.runners > 0
         spaces = (self.sampler.observation_space, self.sampler.action_space)
         self.learner = IMPALALearner(config, *spaces)
@@ -356,7 +358,7 @@ class IMPALA:
 
     def policy(self) -> ActorPolicy:
         return ActorPolicy(
-            copy.deepcopy(self.learner.model), self.sampler.obs_stats(), self.config.env.clip_obs
+            uncompiled_copy(self.learner.model), self.sampler.obs_stats(), self.config.env.clip_obs
         )
 
     def state_dict(self) -> dict[str, Any]:

@@ -1,5 +1,7 @@
-"""Multi-Agent DDPG (Lowe et al. 2017, arXiv:1706.02275; reference 000's Algorithm 1, and the
-baseline of reference 003), with prioritized experience replay.
+"""Multi-Agent DDPG (Lowe et al. 2017, "Multi-Agent Actor-Critic for Mixed Cooperative-Competitive
+Environments", arXiv:1706.02275), with prioritized experience replay: Algorithm 1 of Biswas and
+Biswas, "Autonomous driving using Multi-Agent RL" (UC San Diego, undated), and the baseline of
+Chen 2019 ("A New Framework for Multi-Agent Reinforcement Learning").
 
 Each agent has a decentralized deterministic actor on its own observation and a centralized
 critic ``Q_i(x, a_1, ..., a_N)`` on ``x`` (all agents' observations, or the env's global
@@ -7,7 +9,7 @@ state) and every agent's action. Critic ``i`` regresses toward
 ``r_i + gamma^K Q'_i(x', a'_1, ..., a'_N)`` with the target actors' next actions; actor ``i``
 follows the gradient of ``Q_i`` with its own action replaced by its policy's (the others'
 actions come from replay). Discrete actions go through the Gumbel-softmax. Replay is uniform
-or prioritized (rank-based or proportional, with importance weights), which reference 000
+or prioritized (rank-based or proportional, with importance weights), which Biswas and Biswas
 found to stabilise MADDPG; a transition's priority is its mean absolute TD error over agents.
 
 All ``N`` critics are one batched network and all actors one batched network (or one shared
@@ -36,7 +38,16 @@ from shoal.algos.actor_critic_replay import (
     ActorCriticReplayConfig,
 )
 from shoal.algos.off_policy import learn_from_replay, make_priorities
-from shoal.config import EnvConfig, ModelConfig, NoiseConfig, OptimConfig, check, check_choices
+from shoal.backend import uncompiled_copy
+from shoal.config import (
+    EnvConfig,
+    ModelConfig,
+    NoiseConfig,
+    OptimConfig,
+    ReplayConfig,
+    check,
+    check_choices,
+)
 from shoal.data.replay import ReplayBuffer
 from shoal.envs.multi_agent import (
     AgentGroup,
@@ -49,15 +60,14 @@ from shoal.errors import ConfigError
 from shoal.losses.actor_critic import deterministic_actor_loss, ensemble_td_loss
 from shoal.nn.critics import CriticEnsemble
 from shoal.nn.multi_agent import MultiAgentActor
-from shoal.nn.target import frozen_copy
 from shoal.policy import ActorPolicy
-from shoal.train.seeding import derive_seed
+from shoal.seeding import derive_seed
 from shoal.types import EpisodeStats, ReplayBatch
 
 
 @dataclass(frozen=True)
 class MADDPGConfig(ActorCriticReplayConfig):
-    """MADDPG hyperparameters; defaults follow reference 000 (64-64 ReLU networks, critic lr
+    """MADDPG hyperparameters; defaults follow Biswas and Biswas (64-64 ReLU networks, critic lr
     1e-3, actor lr 1e-4, batch 1024). The shared replay settings are documented on
     `ActorCriticReplayConfig`."""
 
@@ -65,21 +75,24 @@ class MADDPGConfig(ActorCriticReplayConfig):
     optim: OptimConfig = field(
         default_factory=lambda: OptimConfig(lr=1e-3, eps=1e-8, max_grad_norm=0.5)
     )
-    """Adam; lr is the critics' (reference 000: 1e-3); gradient norms clipped at 0.5 as the
+    """Adam; lr is the critics' (Biswas and Biswas: 1e-3); gradient norms clipped at 0.5 as the
     MADDPG authors' code does."""
     model: ModelConfig = field(
         default_factory=lambda: ModelConfig(hidden=(64, 64), activation="relu")
     )
     actor_lr: float | None = 1e-4
-    """Actor learning rate (reference 000: 1e-4)."""
+    """Actor learning rate (Biswas and Biswas: 1e-4)."""
     gamma: float = 0.95
     """Discount factor (the MADDPG paper's 0.95)."""
     tau: float = 0.01
     """Target networks: target <- tau * online + (1 - tau) * target (the paper's 0.01)."""
-    batch_size: int = 1024
-    """Transitions (env steps) per gradient step (reference 000: 1024)."""
-    learning_starts: int = 1024
-    """Env steps of uniformly random actions before the first gradient step."""
+    replay: ReplayConfig = field(
+        default_factory=lambda: ReplayConfig(
+            buffer_size=1_000_000, batch_size=1024, learning_starts=1024
+        )
+    )
+    """Replay of joint steps; batch_size in env steps (Biswas and Biswas: 1024),
+    learning_starts env steps of uniformly random actions."""
     noise: NoiseConfig = field(default_factory=lambda: NoiseConfig(kind="gaussian", scale=0.1))
     """Exploration noise of continuous actions (discrete ones explore by Gumbel sampling)."""
     critic_input: Literal["observations", "state"] = "observations"
@@ -149,6 +162,25 @@ def collect_steps(
     return obs, state, episodes.stats()
 
 
+def critic_inputs(critic_obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """``[M, C + N * action_dim]``: what every centralized critic sees, the observations (or
+    state) ``[M, C]`` and all agents' actions ``[M, N, action_dim]``."""
+    return torch.cat([critic_obs, actions.flatten(1)], dim=-1)
+
+
+def own_action_inputs(
+    critic_obs: torch.Tensor, replayed: torch.Tensor, policy: torch.Tensor
+) -> torch.Tensor:
+    """``[N, M, C + N * action_dim]``: critic ``i``'s input with agent ``i``'s replayed action
+    replaced by its policy's action (Lowe et al. 2017, Algorithm 1, actor update);
+    ``replayed`` and ``policy`` are ``[M, N, action_dim]``."""
+    n = replayed.shape[1]
+    mask = torch.eye(n, dtype=torch.bool, device=replayed.device).view(n, 1, n, 1)
+    actions = torch.where(mask, policy.unsqueeze(0), replayed.unsqueeze(0))
+    obs = critic_obs.unsqueeze(0).expand(n, -1, -1)
+    return torch.cat([obs, actions.flatten(2)], dim=-1)
+
+
 def build_actor(config: MADDPGConfig, group: AgentGroup) -> MultiAgentActor:
     return MultiAgentActor(
         group.observation_space,
@@ -184,7 +216,6 @@ class MADDPGLearner(ActorCriticLearner):
         critic_space = gym.spaces.Box(-np.inf, np.inf, (critic_obs_dim,), np.float32)
         critic = CriticEnsemble(critic_space, n * action_dim, 1, config.model, members=n)
         self.core = ActorCriticCore(config, actor, critic, target_actor=True)
-        self._eye = torch.eye(n, dtype=torch.bool)
 
     def split(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Replay rows -> (joint observations ``[M, N, obs_dim]``, critic inputs ``[M, C]``)."""
@@ -192,34 +223,20 @@ class MADDPGLearner(ActorCriticLearner):
         critic = joint if self.config.critic_input == "observations" else rows[:, joint.shape[1] :]
         return joint.reshape(-1, self.num_agents, self.obs_dim), critic
 
-    def critic_inputs(self, critic_obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """``[M, C + N * action_dim]``: what every centralized critic sees."""
-        return torch.cat([critic_obs, actions.flatten(1)], dim=-1)
-
-    def own_action_inputs(
-        self, critic_obs: torch.Tensor, replayed: torch.Tensor, policy: torch.Tensor
-    ) -> torch.Tensor:
-        """``[N, M, C + N * action_dim]``: critic ``i``'s input with agent ``i``'s replayed
-        action replaced by its policy's action (reference 000, Algorithm 1, actor update)."""
-        n = self.num_agents
-        mask = self._eye.view(n, 1, n, 1)  # [critic i, batch, agent j, action]
-        actions = torch.where(mask, policy.unsqueeze(0), replayed.unsqueeze(0))
-        obs = critic_obs.unsqueeze(0).expand(n, -1, -1)
-        return torch.cat([obs, actions.flatten(2)], dim=-1)
-
     def update(self, batch: ReplayBatch) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         cfg, core = self.config, self.core
         actor: MultiAgentActor = core.actor
+        batch = core.batch(batch)
         returns, discounts = core.bootstrap(batch)  # [M, N], [M]
         obs, critic_obs = self.split(batch.obs)
         next_obs, next_critic_obs = self.split(batch.next_obs)
         replayed = actor.one_hot(batch.actions)
         with torch.no_grad():
             next_actions = core.target_actor.target_actions(next_obs)
-            next_inputs = self.critic_inputs(next_critic_obs, next_actions)
+            next_inputs = critic_inputs(next_critic_obs, next_actions)
             next_q = core.target_critic.evaluate(next_inputs).squeeze(-1)  # [N, M]
             target = returns.T + discounts * next_q  # [N, M]
-        q = core.critic.evaluate(self.critic_inputs(critic_obs, replayed)).squeeze(-1)
+        q = core.critic.evaluate(critic_inputs(critic_obs, replayed)).squeeze(-1)
         # One TD regression per (agent, sample): the ensemble loss over flattened agents.
         critic_loss, errors = ensemble_td_loss(
             q.reshape(1, -1),
@@ -229,10 +246,10 @@ class MADDPGLearner(ActorCriticLearner):
         )
         critic_loss = critic_loss * self.num_agents  # a sum over agents of per-agent means
         priorities = errors.view(self.num_agents, -1).mean(dim=0)
-        inputs = self.own_action_inputs(critic_obs, replayed, actor(obs))
+        inputs = own_action_inputs(critic_obs, replayed, actor(obs))
         policy_q = core.critic.evaluate(inputs, detach_weights=True).squeeze(-1)  # [N, M]
         actor_loss = deterministic_actor_loss(policy_q.reshape(-1)) * self.num_agents
-        core.step(critic_loss + actor_loss)
+        core.step({"critic": critic_loss, "actor": actor_loss})
         core.update_targets()
         metrics = {
             "loss/critic": critic_loss.detach(),
@@ -254,17 +271,18 @@ class MADDPG:
         if config.critic_input == "state" and state_dim is None:
             raise ConfigError("critic_input is 'state' but this env provides no global state")
         self.learner = MADDPGLearner(config, self.group, state_dim)
-        self.acting = frozen_copy(self.learner.core.actor)
+        # Acting runs on the CPU with a copy of the weights, whatever the learner's device.
+        self.acting = uncompiled_copy(self.learner.core.actor).requires_grad_(False)
         n = self.group.size
         obs_dim, action_dim = self.learner.obs_dim, self.learner.action_dim
         row_dim = n * obs_dim + (state_dim if config.critic_input == "state" else 0)
         self.replay = ReplayBuffer(
-            config.buffer_size,
+            config.replay.buffer_size,
             self.env.num_envs,
             gym.spaces.Box(-np.inf, np.inf, (row_dim,), np.float32),
             gym.spaces.Box(-np.inf, np.inf, (n,) if self.acting.discrete else (n, action_dim)),
-            n_step=config.n_step,
-            priorities=make_priorities(config, self.env.num_envs),
+            n_step=config.replay.n_step,
+            priorities=make_priorities(config.replay, self.env.num_envs),
             seed=derive_seed(config.run.seed, "replay", 0),
             reward_shape=(n,),
         )
@@ -281,12 +299,12 @@ class MADDPG:
 
     def train_iteration(self) -> dict[str, float]:
         cfg = self.config
-        self.learner.set_random_actions(self.env_steps < cfg.learning_starts)
+        self.learner.set_random_actions(self.env_steps < cfg.replay.learning_starts)
         self.acting.load_state_dict(self.learner.get_weights())
         episodes = self._collect()
         self.iteration += 1
         metrics: dict[str, float] = {}
-        if self.env_steps > cfg.learning_starts and self.replay.num_sampleable() > 0:
+        if self.env_steps > cfg.replay.learning_starts and self.replay.num_sampleable() > 0:
             metrics.update(self._learn())
         metrics.update(episodes.metrics())
         return metrics
@@ -295,7 +313,7 @@ class MADDPG:
         return learn_from_replay(self.config, self.replay, self.learner, self.env_steps)
 
     def policy(self) -> ActorPolicy:
-        return ActorPolicy(frozen_copy(self.learner.core.actor))
+        return ActorPolicy(uncompiled_copy(self.learner.core.actor))
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -304,7 +322,7 @@ class MADDPG:
             "obs": copy.deepcopy(self.obs),
             "state": None if self.state is None else self.state.copy(),
             "exploration": self.acting.exploration_state(),
-            "replay": self.replay.state_dict() if self.config.save_replay else None,
+            "replay": self.replay.state_dict() if self.config.replay.save else None,
             "policy": {"model": self.learner.core.actor.state_dict(), "obs_stats": None},
             "counters": {"env_steps": self.env_steps, "iteration": self.iteration},
         }

@@ -17,37 +17,26 @@ import gymnasium as gym
 import torch
 from torch import nn
 
+from shoal.backend import uncompiled_copy
 from shoal.collect import EnvRunner, LocalSampler
-from shoal.config import (
-    EnvConfig,
-    OptimConfig,
-    RunConfig,
-)
+from shoal.config import EnvConfig, ModelConfig, OptimConfig, ReplayConfig, RunConfig
 from shoal.data.frame_replay import stack_size
 from shoal.data.prioritized import Priorities, ProportionalPriorities, RankBasedPriorities
 from shoal.data.replay import ReplayBuffer
-from shoal.nn.target import frozen_copy
 from shoal.policy import ActorPolicy
-from shoal.train.seeding import derive_seed
+from shoal.seeding import derive_seed
 from shoal.types import ReplayBatch
 
 
-class ReplayConfig(Protocol):
+class ReplayLearnerConfig(Protocol):
     """The fields of a config that `ReplayAlgorithm` reads (DQN's and the actor-critics')."""
 
     run: RunConfig
     env: EnvConfig
     optim: OptimConfig
-    n_step: int
-    replay: str
-    buffer_size: int
-    priority_alpha: float
-    priority_beta: float
-    batch_size: int
-    learning_starts: int
+    model: ModelConfig
+    replay: ReplayConfig
     rollout_steps: int
-    gradient_steps: int
-    save_replay: bool
 
 
 class ReplayLearner(Protocol):
@@ -69,31 +58,35 @@ class ReplayLearner(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
-def make_priorities(config: ReplayConfig, num_envs: int) -> Priorities | None:
-    """The replay's priority structure, over the buffer's whole rows of ``num_envs``."""
-    capacity = -(-config.buffer_size // num_envs) * num_envs
-    if config.replay == "proportional":
-        return ProportionalPriorities(capacity, config.priority_alpha)
-    if config.replay == "rank":
-        return RankBasedPriorities(capacity, config.priority_alpha)
+def make_priorities(replay: ReplayConfig, num_envs: int) -> Priorities | None:
+    """The priority structure ``replay.prioritized`` asks for, over a buffer's whole rows of
+    ``num_envs``."""
+    capacity = -(-replay.buffer_size // num_envs) * num_envs
+    if replay.prioritized == "proportional":
+        return ProportionalPriorities(capacity, replay.priority_alpha)
+    if replay.prioritized == "rank":
+        return RankBasedPriorities(capacity, replay.priority_alpha)
     return None
 
 
 def learn_from_replay(
-    config: ReplayConfig, replay: ReplayBuffer, learner: ReplayLearner, env_steps: int
+    config: ReplayLearnerConfig, replay: ReplayBuffer, learner: ReplayLearner, env_steps: int
 ) -> dict[str, float]:
-    """``config.gradient_steps`` updates on replay batches, with new priorities for
+    """``replay.gradient_steps`` updates on replay batches, with new priorities for
     prioritized replay (importance exponent annealed from ``priority_beta`` to 1 over
-    ``optim.anneal_steps`` or the run); returns the mean metrics of the updates."""
-    prioritized = config.replay != "uniform"
+    ``optim.anneal_steps`` or the run); returns the mean metrics of the updates. Batches leave
+    host memory for the learner's device in its ``update``."""
+    settings = config.replay
+    prioritized = settings.prioritized != "none"
     anneal = config.optim.anneal_steps or config.run.total_steps
-    beta = config.priority_beta + (1.0 - config.priority_beta) * min(1.0, env_steps / anneal)
+    beta0 = settings.priority_beta
+    beta = beta0 + (1.0 - beta0) * min(1.0, env_steps / anneal)
     history = []
-    for _ in range(config.gradient_steps):
-        batch = replay.sample(config.batch_size, beta)
+    for _ in range(settings.gradient_steps):
+        batch = replay.sample(settings.batch_size, beta)
         stats, priorities = learner.update(batch)
         if prioritized:
-            replay.update_priorities(batch.indices, priorities.numpy())
+            replay.update_priorities(batch.indices, priorities.detach().cpu().numpy())
         history.append(torch.stack(list(stats.values())))
     means = history[0] if len(history) == 1 else torch.stack(history).mean(0)
     metrics = dict(zip(stats, means.tolist(), strict=True))
@@ -126,6 +119,8 @@ class ReplayAlgorithm:
             lambda obs_space, action_space: model_fn(config, obs_space, action_space),
             config.rollout_steps,
             seed=derive_seed(config.run.seed, "env", 0),
+            acting=config.model.backend,
+            compiled=config.run.compile,
         )
         self.sampler = LocalSampler(runner)
         env = runner.env
@@ -135,13 +130,13 @@ class ReplayAlgorithm:
         if getattr(config, "frame_replay", False):  # DQN's switch; not in other configs
             frame_stack = stack_size(env.observation_space)
         self.replay = ReplayBuffer(
-            config.buffer_size,
+            config.replay.buffer_size,
             env.num_envs,
             env.observation_space,
             env.action_space,
-            n_step=config.n_step,
+            n_step=config.replay.n_step,
             action_mask_dim=mask_dim,
-            priorities=make_priorities(config, env.num_envs),
+            priorities=make_priorities(config.replay, env.num_envs),
             seed=derive_seed(config.run.seed, "replay", 0),
             frame_stack=frame_stack,
         )
@@ -155,7 +150,7 @@ class ReplayAlgorithm:
     def explore(self) -> dict[str, float]:
         """Set the learner's exploration for this iteration's acting; returns its metrics.
         The actor-critics act uniformly at random until ``learning_starts``."""
-        self.learner.set_random_actions(self.env_steps < self.config.learning_starts)
+        self.learner.set_random_actions(self.env_steps < self.config.replay.learning_starts)
         return {}
 
     def train_iteration(self) -> dict[str, float]:
@@ -174,7 +169,7 @@ class ReplayAlgorithm:
         )
         self.env_steps += rollout.rewards.numel()
         self.iteration += 1
-        if self.env_steps > cfg.learning_starts and self.replay.num_sampleable() > 0:
+        if self.env_steps > cfg.replay.learning_starts and self.replay.num_sampleable() > 0:
             metrics.update(self._learn())
         metrics.update(episodes.metrics())
         return metrics
@@ -184,7 +179,7 @@ class ReplayAlgorithm:
 
     def policy(self) -> ActorPolicy:
         return ActorPolicy(
-            frozen_copy(self.learner.policy_network),
+            uncompiled_copy(self.learner.policy_network),
             self.sampler.obs_stats(),
             self.config.env.clip_obs,
         )
@@ -193,7 +188,7 @@ class ReplayAlgorithm:
         return {
             "learner": self.learner.state_dict(),
             "sampler": self.sampler.get_state(),
-            "replay": self.replay.state_dict() if self.config.save_replay else None,
+            "replay": self.replay.state_dict() if self.config.replay.save else None,
             "policy": {
                 "model": self.learner.policy_network.state_dict(),
                 "obs_stats": self.sampler.obs_stats(),

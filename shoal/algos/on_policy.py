@@ -9,25 +9,23 @@ that the recurrent state can be replayed through them.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
 import torch
 
+from shoal.backend import place, uncompiled_copy
 from shoal.collect import make_sampler
 from shoal.config import check, check_positive
 from shoal.data.rollout import episode_starts, to_chunks
-from shoal.errors import NaNLossError
+from shoal.device import check_precision, grad_scaler, resolve_device, to_host
 from shoal.losses import gae
+from shoal.nn.heads import apply_temperature
 from shoal.policy import ActorPolicy
-from shoal.train.optim_step import optimizer_step
-from shoal.train.schedules import apply_temperature
-from shoal.train.seeding import derive_seed
+from shoal.seeding import derive_seed
 from shoal.types import EpisodeStats, Rollout
 
 
@@ -53,35 +51,6 @@ class PPOSequenceBatch(NamedTuple):
     rollout_obs: torch.Tensor
     rollout_starts: torch.Tensor
     initial_state: torch.Tensor
-
-
-def check_finite(
-    losses: dict[str, torch.Tensor] | dict[str, float], weights: str = "weights left unchanged"
-) -> None:
-    """Raise `NaNLossError` naming the first non-finite term unless ``losses["total"]`` is
-    finite (the terms are tensors or Python floats). Nothing is saved after it, so the last
-    checkpoint stays good; ``weights`` says what became of the weights in memory."""
-    if not _is_finite(losses["total"]):
-        bad = next(k for k, v in losses.items() if not _is_finite(v))
-        value = losses[bad]
-        value = value.item() if isinstance(value, torch.Tensor) else value
-        raise NaNLossError(f"loss/{bad} became {value}; {weights}")
-
-
-def _is_finite(value: torch.Tensor | float) -> bool:
-    if isinstance(value, torch.Tensor):
-        return bool(torch.isfinite(value))
-    return math.isfinite(value)
-
-
-def clip_and_step(
-    optimizer: torch.optim.Optimizer, parameters: list[torch.Tensor], max_grad_norm: float | None
-) -> None:
-    """Scale the gradients down to a global norm of ``max_grad_norm`` (None: leave them),
-    then take the optimizer's step."""
-    if max_grad_norm is not None:
-        torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm, foreach=True)
-    optimizer_step(optimizer)
 
 
 def _gae(rollout: Rollout, gamma: float, lam: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -181,12 +150,46 @@ def check_bptt_chunk(config: Any) -> None:
     )
 
 
+def mean_metrics(rows: Iterable[dict[str, Any]]) -> dict[str, float]:
+    """Per-name means over steps of metrics that are tensors (kept on their device until here:
+    one conversion per update, not one per step) or floats."""
+    rows = list(rows)
+    names = list(rows[0])
+    if isinstance(rows[0][names[0]], torch.Tensor):
+        table = torch.stack([torch.stack([row[k] for k in names]).float() for row in rows])
+        return dict(zip(names, table.mean(0).tolist(), strict=True))
+    table = np.array([[row[k] for k in names] for row in rows], dtype=np.float64)
+    return dict(zip(names, table.mean(0).tolist(), strict=True))
+
+
+def step_metrics(losses: dict[str, Any], stats: dict[str, Any]) -> dict[str, Any]:
+    """One gradient step's loss terms as ``loss/<name>`` and diagnostics as ``train/<name>``."""
+    row = {f"loss/{name}": value for name, value in losses.items()}
+    row.update((f"train/{name}", value) for name, value in stats.items())
+    return row
+
+
 class ModelLearner:
-    """What every on-policy learner has around its update: one ``model`` whose weights go to
-    the samplers, and checkpoint state of the model and its ``optimizer``."""
+    """What every on-policy learner has around its update: one ``model`` on the run's device
+    whose weights go to the samplers, its ``optimizer``, and their checkpoint state."""
 
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
+
+    def setup(
+        self,
+        config: Any,
+        model: torch.nn.Module,
+        make_optimizer: Callable[[list[torch.Tensor]], torch.optim.Optimizer],
+    ) -> None:
+        """Put ``model`` on ``config.run.device`` (compiled with ``run.compile``) and build its
+        optimizer, and float16's gradient scaler (``model.precision``)."""
+        self.device = resolve_device(config.run.device)
+        check_precision(config.model.precision, self.device)
+        self.model = place(model, self.device, config.run.compile)
+        self.parameters = list(self.model.parameters())
+        self.optimizer = make_optimizer(self.parameters)
+        self.scaler = grad_scaler(config.model.precision, self.device)
 
     def get_weights(self) -> dict[str, torch.Tensor]:
         """The model's ``state_dict()``: detached tensors sharing the weights' memory (a
@@ -197,7 +200,7 @@ class ModelLearner:
         cached = getattr(self, "_weight_entries", None)
         if cached is None or cached[0] is not self.model:
             cached = self._weight_entries = (self.model, self.model.state_dict(keep_vars=True))
-        return {name: tensor.detach() for name, tensor in cached[1].items()}
+        return to_host(cached[1])
 
     def set_weights(self, weights: dict[str, torch.Tensor]) -> None:
         self.model.load_state_dict(weights)
@@ -230,6 +233,7 @@ class OnPolicyAlgorithm:
             lambda obs_space, action_space: build_model(config, obs_space, action_space),
             config.num_steps,
             config.run,
+            acting=config.model.backend,
         )
         sampler = self.sampler
         self.learner = learner_cls(config, sampler.observation_space, sampler.action_space)
@@ -281,7 +285,7 @@ class OnPolicyAlgorithm:
 
     def policy(self) -> ActorPolicy:
         return ActorPolicy(
-            copy.deepcopy(self.learner.model), self.sampler.obs_stats(), self.config.env.clip_obs
+            uncompiled_copy(self.learner.model), self.sampler.obs_stats(), self.config.env.clip_obs
         )
 
     def state_dict(self) -> dict[str, Any]:

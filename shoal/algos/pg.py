@@ -21,11 +21,14 @@ from typing import Any, NamedTuple
 import gymnasium as gym
 import torch
 
-from shoal.algos.on_policy import ModelLearner, OnPolicyAlgorithm, check_finite, clip_and_step
+from shoal.algos.on_policy import ModelLearner, OnPolicyAlgorithm, mean_metrics, step_metrics
 from shoal.config import EnvConfig, ModelConfig, OptimConfig, RunConfig, check, check_positive
+from shoal.device import to_device
 from shoal.losses import entropy_loss, episode_returns, policy_gradient_loss, value_loss
+from shoal.losses.objectives import standardize
 from shoal.nn import ActorCritic
-from shoal.train.schedules import scheduled
+from shoal.optim import minimize
+from shoal.schedules import scheduled
 from shoal.types import Rollout
 
 
@@ -124,29 +127,18 @@ def make_batch(
     return batch, next_carry
 
 
-def gradient_step(
-    losses: dict[str, torch.Tensor],
-    optimizer: torch.optim.Optimizer,
-    parameters: list[torch.Tensor],
-    max_grad_norm: float | None,
-) -> None:
-    """Minimize ``losses["total"]``; a non-finite loss raises `NaNLossError` naming the term."""
-    check_finite(losses)
-    optimizer.zero_grad(set_to_none=True)
-    losses["total"].backward()
-    clip_and_step(optimizer, parameters, max_grad_norm)
-
-
 class PGLearner(ModelLearner):
     """Owns the policy (and baseline) network and its optimizer; one gradient step per batch."""
 
     def __init__(self, config: PGConfig, obs_space: gym.Space, action_space: gym.Space):
         self.config = config
-        self.model = build_model(config, obs_space, action_space)
-        self.parameters = list(self.model.parameters())
         optim = config.optim
-        self.optimizer = torch.optim.AdamW(
-            self.parameters, lr=optim.lr, eps=optim.eps, weight_decay=optim.weight_decay
+        self.setup(
+            config,
+            build_model(config, obs_space, action_space),
+            lambda params: torch.optim.AdamW(
+                params, lr=optim.lr, eps=optim.eps, weight_decay=optim.weight_decay
+            ),
         )
 
     def losses(self, batch: PGBatch) -> dict[str, torch.Tensor]:
@@ -154,8 +146,8 @@ class PGLearner(ModelLearner):
         cfg = self.config
         dist, values = self.model(batch.obs)
         advantages = batch.returns - values.detach() if cfg.baseline else batch.returns
-        if cfg.normalize_advantages and advantages.numel() > 1:
-            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        if cfg.normalize_advantages:
+            advantages = standardize(advantages)
         losses = {
             "policy": policy_gradient_loss(dist.log_prob(batch.actions), advantages),
             "entropy": entropy_loss(dist.entropy()),
@@ -173,10 +165,10 @@ class PGLearner(ModelLearner):
             return metrics  # no episode has ended yet
         for group in self.optimizer.param_groups:
             group["lr"] = lr
+        batch = to_device(batch, self.device)
         losses = self.losses(batch)
-        gradient_step(losses, self.optimizer, self.parameters, self.config.optim.max_grad_norm)
-        values = torch.stack(list(losses.values())).detach().tolist()
-        metrics.update({f"loss/{k}": v for k, v in zip(losses, values, strict=True)})
+        minimize(losses, self.optimizer, self.config.optim.max_grad_norm, scaler=self.scaler)
+        metrics.update(mean_metrics([step_metrics(losses, {})]))
         metrics["train/return_mean"] = batch.returns.mean().item()
         return metrics
 

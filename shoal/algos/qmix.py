@@ -4,8 +4,9 @@ and a value-decomposition mixer, trained on whole episodes from an episode repla
 QMIX (Rashid et al. 2018) mixes the agents' Q-values with a monotonic, state-conditioned
 hypernetwork mixer; VDN (Sunehag et al. 2018) sums them; IQL (``mixer: none``, Tan 1993 with
 recurrent agents) learns each agent's Q-values from its own TD error. Settings follow
-pymarl / RLlib's QMIX (reference 004): double Q, RMSProp (lr 5e-4, alpha 0.99, eps 1e-5),
-gradient clipping 10, batches of whole episodes, hard target updates, linear epsilon decay.
+pymarl / RLlib's QMIX (its 2018 algorithm documentation): double Q, RMSProp (lr 5e-4, alpha
+0.99, eps 1e-5), gradient clipping 10, batches of whole episodes, hard target updates, linear
+epsilon decay.
 
 Training acts on the multi-agent vector env directly (``[B, N, ...]`` arrays); the deployed
 policy (`RecurrentQPolicy`) acts on the rows of `shoal.envs.agents_as_batch.AgentsAsBatch`
@@ -16,7 +17,7 @@ policy (`RecurrentQPolicy`) acts on the rows of `shoal.envs.agents_as_batch.Agen
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -24,35 +25,38 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from shoal.backend import place, uncompiled_copy
 from shoal.config import (
+    REPLAY_RENAMES,
     EnvConfig,
     ModelConfig,
     OptimConfig,
+    Renamed,
+    ReplayConfig,
     RunConfig,
     check,
     check_choices,
     check_positive,
 )
 from shoal.data.episode_replay import EpisodeBatch, EpisodeBuilder, EpisodeReplay
+from shoal.device import check_precision, resolve_device, to_device
 from shoal.envs.multi_agent import MultiAgentVectorEnv, make_multi_agent_env
 from shoal.envs.snapshot import EnvStateUnsupported
-from shoal.errors import ConfigError, NaNLossError, UnsupportedSpaceError
-from shoal.losses.value_decomposition import (
-    double_q_next_values,
-    masked_argmax,
-    masked_td_loss,
-    td_targets,
-)
+from shoal.errors import ConfigError, UnsupportedSpaceError
+from shoal.losses.q_learning import masked_argmax
+from shoal.losses.value_decomposition import double_q_next_values, masked_td_loss, td_targets
 from shoal.nn.mixers import QMixer, RecurrentAgent, RecurrentQPolicy, VDNMixer
 from shoal.nn.target import frozen_copy, soft_update
+from shoal.optim import minimize
 from shoal.policy import ActorPolicy
-from shoal.train.schedules import linear
-from shoal.train.seeding import derive_seed
+from shoal.schedules import linear
+from shoal.seeding import derive_seed
 
 
 @dataclass(frozen=True)
 class QMIXConfig:
-    """QMIX / VDN / IQL hyperparameters; defaults follow pymarl's QMIX (reference 004)."""
+    """QMIX / VDN / IQL hyperparameters; defaults follow pymarl's QMIX (as RLlib's 2018
+    documentation gives them)."""
 
     run: RunConfig = field(default_factory=RunConfig)
     env: EnvConfig = field(
@@ -80,18 +84,16 @@ class QMIXConfig:
     """IQL's per-agent reward: the team reward, or each agent's own reward."""
     gamma: float = 0.99
     """Discount factor."""
-    buffer_size: int = 5000
-    """Replay capacity in episodes."""
+    replay: ReplayConfig = field(
+        default_factory=lambda: ReplayConfig(buffer_size=5000, batch_size=32, learning_starts=32)
+    )
+    """Episode replay: buffer_size and batch_size count episodes, learning_starts the episodes
+    stored before the first gradient step (at least batch_size are needed); uniform sampling,
+    one-step targets (n_step 1, prioritized none)."""
     episode_limit: int = 100
     """Longest stored episode in steps; longer episodes are stored as cut pieces."""
-    batch_size: int = 32
-    """Episodes per gradient step."""
-    learning_starts: int = 32
-    """Episodes in replay before the first gradient step (at least batch_size are needed)."""
     rollout_steps: int = 8
     """Vector-env steps per iteration (env steps per iteration = rollout_steps * num_envs)."""
-    gradient_steps: int = 1
-    """Gradient steps per iteration."""
     target_update_every: int = 200
     """Gradient steps between hard target-network updates."""
     optimizer: Literal["rmsprop", "adam"] = "rmsprop"
@@ -104,25 +106,27 @@ class QMIXConfig:
     """Final probability of a random action."""
     exploration_steps: int = 50_000
     """Env steps over which epsilon anneals linearly."""
-    save_replay: bool = False
-    """Store the replay buffer in checkpoints (exact resume; large files)."""
+
+    RENAMED: ClassVar[dict[str, Renamed]] = REPLAY_RENAMES
 
     def __post_init__(self) -> None:
         check_choices(self)
-        check_positive(self, "rnn_hidden", "mixing_embed_dim", "hypernet_embed", "buffer_size")
-        check_positive(self, "episode_limit", "batch_size", "rollout_steps", "gradient_steps")
+        check_positive(self, "rnn_hidden", "mixing_embed_dim", "hypernet_embed")
+        check_positive(self, "episode_limit", "rollout_steps")
         check_positive(self, "target_update_every", "exploration_steps")
         check(self, "gamma", 0.0 <= self.gamma <= 1.0, "must be in [0, 1]")
         check(self, "optim_alpha", 0.0 <= self.optim_alpha < 1.0, "must be in [0, 1)")
-        check(self, "learning_starts", self.learning_starts >= 0, "must be >= 0")
         for name in ("epsilon_start", "epsilon_end"):
             check(self, name, 0.0 <= getattr(self, name) <= 1.0, "must be in [0, 1]")
+        replay = self.replay
         check(
-            self,
+            replay,
             "buffer_size",
-            self.buffer_size >= self.batch_size,
-            f"must hold at least batch_size = {self.batch_size} episodes",
+            replay.buffer_size >= replay.batch_size,
+            f"must hold at least replay.batch_size = {replay.batch_size} episodes",
         )
+        check(replay, "n_step", replay.n_step == 1, "qmix/vdn/iql learn one-step targets: use 1")
+        check(replay, "prioritized", replay.prioritized == "none", "qmix/vdn/iql need 'none'")
         env = self.env
         check(env, "normalize_obs", not env.normalize_obs, "not supported by qmix/vdn/iql")
         check(env, "normalize_reward", not env.normalize_reward, "not supported by qmix/vdn/iql")
@@ -171,8 +175,11 @@ class QMIXLearner:
         self, config: QMIXConfig, in_dim: int, num_actions: int, n_agents: int, state_dim: int
     ):
         self.config = config
-        self.online = QMIXNetworks(config, in_dim, num_actions, n_agents, state_dim)
-        self.target = frozen_copy(self.online)
+        self.device = resolve_device(config.run.device)
+        check_precision(config.model.precision, self.device)
+        online = QMIXNetworks(config, in_dim, num_actions, n_agents, state_dim)
+        self.target = place(frozen_copy(online), self.device, config.run.compile)
+        self.online = place(online, self.device, config.run.compile)
         self.parameters = list(self.online.parameters())
         optim = config.optim
         if config.optimizer == "rmsprop":
@@ -207,13 +214,7 @@ class QMIXLearner:
             valid = batch.filled.unsqueeze(-1) & batch.active
         targets = td_targets(rewards, batch.terminated, next_tot, cfg.gamma)
         loss, metrics = masked_td_loss(q_tot, targets, valid)
-        if not torch.isfinite(loss):
-            raise NaNLossError(f"loss/td became {loss.item()}; weights left unchanged")
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if cfg.optim.max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(self.parameters, cfg.optim.max_grad_norm)
-        self.optimizer.step()
+        minimize({"td": loss}, self.optimizer, cfg.optim.max_grad_norm)
         self.grad_steps += 1
         if self.grad_steps % cfg.target_update_every == 0:
             soft_update(list(self.target.parameters()), self.parameters, 1.0)
@@ -275,7 +276,7 @@ class QMIX:
         self.learner = QMIXLearner(cfg, in_dim, self.num_actions, self.n_agents, state_dim)
         mask_dim = self.num_actions if getattr(self.env, "action_mask", None) is not None else None
         self.replay = EpisodeReplay(
-            cfg.buffer_size,
+            cfg.replay.buffer_size,
             cfg.episode_limit,
             self.n_agents,
             self.obs_shape,
@@ -285,6 +286,11 @@ class QMIX:
         )
         self.builder = EpisodeBuilder(cfg.env.num_envs, self.replay, self.group)
         self.rng = np.random.default_rng(derive_seed(cfg.run.seed, "explore", 0))
+        # Acting runs on the CPU: the learner's agent network there, a copy synchronized
+        # every iteration where the learner computes elsewhere.
+        agent = self.learner.online.agent
+        on_cpu = self.learner.device.type == "cpu"
+        self.acting = agent if on_cpu else uncompiled_copy(agent).requires_grad_(False)
         self._restart(derive_seed(cfg.run.seed, "env", 0))
         self.env_steps = 0
         self.iteration = 0
@@ -294,7 +300,7 @@ class QMIX:
         self._set_obs(obs[self.group], getattr(self.env, "action_mask", None))
         self.builder.start(obs, state, getattr(self.env, "action_mask", None))
         rows = self.config.env.num_envs * self.n_agents
-        self.hidden = self.learner.online.agent.initial_state(rows)
+        self.hidden = self.acting.initial_state(rows)
         self.last_actions = np.zeros((self.config.env.num_envs, self.n_agents), np.int64)
 
     def _set_obs(self, obs: np.ndarray, mask: dict | None) -> None:
@@ -307,7 +313,8 @@ class QMIX:
         lead = obs.shape[: -len(self.obs_shape)]
         parts = [obs.reshape(*lead, -1)]
         if self.config.env.agent_id:
-            parts.append(torch.eye(self.n_agents).expand(*lead, self.n_agents))
+            ids = torch.eye(self.n_agents, device=obs.device)
+            parts.append(ids.expand(*lead, self.n_agents))
         if self.config.last_action:
             parts.append(F.one_hot(last_actions, self.num_actions).float())
         return torch.cat(parts, -1)
@@ -321,7 +328,7 @@ class QMIX:
     def _act(self, epsilon: float) -> np.ndarray:
         b, n = self.obs.shape[:2]
         x = self.agent_inputs(torch.from_numpy(self.obs), torch.from_numpy(self.last_actions))
-        q, self.hidden = self.learner.online.agent(x.reshape(b * n, -1), self.hidden)
+        q, self.hidden = self.acting(x.reshape(b * n, -1), self.hidden)
         q = q.view(b, n, -1)
         mask = None if self.mask is None else torch.from_numpy(self.mask)
         greedy = masked_argmax(q, mask).numpy()
@@ -332,6 +339,8 @@ class QMIX:
     def train_iteration(self) -> dict[str, float]:
         cfg = self.config
         epsilon = self.epsilon()
+        if self.acting is not self.learner.online.agent:
+            self.acting.load_state_dict(self.learner.online.agent.state_dict())
         returns: dict[str, list[np.ndarray]] = {agent: [] for agent in self.agents}
         lengths = []
         for _ in range(cfg.rollout_steps):
@@ -349,7 +358,7 @@ class QMIX:
         self.env_steps += cfg.rollout_steps * cfg.env.num_envs
         self.iteration += 1
         metrics: dict[str, float] = {"train/epsilon": epsilon}
-        if len(self.replay) >= max(cfg.batch_size, cfg.learning_starts):
+        if len(self.replay) >= max(cfg.replay.batch_size, cfg.replay.learning_starts):
             metrics.update(self._learn())
         metrics.update(_episode_metrics(returns, np.concatenate(lengths)))
         return metrics
@@ -357,8 +366,8 @@ class QMIX:
     def _learn(self) -> dict[str, float]:
         cfg = self.config
         history = []
-        for _ in range(cfg.gradient_steps):
-            batch = self.replay.sample(cfg.batch_size)
+        for _ in range(cfg.replay.gradient_steps):
+            batch = to_device(self.replay.sample(cfg.replay.batch_size), self.learner.device)
             steps = batch.actions.shape[0]
             previous = torch.cat([torch.zeros_like(batch.actions[:1]), batch.actions])
             inputs = self.agent_inputs(batch.obs, previous[: steps + 1])
@@ -371,7 +380,7 @@ class QMIX:
         return metrics
 
     def _policy_network(self) -> RecurrentQPolicy:
-        agent = frozen_copy(self.learner.online.agent)
+        agent = uncompiled_copy(self.learner.online.agent).requires_grad_(False)
         return RecurrentQPolicy(agent, self.config.last_action, self.config.epsilon_end)
 
     def policy(self) -> ActorPolicy:
@@ -384,7 +393,7 @@ class QMIX:
             env_state = None
         return {
             "learner": self.learner.state_dict(),
-            "replay": self.replay.state_dict() if self.config.save_replay else None,
+            "replay": self.replay.state_dict() if self.config.replay.save else None,
             "policy": {"model": self._policy_network().state_dict(), "obs_stats": None},
             "acting": {
                 "env": env_state,

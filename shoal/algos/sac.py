@@ -28,6 +28,7 @@ from shoal.algos.actor_critic_replay import (
 )
 from shoal.algos.off_policy import ReplayAlgorithm
 from shoal.config import check, check_positive
+from shoal.device import resolve_device
 from shoal.losses.actor_critic import (
     discrete_sac_actor_loss,
     discrete_soft_value,
@@ -87,7 +88,8 @@ class SACLearner(ActorCriticLearner):
             critic = CriticEnsemble(obs_space, 0, int(action_space.n), config.model, members=2)
         else:
             critic = CriticEnsemble(obs_space, action_space.shape[0], 1, config.model, members=2)
-        self.log_alpha = nn.Parameter(torch.tensor(math.log(config.init_alpha)))
+        device = resolve_device(config.run.device)  # log_alpha joins the optimizer there
+        self.log_alpha = nn.Parameter(torch.tensor(math.log(config.init_alpha), device=device))
         self.target_entropy = (
             default_target_entropy(action_space)
             if config.target_entropy is None
@@ -99,6 +101,7 @@ class SACLearner(ActorCriticLearner):
         self.core = ActorCriticCore(config, actor, critic, target_actor=False, extra=extra)
 
     def update(self, batch: ReplayBatch) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        batch = self.core.batch(batch)
         if self.discrete:
             return self._update_discrete(batch)
         cfg, core = self.config, self.core
@@ -133,7 +136,7 @@ class SACLearner(ActorCriticLearner):
         return self._finish(critic_loss, actor_loss, expected_log_prob, q, alpha, priorities)
 
     def _finish(self, critic_loss, actor_loss, log_prob, q, alpha, priorities):
-        loss = critic_loss + actor_loss
+        losses = {"critic": critic_loss, "actor": actor_loss}
         metrics = {
             "loss/critic": critic_loss.detach(),
             "loss/actor": actor_loss.detach(),
@@ -143,9 +146,9 @@ class SACLearner(ActorCriticLearner):
         }
         if self.config.learn_alpha:
             alpha_loss = entropy_temperature_loss(self.log_alpha, log_prob, self.target_entropy)
-            loss = loss + alpha_loss
+            losses["alpha"] = alpha_loss
             metrics["loss/alpha"] = alpha_loss.detach()
-        self.core.step(loss)
+        self.core.step(losses)
         self.core.update_targets()
         return metrics, priorities
 

@@ -23,8 +23,8 @@ from shoal.envs import env_spec, make_env
 from shoal.envs.snapshot import EnvStateUnsupported
 from shoal.errors import ConfigError, UnsupportedSpaceError
 from shoal.policy import ActorPolicy
-from shoal.train.schedules import linear
-from shoal.train.seeding import derive_seed
+from shoal.schedules import linear
+from shoal.seeding import derive_seed
 from shoal.types import EpisodeStats
 
 Method = Literal["q_learning", "sarsa", "expected_sarsa", "sarsa_lambda", "q_lambda"]
@@ -78,6 +78,12 @@ class TabularConfig:
 
     def __post_init__(self) -> None:
         check_choices(self)
+        check(
+            self.run,
+            "device",
+            self.run.device in ("auto", "cpu"),
+            "tabular methods compute on the CPU: use auto or cpu",
+        )
         check(self, "alpha", 0.0 < self.alpha <= 1.0, "must be in (0, 1]")
         for name in ("gamma", "epsilon_start", "epsilon_end", "trace_lambda"):
             check(self, name, 0.0 <= getattr(self, name) <= 1.0, "must be in [0, 1]")

@@ -58,11 +58,12 @@ class TD3Learner(ActorCriticLearner):
         actor = build_model(config, obs_space, action_space)
         critic = deterministic_critic(config, obs_space, action_space, out_dim=1, members=2)
         self.core = ActorCriticCore(config, actor, critic, target_actor=True)
-        self.actor_loss = torch.zeros(())
+        self.actor_loss = torch.zeros((), device=self.core.device)
         """The latest actor loss, reported between delayed actor updates."""
 
     def update(self, batch: ReplayBatch) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         cfg, core = self.config, self.core
+        batch = core.batch(batch)
         returns, discounts = core.bootstrap(batch)
         with torch.no_grad():
             next_actions = smoothed_target_actions(
@@ -73,12 +74,11 @@ class TD3Learner(ActorCriticLearner):
         q = core.critic(batch.obs, core.unit_actions(batch.actions)).squeeze(-1)
         critic_loss, priorities = ensemble_td_loss(q, target, batch.weights, cfg.critic_loss)
         update_actor = (core.grad_steps + 1) % cfg.policy_delay == 0
-        loss = critic_loss
+        losses = {"critic": critic_loss}
         if update_actor:  # the actor follows the first critic, as in the paper
             policy_q = core.critic(batch.obs, core.actor(batch.obs), detach_weights=True)
-            self.actor_loss = deterministic_actor_loss(policy_q[0, :, 0])
-            loss = loss + self.actor_loss
-        core.step(loss)
+            self.actor_loss = losses["actor"] = deterministic_actor_loss(policy_q[0, :, 0])
+        core.step(losses)
         if update_actor:
             core.update_targets()
         metrics = {
@@ -93,7 +93,7 @@ class TD3Learner(ActorCriticLearner):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.core.load_state_dict(state)
-        self.actor_loss = state["actor_loss"].clone()
+        self.actor_loss = state["actor_loss"].to(self.core.device)
 
 
 class TD3(ReplayAlgorithm):

@@ -18,7 +18,9 @@ import gymnasium as gym
 import torch
 
 from shoal.algos.on_policy import ModelLearner, OnPolicyAlgorithm, PPOBatch, make_batch
+from shoal.backend import place
 from shoal.config import EnvConfig, ModelConfig, RunConfig, check, check_positive
+from shoal.device import resolve_device, to_device
 from shoal.errors import NaNLossError
 from shoal.losses import (
     conjugate_gradient,
@@ -29,6 +31,7 @@ from shoal.losses import (
     value_loss,
 )
 from shoal.nn import ActorCritic
+from shoal.optim import minimize
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,12 @@ class TRPOConfig:
         # trunk would let each undo the other (and break the trust region's KL bound).
         check(self, "model", not self.model.shared_trunk, "TRPO needs shared_trunk: false")
         check(
+            self.model,
+            "precision",
+            self.model.precision != "float16",
+            "TRPO's conjugate-gradient step has no gradient scaler; use float32 or bfloat16",
+        )
+        check(
             self,
             "env",
             self.env.action_mask == "none",
@@ -109,13 +118,16 @@ class TRPOLearner(ModelLearner):
 
     def __init__(self, config: TRPOConfig, obs_space: gym.Space, action_space: gym.Space):
         self.config = config
-        self.model = build_model(config, obs_space, action_space)
+        model = build_model(config, obs_space, action_space)
+        self.device = resolve_device(config.run.device)
+        self.model = place(model, self.device, config.run.compile)
         body = list(self.model.body.parameters())
         self.policy_params = body + list(self.model.policy_head.parameters())
         self.value_params = body + list(self.model.value_head.parameters())
         self.vf_optimizer = torch.optim.Adam(self.value_params, lr=config.vf_lr, eps=1e-5)
 
     def update(self, batch: PPOBatch) -> dict[str, float]:
+        batch = to_device(batch, self.device)
         metrics = self.update_policy(batch)
         metrics.update(self.update_value(batch))
         return metrics
@@ -176,17 +188,11 @@ class TRPOLearner(ModelLearner):
         n = batch.obs.shape[0]
         losses = []
         for _ in range(cfg.vf_epochs):
-            permutation = torch.randperm(n)
+            permutation = torch.randperm(n).to(self.device)
             for start in range(0, n, cfg.vf_minibatch_size):
                 idx = permutation[start : start + cfg.vf_minibatch_size]
                 loss = value_loss(self.model.value(batch.obs[idx]), batch.returns[idx])
-                if not torch.isfinite(loss):
-                    raise NaNLossError(f"loss/value became {loss.item()}; stopping this update")
-                self.vf_optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                if cfg.vf_max_grad_norm is not None:
-                    torch.nn.utils.clip_grad_norm_(self.value_params, cfg.vf_max_grad_norm)
-                self.vf_optimizer.step()
+                minimize({"value": loss}, self.vf_optimizer, cfg.vf_max_grad_norm)
                 losses.append(loss.detach())
         return {"loss/value": torch.stack(losses).mean().item(), "train/vf_lr": cfg.vf_lr}
 

@@ -8,20 +8,28 @@ from typing import Any
 from shoal.collect.env_runner import EnvRunner
 from shoal.collect.local import LocalSampler
 from shoal.config import EnvConfig, RunConfig
-from shoal.train.seeding import derive_seed
+from shoal.seeding import derive_seed
 
 __all__ = ["EnvRunner", "LocalSampler", "make_sampler"]
 
 
 def make_sampler(
-    env_config: EnvConfig, model_fn: Callable[[Any, Any], Any], num_steps: int, run: RunConfig
+    env_config: EnvConfig,
+    model_fn: Callable[[Any, Any], Any],
+    num_steps: int,
+    run: RunConfig,
+    acting: str = "auto",
 ) -> Any:
     """`LocalSampler` when ``run.runners`` is 0, else a `RaySampler` with that many runners.
     Runner ``i`` seeds its envs with ``derive_seed(run.seed, "env", i)``, as the local runner
-    (``i`` = 0) does, so one Ray runner samples what the local sampler would."""
+    (``i`` = 0) does, so one Ray runner samples what the local sampler would. ``acting`` is
+    the ``model.backend`` the runners act with; ``run.compile`` compiles their networks."""
     if run.runners == 0:
         seed = derive_seed(run.seed, "env", 0)
-        return LocalSampler(EnvRunner(env_config, model_fn, num_steps, seed=seed))
+        runner = EnvRunner(
+            env_config, model_fn, num_steps, seed=seed, acting=acting, compiled=run.compile
+        )
+        return LocalSampler(runner)
     from shoal.collect.ray import RaySampler
 
     indices = range(run.runners)
@@ -33,4 +41,6 @@ def make_sampler(
         torch_seeds=[derive_seed(run.seed, "runner-torch", i) for i in indices],
         address=run.ray_address,
         max_restarts=run.max_worker_restarts,
+        acting=acting,
+        compiled=run.compile,
     )

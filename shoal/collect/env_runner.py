@@ -13,6 +13,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from shoal import backend
 from shoal.config import EnvConfig
 from shoal.data.rollout import RolloutStorage
 from shoal.envs import make_env
@@ -21,12 +22,9 @@ from shoal.envs.normalize import NormalizeObservation
 from shoal.envs.snapshot import EnvStateUnsupported
 from shoal.errors import ConfigError
 from shoal.interfaces import Weights
-from shoal.nn.actor_critic import ActOutput
-from shoal.nn.direct_grad import DirectGradActorCritic
-from shoal.nn.numpy_ops import as_array
 from shoal.nn.recurrent import is_recurrent
-from shoal.train.threads import set_compute_threads
-from shoal.types import EpisodeStats, Rollout
+from shoal.threads import set_compute_threads
+from shoal.types import ActOutput, EpisodeStats, Rollout
 
 
 class ActingModel(Protocol):
@@ -50,7 +48,11 @@ class EnvRunner:
         num_steps: int,
         seed: int,
         torch_seed: int | None = None,
+        acting: str = "auto",
+        compiled: bool = False,
     ):
+        """``acting``: the ``model.backend`` the runner acts with (`shoal.backend.actor`);
+        ``compiled``: compile the acting network's forward (``run.compile``)."""
         self.owns_torch_rng = torch_seed is not None
         if self.owns_torch_rng:
             # A runner in its own process (a Ray actor) owns that process's torch generator:
@@ -62,9 +64,11 @@ class EnvRunner:
         self.model = model_fn(self.env.observation_space, self.env.action_space)
         self.model.requires_grad_(False)
         act_with_running_statistics(self.model)
-        # Small MLP actor-critics act through NumPy (`shoal.nn.direct_grad`): the same actions
-        # from the same random draws at a fraction of the per-step cost; others act as is.
-        self.direct = DirectGradActorCritic.for_model(self.model)
+        # Small MLP actor-critics act through NumPy (`shoal.fast`) unless told otherwise: the
+        # same actions from the same random draws at a fraction of the per-step cost.
+        self.actor = backend.actor(self.model, "torch" if compiled else acting)
+        if compiled:
+            self.model.compile()
         self.obs = self.env.reset(seed=seed)
         self.storage = RolloutStorage(
             num_steps,
@@ -122,7 +126,7 @@ class EnvRunner:
         """Step all envs ``num_steps`` times; returns the rollout and finished episodes."""
         if self.recurrent:
             return self._sample_recurrent()
-        storage, env, model, direct = self.storage, self.env, self.model, self.direct
+        storage, env, model, actor = self.storage, self.env, self.model, self.actor
         returns, lengths, agents = [], [], []
         masked = storage.action_mask is not None
         for t in range(self.num_steps):
@@ -130,11 +134,9 @@ class EnvRunner:
                 obs = storage.write_obs(t, self.obs)
                 mask = storage.write_action_mask(t, env.action_mask)
                 out = model.act(obs, action_mask=mask)
-            elif direct is not None:  # NumPy in, NumPy out: no tensor wrapping per step
-                out = direct.act_arrays(storage.write_obs_array(t, self.obs))
             else:
-                out = model.act(storage.write_obs(t, self.obs))
-            result = env.step(as_array(out.actions))
+                out = actor.act(storage.write_obs_array(t, self.obs))
+            result = env.step(_array(out.actions))
             storage.write_step(t, out, result)
             self.obs = result.obs
             if result.episode_returns.size:
@@ -142,8 +144,8 @@ class EnvRunner:
                 lengths.append(result.episode_lengths)
                 if result.episode_agents is not None:
                     agents.append(result.episode_agents)
-        last_obs = torch.as_tensor(self.obs, dtype=storage.obs.dtype)
-        rollout = storage.rollout(last_values=(direct or model).value(last_obs))
+        last_obs = np.asarray(self.obs, dtype=storage.obs_dtype)
+        rollout = storage.rollout(last_values=_tensor(actor.value(last_obs)))
         return rollout, self._episodes(returns, lengths, agents)
 
     def _sample_recurrent(self) -> tuple[Rollout, EpisodeStats]:
@@ -223,13 +225,23 @@ BATCH_NORMS = (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d)
 
 
 def act_with_running_statistics(model: Any) -> None:
-    """Put the batch-norm layers of an acting copy (reference 001's Models 2 and 3) in eval
+    """Put the batch-norm layers of an acting copy (Lamb et al.'s Models 2 and 3) in eval
     mode: they normalize with their running statistics, so one env's action does not depend
     on the other envs' observations in the batch, and acting leaves the statistics alone. The
     rest of the model keeps its mode (noisy layers go on exploring)."""
     for module in model.modules():
         if isinstance(module, BATCH_NORMS):
             module.eval()
+
+
+def _array(x: torch.Tensor | np.ndarray) -> np.ndarray:
+    return x.numpy() if isinstance(x, torch.Tensor) else x
+
+
+def _tensor(x: torch.Tensor | np.ndarray) -> torch.Tensor:
+    if isinstance(x, torch.Tensor):
+        return x
+    return torch.from_numpy(np.asarray(x, dtype=np.float32))
 
 
 def _concat(parts: list[np.ndarray], dtype: type = np.float64) -> np.ndarray:

@@ -44,7 +44,10 @@ class RaySampler:
         torch_seeds: list[int],
         address: str | None = None,
         max_restarts: int = 100,
+        acting: str = "auto",
+        compiled: bool = False,
     ):
+        """``acting`` and ``compiled``: how each runner acts (`EnvRunner`)."""
         if (env_config.normalize_obs or env_config.normalize_reward) and len(seeds) > 1:
             raise ConfigError(
                 "env.normalize_obs / env.normalize_reward: with run.runners > 1 each runner "
@@ -59,7 +62,7 @@ class RaySampler:
         """Runner -> result of its last ``set_weights``, checked before its next rollout."""
         self.pool = workers.WorkerPool(
             EnvRunner,
-            lambda i: (env_config, model_fn, num_steps, seeds[i], torch_seeds[i]),
+            lambda i: (env_config, model_fn, num_steps, seeds[i], torch_seeds[i], acting, compiled),
             len(seeds),
             name="sampler",
             max_restarts=max_restarts,

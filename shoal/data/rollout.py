@@ -8,9 +8,7 @@ import torch
 
 from shoal.envs.agents_as_batch import split_observation
 from shoal.errors import UnsupportedSpaceError
-from shoal.nn.actor_critic import ActOutput
-from shoal.nn.numpy_ops import as_array
-from shoal.types import Rollout, StepResult
+from shoal.types import ActOutput, Rollout, StepResult
 
 
 def space_layout(space: gym.Space) -> tuple[tuple[int, ...], torch.dtype]:
@@ -73,6 +71,7 @@ class RolloutStorage:
         if self.action_mask is not None:
             self._np["action_mask"] = self.action_mask.numpy()
         self.num_steps = num_steps
+        self.obs_dtype = self._np["obs"].dtype
 
     def write_obs(self, t: int, obs: np.ndarray) -> torch.Tensor:
         """Store the observation of step ``t`` and return the stored row for the policy."""
@@ -94,9 +93,9 @@ class RolloutStorage:
         """Store what the policy did at step ``t`` (``out`` of tensors or NumPy arrays) and
         what the env answered."""
         views = self._np
-        views["actions"][t] = as_array(out.actions)
-        views["log_probs"][t] = as_array(out.log_probs)
-        views["values"][t] = as_array(out.values)
+        views["actions"][t] = _array(out.actions)
+        views["log_probs"][t] = _array(out.log_probs)
+        views["values"][t] = _array(out.values)
         views["rewards"][t] = result.reward
         views["terminated"][t] = result.terminated
         views["truncated"][t] = result.truncated
@@ -117,6 +116,11 @@ class RolloutStorage:
             policy_state=policy_state,
             action_mask=self.action_mask,
         )
+
+
+def _array(x: torch.Tensor | np.ndarray) -> np.ndarray:
+    """A NumPy view of a CPU tensor; arrays pass as they are."""
+    return x.numpy() if isinstance(x, torch.Tensor) else x
 
 
 def episode_starts(valid: torch.Tensor) -> torch.Tensor:

@@ -90,6 +90,23 @@ def _check_reachable(address: str) -> None:
         ) from exc
 
 
+def gpu_share(device: str, learners: int) -> float:
+    """The GPUs each of ``learners`` learner actors asks Ray for when the run's device is
+    ``device``: none on the CPU; otherwise one each, or an equal share where the cluster has
+    fewer GPUs than learners. ``auto`` takes GPUs only where the cluster has some."""
+    if device == "cpu":
+        return 0.0
+    gpus = float(ray.cluster_resources().get("GPU", 0.0))
+    if gpus == 0.0:
+        if device == "auto":
+            return 0.0
+        raise DistributedError(
+            f"run.device = {device!r} but the Ray cluster has no GPUs; use run.device cpu or "
+            "auto, or add GPU nodes"
+        )
+    return min(1.0, gpus / learners)
+
+
 def shutdown() -> None:
     ray.shutdown()
 
@@ -120,12 +137,15 @@ class WorkerPool:
         max_restarts: int = 100,
         on_restart: Callable[[int], None] | None = None,
         num_cpus: float | None = None,
+        num_gpus: float = 0.0,
     ):
         # max_concurrency 1: calls on one actor run in the order they were made, so weights
         # set before a sample request are the weights that sample uses.
         options: dict[str, Any] = {"max_concurrency": 1}
         if num_cpus is not None:
             options["num_cpus"] = num_cpus
+        if num_gpus:  # Ray sets the actor's CUDA_VISIBLE_DEVICES to its share
+            options["num_gpus"] = num_gpus
         self._actor_cls = ray.remote(cls).options(**options)
         self._make_args = make_args
         self.name = name

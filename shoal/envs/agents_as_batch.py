@@ -1,7 +1,8 @@
 """A multi-agent env seen as a single-agent vector env whose batch is (env, agent) pairs.
 
-Shared-weight learners (reference 000's "PPO with shared weights", IPPO, MAPPO) treat every
-agent of a group as one more row of the batch: DESIGN.md's ``[T, B, N, ...]`` flattened to
+Shared-weight learners (the "PPO with shared weights" of Biswas and Biswas, "Autonomous driving
+using Multi-Agent RL"; IPPO; MAPPO) treat every agent of a group as one more row of the batch:
+DESIGN.md's ``[T, B, N, ...]`` flattened to
 ``[T, B*N, ...]``. `AgentsAsBatch` does that flattening once, at the env boundary, so PPO's
 runner, storage, return estimators, update, checkpoints and evaluation work unchanged.
 

@@ -1,4 +1,5 @@
-"""Atari preprocessing: DeepMind's standard pipeline and reference 001's variant.
+"""Atari preprocessing: DeepMind's standard pipeline and the variant of Lamb et al., "Deep
+Reinforcement Learning with Actor-Critic" (UC San Diego, undated).
 
 ``EnvConfig.atari`` picks the pipeline for an ALE id (``ALE/Pong-v5``, ``PongNoFrameskip-v4``, ...;
 the ids ale-py registers in Gymnasium):
@@ -20,7 +21,7 @@ deepmind
     differently, so their observations are close, not equal.
 
 ref001-stack / ref001-diff
-    Reference 001 (Lamb et al., actor-critic on Pong and Breakout): the 210x160 RGB frame is
+    Lamb et al. (actor-critic on Pong and Breakout): the 210x160 RGB frame is
     cropped to 160x160, converted to grayscale and downsampled to 80x80; the CNN models see the
     last 4 such frames stacked (uint8 ``[4, 80, 80]``), the linear model the difference of the
     current and the previous frame (float32 ``[1, 80, 80]`` in [-1, 1], zero after a reset). The
@@ -53,7 +54,7 @@ NOOP_MAX = 30
 SCREEN_SIZE = 84
 STACK = 4
 REF001_CROP_TOP = 34
-"""First row of reference 001's 160x160 crop: rows 34-193 hold Pong's playing field (the score
+"""First row of Lamb et al.'s 160x160 crop: rows 34-193 hold Pong's playing field (the score
 above and the bottom border are cut), as in Kostrikov's pytorch-a3c, the reference's baseline."""
 
 # Keyword arguments of the ALE env constructors that the native vector env accepts as well.
@@ -93,7 +94,7 @@ class FireReset(gym.Wrapper):
 
 
 def ref001_frame(frame: np.ndarray, crop_top: int = REF001_CROP_TOP) -> np.ndarray:
-    """Reference 001's frame: crop a 210x160x3 RGB frame to rows ``crop_top`` to
+    """Lamb et al.'s frame: crop a 210x160x3 RGB frame to rows ``crop_top`` to
     ``crop_top + 159``, grayscale (ITU-R 601 luma, as OpenCV), 2x2 mean to 80x80, uint8."""
     crop = frame[crop_top : crop_top + 160, :160].astype(np.float32)
     gray = crop @ np.array([0.299, 0.587, 0.114], np.float32)
@@ -102,13 +103,13 @@ def ref001_frame(frame: np.ndarray, crop_top: int = REF001_CROP_TOP) -> np.ndarr
 
 
 class Ref001Frame(gym.ObservationWrapper):
-    """RGB Atari frames to reference 001's 80x80 grayscale frames (`ref001_frame`)."""
+    """RGB Atari frames to Lamb et al.'s 80x80 grayscale frames (`ref001_frame`)."""
 
     def __init__(self, env: gym.Env, crop_top: int = REF001_CROP_TOP):
         super().__init__(env)
         shape = env.observation_space.shape
         if shape is None or tuple(shape) != (210, 160, 3):
-            raise ConfigError(f"reference 001's preprocessing needs 210x160x3 frames, got {shape}")
+            raise ConfigError(f"Lamb et al.'s preprocessing needs 210x160x3 frames, got {shape}")
         self.crop_top = crop_top
         self.observation_space = gym.spaces.Box(0, 255, (80, 80), np.uint8)
 

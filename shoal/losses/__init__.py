@@ -10,9 +10,13 @@ from shoal.losses.natural_gradient import (
 from shoal.losses.policy_gradient import (
     adaptive_kl_coeff,
     entropy_loss,
+    entropy_loss_grad,
     kl_penalty_loss,
+    kl_penalty_loss_grad,
     policy_gradient_loss,
+    policy_gradient_loss_grad,
     ppo_clip_loss,
+    ppo_clip_loss_grad,
 )
 from shoal.losses.q_learning import (
     categorical_projection,
@@ -34,7 +38,13 @@ from shoal.losses.returns import (
     n_step_return,
     vtrace,
 )
-from shoal.losses.value import clipped_value_loss, huber_loss, value_loss
+from shoal.losses.value import (
+    clipped_value_loss,
+    clipped_value_loss_grad,
+    huber_loss,
+    value_loss,
+    value_loss_grad,
+)
 
 __all__ = [
     "adaptive_kl_coeff",
@@ -42,10 +52,12 @@ __all__ = [
     "categorical_projection",
     "categorical_td_loss",
     "clipped_value_loss",
+    "clipped_value_loss_grad",
     "combine_heads",
     "conjugate_gradient",
     "discounted_returns",
     "entropy_loss",
+    "entropy_loss_grad",
     "episode_returns",
     "fisher_vector_product",
     "flat_concat",
@@ -53,9 +65,12 @@ __all__ = [
     "gae",
     "huber_loss",
     "kl_penalty_loss",
+    "kl_penalty_loss_grad",
     "n_step_return",
     "policy_gradient_loss",
+    "policy_gradient_loss_grad",
     "ppo_clip_loss",
+    "ppo_clip_loss_grad",
     "q_learning_target",
     "quantile_huber_loss",
     "quantile_midpoints",
@@ -64,6 +79,7 @@ __all__ = [
     "set_flat_params",
     "td_loss",
     "value_loss",
+    "value_loss_grad",
     "vtrace",
     "VTraceReturns",
 ]

@@ -1,4 +1,5 @@
-"""CTEDD's two new losses (reference 003, Chen 2019): the maximum-entropy policy gradient of the
+"""CTEDD's two new losses (Chen 2019, "A New Framework for Multi-Agent Reinforcement
+Learning"): the maximum-entropy policy gradient of the
 exploration scale and the policy-distillation regression.
 
 Shapes: ``B`` samples, ``N`` agents, ``d`` action dimensions.
@@ -32,7 +33,7 @@ def exploration_scale_loss(
     advantages: torch.Tensor,
     alpha: float | torch.Tensor,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The loss whose gradient descent follows reference 003's Eq. (5) for the stochastic part
+    """The loss whose gradient descent follows Chen's Eq. (5) for the stochastic part
     ``sigma_{omega_i}`` of the global policies ``pi~_i(s) = pi_{theta_i}(s) + eps * sigma_i(s)``:
 
         Delta omega_i ~ 1/|B| sum_B grad log pi~_i(s_t, a_i^t) A_t + alpha grad H(pi~_i(s_t, .))
@@ -69,7 +70,7 @@ def exploration_scale_loss(
 
 
 def distillation_loss(teacher_actions: torch.Tensor, student_actions: torch.Tensor) -> torch.Tensor:
-    """Reference 003's Eq. (6), the policy-distillation loss of the local policies:
+    """Chen's Eq. (6), the policy-distillation loss of the local policies:
 
         L_D = 1/|B| sum_B sum_i || pi_{theta_i}(s_t) - pi^_{theta'_i}(o_i(s_t), {m_j}_{j!=i}) ||^2
 

@@ -28,6 +28,7 @@ __all__ = [
     "quantile_midpoints",
     "quantile_target",
     "random_convex_combination",
+    "masked_argmax",
     "td_loss",
 ]
 
@@ -325,3 +326,11 @@ def combine_heads(q_heads: Tensor, alphas: Tensor) -> Tensor:
     if alphas.dim() == 2:
         alphas = alphas.unsqueeze(-2)
     return (q_heads * alphas).sum(dim=-1)
+
+
+def masked_argmax(q: Tensor, mask: Tensor | None) -> Tensor:
+    """``argmax`` over the last axis of ``q``, among the legal actions where ``mask`` (same
+    shape, bool) is given."""
+    if mask is not None:
+        q = q.masked_fill(~mask, float("-inf"))
+    return q.argmax(dim=-1)

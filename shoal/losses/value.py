@@ -1,7 +1,9 @@
 """Value-function regression losses.
 
 All losses are scalars to be minimized; inputs of any (shared) shape are reduced by a mean
-over all elements.
+over all elements. `value_loss` and `clipped_value_loss` take torch tensors or NumPy arrays
+(`shoal.losses.arrays`) and have their gradients beside them, as the policy losses do
+(`shoal.losses.policy_gradient`).
 """
 
 from __future__ import annotations
@@ -9,10 +11,18 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["clipped_value_loss", "huber_loss", "value_loss"]
+from shoal.losses.arrays import Array, as_float, constant, count, module_of
+
+__all__ = [
+    "clipped_value_loss",
+    "clipped_value_loss_grad",
+    "huber_loss",
+    "value_loss",
+    "value_loss_grad",
+]
 
 
-def value_loss(values: Tensor, returns: Tensor) -> Tensor:
+def value_loss(values: Array, returns: Array) -> Array:
     """Squared-error critic loss (e.g. Mnih et al. 2016, arXiv:1602.01783).
 
     Returns ``0.5 * mean((values - returns)^2)``; the 0.5 makes the gradient the plain error.
@@ -25,10 +35,16 @@ def value_loss(values: Tensor, returns: Tensor) -> Tensor:
     Returns:
         Scalar loss.
     """
-    return 0.5 * (values - returns.detach()).pow(2).mean()
+    error = values - constant(returns)
+    return 0.5 * (error * error).mean()
 
 
-def clipped_value_loss(values: Tensor, old_values: Tensor, returns: Tensor, clip: float) -> Tensor:
+def value_loss_grad(values: Array, returns: Array) -> Array:
+    """Gradient of `value_loss` with respect to ``values``: ``(values - returns) / N``."""
+    return (values - returns) * (1.0 / count(values))
+
+
+def clipped_value_loss(values: Array, old_values: Array, returns: Array, clip: float) -> Array:
     """Clipped critic loss from OpenAI Baselines' PPO2 (Dhariwal et al. 2017; studied in
     Engstrom et al. 2020, arXiv:2005.12729).
 
@@ -46,12 +62,30 @@ def clipped_value_loss(values: Tensor, old_values: Tensor, returns: Tensor, clip
     Returns:
         Scalar loss.
     """
-    old_values = old_values.detach()
-    returns = returns.detach()
-    v_clipped = old_values + torch.clamp(values - old_values, -clip, clip)
-    unclipped_err = (values - returns).pow(2)
-    clipped_err = (v_clipped - returns).pow(2)
-    return 0.5 * torch.max(unclipped_err, clipped_err).mean()
+    xp = module_of(values)
+    old_values, returns = constant(old_values), constant(returns)
+    v_clipped = old_values + xp.clip(values - old_values, -clip, clip)
+    unclipped_err, clipped_err = values - returns, v_clipped - returns
+    return 0.5 * xp.maximum(unclipped_err * unclipped_err, clipped_err * clipped_err).mean()
+
+
+def clipped_value_loss_grad(values: Array, old_values: Array, returns: Array, clip: float) -> Array:
+    """Gradient of `clipped_value_loss` with respect to ``values``.
+
+    The loss is ``0.5 * mean(max(e^2, e_c^2))`` with ``e = values - returns`` and ``e_c`` the
+    error of the clipped prediction, whose derivative is 1 inside the clip range and 0 past
+    it. The larger square carries the gradient; on a tie each square carries half."""
+    xp = module_of(values)
+    delta = values - old_values
+    inside = as_float(abs(delta) <= clip, values)
+    error = values - returns
+    clipped_error = old_values + xp.clip(delta, -clip, clip) - returns
+    unclipped_sq, clipped_sq = error * error, clipped_error * clipped_error
+    unclipped_share = as_float(unclipped_sq > clipped_sq, values) + 0.5 * as_float(
+        unclipped_sq == clipped_sq, values
+    )
+    grad = error * unclipped_share + clipped_error * inside * (1.0 - unclipped_share)
+    return grad * (1.0 / count(values))
 
 
 def huber_loss(pred: Tensor, target: Tensor, delta: float = 1.0) -> Tensor:

@@ -8,13 +8,7 @@ from __future__ import annotations
 
 import torch
 
-
-def masked_argmax(q: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """``argmax`` over the last axis of ``q``, among the legal actions where ``mask`` (same
-    shape, bool) is given."""
-    if mask is not None:
-        q = q.masked_fill(~mask, float("-inf"))
-    return q.argmax(-1)
+from shoal.losses.q_learning import masked_argmax
 
 
 def double_q_next_values(
@@ -67,4 +61,4 @@ def masked_td_loss(
     return loss, metrics
 
 
-__all__ = ["double_q_next_values", "masked_argmax", "masked_td_loss", "td_targets"]
+__all__ = ["double_q_next_values", "masked_td_loss", "td_targets"]

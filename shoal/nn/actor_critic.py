@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import gymnasium as gym
 import numpy as np
 import torch
@@ -16,12 +14,7 @@ from shoal.nn.cnn import build_encoder
 from shoal.nn.distributions import Categorical, DiagGaussian
 from shoal.nn.heads import CategoricalHead, GaussianHead, ValueHead
 from shoal.nn.mlp import MLP, ParallelMLP
-
-
-class ActOutput(NamedTuple):
-    actions: torch.Tensor
-    log_probs: torch.Tensor
-    values: torch.Tensor
+from shoal.types import ActOutput
 
 
 class ObsEncoding(nn.Module):

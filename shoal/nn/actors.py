@@ -63,7 +63,7 @@ class GaussianNoise:
 
 class OrnsteinUhlenbeckNoise:
     """``scale * x`` with ``x <- x - theta * x + sigma * N(0, 1)``: noise correlated in time,
-    one process per env (Lillicrap et al. 2015; reference 004's noise_scale, exploration_theta,
+    one process per env (Lillicrap et al. 2015; RLlib's noise_scale, exploration_theta,
     exploration_sigma). The state belongs to the acting copy of the actor, not to its weights."""
 
     def __init__(self, scale: float, theta: float, sigma: float):

@@ -7,16 +7,16 @@ encoder, so replay and rollout storage keep them as uint8 (a quarter of float32'
 
 * ``nature``: the DQN network of Mnih et al. 2015 (Nature): 32 8x8/4, 64 4x4/2, 64 3x3/1,
   FC 512, ReLU after each layer (84x84 input: 20x20, 9x9, 7x7 feature maps).
-* ``ref001-model2``: reference 001's Model 2: conv 16 8x8/4 pad 2 (80x80 -> 20x20), conv 32
+* ``ref001-model2``: Lamb et al.'s Model 2: conv 16 8x8/4 pad 2 (80x80 -> 20x20), conv 32
   4x4/2 pad 1 (-> 10x10), batch norm and ReLU after each, flattened to 3200 features that the
   heads read directly.
-* ``ref001-model3``: the convolutional part of reference 001's Model 3: Model 2's two layers,
+* ``ref001-model3``: the convolutional part of Lamb et al.'s Model 3: Model 2's two layers,
   then conv 32 4x4/2 pad 0 (-> 4x4), flattened to 512 features that feed its LSTM 256
   (``ModelConfig.lstm_hidden``, the `RecurrentActorCritic` core).
 * ``impala``: the IMPALA ResNet of Espeholt et al. 2018: three stacks (16, 32, 32 channels) of
   conv 3x3, max-pool 3x3/2 and two residual blocks, then ReLU and FC 256.
 
-Reference 001 says "between each convolutional layer, batch normalization and ReLU are
+Lamb et al. say "between each convolutional layer, batch normalization and ReLU are
 applied"; here the last convolution is followed by them too, as every layer of the Nature and
 IMPALA networks is by its nonlinearity, so the heads (or the LSTM) read rectified features.
 Batch norm uses batch statistics in training mode and running statistics in `eval` mode (the
@@ -24,12 +24,14 @@ deployed `shoal.policy.ActorPolicy`); its running statistics travel with the wei
 
 Weights follow `shoal.nn.init`: orthogonal with gain sqrt(2), zero biases.
 
-``ModelConfig.precision`` ``bfloat16`` runs an encoder's convolutions and FC layer in mixed
-precision (CPU autocast): weights, gradients, optimizer state and everything after the encoder
-stay float32, and the features leave the encoder as float32. On CPUs with AMX or AVX512-BF16
-(Intel Sapphire Rapids and later) oneDNN's bfloat16 convolutions make a Nature CNN training step
-about 2x faster; on other CPUs bfloat16 is emulated and slower, and `ImageEncoder` warns
-(`native_bfloat16`).
+``ModelConfig.precision`` ``bfloat16`` or ``float16`` runs an encoder's convolutions and FC
+layer in mixed precision (autocast): weights, gradients, optimizer state and everything after
+the encoder stay float32, and the features leave the encoder as float32. On GPUs both types
+use the tensor cores (float16 needs the learner's gradient scaler, `shoal.device.grad_scaler`).
+On CPUs with AMX or AVX512-BF16 (Intel Sapphire Rapids and later) oneDNN's bfloat16
+convolutions make a Nature CNN training step about 2x faster; on other CPUs bfloat16 is
+emulated and slower, and `ImageEncoder` warns (`native_bfloat16`). float16 applies on CUDA only:
+a sampler's copy acting on the CPU computes in float32.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ import torch
 from torch import nn
 
 from shoal.config import ModelConfig
+from shoal.device import autocast_dtype
 from shoal.errors import ConfigError, UnsupportedSpaceError
 from shoal.nn.init import HIDDEN_GAIN, init_linear, linear
 
@@ -78,7 +81,7 @@ class ImageEncoder(nn.Module):
     The trunk runs in the channels-last memory layout (weights and activations stored
     ``[N, H, W, C]``; shapes and results are unchanged): PyTorch's CPU convolutions (oneDNN)
     are faster there. Measured with one thread on a 256-frame training step (forward, backward,
-    Adam): 1.54x for the Nature CNN, 1.69x / 1.53x for reference 001's Models 2 / 3, 1.48x for
+    Adam): 1.54x for the Nature CNN, 1.69x / 1.53x for Lamb et al.'s Models 2 / 3, 1.48x for
     the IMPALA ResNet."""
 
     def __init__(
@@ -94,13 +97,8 @@ class ImageEncoder(nn.Module):
         self.fc = None if fc is None else linear(flat_dim, fc)
         self.scale = scale
         self.out_dim = flat_dim if fc is None else fc
-        self.bfloat16 = precision == "bfloat16"
-        if self.bfloat16 and not native_bfloat16():
-            warnings.warn(
-                "model.precision 'bfloat16' is emulated on this CPU (no AMX or AVX512-BF16) "
-                "and will train slower than float32",
-                stacklevel=2,
-            )
+        self.autocast_dtype = autocast_dtype(precision)
+        self._warned = False
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         x = obs.unsqueeze(1) if obs.dim() == 3 else obs  # [N, H, W]: one channel
@@ -109,11 +107,26 @@ class ImageEncoder(nn.Module):
         x = x.contiguous(memory_format=torch.channels_last).float()
         if self.scale != 1.0:
             x = x * self.scale
-        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=self.bfloat16):
+        with torch.autocast(x.device.type, dtype=self.autocast_dtype, enabled=self._autocast(x)):
             x = self.trunk(x).flatten(start_dim=1)
             if self.fc is not None:
                 x = torch.relu(self.fc(x))
         return x.float()  # a no-op in float32; heads, losses and LSTMs read float32
+
+    def _autocast(self, x: torch.Tensor) -> bool:
+        """Whether to compute in the reduced precision on ``x``'s device: bfloat16 anywhere
+        (with a warning, once, on a CPU that emulates it), float16 on CUDA only."""
+        dtype = self.autocast_dtype
+        if dtype is None or (dtype == torch.float16 and x.device.type != "cuda"):
+            return False
+        if x.device.type == "cpu" and not self._warned and not native_bfloat16():
+            self._warned = True
+            warnings.warn(
+                "model.precision 'bfloat16' is emulated on this CPU (no AMX or AVX512-BF16) "
+                "and computes slower than float32",
+                stacklevel=3,
+            )
+        return True
 
 
 def _image_shape(obs_space: gym.Space, encoder: str) -> tuple[int, int, int]:

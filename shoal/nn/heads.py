@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from shoal.nn.distributions import Categorical, DiagGaussian
 from shoal.nn.init import POLICY_GAIN, VALUE_GAIN, linear
+from shoal.schedules import annealed_temperature
+
+if TYPE_CHECKING:
+    from shoal.config import ModelConfig
 
 
 class CategoricalHead(nn.Module):
@@ -17,7 +21,7 @@ class CategoricalHead(nn.Module):
     Temperature above 1 flattens the policy (more exploration), below 1 sharpens it. It is a
     persistent buffer, so it travels with the weights (``state_dict``, ``get_weights``,
     checkpoints) and every sampler acts with the temperature the learner trains with; change
-    it with `set_temperature` (reference 001 anneals it between iterations).
+    it with `set_temperature` (Lamb et al. anneals it between iterations).
     """
 
     def __init__(self, in_dim: int, num_actions: int, temperature: float = 1.0):
@@ -54,6 +58,18 @@ def set_temperature(model: nn.Module, value: float) -> bool:
     for head in heads:
         head.set_temperature(value)
     return bool(heads)
+
+
+def apply_temperature(
+    model: nn.Module, config: ModelConfig, env_steps: int, episodes: int
+) -> float | None:
+    """Set the scheduled temperature on ``model``'s categorical heads and return it; None when
+    the model has none or no schedule is configured (nothing to log). The temperature is a
+    buffer of the weights, so a sampler given the weights afterwards samples with it, and the
+    next update uses the same value the rollout was sampled with."""
+    value = annealed_temperature(config, env_steps, episodes)
+    has_head = set_temperature(model, value)
+    return value if has_head and config.temperature_min is not None else None
 
 
 class GaussianHead(nn.Module):

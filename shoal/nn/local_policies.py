@@ -1,5 +1,5 @@
-"""CTEDD's networks (reference 003): the global policies of Figure 1 and the message-passing
-local policies of Figure 2.
+"""CTEDD's networks (Chen 2019, "A New Framework for Multi-Agent Reinforcement Learning"): the
+global policies of Figure 1 and the message-passing local policies of Figure 2.
 
 `GlobalActor` is the deterministic part ``pi_{theta_i}(s)`` of every agent's global policy: a
 shared global network on the full state (one hidden layer, section 5.2: 64 units) feeding one

@@ -41,7 +41,7 @@ class RecurrentAgent(nn.Module):
         self.in_dim, self.rnn_hidden, self.num_actions = in_dim, rnn_hidden, num_actions
 
     def initial_state(self, rows: int) -> torch.Tensor:
-        return torch.zeros(rows, self.rnn_hidden)
+        return torch.zeros(rows, self.rnn_hidden, device=self.head.weight.device)
 
     def forward(self, x: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         h = self.rnn(self.encoder(x), h)

@@ -24,6 +24,7 @@ class MLP(nn.Module):
             self.layers.append(linear(in_dim, size))
             in_dim = size
         self.activation = ACTIVATIONS[activation]
+        self.activation_name = activation
         self.out_dim = in_dim
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -56,6 +57,7 @@ class ParallelMLP(nn.Module):
             self.biases.append(nn.Parameter(torch.zeros(members, 1, size)))
             in_dim = size
         self.activation = ACTIVATIONS[activation]
+        self.activation_name = activation
         self.out_dim = in_dim
 
     def forward(self, x: torch.Tensor, detach_weights: bool = False) -> torch.Tensor:

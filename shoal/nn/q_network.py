@@ -1,164 +1,28 @@
-"""Q-networks for the value-based family, and what their outputs mean.
+"""Q-networks for the value-based family.
 
-A `QNetwork` maps observations to ``[N, A, M]`` outputs. A *value kind* says what the last
-axis holds and how it is trained: one Q-value (DQN, ``M = 1``), C51 logits over a fixed
-support, QR-DQN quantiles, or REM's ensemble of Q-heads. The DQN learner is the same for all
-four; only the kind passed in differs, which is how QR-DQN and REM reuse it.
+A `QNetwork` maps observations to ``[N, A, M]`` outputs. Its *value kind*
+(`shoal.losses.value_kinds.ValueKind`) says what the last axis holds and how it is trained: one
+Q-value (DQN, ``M = 1``), C51 logits over a fixed support, QR-DQN quantiles, or REM's ensemble
+of Q-heads. The network reads only the kind's ``atoms`` and ``q_values`` (to act); the DQN
+learner trains every kind the same way through the kind's loss.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
 import gymnasium as gym
 import torch
 from torch import nn
 
 from shoal.errors import ConfigError, UnsupportedSpaceError
-from shoal.losses import (
-    categorical_projection,
-    categorical_td_loss,
-    combine_heads,
-    q_learning_target,
-    quantile_huber_loss,
-    quantile_midpoints,
-    quantile_target,
-    random_convex_combination,
-    td_loss,
-)
-from shoal.nn.actor_critic import ActOutput, ObsEncoding
+from shoal.losses.q_learning import masked_argmax
+from shoal.losses.value_kinds import ValueKind
+from shoal.nn.actor_critic import ObsEncoding
 from shoal.nn.cnn import build_encoder
 from shoal.nn.mlp import MLP
 from shoal.nn.q_heads import QHead
-from shoal.types import ReplayBatch
-
-
-class ValueKind(Protocol):
-    atoms: int
-    """Size ``M`` of the last output axis."""
-
-    def q_values(self, out: torch.Tensor) -> torch.Tensor:
-        """``[..., A, M]`` outputs -> ``[..., A]`` expected action values (for acting)."""
-        ...
-
-    def loss(
-        self,
-        out_taken: torch.Tensor,
-        next_target: torch.Tensor,
-        next_online: torch.Tensor | None,
-        returns: torch.Tensor,
-        discounts: torch.Tensor,
-        batch: ReplayBatch,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Loss from the taken actions' outputs ``[N, M]``, the next state's target (and,
-        for Double DQN, online) outputs ``[N, A, M]``; returns (loss, new priorities [N])."""
-        ...
-
-
-def masked_argmax(q: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    if mask is not None:
-        q = q.masked_fill(~mask, float("-inf"))
-    return q.argmax(dim=-1)
-
-
-def _bootstrap_action(
-    kind: ValueKind, next_target: torch.Tensor, next_online: torch.Tensor | None, mask: Any
-) -> torch.Tensor:
-    """Greedy next action by the online network (Double DQN) or else by the target."""
-    selector = next_target if next_online is None else next_online.detach()
-    return masked_argmax(kind.q_values(selector), mask)
-
-
-class ExpectedQ:
-    """DQN: one Q-value per action, TD regression with Huber or squared error."""
-
-    atoms = 1
-
-    def __init__(self, loss_kind: str = "huber"):
-        self.loss_kind = loss_kind
-
-    def q_values(self, out: torch.Tensor) -> torch.Tensor:
-        return out.squeeze(-1)
-
-    def loss(self, out_taken, next_target, next_online, returns, discounts, batch):
-        online = None if next_online is None else next_online.detach().squeeze(-1)
-        target = q_learning_target(
-            returns, discounts, next_target.squeeze(-1), online, batch.next_action_mask
-        )
-        loss, td_errors = td_loss(out_taken.squeeze(-1), target, batch.weights, self.loss_kind)
-        return loss, td_errors.abs()
-
-
-class CategoricalQ:
-    """C51 (Bellemare et al. 2017): logits over ``atoms`` returns evenly spaced in
-    ``[v_min, v_max]``; the target distribution is projected back onto the support."""
-
-    def __init__(self, atoms: int, v_min: float, v_max: float):
-        self.atoms = atoms
-        self.support = torch.linspace(v_min, v_max, atoms)
-
-    def q_values(self, out: torch.Tensor) -> torch.Tensor:
-        return (out.softmax(dim=-1) * self.support).sum(-1)
-
-    def loss(self, out_taken, next_target, next_online, returns, discounts, batch):
-        action = _bootstrap_action(self, next_target, next_online, batch.next_action_mask)
-        next_probs = next_target[torch.arange(len(action)), action].softmax(dim=-1)
-        target = categorical_projection(next_probs, self.support, returns, discounts)
-        # The per-sample cross-entropy is Rainbow's priority (Hessel et al. 2018).
-        return categorical_td_loss(out_taken, target, batch.weights)
-
-
-class QuantileQ:
-    """QR-DQN (Dabney et al. 2018): ``atoms`` quantiles at the midpoints of equal bins."""
-
-    def __init__(self, quantiles: int, kappa: float):
-        self.atoms = quantiles
-        self.kappa = kappa
-        self.taus = quantile_midpoints(quantiles)
-
-    def q_values(self, out: torch.Tensor) -> torch.Tensor:
-        return out.mean(-1)
-
-    def loss(self, out_taken, next_target, next_online, returns, discounts, batch):
-        action = _bootstrap_action(self, next_target, next_online, batch.next_action_mask)
-        next_quantiles = next_target[torch.arange(len(action)), action]
-        target = quantile_target(returns, discounts, next_quantiles)
-        return quantile_huber_loss(out_taken, target, self.taus, self.kappa, batch.weights)
-
-
-class EnsembleQ:
-    """REM (Agarwal et al. 2020): ``atoms`` Q-heads; each minibatch trains one random convex
-    combination of them, online and target alike. Acting uses their mean."""
-
-    def __init__(self, heads: int, loss_kind: str = "huber"):
-        self.atoms = heads
-        self.loss_kind = loss_kind
-
-    def q_values(self, out: torch.Tensor) -> torch.Tensor:
-        return out.mean(-1)
-
-    def loss(self, out_taken, next_target, next_online, returns, discounts, batch):
-        alphas = random_convex_combination(self.atoms)
-        online = None if next_online is None else combine_heads(next_online.detach(), alphas)
-        target = q_learning_target(
-            returns, discounts, combine_heads(next_target, alphas), online, batch.next_action_mask
-        )
-        q_taken = (out_taken * alphas).sum(-1)
-        loss, td_errors = td_loss(q_taken, target, batch.weights, self.loss_kind)
-        return loss, td_errors.abs()
-
-
-def make_value_kind(config: Any) -> ValueKind:
-    """The value kind a DQN config asks for (``config.value_head``)."""
-    if config.value_head == "q":
-        return ExpectedQ(config.loss)
-    if config.value_head == "c51":
-        return CategoricalQ(config.num_atoms, config.v_min, config.v_max)
-    if config.value_head == "quantile":
-        return QuantileQ(config.num_quantiles, config.kappa)
-    if config.value_head == "rem":
-        return EnsembleQ(config.num_heads, config.loss)
-    raise ValueError(f"unknown value head {config.value_head!r}")
+from shoal.types import ActOutput
 
 
 class GreedyDistribution:
@@ -199,7 +63,7 @@ class QNetwork(nn.Module):
         model = config.model
         if model.encoder == "ref001-model3":
             raise ConfigError(
-                "model.encoder 'ref001-model3' is reference 001's CNN + LSTM model and DQN's "
+                "model.encoder 'ref001-model3' is Lamb et al.'s CNN + LSTM model and DQN's "
                 "Q-network has no recurrent core; use 'ref001-model2', 'nature' or 'impala'"
             )
         if model.encoder != "mlp":  # an image encoder (`shoal.nn.cnn`) replaces both

@@ -35,7 +35,7 @@ class RecurrentActorCritic(nn.Module):
         super().__init__()
         if config.lstm_hidden is None:
             raise ValueError("RecurrentActorCritic needs ModelConfig.lstm_hidden")
-        if config.encoder != "mlp":  # an image encoder (`shoal.nn.cnn`), e.g. reference 001's
+        if config.encoder != "mlp":  # an image encoder (`shoal.nn.cnn`), e.g. Lamb et al.'s
             self.encoding: nn.Module = nn.Identity()  # Model 3: three convs, then LSTM 256
             self.body: nn.Module = build_encoder(obs_space, config)
         else:
@@ -56,8 +56,9 @@ class RecurrentActorCritic(nn.Module):
         self._deployed_state: torch.Tensor | None = None
 
     def initial_state(self, batch_size: int) -> torch.Tensor:
-        """Zero state ``[batch_size, 2, H]``."""
-        return torch.zeros(batch_size, 2, self.hidden_size)
+        """Zero state ``[batch_size, 2, H]``, on the model's device."""
+        device = next(self.parameters()).device
+        return torch.zeros(batch_size, 2, self.hidden_size, device=device)
 
     def forward(
         self, obs: torch.Tensor, state: torch.Tensor, starts: torch.Tensor | None = None

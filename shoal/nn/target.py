@@ -9,8 +9,12 @@ from torch import nn
 
 
 def frozen_copy(network: nn.Module) -> nn.Module:
-    """A deep copy of ``network`` that autograd ignores, to serve as its target."""
-    return copy.deepcopy(network).requires_grad_(False)
+    """A deep copy of ``network`` that autograd ignores, to serve as its target. A compiled
+    network's copy runs eagerly (it would otherwise call the original's compiled forward)."""
+    clone = copy.deepcopy(network).requires_grad_(False)
+    for module in clone.modules():
+        module.__dict__.pop("_compiled_call_impl", None)
+    return clone
 
 
 @torch.no_grad()

@@ -20,15 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from shoal.config import to_dict
+from shoal.device import check_precision, resolve_device
 from shoal.envs import make_env
-from shoal.errors import NaNLossError, ShoalError
-from shoal.interfaces import Algorithm
-from shoal.registry import AlgorithmSpec
+from shoal.errors import ConfigError, NaNLossError, ShoalError
+from shoal.interfaces import Algorithm, AlgorithmSpec
+from shoal.seeding import derive_seed, rng_state, seed_torch, set_rng_state
+from shoal.threads import set_compute_threads
 from shoal.train.checkpoint import Checkpoint, incompatible, save_checkpoint
 from shoal.train.evaluate import evaluate
 from shoal.train.logger import make_loggers
-from shoal.train.seeding import derive_seed, rng_state, seed_torch, set_rng_state
-from shoal.train.threads import set_compute_threads
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,7 @@ def run(
 ) -> RunResult:
     """Train ``config`` with ``spec``'s algorithm until a stop condition; see `RunResult`."""
     run_cfg = config.run
+    check_runtime(spec, config)
     set_compute_threads(run_cfg.torch_threads)
     run_dir = _resolve_run_dir(spec, config, resume)
     config_json = to_dict(config)
@@ -152,6 +153,22 @@ def run(
         eval_return=loop.eval_return,
         stop_reason=stop_reason,
     )
+
+
+def check_runtime(spec: AlgorithmSpec, config: Any) -> None:
+    """Refuse, before anything is built, what this machine or this algorithm cannot do: an
+    unavailable ``run.device``, a precision the device lacks, a backend the learner lacks."""
+    device = resolve_device(config.run.device)
+    model = getattr(config, "model", None)
+    if model is None:
+        return
+    check_precision(model.precision, device)
+    if model.backend not in spec.backends:
+        raise ConfigError(
+            f"model.backend = {model.backend!r} is not available for {spec.name}: its learner "
+            f"trains through autograd (the NumPy path serves PPO and A2C); use "
+            f"{' or '.join(spec.backends)}"
+        )
 
 
 def _iteration(algorithm: Algorithm, loop: _LoopState, eval_env: Any, run_cfg: Any) -> dict:

@@ -22,8 +22,16 @@ SHORTER = {
     "ppo-pong": {},
     "ppo-breakout": {},
     "a2c-pong": {},
-    "dqn-pong": {"buffer_size": 2000, "learning_starts": 256, "gradient_steps": 2},
-    "rainbow-breakout": {"buffer_size": 2000, "learning_starts": 256, "gradient_steps": 2},
+    "dqn-pong": {
+        "replay.buffer_size": 2000,
+        "replay.learning_starts": 256,
+        "replay.gradient_steps": 2,
+    },
+    "rainbow-breakout": {
+        "replay.buffer_size": 2000,
+        "replay.learning_starts": 256,
+        "replay.gradient_steps": 2,
+    },
     "a2c-lstm-breakout": {"num_steps": 64, "bptt_chunk": 32},
 }
 

@@ -11,7 +11,7 @@ import shoal
 from shoal.algos.ddpg import DDPG
 from shoal.algos.sac import SAC, SACConfig
 from shoal.algos.td3 import TD3, TD3Config, TD3Learner
-from shoal.config import EnvConfig, ModelConfig
+from shoal.config import EnvConfig, ModelConfig, ReplayConfig
 from shoal.errors import ConfigError, NaNLossError, UnsupportedSpaceError
 from shoal.train.checkpoint import load_checkpoint
 
@@ -25,10 +25,10 @@ def small(**extra):
         "env.id": "Pendulum-v1",
         "env.num_envs": 2,
         "rollout_steps": 4,
-        "gradient_steps": 2,
-        "batch_size": 8,
-        "learning_starts": ITERATION,
-        "buffer_size": 200,
+        "replay.gradient_steps": 2,
+        "replay.batch_size": 8,
+        "replay.learning_starts": ITERATION,
+        "replay.buffer_size": 200,
         "model.hidden": (16,),
         "run.eval_every_steps": 0,
         "run.checkpoint_every_steps": 0,
@@ -43,17 +43,17 @@ VARIANTS = {
     "ddpg": {},
     "ddpg_gaussian_nstep_per_huber_l2": {
         "noise.kind": "gaussian",
-        "n_step": 3,
-        "replay": "proportional",
+        "replay.n_step": 3,
+        "replay.prioritized": "proportional",
         "critic_loss": "huber",
         "critic_l2": 1e-2,
     },
     "td3": {},
-    "td3_rank_grad_clip": {"replay": "rank", "optim.max_grad_norm": 1.0},
+    "td3_rank_grad_clip": {"replay.prioritized": "rank", "optim.max_grad_norm": 1.0},
     "sac": {},
     "sac_fixed_alpha": {"learn_alpha": False, "init_alpha": 0.1},
     "d4pg": {"num_atoms": 11, "v_min": -50.0, "v_max": 0.0},
-    "d4pg_prioritized": {"replay": "proportional", "num_atoms": 11},
+    "d4pg_prioritized": {"replay.prioritized": "proportional", "num_atoms": 11},
 }
 
 
@@ -118,7 +118,7 @@ def test_smoke_on_mujoco(algo, tmp_path):
 
 
 def test_random_actions_until_learning_starts_then_the_actor():
-    config = shoal.build_config("td3", **small(learning_starts=2 * ITERATION))
+    config = shoal.build_config("td3", **small(**{"replay.learning_starts": 2 * ITERATION}))
     algo = TD3(config)
     try:
         algo.train_iteration()
@@ -139,7 +139,9 @@ def test_random_actions_until_learning_starts_then_the_actor():
 
 def test_td3_delays_actor_and_target_updates():
     obs_space, action_space = gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-2, 2, (1,))
-    config = TD3Config(model=ModelConfig(hidden=(8,)), policy_delay=2, batch_size=4)
+    config = TD3Config(
+        model=ModelConfig(hidden=(8,)), policy_delay=2, replay=ReplayConfig(batch_size=4)
+    )
     learner = TD3Learner(config, obs_space, action_space)
     core = learner.core
     from shoal.types import ReplayBatch
@@ -228,8 +230,7 @@ def test_nan_in_the_critic_is_refused_before_any_weight_changes():
         env=EnvConfig(id="Pendulum-v1", num_envs=2),
         model=ModelConfig(hidden=(8,)),
         rollout_steps=4,
-        learning_starts=4,
-        batch_size=4,
+        replay=ReplayConfig(learning_starts=4, batch_size=4),
     )
     algo = SAC(config)
     try:
@@ -248,7 +249,10 @@ def test_nan_in_the_critic_is_refused_before_any_weight_changes():
     ("algo", "extra"),
     [
         ("sac", {}),
-        ("ddpg", {"replay": "proportional", "n_step": 2}),  # OU noise state is checkpointed
+        (
+            "ddpg",
+            {"replay.prioritized": "proportional", "replay.n_step": 2},
+        ),  # OU noise state is checkpointed
         ("td3", {}),
         ("d4pg", {"num_atoms": 11}),
     ],
@@ -256,8 +260,11 @@ def test_nan_in_the_critic_is_refused_before_any_weight_changes():
 def test_resume_with_saved_replay_is_exact(algo, extra, tmp_path):
     first, total = 3 * ITERATION, 6 * ITERATION
     overrides = small(
-        save_replay=True,
-        **{"run.checkpoint_every_steps": ITERATION, "optim.anneal_steps": total},
+        **{
+            "replay.save": True,
+            "run.checkpoint_every_steps": ITERATION,
+            "optim.anneal_steps": total,
+        },
         **extra,
     )
     a, b = str(tmp_path / "a"), str(tmp_path / "b")

@@ -1,4 +1,4 @@
-"""CTEDD (reference 003): the exploration-scale gradient's sign, the distillation loss, the
+"""CTEDD (Chen 2019): the exploration-scale gradient's sign, the distillation loss, the
 local policies' message flow, smoke runs, exact resume and the exported local policy."""
 
 import numpy as np
@@ -22,10 +22,10 @@ def small(**extra):
         "env.id": "shoal/cn-v1-v0",
         "env.num_envs": 4,
         "rollout_steps": 2,
-        "gradient_steps": 2,
-        "batch_size": 16,
-        "learning_starts": ITERATION,
-        "buffer_size": 400,
+        "replay.gradient_steps": 2,
+        "replay.batch_size": 16,
+        "replay.learning_starts": ITERATION,
+        "replay.buffer_size": 400,
         "model.hidden": (16,),
         "global_hidden": (8,),
         "local_hidden": (8,),
@@ -54,7 +54,7 @@ def scale_gradient(eps: float, advantage: float) -> float:
 
 def test_exploration_scale_grows_when_exploring_beat_the_deterministic_action():
     # The sample explored beyond one scale (|eps| > 1): descending the loss widens sigma when
-    # Q(s, a_sampled) - Q(s, mu(s)) > 0 and narrows it when < 0 (reference 003, Eq. (5)).
+    # Q(s, a_sampled) - Q(s, mu(s)) > 0 and narrows it when < 0 (Chen 2019, Eq. (5)).
     for eps in (2.0, -1.5):
         assert -scale_gradient(eps, +1.0) > 0
         assert -scale_gradient(eps, -1.0) < 0
@@ -167,7 +167,11 @@ def test_smoke_trains_distills_and_exports(tmp_path):
 
 
 def test_chronological_rows_are_oldest_first_after_wrapping():
-    algo = CTEDD(replace(CTEDDConfig(), **small(buffer_size=40, learning_starts=10_000)))
+    algo = CTEDD(
+        replace(
+            CTEDDConfig(), **small(**{"replay.buffer_size": 40, "replay.learning_starts": 10_000})
+        )
+    )
     for _ in range(9):  # 72 env steps into a 40-step buffer: it wrapped
         algo.train_iteration()
     rows = algo.chronological_rows()
@@ -185,7 +189,7 @@ def test_resume_is_exact(tmp_path):
     # final round is also one of the longer run's; alpha's horizon is fixed for the same
     # reason (by default it is run.total_steps, which the resumed run changes).
     overrides = small(
-        save_replay=True, alpha_anneal_steps=48, **{"run.checkpoint_every_steps": 4 * ITERATION}
+        alpha_anneal_steps=48, **{"replay.save": True, "run.checkpoint_every_steps": 4 * ITERATION}
     )
     full = shoal.train("ctedd", run_dir=str(tmp_path / "full"), total_steps=6 * ITERATION,
                        **overrides)  # fmt: skip

@@ -1,4 +1,4 @@
-"""CTEDD learns (reference 003): with a fixed seed and 10k env steps each (~12 s apiece on one
+"""CTEDD learns (Chen 2019): with a fixed seed and 10k env steps each (~12 s apiece on one
 core), the global policies beat a uniformly random policy and the distilled local policies
 keep a stated share of that gain.
 
@@ -22,7 +22,7 @@ import torch
 
 from shoal.algos.ctedd import CTEDD, CTEDDConfig
 from shoal.config import replace
-from shoal.train.seeding import seed_torch
+from shoal.seeding import seed_torch
 
 pytestmark = pytest.mark.learning
 
@@ -40,7 +40,7 @@ def train_and_score(env_id: str) -> tuple[float, float, float]:
             "run.total_steps": STEPS,
             "env.num_envs": 8,
             "rollout_steps": 4,
-            "gradient_steps": 4,
+            "replay.gradient_steps": 4,
             "distill_every": STEPS,
             "evaluate_rounds": False,
             "run.eval_episodes": 100,

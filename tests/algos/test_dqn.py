@@ -8,9 +8,10 @@ from state_helpers import assert_states_equal, metric_rows
 
 import shoal
 from shoal.algos.dqn import DQN, DQNConfig, DQNLearner
-from shoal.config import EnvConfig, ModelConfig, RunConfig
+from shoal.config import EnvConfig, ModelConfig, ReplayConfig, RunConfig, replace
 from shoal.errors import ConfigError, NaNLossError, UnsupportedSpaceError
-from shoal.nn.q_network import GreedyDistribution, QNetwork, make_value_kind
+from shoal.losses.value_kinds import make_value_kind
+from shoal.nn.q_network import GreedyDistribution, QNetwork
 from shoal.train.checkpoint import load_checkpoint
 
 # 2 envs x 8 steps = 16 env steps per iteration, learning from the second iteration on.
@@ -21,10 +22,10 @@ def small(**extra):
     overrides = {
         "env.num_envs": 2,
         "rollout_steps": 8,
-        "gradient_steps": 2,
-        "batch_size": 8,
-        "learning_starts": ITERATION,
-        "buffer_size": 200,
+        "replay.gradient_steps": 2,
+        "replay.batch_size": 8,
+        "replay.learning_starts": ITERATION,
+        "replay.buffer_size": 200,
         "target_update_every": 3,
         "exploration_steps": 4 * ITERATION,
         "model.hidden": (16,),
@@ -40,8 +41,8 @@ def small(**extra):
 RAINBOW = {
     "double_q": True,
     "dueling": True,
-    "n_step": 3,
-    "replay": "proportional",
+    "replay.n_step": 3,
+    "replay.prioritized": "proportional",
     "noisy": True,
     "value_head": "c51",
     "epsilon_start": 0.0,
@@ -54,9 +55,9 @@ SWITCHES = {
     "plain": {"double_q": False},
     "double": {},
     "dueling": {"dueling": True},
-    "n_step": {"n_step": 3},
-    "proportional": {"replay": "proportional"},
-    "rank": {"replay": "rank"},
+    "n_step": {"replay.n_step": 3},
+    "proportional": {"replay.prioritized": "proportional"},
+    "rank": {"replay.prioritized": "rank"},
     "noisy": {"noisy": True, "epsilon_start": 0.0, "epsilon_end": 0.0},
     "c51": {"value_head": "c51", "num_atoms": 11},
     "rainbow": RAINBOW,
@@ -92,8 +93,8 @@ def test_smoke_every_switch(name, tmp_path):
 RAINBOW_PARTS = {
     "double_q": ({"double_q": False}, {"double_q": True}),
     "dueling": ({}, {"dueling": True}),
-    "n_step": ({}, {"n_step": 3}),
-    "prioritized": ({}, {"replay": "proportional"}),
+    "n_step": ({}, {"replay.n_step": 3}),
+    "prioritized": ({}, {"replay.prioritized": "proportional"}),
     "noisy": ({}, {"noisy": True, "epsilon_start": 0.0, "epsilon_end": 0.0}),
     "c51": ({}, {"value_head": "c51", "num_atoms": 11}),
 }
@@ -105,17 +106,18 @@ def test_every_combination_of_rainbow_parts_learns_without_error(combination):
     fields = {}
     for bit, (off, on) in enumerate(RAINBOW_PARTS.values()):
         fields.update(on if combination >> bit & 1 else off)
-    config = DQNConfig(
+    base = DQNConfig(
         env=EnvConfig(num_envs=2), model=ModelConfig(hidden=(8,)), rollout_steps=8,
-        learning_starts=16, batch_size=4, gradient_steps=2, buffer_size=64, **fields,
+        replay=ReplayConfig(learning_starts=16, batch_size=4, gradient_steps=2, buffer_size=64),
     )  # fmt: skip
+    config = replace(base, **fields)
     algo = DQN(config)
     try:
         for _ in range(3):
             metrics = algo.train_iteration()
         assert metrics["train/grad_steps"] == 4
         assert np.isfinite(metrics["loss/td"]), fields
-        assert ("train/beta" in metrics) == (config.replay == "proportional")
+        assert ("train/beta" in metrics) == (config.replay.prioritized == "proportional")
     finally:
         algo.close()
 
@@ -123,7 +125,8 @@ def test_every_combination_of_rainbow_parts_learns_without_error(combination):
 def test_epsilon_anneals_and_travels_to_the_sampler():
     config = DQNConfig(
         env=EnvConfig(num_envs=2), model=ModelConfig(hidden=(8,)), rollout_steps=4,
-        learning_starts=10**6, exploration_steps=32, epsilon_start=1.0, epsilon_end=0.1,
+        replay=ReplayConfig(learning_starts=10**6), exploration_steps=32, epsilon_start=1.0,
+        epsilon_end=0.1,
     )  # fmt: skip
     algo = DQN(config)
     try:
@@ -181,7 +184,8 @@ def test_action_masks_from_info_are_stored_and_obeyed(tmp_path):
     assert result.env_steps == 3 * ITERATION
     config = DQNConfig(
         env=EnvConfig(id="Taxi-v4", num_envs=2, action_mask="info"),
-        model=ModelConfig(hidden=(8,)), rollout_steps=16, learning_starts=10**6,
+        model=ModelConfig(hidden=(8,)), rollout_steps=16,
+        replay=ReplayConfig(learning_starts=10**6),
     )  # fmt: skip
     algo = DQN(config)
     try:
@@ -248,8 +252,8 @@ def test_continuous_actions_are_refused(tmp_path):
     ("field", "value", "match"),
     [
         ("tau", 0.0, "tau"),
-        ("n_step", 0, "n_step"),
-        ("replay", "weird", "replay"),
+        ("replay.n_step", 0, "n_step"),
+        ("replay.prioritized", "weird", "prioritized"),
         ("v_max", -20.0, "v_max"),
         ("epsilon_end", 1.5, "epsilon_end"),
     ],
@@ -270,7 +274,7 @@ def test_nan_loss_is_reported(tmp_path, monkeypatch):
 
 def test_nan_in_the_network_raises_naming_the_loss():
     config = DQNConfig(env=EnvConfig(num_envs=2), model=ModelConfig(hidden=(8,)), rollout_steps=8,
-                       learning_starts=8, batch_size=4)  # fmt: skip
+                       replay=ReplayConfig(learning_starts=8, batch_size=4))  # fmt: skip
     algo = DQN(config)
     try:
         algo.train_iteration()
@@ -289,8 +293,11 @@ def test_resume_with_saved_replay_is_exact(switches, tmp_path):
     first, total = 3 * ITERATION, 6 * ITERATION
     # anneal_steps fixed: by default beta anneals over run.total_steps, which the resume changes
     overrides = small(
-        save_replay=True,
-        **{"run.checkpoint_every_steps": ITERATION, "optim.anneal_steps": total},
+        **{
+            "replay.save": True,
+            "run.checkpoint_every_steps": ITERATION,
+            "optim.anneal_steps": total,
+        },
         **SWITCHES[switches],
     )
     a, b = str(tmp_path / "a"), str(tmp_path / "b")

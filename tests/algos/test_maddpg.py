@@ -10,8 +10,14 @@ from ma_line import factory
 from state_helpers import assert_states_equal, metric_rows
 
 import shoal
-from shoal.algos.maddpg import MADDPG, MADDPGConfig, MADDPGLearner
-from shoal.config import ModelConfig
+from shoal.algos.maddpg import (
+    MADDPG,
+    MADDPGConfig,
+    MADDPGLearner,
+    critic_inputs,
+    own_action_inputs,
+)
+from shoal.config import ModelConfig, ReplayConfig
 from shoal.data.replay import ReplayBuffer
 from shoal.envs.multi_agent import AgentGroup, register_multi_agent_env
 from shoal.errors import ConfigError
@@ -25,10 +31,10 @@ def small(**extra):
         "env.id": "shoal/spread-v0",
         "env.num_envs": 4,
         "rollout_steps": 2,
-        "gradient_steps": 2,
-        "batch_size": 16,
-        "learning_starts": ITERATION,
-        "buffer_size": 400,
+        "replay.gradient_steps": 2,
+        "replay.batch_size": 16,
+        "replay.learning_starts": ITERATION,
+        "replay.buffer_size": 400,
         "model.hidden": (16,),
         "run.eval_every_steps": 0,
         "run.checkpoint_every_steps": 0,
@@ -65,23 +71,24 @@ def learner(**extra):
         gym.spaces.Box(-1, 1, (2,), np.float32),
         gym.spaces.Box(-1, 1, (1,), np.float32),
     )
-    config = MADDPGConfig(model=ModelConfig(hidden=(8,)), batch_size=4, **extra)
+    config = MADDPGConfig(
+        model=ModelConfig(hidden=(8,)), replay=ReplayConfig(batch_size=4), **extra
+    )
     return MADDPGLearner(config, group, state_dim=5)
 
 
 def test_critic_inputs_replace_only_the_agents_own_action():
-    lrn = learner()
     critic_obs = torch.arange(8.0).view(2, 4) * 0 + torch.tensor([[1.0, 2, 3, 4], [5, 6, 7, 8]])
     replayed = torch.tensor([[[0.1], [0.2], [0.3]], [[0.4], [0.5], [0.6]]])  # [M=2, N=3, 1]
     policy = torch.tensor([[[-1.0], [-2.0], [-3.0]], [[-4.0], [-5.0], [-6.0]]])
-    inputs = lrn.own_action_inputs(critic_obs, replayed, policy)
+    inputs = own_action_inputs(critic_obs, replayed, policy)
     assert inputs.shape == (3, 2, 4 + 3)
     torch.testing.assert_close(inputs[:, :, :4], critic_obs.expand(3, 2, 4))
     # Critic i sees agent i's policy action and the others' replayed actions.
     torch.testing.assert_close(inputs[0, 0, 4:], torch.tensor([-1.0, 0.2, 0.3]))
     torch.testing.assert_close(inputs[1, 0, 4:], torch.tensor([0.1, -2.0, 0.3]))
     torch.testing.assert_close(inputs[2, 1, 4:], torch.tensor([0.4, 0.5, -6.0]))
-    plain = lrn.critic_inputs(critic_obs, replayed)
+    plain = critic_inputs(critic_obs, replayed)
     torch.testing.assert_close(plain[1], torch.tensor([5.0, 6, 7, 8, 0.4, 0.5, 0.6]))
 
 
@@ -109,8 +116,8 @@ VARIANTS = {
     "discrete": {},
     "continuous": {"env.kwargs": {"continuous": True}},
     "ou_noise": {"env.kwargs": {"continuous": True}, "noise.kind": "ou"},
-    "rank_per": {"replay": "rank"},
-    "proportional_per_nstep": {"replay": "proportional", "n_step": 3},
+    "rank_per": {"replay.prioritized": "rank"},
+    "proportional_per_nstep": {"replay.prioritized": "proportional", "replay.n_step": 3},
     "state_critic": {"critic_input": "state"},
     "shared_actor": {"share_parameters": True},
     "cn_v1_messages": {
@@ -155,13 +162,16 @@ def test_bad_inputs_are_refused(tmp_path):
                                "env.kwargs": {"state": False}}))  # fmt: skip
 
 
-@pytest.mark.parametrize("replay", ["uniform", "rank"])
-def test_resume_with_saved_replay_is_exact(replay, tmp_path):
+@pytest.mark.parametrize("prioritized", ["none", "rank"])
+def test_resume_with_saved_replay_is_exact(prioritized, tmp_path):
     first, total = 3 * ITERATION, 6 * ITERATION
     overrides = small(
-        replay=replay,
-        save_replay=True,
-        **{"run.checkpoint_every_steps": ITERATION, "optim.anneal_steps": total},
+        **{
+            "replay.prioritized": prioritized,
+            "replay.save": True,
+            "run.checkpoint_every_steps": ITERATION,
+            "optim.anneal_steps": total,
+        }
     )
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
     part = shoal.train("maddpg", seed=3, total_steps=first, run_dir=a, **overrides)

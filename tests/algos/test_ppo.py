@@ -14,10 +14,11 @@ from state_helpers import assert_states_equal, metric_rows
 import shoal
 from shoal.algos import ppo
 from shoal.algos.ppo import PPO, PPOConfig, PPOLearner, make_batch
+from shoal.backend import NumpyStep
 from shoal.collect import EnvRunner
-from shoal.config import EnvConfig, ModelConfig, RunConfig
+from shoal.config import EnvConfig, ModelConfig, RunConfig, replace
 from shoal.errors import CheckpointError, NaNLossError, ShoalError, UnsupportedSpaceError
-from shoal.losses import gae
+from shoal.losses import gae, objectives
 from shoal.train.checkpoint import load_checkpoint, resolve_checkpoint, save_checkpoint
 from shoal.train.evaluate import evaluate
 from shoal.types import Rollout
@@ -189,7 +190,7 @@ def test_minibatch_losses_hand_checkable_at_the_rollout_policy():
     learner = PPOLearner(config, runner.env.observation_space, runner.env.action_space)
     learner.set_weights(runner.model.state_dict())
     batch = make_batch(rollout, config.gamma, config.gae_lambda)
-    losses, stats = learner._minibatch_losses(batch, clip_eps=0.2, kl_coeff=0.3)
+    losses, stats = learner.losses(batch, clip_eps=0.2, kl_coeff=0.3)
     # Same policy as the rollout: ratio 1, so no KL, no clipping, and the surrogate is minus
     # the mean of the standardized advantages, which is 0.
     assert abs(stats["approx_kl"].item()) < 1e-6
@@ -281,7 +282,7 @@ def test_nan_loss_stops_with_the_last_good_checkpoint(
     tmp_path, small_ppo, iteration_steps, monkeypatch
 ):
     poisoned = False
-    real_value_loss = ppo.value_loss
+    real_value_loss = objectives.value_loss
 
     def value_loss(values, returns):
         loss = real_value_loss(values, returns)
@@ -291,7 +292,7 @@ def test_nan_loss_stops_with_the_last_good_checkpoint(
         nonlocal poisoned
         poisoned = steps >= 2 * iteration_steps
 
-    monkeypatch.setattr(ppo, "value_loss", value_loss)
+    monkeypatch.setattr(objectives, "value_loss", value_loss)
     good = f"step_{2 * iteration_steps:012d}"
     with pytest.raises(NaNLossError) as info:
         shoal.train(
@@ -647,7 +648,7 @@ def test_checkpoint_of_another_model_layout_is_a_clear_error(tmp_path, small_ppo
 def test_temperature_schedule_is_logged_shared_with_the_sampler_and_resumed_exactly(
     tmp_path, small_ppo, iteration_steps
 ):
-    """Reference 001: the temperature anneals per iteration, the rollout and its update use the
+    """Lamb et al.: the temperature anneals per iteration, the rollout and its update use the
     same one (it travels with the weights), and a resumed run continues the schedule exactly."""
     anneal = {"temperature": 2.0, "temperature_min": 0.5, "temperature_anneal": 4 * iteration_steps}
     model_overrides = {f"model.{k}": v for k, v in anneal.items()}
@@ -684,22 +685,20 @@ def test_temperature_schedule_is_logged_shared_with_the_sampler_and_resumed_exac
         ("Pendulum-v1", {"ent_coef": 0.01, "value_clip": 0.5}),
     ],
 )
-def test_direct_gradient_update_equals_the_autograd_update(env_id, settings):
-    """PPO's hand-derived gradient path (`shoal.nn.direct_grad`, taken for MLP models) trains
-    the same weights as autograd over several epochs and minibatches, and logs the same
-    metrics."""
+def test_numpy_backend_update_equals_the_autograd_update(env_id, settings):
+    """PPO's NumPy path (`shoal.fast`, taken for MLP models) trains the same weights as
+    autograd over several epochs and minibatches, and logs the same metrics."""
     config = small_config(env_id, **settings)
     torch.manual_seed(0)
     runner = EnvRunner(config.env, lambda o, a: ppo.build_model(config, o, a), 16, seed=0)
     rollout, _ = runner.sample()
     batch = make_batch(rollout, config.gamma, config.gae_lambda)
     learners = []
-    for direct in (True, False):
-        learner = PPOLearner(config, runner.env.observation_space, runner.env.action_space)
+    for backend in ("numpy", "torch"):
+        learner_config = replace(config, **{"model.backend": backend})
+        spaces = runner.env.observation_space, runner.env.action_space
+        learner = PPOLearner(learner_config, *spaces)
         learner.set_weights(runner.model.state_dict())
-        assert learner.direct is not None
-        if not direct:
-            learner.direct = None
         torch.manual_seed(1)  # the same minibatch shuffles
         learners.append((learner, learner.update(batch, 3e-3, 0.2, settings.get("kl_coeff", 0))))
     (direct, direct_metrics), (auto, auto_metrics) = learners
@@ -711,15 +710,15 @@ def test_direct_gradient_update_equals_the_autograd_update(env_id, settings):
     runner.close()
 
 
-def test_direct_update_stops_before_a_non_finite_gradient_is_applied():
-    config = small_config("CartPole-v1")
+def test_numpy_update_stops_before_a_non_finite_loss_is_applied():
+    config = replace(small_config("CartPole-v1"), **{"model.backend": "numpy"})
     torch.manual_seed(0)
     runner = EnvRunner(config.env, lambda o, a: ppo.build_model(config, o, a), 16, seed=0)
     rollout, _ = runner.sample()
     batch = make_batch(rollout, config.gamma, config.gae_lambda)
     batch = batch._replace(returns=batch.returns.clone().fill_(float("nan")))
     learner = PPOLearner(config, runner.env.observation_space, runner.env.action_space)
-    assert learner.direct is not None
+    assert isinstance(learner.step, NumpyStep)
     before = {k: v.clone() for k, v in learner.model.state_dict().items()}
     with pytest.raises(NaNLossError, match="loss/value"):
         learner.update(batch, 3e-3, 0.2, 0.0)

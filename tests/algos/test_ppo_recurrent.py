@@ -6,6 +6,7 @@ from state_helpers import assert_states_equal, metric_rows
 
 import shoal
 from shoal.algos.ppo import PPO, PPOConfig, PPOLearner, make_sequence_batch
+from shoal.backend import evaluate_objective
 from shoal.config import EnvConfig, ModelConfig
 from shoal.errors import ConfigError
 from shoal.train.checkpoint import load_checkpoint
@@ -68,7 +69,8 @@ def test_first_minibatch_is_at_the_rollout_policy():
     assert int(batch.valid.sum()) == int(rollout.valid.sum())
     learner: PPOLearner = algo.learner
     for minibatch, outputs in learner._sequence_epoch(batch):
-        _, stats = learner._minibatch_losses(minibatch, 0.2, 0.0, outputs)
+        objective = learner.objective(0.2, 0.0)
+        _, stats = evaluate_objective(learner.model, objective, minibatch, outputs)
         assert abs(stats["approx_kl"].item()) < 1e-6
         assert abs(stats["ratio_mean"].item() - 1.0) < 1e-5
     metrics = learner.update(batch, lr=1e-2, clip_eps=0.2, kl_coeff=0.0)

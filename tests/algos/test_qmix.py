@@ -7,7 +7,7 @@ from state_helpers import assert_states_equal, metric_rows
 
 import shoal
 from shoal.algos.qmix import QMIXConfig, QMIXNetworks
-from shoal.config import EnvConfig
+from shoal.config import EnvConfig, ReplayConfig
 from shoal.data.episode_replay import EpisodeBuilder, EpisodeReplay
 from shoal.envs.multi_agent import MultiAgentStep
 from shoal.errors import ConfigError, UnsupportedSpaceError
@@ -24,9 +24,9 @@ def small(**extra):
     overrides = {
         "env.num_envs": 8,
         "rollout_steps": 2,
-        "batch_size": 4,
-        "learning_starts": 4,
-        "buffer_size": 64,
+        "replay.batch_size": 4,
+        "replay.learning_starts": 4,
+        "replay.buffer_size": 64,
         "target_update_every": 3,
         "exploration_steps": 4 * ITERATION,
         "model.hidden": (8,),
@@ -229,7 +229,7 @@ def test_spread_smoke_with_last_action(tmp_path):
                 "env.id": "shoal/spread-v0",
                 "env.num_envs": 4,
                 "rollout_steps": 25,
-                "learning_starts": 4,
+                "replay.learning_starts": 4,
                 "last_action": True,
                 "hypernet_layers": 2,
                 "optimizer": "adam",
@@ -243,7 +243,7 @@ def test_spread_smoke_with_last_action(tmp_path):
 
 @pytest.mark.parametrize("algo", ["qmix", "iql"])
 def test_resume_with_saved_replay_is_exact(algo, tmp_path):
-    opts = small(save_replay=True, last_action=True)
+    opts = small(last_action=True, **{"replay.save": True})
     total = 6 * ITERATION
     straight = shoal.train(algo, run_dir=str(tmp_path / "a"), total_steps=total, **opts)
     part = shoal.train(algo, run_dir=str(tmp_path / "b"), total_steps=3 * ITERATION, **opts)
@@ -260,7 +260,9 @@ def test_resume_with_saved_replay_is_exact(algo, tmp_path):
     [
         ({"mixer": "qtran"}, "mixer"),
         ({"hypernet_layers": 3}, "hypernet_layers"),
-        ({"buffer_size": 8, "batch_size": 16}, "buffer_size"),
+        ({"replay": ReplayConfig(buffer_size=8, batch_size=16)}, "buffer_size"),
+        ({"replay": ReplayConfig(n_step=3)}, "n_step"),
+        ({"replay": ReplayConfig(prioritized="rank")}, "prioritized"),
         ({"gamma": 1.5}, "gamma"),
         ({"epsilon_end": -0.1}, "epsilon_end"),
         ({"target_update_every": 0}, "target_update_every"),

@@ -11,11 +11,21 @@ from state_helpers import assert_states_equal, metric_rows
 import shoal
 from shoal.algos import a3c
 from shoal.algos.a2c import A2CConfig, A2CLearner
-from shoal.algos.a3c import A3C, A3CConfig, A3CWorker, a3c_losses
+from shoal.algos.a3c import A3C, A2CBlock, A3CConfig, A3CWorker
 from shoal.algos.on_policy import PPOBatch, make_batch
+from shoal.backend import evaluate_objective
 from shoal.collect import EnvRunner
-from shoal.config import EnvConfig, ModelConfig, OptimConfig, RunConfig
+from shoal.config import (
+    EnvConfig,
+    ModelConfig,
+    OptimConfig,
+    RenamedFieldWarning,
+    RunConfig,
+    replace,
+)
 from shoal.errors import ConfigError, NaNLossError
+from shoal.losses import objectives
+from shoal.losses.objectives import a2c_objective
 from shoal.train.checkpoint import load_checkpoint
 from shoal.train.evaluate import evaluate
 
@@ -25,8 +35,8 @@ ROLLOUT_STEPS = 32  # 4 envs x 8 steps per gradient
 def small(**extra):
     overrides = {
         "env.num_envs": 4,
-        "num_steps": 8,
-        "model.hidden": (16,),
+        "a2c.num_steps": 8,
+        "a2c.model.hidden": (16,),
         "run.runners": 0,
         "run.eval_every_steps": 0,
         "run.checkpoint_every_steps": 0,
@@ -41,23 +51,29 @@ def small_config(**changes):
     config = A3CConfig(
         run=RunConfig(runners=0),
         env=EnvConfig(num_envs=4),
-        model=ModelConfig(hidden=(16,)),
-        optim=OptimConfig(lr=1e-3, max_grad_norm=0.5),
-        num_steps=8,
-        gae_lambda=0.95,
+        a2c=A2CBlock(
+            model=ModelConfig(hidden=(16,)),
+            optim=OptimConfig(lr=1e-3, max_grad_norm=0.5),
+            num_steps=8,
+            gae_lambda=0.95,
+            ent_coef=0.01,
+            optimizer="adam",
+        ),
     )
-    return dataclasses.replace(config, **changes)
+    return replace(config, **changes)
 
 
 @pytest.mark.parametrize(
     ("changes", "match"),
     [
-        ({"num_steps": 0}, "num_steps"),
-        ({"gae_lambda": 1.5}, "gae_lambda"),
-        ({"optimizer": "sgd"}, "optimizer"),
-        ({"ent_coef": -0.1}, "ent_coef"),
+        ({"a2c.num_steps": 0}, "num_steps"),
+        ({"a2c.gae_lambda": 1.5}, "gae_lambda"),
+        ({"a2c.optimizer": "sgd"}, "optimizer"),
+        ({"a2c.ent_coef": -0.1}, "ent_coef"),
         ({"grads_per_iteration": 0}, "grads_per_iteration"),
-        ({"model": ModelConfig(lstm_hidden=8)}, "model"),
+        ({"a2c.model": ModelConfig(lstm_hidden=8)}, "model"),
+        ({"a2c.model.backend": "numpy"}, "backend"),
+        ({"a2c.run.seed": 3}, "set run and env at the top level"),
         (
             {"env": EnvConfig(normalize_obs=True), "run": RunConfig(runners=2)},
             "A3CConfig.env.*separate statistics",
@@ -66,7 +82,16 @@ def small_config(**changes):
 )
 def test_config_validation(changes, match):
     with pytest.raises(ConfigError, match=match):
-        A3CConfig(**changes)
+        replace(A3CConfig(), **changes)
+
+
+def test_old_flat_fields_land_in_the_a2c_block():
+    with pytest.warns(RenamedFieldWarning) as caught:
+        config = replace(A3CConfig(), num_steps=7, **{"optim.lr": 0.5})
+    assert config.a2c.num_steps == 7 and config.a2c.optim.lr == 0.5
+    messages = [str(w.message) for w in caught]
+    assert "config field 'num_steps' is now 'a2c.num_steps' (the old name still works)" in messages
+    assert "config field 'optim.lr' is now 'a2c.optim.lr' (the old name still works)" in messages
 
 
 class FixedModel(torch.nn.Module):
@@ -94,7 +119,7 @@ def test_losses_hand_computed():
         returns=torch.tensor([2.0, 0.0]),
     )
     model = FixedModel([1.0, 2.0])
-    losses = a3c_losses(model, batch, 0.5, 0.01, normalize=False)
+    losses, _ = evaluate_objective(model, a2c_objective(0.5, 0.01), batch)
     log2 = math.log(2)
     assert losses["policy"].item() == pytest.approx(log2)
     assert losses["value"].item() == pytest.approx(1.25)
@@ -108,29 +133,22 @@ def test_losses_hand_computed():
 def test_worker_gradient_is_the_clipped_a2c_gradient():
     """A worker's gradient on a rollout equals A2C's loss gradient on the same rollout,
     clipped to optim.max_grad_norm, computed in-process with A2C's own learner."""
-    config = small_config(ent_coef=0.05)
+    config = small_config(**{"a2c.ent_coef": 0.05})
     worker = A3CWorker(config, seed=11)
     weights = {k: v.clone() for k, v in worker.model.state_dict().items()}
     torch.manual_seed(7)  # the in-process runner samples actions from the global generator
     result = worker.compute_gradients(weights)
 
-    env_config = dataclasses.replace(config.env, gamma=config.gamma)
+    a2c_config = config.learner_config()
+    assert isinstance(a2c_config, A2CConfig) and a2c_config.ent_coef == 0.05
+    env_config = dataclasses.replace(config.env, gamma=a2c_config.gamma)
     runner = EnvRunner(env_config, lambda o, a: a3c.build_model(config, o, a), 8, seed=11)
-    a2c_config = A2CConfig(
-        env=config.env,
-        model=config.model,
-        optim=config.optim,
-        num_steps=8,
-        gae_lambda=0.95,
-        vf_coef=0.5,
-        ent_coef=0.05,
-    )
     learner = A2CLearner(a2c_config, runner.env.observation_space, runner.env.action_space)
     learner.model.load_state_dict(weights)
     runner.set_weights(weights)
     torch.manual_seed(7)
     rollout, _ = runner.sample()
-    losses = learner.losses(make_batch(rollout, config.gamma, 0.95))
+    losses = learner.losses(make_batch(rollout, a2c_config.gamma, 0.95))
     losses["total"].backward()
     norm = torch.nn.utils.clip_grad_norm_(learner.parameters, 0.5)
     assert result.grad_norm == pytest.approx(float(norm)) and result.grad_norm > 0.5
@@ -158,7 +176,7 @@ def test_driver_applies_each_gradient_with_its_optimizer():
 
 
 def test_nan_loss_names_the_loss(tmp_path, monkeypatch):
-    monkeypatch.setattr(a3c, "value_loss", lambda v, r: (v - r).mean() * float("nan"))
+    monkeypatch.setattr(objectives, "value_loss", lambda v, r: (v - r).mean() * float("nan"))
     with pytest.raises(NaNLossError, match="loss/value"):
         shoal.train("a3c", run_dir=str(tmp_path / "run"), total_steps=ROLLOUT_STEPS, **small())
 
@@ -169,8 +187,8 @@ def test_in_process_resume_is_exact(tmp_path):
     total = 6 * ROLLOUT_STEPS
     overrides = small(
         **{
-            "optim.lr_schedule": "linear",
-            "optim.anneal_steps": total,
+            "a2c.optim.lr_schedule": "linear",
+            "a2c.optim.anneal_steps": total,
             "run.checkpoint_every_steps": 2 * ROLLOUT_STEPS,
         }
     )
@@ -222,7 +240,7 @@ def test_ray_workers_smoke_restart_and_resume(ray_session, tmp_path):
 def test_tuned_example_builds():
     config = shoal.registry.find_tuned("a3c-cartpole").build_config()
     assert isinstance(config, A3CConfig) and config.run.runners == 2
-    assert config.run.target_return == 475 and config.optimizer == "rmsprop"
+    assert config.run.target_return == 475 and config.a2c.optimizer == "rmsprop"
 
 
 @pytest.mark.learning

@@ -20,10 +20,10 @@ from shoal.algos.apex import (
     per_worker_epsilons,
     variant,
 )
-from shoal.config import NoiseConfig, RunConfig, replace
+from shoal.config import NoiseConfig, RenamedFieldWarning, RunConfig, replace
 from shoal.data.replay_shard import ReplayShard
 from shoal.errors import ConfigError, NaNLossError
-from shoal.nn.q_network import ExpectedQ
+from shoal.losses.value_kinds import ExpectedQ
 from shoal.train.checkpoint import load_checkpoint
 from shoal.types import ReplayBatch
 
@@ -35,21 +35,31 @@ QUIET = {
 }
 
 # 2 actors x 2 envs x 8 steps; the learner keeps 4 replayed transitions per env step.
-SMALL = {
+APEX = {
     "run.runners": 2,
     "replay_shards": 2,
     "env.num_envs": 2,
     "rollout_steps": 8,
-    "n_step": 2,
-    "batch_size": 16,
-    "learning_starts": 32,
-    "buffer_size": 500,
     "steps_per_iteration": 64,
     "weight_sync_every": 2,
     "training_intensity": 4.0,
-    "model.hidden": (16,),
     **QUIET,
 }
+LEARNER = {
+    "replay.n_step": 2,
+    "replay.batch_size": 16,
+    "replay.learning_starts": 32,
+    "replay.buffer_size": 500,
+    "model.hidden": (16,),
+}
+
+
+def small(block: str = "dqn", **extra) -> dict:
+    """The settings above, the learner's in its block (dqn or ddpg)."""
+    return {**APEX, **{f"{block}.{k}": v for k, v in LEARNER.items()}, **extra}
+
+
+SMALL = small()
 
 
 def test_per_worker_epsilons_follow_the_paper():
@@ -67,7 +77,8 @@ def test_exploration_scales_per_variant():
     flat = replace(dqn_config, per_worker_exploration=False, exploration_epsilon=0.1)
     assert exploration_scales(flat, variant(flat)) == pytest.approx([0.1, 0.1, 0.1])
     # DDPG: noise.scale times eps_i / eps = 0.4 ** (i / (N - 1) * alpha); 0.3 * 0.4 ** 3.
-    ddpg_config = ApexDDPGConfig(run=RunConfig(runners=2), noise=NoiseConfig(scale=0.3))
+    ddpg_config = ApexDDPGConfig(run=RunConfig(runners=2))
+    assert ddpg_config.ddpg.noise == NoiseConfig(kind="gaussian", scale=0.3)
     assert exploration_scales(ddpg_config, variant(ddpg_config)) == pytest.approx([0.3, 0.0192])
 
 
@@ -131,7 +142,7 @@ def test_dqn_priorities_by_hand():
         weights=torch.ones(2),
         indices=np.arange(2),
     )
-    config = ApexDQNConfig(gamma=0.5)
+    config = replace(ApexDQNConfig(), **{"dqn.gamma": 0.5})
     inner = variant(config).inner
     # 1 + 0.5 * 1 + 0.25 * max(1, 2) = 2 against Q = 1; terminated: 1 against Q = 2.
     np.testing.assert_allclose(dqn_priorities(TableQ(), batch, inner).numpy(), [1.0, 1.0])
@@ -166,7 +177,7 @@ def test_ddpg_priorities_by_hand():
         weights=torch.ones(1),
         indices=np.arange(1),
     )
-    config = ApexDDPGConfig(gamma=0.9)
+    config = replace(ApexDDPGConfig(), **{"ddpg.gamma": 0.9})
     inner = variant(config).inner
     # target 1 + 0.9 * (3 + 0) = 3.7; Q = 3 + 0.5 = 3.5 -> |0.2|
     priorities = ddpg_priorities(ZeroActor(), SumCritic(), batch, inner)
@@ -174,7 +185,7 @@ def test_ddpg_priorities_by_hand():
 
 
 def test_actor_cuts_every_step_once_into_n_step_windows():
-    config = ApexDQNConfig(run=RunConfig(runners=2), n_step=3, rollout_steps=5)
+    config = replace(ApexDQNConfig(rollout_steps=5), **{"dqn.replay.n_step": 3})
     actor = ApexActor(config, 1, variant(config))
     assert actor.scale == pytest.approx(0.4**8)
     assert actor.model.epsilon.item() == pytest.approx(0.4**8)
@@ -201,7 +212,7 @@ def test_actor_cuts_every_step_once_into_n_step_windows():
 
 
 def test_ddpg_actor_scales_its_noise_and_scores_with_its_critic():
-    config = ApexDDPGConfig(run=RunConfig(runners=2), n_step=2, rollout_steps=8)
+    config = replace(ApexDDPGConfig(rollout_steps=8), **{"ddpg.replay.n_step": 2})
     actor = ApexActor(config, 1, variant(config))
     assert actor.model.noise.scale == pytest.approx(0.3 * 0.4**3)
     batch, priorities, _, count = actor.sample(random_actions=True)
@@ -221,21 +232,38 @@ def test_unsupported_action_space_fails_before_starting_actors():
 @pytest.mark.parametrize(
     "field, value",
     [
-        ("batch_size", 0),
-        ("n_step", 0),
+        ("dqn.replay.batch_size", 0),
+        ("dqn.replay.n_step", 0),
         ("replay_shards", 0),
-        ("gamma", 1.5),
-        ("priority_beta", 2.0),
+        ("dqn.gamma", 1.5),
+        ("dqn.replay.priority_beta", 2.0),
         ("exploration_epsilon", 0.0),
         ("training_intensity", -1.0),
-        ("learning_starts", 10**9),
-        ("target_update_every", 0),
-        ("loss", "l1"),
+        ("dqn.replay.learning_starts", 10**9),
+        ("dqn.replay.prioritized", "rank"),
+        ("dqn.target_update_every", 0),
+        ("dqn.loss", "l1"),
     ],
 )
 def test_bad_config_values_name_the_field(field, value):
-    with pytest.raises(ConfigError, match=field):
+    with pytest.raises(ConfigError, match=field.split(".")[-1]):
         replace(ApexDQNConfig(), **{field: value})
+
+
+def test_old_flat_fields_land_in_the_learner_block():
+    with pytest.warns(RenamedFieldWarning) as caught:
+        config = replace(ApexDQNConfig(), n_step=4, batch_size=32, **{"optim.lr": 0.01})
+    assert "config field 'n_step' is now 'dqn.replay.n_step' (the old name still works)" in [
+        str(w.message) for w in caught
+    ]
+    assert config.dqn.replay.n_step == 4 and config.dqn.replay.batch_size == 32
+    assert config.dqn.optim.lr == 0.01 and config.dqn.optim.max_grad_norm == 40.0
+    with pytest.warns(RenamedFieldWarning, match="'noise' is now 'ddpg.noise'"):
+        config = shoal.config.from_dict(ApexDDPGConfig, {"noise": {"scale": 0.5}})
+    with pytest.warns(RenamedFieldWarning) as caught:
+        config = shoal.config.from_dict(ApexDDPGConfig, {"noise": {"scale": 0.5}, "tau": 0.01})
+    assert len(caught) == 2
+    assert config.ddpg.noise.scale == 0.5 and config.ddpg.tau == 0.01
 
 
 def test_config_needs_ray_actors_and_no_normalization():
@@ -244,7 +272,7 @@ def test_config_needs_ray_actors_and_no_normalization():
     with pytest.raises(ConfigError, match="normalize"):
         replace(ApexDQNConfig(), **{"env.normalize_obs": True})
     with pytest.raises(ConfigError, match="tau"):
-        replace(ApexDDPGConfig(), tau=0.0)
+        replace(ApexDDPGConfig(), **{"ddpg.tau": 0.0})
     assert shoal.registry.get_algorithm("apex-dqn").default_config().run.runners == 2
 
 
@@ -285,7 +313,7 @@ def test_apex_ddpg_smoke(ray_session, tmp_path):
         run_dir=str(tmp_path / "ddpg"),
         total_steps=3 * 64,
         on_iteration=lambda step, metrics: seen.append(metrics),
-        **{**SMALL, "replay_shards": 1, "env.num_envs": 1, "rollout_steps": 16},
+        **small("ddpg", replay_shards=1, rollout_steps=16, **{"env.num_envs": 1}),
     )
     assert result.env_steps >= 3 * 64
     last = seen[-1]

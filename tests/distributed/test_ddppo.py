@@ -2,7 +2,6 @@
 config validation; Ray learners (smoke, identical replicas, exact resume); NaN losses; a
 fixed-seed learning test."""
 
-import dataclasses
 import math
 import socket
 
@@ -18,14 +17,15 @@ import shoal
 from shoal.algos.ddppo import (
     DDPPO,
     DDPPOConfig,
+    PPOBlock,
     RankResult,
-    distributed_update,
+    agree_finite,
     equal_size,
-    synchronized_step,
+    synchronize,
 )
 from shoal.algos.on_policy import PPOBatch
 from shoal.algos.ppo import PPOConfig, PPOLearner
-from shoal.config import EnvConfig, ModelConfig, RunConfig
+from shoal.config import EnvConfig, ModelConfig, RenamedFieldWarning, RunConfig, replace
 from shoal.distributed import DistributedError
 from shoal.errors import ConfigError, NaNLossError
 from shoal.train.checkpoint import load_checkpoint
@@ -72,15 +72,15 @@ def _rank_main(rank, port, out_dir):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
         learner = make_learner(N // 2)
+        synchronize(learner, world_size=2)
         half = PPOBatch(*(x[rank * N // 2 : (rank + 1) * N // 2] for x in fixed_batch()))
-        distributed_update(learner, half, LR, CLIP, world_size=2)
+        learner.update(half, LR, CLIP, kl_coeff=0.0)
         # Batches of 6 and 5 samples are cut to the smaller size on both ranks.
         sized = equal_size(PPOBatch(*(x[: 6 - rank] for x in fixed_batch())))
         # A non-finite loss on rank 1 only stops both ranks, before any backward pass.
         value = torch.tensor(float("nan") if rank == 1 else 1.0, requires_grad=True)
         try:
-            losses = {"value": value, "total": value * 2}
-            synchronized_step(losses, learner.optimizer, learner.parameters, None, 2)
+            agree_finite({"value": value, "total": value * 2})
             nan_error = None
         except NaNLossError as exc:
             nan_error = str(exc)
@@ -131,24 +131,44 @@ def test_two_processes_match_single_process_gradients(tmp_path):
     [
         ({"num_learners": 0}, "DDPPOConfig.num_learners"),
         ({"run": RunConfig(runners=2)}, "DDPPOConfig.run.*num_learners"),
-        ({"num_epochs": 0}, "DDPPOConfig.num_epochs"),
-        ({"clip_eps": -0.1}, "DDPPOConfig.clip_eps"),
-        ({"minibatch_size": 4096}, "DDPPOConfig.minibatch_size"),
-        ({"model": ModelConfig(lstm_hidden=8)}, "DDPPOConfig.model"),
+        ({"ppo.num_epochs": 0}, "PPOConfig.num_epochs"),
+        ({"ppo.clip_eps": -0.1}, "PPOConfig.clip_eps"),
+        # The rollout of one learner is ppo.num_steps x the top-level env's num_envs.
+        ({"ppo.minibatch_size": 4096}, "DDPPOConfig.ppo.minibatch_size.*= 1024"),
+        ({"ppo.model": ModelConfig(lstm_hidden=8)}, "PPOConfig.model"),
+        ({"ppo.kl_coeff": 0.2}, "kl_coeff"),
+        ({"ppo.target_kl": 0.01}, "target_kl"),
+        ({"ppo.model.backend": "numpy"}, "backend"),
+        ({"ppo.env": EnvConfig(num_envs=3)}, "set run and env at the top level"),
         ({"env": EnvConfig(normalize_obs=True)}, "DDPPOConfig.env.*separate statistics"),
     ],
 )
 def test_config_validation(changes, match):
     with pytest.raises(ConfigError, match=match):
-        DDPPOConfig(**changes)
+        replace(DDPPOConfig(), **changes)
 
 
-def test_ppo_config_carries_the_shared_fields():
-    config = DDPPOConfig(num_steps=16, num_epochs=3, minibatch_size=64, clip_eps=0.1, gamma=0.9)
-    ppo = config.ppo_config()
-    assert (ppo.num_steps, ppo.num_epochs, ppo.minibatch_size) == (16, 3, 64)
+def test_learner_config_is_the_ppo_block_with_the_run_and_env():
+    config = DDPPOConfig(
+        env=EnvConfig(num_envs=64),
+        ppo=PPOBlock(num_steps=16, num_epochs=3, minibatch_size=1024, clip_eps=0.1, gamma=0.9),
+    )
+    ppo = config.learner_config()
+    assert type(ppo) is PPOConfig
+    assert (ppo.num_steps, ppo.num_epochs, ppo.minibatch_size) == (16, 3, 1024)
     assert (ppo.clip_eps, ppo.gamma, ppo.env, ppo.run) == (0.1, 0.9, config.env, config.run)
     assert ppo.target_kl is None and ppo.kl_coeff == 0.0  # per-rank early stops would deadlock
+
+
+def test_old_flat_fields_and_flags_land_in_the_ppo_block():
+    with pytest.warns(RenamedFieldWarning) as caught:
+        config = replace(DDPPOConfig(), num_steps=64, **{"optim.lr": 0.01})
+    assert config.ppo.num_steps == 64 and config.ppo.optim.lr == 0.01
+    assert len(caught) == 2
+    with pytest.warns(RenamedFieldWarning) as caught:
+        config = shoal.config.from_dict(DDPPOConfig, {"minibatch_size": 64, "optim": {"lr": 0.1}})
+    assert "config field 'minibatch_size' is now 'ppo.minibatch_size'" in str(caught[0].message)
+    assert config.ppo.minibatch_size == 64 and config.ppo.optim.lr == 0.1
 
 
 def test_driver_raises_a_rank_nan_loss():
@@ -170,10 +190,10 @@ def test_driver_raises_a_rank_nan_loss():
 def small(**extra):
     overrides = {
         "env.num_envs": 4,
-        "num_steps": 16,
-        "minibatch_size": 32,
-        "num_epochs": 2,
-        "model.hidden": (16,),
+        "ppo.num_steps": 16,
+        "ppo.minibatch_size": 32,
+        "ppo.num_epochs": 2,
+        "ppo.model.hidden": (16,),
         "run.eval_every_steps": 0,
         "run.checkpoint_every_steps": 0,
         "run.console": False,
@@ -214,7 +234,7 @@ def test_ray_resume_is_exact(ray_session, tmp_path):
     """Synchronous and seeded per rank, DD-PPO is deterministic: a resumed run (learner
     state, each rank's envs and torch generator restored) repeats the straight one."""
     total = 4 * ITERATION_STEPS
-    overrides = small(**{"optim.lr_schedule": "linear", "optim.anneal_steps": total})
+    overrides = small(**{"ppo.optim.lr_schedule": "linear", "ppo.optim.anneal_steps": total})
     run_a, run_b = str(tmp_path / "a"), str(tmp_path / "b")
     part = shoal.train("ddppo", seed=2, total_steps=total // 2, run_dir=run_a, **overrides)
     resumed = shoal.train(resume=part.run_dir, total_steps=total)
@@ -229,7 +249,7 @@ def test_ray_resume_is_exact(ray_session, tmp_path):
 def test_tuned_example_builds():
     config = shoal.registry.find_tuned("ddppo-cartpole").build_config()
     assert isinstance(config, DDPPOConfig) and config.num_learners == 2
-    assert config.run.target_return == 475 and dataclasses.is_dataclass(config.ppo_config())
+    assert config.run.target_return == 475 and config.learner_config().minibatch_size == 1024
 
 
 @pytest.mark.learning

@@ -34,10 +34,10 @@ def small(**extra):
     overrides = {
         "env.num_envs": 4,
         "maddpg.rollout_steps": 2,
-        "maddpg.gradient_steps": 2,
-        "maddpg.batch_size": 16,
-        "maddpg.learning_starts": ITERATION,
-        "maddpg.buffer_size": 400,
+        "maddpg.replay.gradient_steps": 2,
+        "maddpg.replay.batch_size": 16,
+        "maddpg.replay.learning_starts": ITERATION,
+        "maddpg.replay.buffer_size": 400,
         "maddpg.model.hidden": (16,),
         "sync_every": 2,
         "run.eval_every_steps": 0,
@@ -60,7 +60,7 @@ def small(**extra):
         ({"maddpg.env.num_envs": 2}, r"DistributedMADDPGConfig\.maddpg .*top level"),
         ({"maddpg.run.seed": 3}, r"DistributedMADDPGConfig\.maddpg .*top level"),
         # MADDPG's own checks see the real env: 64 envs x (n_step + 2) rows > 100.
-        ({"env.num_envs": 64, "maddpg.buffer_size": 100}, r"MADDPGConfig\.buffer_size"),
+        ({"env.num_envs": 64, "maddpg.replay.buffer_size": 100}, r"ReplayConfig\.buffer_size"),
     ],
 )
 def test_bad_config_values_are_refused(overrides, match):
@@ -73,38 +73,41 @@ def test_config_composes_maddpg():
     assert isinstance(config, DistributedMADDPGConfig) and config.run.runners == 1
     inner = config.learner_config()
     assert isinstance(inner, MADDPGConfig)
-    assert inner.run.seed == 5 and inner.env == config.env and inner.batch_size == 16
+    assert inner.run.seed == 5 and inner.env == config.env and inner.replay.batch_size == 16
     assert shoal.registry.algorithm_for_config(config).name == "maddpg-distributed"
 
 
 def test_tuned_example_builds():
     config = shoal.registry.find_tuned("maddpg-distributed-spread").build_config()
     assert config.run.runners == 1 and config.num_learners == 2
-    assert config.maddpg.replay == "rank" and config.env.num_envs == 16
+    assert config.maddpg.replay.prioritized == "rank" and config.env.num_envs == 16
     per = shoal.registry.find_tuned("maddpg-per-spread").build_config()
     # maddpg-per-spread's MADDPG, its replay ratio in four times larger Ray calls.
     assert config.maddpg.rollout_steps == 4 * per.rollout_steps
-    assert config.maddpg.gradient_steps == 4 * per.gradient_steps
-    changes = {"run": per.run, "rollout_steps": 2, "gradient_steps": 2}
+    assert config.maddpg.replay.gradient_steps == 4 * per.replay.gradient_steps
+    replay = dataclasses.replace(per.replay, gradient_steps=2)
+    changes = {"run": per.run, "rollout_steps": 2, "replay": replay}
     assert dataclasses.replace(config.learner_config(), **changes) == per
 
 
-@pytest.mark.parametrize("replay", ["uniform", "rank"])
-def test_one_learner_updates_as_maddpg(replay):
+@pytest.mark.parametrize("prioritized", ["none", "rank"])
+def test_one_learner_updates_as_maddpg(prioritized):
     """In-process, no Ray: a collector's steps are the rows MADDPG stores, and a learner
     given MADDPG's weights and the same batches ends each call with MADDPG's weights,
     replay priorities and optimizer state (same seeds, same Gumbel draws)."""
     config = shoal.build_config(
-        "maddpg-distributed", seed=2, **small(**{"maddpg.replay": replay, "num_learners": 1})
+        "maddpg-distributed",
+        seed=2,
+        **small(**{"maddpg.replay.prioritized": prioritized, "num_learners": 1}),
     )
     inner = config.learner_config()
     torch.manual_seed(0)
     reference = MADDPG(inner)
     collector = Collector(inner, 0)
-    worker = LearnerWorker(inner, 0, sync_every=inner.gradient_steps)
+    worker = LearnerWorker(inner, 0, sync_every=inner.replay.gradient_steps)
     learned = 0
     for k in range(5):
-        reference.learner.set_random_actions(reference.env_steps < inner.learning_starts)
+        reference.learner.set_random_actions(reference.env_steps < inner.replay.learning_starts)
         weights = reference.learner.get_weights()
         reference.acting.load_state_dict(weights)
         torch.manual_seed(10 + k)
@@ -112,13 +115,13 @@ def test_one_learner_updates_as_maddpg(replay):
         torch.manual_seed(10 + k)
         worker.add(collector.collect(weights))
         assert_states_equal(worker.replay.state_dict(), reference.replay.state_dict())
-        if reference.env_steps > inner.learning_starts:
+        if reference.env_steps > inner.replay.learning_starts:
             master = network_state(reference.learner)
             torch.manual_seed(100 + k)
             reference._learn()
             torch.manual_seed(100 + k)
             result = worker.train(master, version=k, env_steps=reference.env_steps)
-            assert result.updates == inner.gradient_steps and result.version == k
+            assert result.updates == inner.replay.gradient_steps and result.version == k
             assert_states_equal(result.networks, network_state(reference.learner))
             assert_states_equal(worker.state_dict(), reference.learner.state_dict())
             assert_states_equal(worker.replay.state_dict(), reference.replay.state_dict())
@@ -129,7 +132,9 @@ def test_one_learner_updates_as_maddpg(replay):
 
 
 def test_learner_waits_for_learning_starts():
-    config = shoal.build_config("maddpg-distributed", **small(**{"maddpg.learning_starts": 16}))
+    config = shoal.build_config(
+        "maddpg-distributed", **small(**{"maddpg.replay.learning_starts": 16})
+    )
     inner = config.learner_config()
     collector, worker = Collector(inner, 0), LearnerWorker(inner, 1, sync_every=3)
     weights = collector.acting.state_dict()
@@ -181,8 +186,8 @@ def test_parameter_server_last_writer_wins(ray_session):
 
 
 VARIANTS = {
-    "discrete_rank_per": {"maddpg.replay": "rank"},
-    "continuous_nstep": {"env.kwargs": {"continuous": True}, "maddpg.n_step": 3},
+    "discrete_rank_per": {"maddpg.replay.prioritized": "rank"},
+    "continuous_nstep": {"env.kwargs": {"continuous": True}, "maddpg.replay.n_step": 3},
 }
 
 

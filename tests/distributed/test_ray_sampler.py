@@ -18,7 +18,7 @@ from shoal.collect.ray import RaySampler, concat_rollouts
 from shoal.config import EnvConfig, RunConfig
 from shoal.distributed import DistributedError, require_ray
 from shoal.errors import ConfigError
-from shoal.train.seeding import derive_seed
+from shoal.seeding import derive_seed
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 

@@ -1,4 +1,4 @@
-"""Atari preprocessing (`shoal.envs.atari`): DeepMind's pipeline and reference 001's variant."""
+"""Atari preprocessing (`shoal.envs.atari`): DeepMind's pipeline and Lamb et al.'s variant."""
 
 from types import SimpleNamespace
 

@@ -1,4 +1,4 @@
-"""The closed-form loss gradients of `shoal.losses.gradients` against autograd of the losses,
+"""The closed-form loss gradients of `shoal.losses` against autograd of the losses,
 on hand-made inputs that visit every branch (inside and past the clip ranges, ties) and on
 random ones."""
 
@@ -7,18 +7,16 @@ import torch
 
 from shoal.losses import (
     clipped_value_loss,
-    entropy_loss,
-    kl_penalty_loss,
-    policy_gradient_loss,
-    ppo_clip_loss,
-    value_loss,
-)
-from shoal.losses.gradients import (
     clipped_value_loss_grad,
+    entropy_loss,
     entropy_loss_grad,
+    kl_penalty_loss,
     kl_penalty_loss_grad,
+    policy_gradient_loss,
     policy_gradient_loss_grad,
+    ppo_clip_loss,
     ppo_clip_loss_grad,
+    value_loss,
     value_loss_grad,
 )
 

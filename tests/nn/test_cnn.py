@@ -6,6 +6,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from image_env import FakeImageEnv
 from torch import nn
 
 import shoal
@@ -45,7 +46,7 @@ def conv_output_shapes(encoder, obs):
 
 
 def test_ref001_model2_feature_maps_are_the_papers():
-    # Reference 001, Model 2: 80x80 -> 20x20 (16 channels) -> 10x10 (32), 3200 features.
+    # Lamb et al., Model 2: 80x80 -> 20x20 (16 channels) -> 10x10 (32), 3200 features.
     encoder = image_encoder(image_space(4, 80, 80), "ref001-model2")
     shapes, features = conv_output_shapes(encoder, frames(2, 4, 80, 80))
     assert shapes == [(16, 20, 20), (32, 10, 10)]
@@ -122,26 +123,6 @@ def test_ref001_model3_implies_lstm_256():
 # --- PPO, A2C and DQN on a fake image env -------------------------------------------------------
 
 
-class FakeImageEnv(gym.Env):
-    """uint8 ``[4, 84, 84]`` observations, three actions, 12-step episodes."""
-
-    observation_space = image_space(4, 84, 84)
-    action_space = gym.spaces.Discrete(3)
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t = 0
-        return self._obs(), {}
-
-    def step(self, action):
-        self.t += 1
-        reward = float(action == self.t % 3)
-        return self._obs(), reward, self.t >= 12, False, {}
-
-    def _obs(self):
-        return self.np_random.integers(0, 256, self.observation_space.shape, np.uint8)
-
-
 @pytest.mark.parametrize(
     ("encoder", "shared_trunk"),
     [(encoder, True) for encoder in ENCODERS] + [("nature", False), ("ref001-model2", False)],
@@ -206,7 +187,8 @@ def test_ppo_trains_with_the_nature_cnn(registered_env, tmp_path, small_ppo, pre
     )
     assert result.env_steps == 64
     policy = shoal.load(result.run_dir)
-    assert policy.model.body.bfloat16 == (precision == "bfloat16")
+    expected = torch.bfloat16 if precision == "bfloat16" else None
+    assert policy.model.body.autocast_dtype == expected
     weights = policy.model.state_dict().values()
     assert all(w.dtype == torch.float32 for w in weights if w.is_floating_point())
     obs = np.stack([FakeImageEnv().reset(seed=s)[0] for s in range(2)])
@@ -216,7 +198,7 @@ def test_ppo_trains_with_the_nature_cnn(registered_env, tmp_path, small_ppo, pre
 
 
 def test_runners_act_with_batch_norm_running_statistics(registered_env):
-    """The acting copy's batch norm uses running statistics: with reference 001's Model 2, an
+    """The acting copy's batch norm uses running statistics: with Lamb et al.'s Model 2, an
     env's action distribution depends on its own observation only, and acting leaves the
     running statistics alone."""
     from shoal.collect.env_runner import EnvRunner
@@ -273,12 +255,14 @@ def test_bfloat16_encoders_match_float32_and_train_float32_weights(encoder):
     assert all(torch.isfinite(g).all() for g in grads)
 
 
-def test_bfloat16_precision_is_validated_and_warned_about_where_emulated(monkeypatch):
+def test_reduced_precision_is_validated_and_warned_about_where_emulated(monkeypatch):
     with pytest.raises(ConfigError, match="precision"):
-        ModelConfig(precision="float16")
-    with pytest.raises(ConfigError, match="applies to the image encoders"):
-        ModelConfig(precision="bfloat16")  # encoder mlp
+        ModelConfig(precision="float8", encoder="nature")
+    for precision in ("bfloat16", "float16"):
+        with pytest.raises(ConfigError, match="apply to the image encoders"):
+            ModelConfig(precision=precision)  # encoder mlp
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    encoder = image_encoder(image_space(4, 84, 84), "nature", "bfloat16")
     with pytest.warns(UserWarning, match="emulated on this CPU"):
-        image_encoder(image_space(4, 84, 84), "nature", "bfloat16")
+        encoder(frames(2, 4, 84, 84))  # warned where it computes, once

@@ -1,4 +1,4 @@
-"""Softmax temperature of categorical policies and its annealing schedule (reference 001)."""
+"""Softmax temperature of categorical policies and its annealing schedule (Lamb et al.)."""
 
 import copy
 
@@ -11,7 +11,7 @@ from shoal.config import ModelConfig
 from shoal.errors import ConfigError
 from shoal.nn import ActorCritic, CategoricalHead
 from shoal.nn.heads import set_temperature
-from shoal.train.schedules import annealed_temperature
+from shoal.schedules import annealed_temperature
 
 OBS = gym.spaces.Box(-1.0, 1.0, (3,))
 DISCRETE = gym.spaces.Discrete(4)

@@ -19,7 +19,7 @@ id                          agents  landmarks  steps  observation per agent
 ``shoal/predator-prey-v0``  3       2 (preys)  50     distances to others and to preys
 ==========================  ======  =========  =====  ==========================================
 
-The last four are the benchmarks of reference 003 (CTEDD, section 5.1); see each class for
+The last four are the benchmarks of Chen 2019 (CTEDD, section 5.1); see each class for
 the choices made where the paper is vague. Every observation ends with the messages the
 *other* agents sent on the previous step (agent order, ``message_dim`` each; zeros after a
 reset).

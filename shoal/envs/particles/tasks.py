@@ -1,6 +1,7 @@
-"""The tasks of `shoal.envs.particles`: MPE's cooperative navigation and reference 003's four
-benchmarks, each a `ParticleEnv` with its own observations and reward rules, registered under
-their ids (the table in the package docstring)."""
+"""The tasks of `shoal.envs.particles`: MPE's cooperative navigation and the four benchmarks of
+Chen 2019 ("A New Framework for Multi-Agent Reinforcement Learning", section 5.1), each a
+`ParticleEnv` with its own observations and reward rules, registered under their ids (the table
+in the package docstring)."""
 
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ class SpreadEnv(ParticleEnv):
 
 
 class CooperativeNavigationV1Env(ParticleEnv):
-    """``shoal/cn-v1-v0``: reference 003's Cooperative Navigation V1.
+    """``shoal/cn-v1-v0``: Chen's Cooperative Navigation V1.
 
     3 agents, 3 static landmarks, 25 steps. Observation: Euclidean distances to the other
     agents (N-1, agent order) and to every landmark (L), then the other agents' messages: no
@@ -67,7 +68,7 @@ class CooperativeNavigationV1Env(ParticleEnv):
 
 
 class CooperativeNavigationV2Env(ParticleEnv):
-    """``shoal/cn-v2-v0``: reference 003's Cooperative Navigation V2.
+    """``shoal/cn-v2-v0``: Chen's Cooperative Navigation V2.
 
     3 agents, 2 static landmarks, 25 steps, observations and collision penalty as CN-V1.
     Every agent *belongs* to the landmark it is closer to (ties: the first). The *primary*
@@ -103,7 +104,7 @@ class CooperativeNavigationV2Env(ParticleEnv):
 
 
 class PushForwardEnv(ParticleEnv):
-    """``shoal/push-forward-v0``: reference 003's Push Forward.
+    """``shoal/push-forward-v0``: Chen's Push Forward.
 
     3 agents, 3 movable landmarks, 50 steps; observations as CN-V1 (distances and messages).
     A landmark's *push zone* is the disk of radius ``push_radius`` (0.25: touching distance
@@ -160,7 +161,7 @@ class PushForwardEnv(ParticleEnv):
 
 
 class PredatorPreyEnv(ParticleEnv):
-    """``shoal/predator-prey-v0``: reference 003's Predator and Prey.
+    """``shoal/predator-prey-v0``: Chen's Predator and Prey.
 
     3 predators (the agents) and 2 preys (movable landmarks), 50 steps (the paper gives 50
     for PF and PP); observations as CN-V1 (distances to the other agents and the preys,

@@ -8,10 +8,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from torch import nn
-
-from shoal.nn.heads import set_temperature
-
 if TYPE_CHECKING:
     from shoal.config import ModelConfig
 
@@ -35,21 +31,10 @@ def annealed_temperature(model: ModelConfig, env_steps: int, episodes: int) -> f
     """Softmax temperature of categorical policies after ``env_steps`` env steps and
     ``episodes`` finished episodes: linear from ``model.temperature`` to
     ``model.temperature_min`` over ``model.temperature_anneal`` steps or episodes (as
-    ``model.temperature_unit`` says), then constant (reference 001). Constant
-    ``model.temperature`` when ``temperature_min`` is None."""
+    ``model.temperature_unit`` says), then constant (Lamb et al., "Deep Reinforcement
+    Learning with Actor-Critic", UC San Diego). Constant ``model.temperature`` when
+    ``temperature_min`` is None."""
     if model.temperature_min is None:
         return model.temperature
     done = env_steps if model.temperature_unit == "steps" else episodes
     return linear(model.temperature, model.temperature_min, done / model.temperature_anneal)
-
-
-def apply_temperature(
-    model: nn.Module, config: ModelConfig, env_steps: int, episodes: int
-) -> float | None:
-    """Set the scheduled temperature on ``model``'s categorical heads and return it; None when
-    the model has none or no schedule is configured (nothing to log). The temperature is a
-    buffer of the weights, so a sampler given the weights afterwards samples with it, and the
-    next update uses the same value the rollout was sampled with."""
-    value = annealed_temperature(config, env_steps, episodes)
-    has_head = set_temperature(model, value)
-    return value if has_head and config.temperature_min is not None else None

@@ -24,10 +24,19 @@ def seed_torch(seed: int) -> None:
 
 
 def rng_state() -> dict[str, torch.Tensor]:
-    """The global generator states shoal draws from (torch only: numpy draws use Generators
-    owned by the environments, which are saved with the env state)."""
-    return {"torch": torch.get_rng_state()}
+    """The global generator states shoal draws from: torch's CPU generator and, on a machine
+    with GPUs, each GPU's (numpy draws use Generators owned by the environments, which are
+    saved with the env state)."""
+    state = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.stack(torch.cuda.get_rng_state_all())
+    return state
 
 
 def set_rng_state(state: dict[str, torch.Tensor]) -> None:
+    """Restore `rng_state`. GPU generators are restored where the machine has as many GPUs
+    (a checkpoint moved to another machine resumes, with other GPU draws)."""
     torch.set_rng_state(state["torch"])
+    cuda = state.get("cuda")
+    if cuda is not None and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(list(cuda))

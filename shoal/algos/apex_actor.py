@@ -1,7 +1,7 @@
 """The sampling side of Ape-X (`shoal.algos.apex`, Horgan et al. 2018, arXiv:1803.00933): the
 per-actor exploration ladder, the actors' initial priorities, and `ApexActor`, which steps its
-vector env, cuts n-step transitions and scores them. Run as Ray actors by the driver through
-`shoal.distributed`; nothing here imports ``ray``."""
+vector env, cuts n-step transitions and scores them with DQN's or DDPG's losses. Run as Ray
+actors by the driver through `shoal.distributed`; nothing here imports ``ray``."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from shoal.collect.env_runner import EnvRunner
 from shoal.data.replay import ReplayBuffer
 from shoal.losses import bootstrap_discount, n_step_return
 from shoal.losses.actor_critic import ensemble_td_loss, twin_min_target
-from shoal.train.seeding import derive_seed
+from shoal.seeding import derive_seed
 from shoal.types import ReplayBatch
 
 if TYPE_CHECKING:
@@ -90,6 +90,8 @@ class ApexActor:
             config.rollout_steps,
             seed=derive_seed(seed, "env", index),
             torch_seed=derive_seed(seed, "actor-torch", index),
+            acting=parts.inner.model.backend,
+            compiled=config.run.compile,
         )
         env, self.model = self.runner.env, self.runner.model
         self.ddpg = isinstance(parts.inner, ddpg.DDPGConfig)
@@ -100,7 +102,7 @@ class ApexActor:
             ).requires_grad_(False)
         self.scale = exploration_scales(config, parts)[index]
         self.mask_dim = None if env.action_mask is None else int(env.action_space.n)
-        steps, n, envs = config.rollout_steps, config.n_step, env.num_envs
+        steps, n, envs = config.rollout_steps, parts.inner.replay.n_step, env.num_envs
         self.windows = ReplayBuffer(
             (steps + n + 1) * envs,
             envs,
@@ -153,7 +155,7 @@ class ApexActor:
     def _completed_windows(self, new_rows: int) -> ReplayBatch | None:
         """The n-step transitions that the last ``new_rows`` rows completed: rows ``r`` with
         ``r + n`` now written (the window and its bootstrap row), valid steps only."""
-        buffer, n = self.windows, self.config.n_step
+        buffer, n = self.windows, self.parts.inner.replay.n_step
         rows = np.arange(max(0, self.rows - n), self.rows + new_rows - n) % buffer.rows
         self.rows += new_rows
         positions = (rows[:, None] * buffer.num_envs + np.arange(buffer.num_envs))[

@@ -1,11 +1,13 @@
-"""`optimizer_step` and `FlatStep` take the same steps as ``optimizer.step()``."""
+"""`optimizer_step` and `FlatStep` (the fast path's NumPy step) take the same steps as
+``optimizer.step()``."""
 
 import copy
 
 import pytest
 import torch
 
-from shoal.train.optim_step import FlatStep, optimizer_step
+from shoal.fast.flat_step import FlatStep
+from shoal.optim import optimizer_step
 
 SHAPES = [(3, 4), (4,), (2, 1, 4), (1,)]
 

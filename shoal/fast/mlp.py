@@ -1,37 +1,31 @@
-"""The gradient of an MLP actor-critic, derived by hand: the fast path of PPO's and A2C's updates.
+"""An MLP actor-critic's forward pass and hand-derived backward pass in NumPy.
 
 On the small networks of control tasks (a 64x64 MLP, a few hundred samples) a training step's
 cost is mostly per-operation overhead, not arithmetic: autograd records and replays dozens of
-nodes, each a tensor op plus bookkeeping that outweighs the matmuls between them. The losses
-of PPO and A2C depend on the network only through three per-sample quantities: the
-log-probability of the taken action, the policy's entropy and the value. So the step splits:
+nodes, each a tensor op plus bookkeeping that outweighs the matmuls between them. The
+on-policy losses depend on the network only through three per-sample outputs
+(`shoal.losses.objectives.PolicyOutputs`: the taken action's log-probability, the policy's
+entropy and the value), so a step splits:
 
-1. `DirectGradActorCritic.outputs` runs the network without autograd, keeping what the backward
-   pass needs, and returns ``log_prob``, ``entropy`` and ``values``.
-2. The learner takes the losses' gradients with respect to the three quantities from
-   `shoal.losses.gradients` (and evaluates the losses themselves with the usual pure functions
-   of `shoal.losses`, for the logged values and the NaN check); A2C, one step per rollout,
-   takes both from their NumPy versions in `shoal.losses.numpy_losses`.
-3. `DirectGradActorCritic.backward` carries those gradients through the distribution, the heads
+1. `NumpyActorCritic.outputs` runs the network, keeping what the backward pass needs.
+2. The objective gives the losses and their gradients with respect to the three outputs
+   (`shoal.losses.objectives.Objective`).
+3. `NumpyActorCritic.backward` carries those gradients through the distribution, the heads
    and the hidden layers with the chain rule written out, into each parameter's ``.grad``.
-4. `DirectGradActorCritic.clip_and_step` clips the gradients and takes the optimizer's step.
+4. `NumpyActorCritic.clip` and `NumpyActorCritic.step` clip the gradients and take the
+   optimizer's step (`shoal.fast.flat_step.FlatStep`).
 
-Both passes compute with NumPy on zero-copy views of the parameters and their gradients. On
+Both passes compute with NumPy on zero-copy views of the parameters and their gradients: on
 arrays of this size a NumPy call costs a fraction of a PyTorch op's dispatch (the matmuls run
-at the same speed), and a step here is some forty calls; the result is the same arithmetic in
-float32. Inputs and outputs are torch tensors (views of the same memory), or NumPy arrays
-where a caller works in NumPy anyway (`act_arrays`, gradients given to `backward`). A
-learner's instance (``flat_parameters=True``) also moves the parameters into one flat
-buffer, next to the flat gradient buffer, so that clipping is one dot product and the optimizer
-step a dozen array operations (`shoal.train.optim_step.FlatStep`). A sampler's instance acts
-(`DirectGradActorCritic.act_arrays`) with the same random draws as ``ActorCritic.act``.
+at the same speed). A learner's instance (``flat_parameters=True``) moves the parameters into
+one flat buffer, next to the flat gradient buffer, so that clipping is one dot product and the
+optimizer step a dozen array operations. A sampler's instance acts (`NumpyActorCritic.act`)
+with the same random draws as ``ActorCritic.act``.
 
-The result equals autograd's to float32 rounding (``tests/nn/test_direct_grad.py`` compares
-every parameter's gradient for each supported model). `DirectGradActorCritic.supports` says
-which models qualify: a CPU float32 `ActorCritic` with separate MLP trunks (`ParallelMLP`) or a
-shared one (`MLP`), tanh or ReLU, and a categorical (any temperature) or diagonal-Gaussian
-head. Everything else (image encoders, recurrent cores, a critic-only observation part, other
-activations, other devices) trains through autograd as before.
+The result equals autograd's to float32 rounding (``tests/fast/test_fast.py`` compares every
+parameter's gradient for each supported model and objective). `unsupported` says which models
+qualify: a CPU float32 `ActorCritic` with separate MLP trunks (`ParallelMLP`) or a shared one
+(`MLP`), tanh or ReLU, and a categorical (any temperature) or diagonal-Gaussian head.
 """
 
 from __future__ import annotations
@@ -44,29 +38,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from shoal.nn.actor_critic import ActorCritic, ActOutput
+from shoal.fast.flat_step import FlatStep
+from shoal.fast.ops import ACTIVATIONS, gaussian_log_prob, log_softmax
+from shoal.losses.objectives import PolicyOutputs
+from shoal.nn.actor_critic import ActorCritic
 from shoal.nn.distributions import LOG_SQRT_2PI
 from shoal.nn.heads import CategoricalHead, GaussianHead
 from shoal.nn.mlp import MLP, ParallelMLP
-from shoal.nn.numpy_ops import (
-    NUMPY_ACTIVATIONS,
-    as_array,
-    as_tensor,
-    gaussian_log_prob,
-    log_softmax,
-)
-from shoal.train.optim_step import FlatStep, optimizer_step
-
-
-class Outputs(NamedTuple):
-    """The per-sample quantities the on-policy losses read, ``[N]`` each, plus what the
-    hand-written backward pass needs (``saved``: each layer's output, the distribution's
-    intermediate values, as NumPy arrays)."""
-
-    log_prob: Tensor
-    entropy: Tensor
-    values: Tensor
-    saved: tuple
+from shoal.optim import optimizer_step
+from shoal.types import ActOutput
 
 
 class _Views(NamedTuple):
@@ -100,38 +80,38 @@ class _Views(NamedTuple):
         )
 
 
-class DirectGradActorCritic:
-    """Forward pass without autograd and a hand-derived backward pass for ``model``."""
+def unsupported(model: torch.nn.Module) -> str | None:
+    """Why ``model`` has no NumPy path, or None when it has one."""
+    if type(model) is not ActorCritic:
+        return f"{type(model).__name__} is not a feed-forward MLP ActorCritic"
+    if model.split is not None:
+        return "the critic reads a part of the observation the actor does not (env.global_state)"
+    if any(p.device.type != "cpu" or p.dtype != torch.float32 for p in model.parameters()):
+        return "its parameters are not float32 on the CPU"
+    body = model.body
+    if type(body) not in (MLP, ParallelMLP):
+        return "its encoder is not an MLP (model.encoder mlp)"
+    if body.activation_name not in ACTIVATIONS:
+        return f"model.activation {body.activation_name!r} is not one of {sorted(ACTIVATIONS)}"
+    if type(body) is ParallelMLP and body.members != 2:
+        return "its trunk is not one shared or two separate MLPs"
+    if type(model.policy_head) not in (CategoricalHead, GaussianHead):
+        return "its policy head is not categorical or diagonal Gaussian"
+    return None
 
-    @staticmethod
-    def supports(model: torch.nn.Module) -> bool:
-        if type(model) is not ActorCritic or model.split is not None:
-            return False
-        if any(p.device.type != "cpu" or p.dtype != torch.float32 for p in model.parameters()):
-            return False
-        body = model.body
-        if type(body) not in (MLP, ParallelMLP) or body.activation not in NUMPY_ACTIVATIONS:
-            return False
-        if type(body) is ParallelMLP and body.members != 2:
-            return False
-        return type(model.policy_head) in (CategoricalHead, GaussianHead)
 
-    @classmethod
-    def for_model(
-        cls, model: torch.nn.Module, flat_parameters: bool = False
-    ) -> DirectGradActorCritic | None:
-        """The direct path for ``model``, or None when it needs autograd."""
-        return cls(model, flat_parameters) if cls.supports(model) else None
+class NumpyActorCritic:
+    """Forward pass and hand-derived backward pass of ``model`` in NumPy (module docstring)."""
 
     def __init__(self, model: ActorCritic, flat_parameters: bool = False):
         """``flat_parameters``: move the parameters into one flat buffer (each becomes a view of
-        it), so that `clip_and_step` updates them with a few NumPy operations
-        (`shoal.train.optim_step.FlatStep`); for a learner's model."""
-        if not self.supports(model):
-            raise ValueError(f"{type(model).__name__} has no hand-derived gradient")
+        it), so that `step` updates them with a few NumPy operations; for a learner's model."""
+        reason = unsupported(model)
+        if reason is not None:
+            raise ValueError(f"no NumPy path for this model: {reason}")
         self.model = model
         self.parallel = isinstance(model.body, ParallelMLP)
-        self.activation, self.activation_backward = NUMPY_ACTIVATIONS[model.body.activation]
+        self.activation, self.activation_backward = ACTIVATIONS[model.body.activation_name]
         self.categorical = isinstance(model.policy_head, CategoricalHead)
         self.parameters = list(model.parameters())
         self.flat_param: Tensor | None = None
@@ -183,41 +163,9 @@ class DirectGradActorCritic:
                 param.grad = grad
         return self.grad_views
 
-    def gradient_is_finite(self) -> bool:
-        """Whether every gradient of the last `backward` is finite."""
-        return bool(np.isfinite(self.flat_grad.numpy()).all())
+    # --- forward ------------------------------------------------------------------------------
 
-    def clip_and_step(self, optimizer: torch.optim.Optimizer, max_grad_norm: float | None) -> None:
-        """Scale the gradients of the last `backward` down to a global norm of
-        ``max_grad_norm`` (None: leave them), as ``torch.nn.utils.clip_grad_norm_`` does, then
-        take the optimizer's step: `shoal.train.optim_step.FlatStep` when the parameters are
-        flat, else `shoal.train.optim_step.optimizer_step`."""
-        if max_grad_norm is not None and self.flat_grad is not None:
-            grad = self.flat_grad.numpy()
-            coef = max_grad_norm / (math.sqrt(float(grad @ grad)) + 1e-6)
-            if coef < 1.0:
-                grad *= np.float32(coef)
-        if self.stepped is not optimizer:  # decided once per optimizer
-            self.flat_step, self.stepped = self._flat_step(optimizer), optimizer
-        if self.flat_step is not None:
-            self.flat_step.step()
-        else:
-            optimizer_step(optimizer)
-
-    def _flat_step(self, optimizer: torch.optim.Optimizer) -> FlatStep | None:
-        if self.flat_param is None or self.flat_grad is None:
-            return None
-        flat_step = FlatStep(optimizer, self.flat_param, self.flat_grad)
-        if not flat_step.supported():  # one parameter group among its conditions
-            return None
-        params = optimizer.param_groups[0]["params"]
-        if len(params) != len(self.parameters) or any(
-            a is not b for a, b in zip(params, self.parameters, strict=True)
-        ):
-            return None
-        return flat_step
-
-    def _forward(self, obs: Tensor) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    def _forward(self, obs: Tensor | np.ndarray) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
         """Each layer's output (the input first), the values and the policy head's output
         (logits, tempered, or the Gaussian's mean)."""
         self._check_views()
@@ -235,7 +183,7 @@ class DirectGradActorCritic:
         out = actor @ weight.T
         out += bias
         if self.categorical:
-            temperature = self._temperature()
+            temperature = float(self.temperature)  # a NumPy view: cheaper than the tensor's
             if temperature != 1.0:
                 out /= temperature
         return hidden, values, out
@@ -252,14 +200,10 @@ class DirectGradActorCritic:
         with torch.no_grad():
             return self.model.encoding(obs).contiguous().numpy()
 
-    def _temperature(self) -> float:
-        # Through a NumPy view of the buffer: converting the tensor itself costs microseconds.
-        return float(self.temperature)
-
-    def act_arrays(self, obs: Tensor | np.ndarray, deterministic: bool = False) -> ActOutput:
-        """``ActorCritic.act`` for a sampler, with NumPy arrays for results (it writes them
-        straight into its storage's arrays): the same actions, log-probabilities and values,
-        and the same draws from the torch generator (the Gumbel noise of
+    def act(self, obs: Tensor | np.ndarray, deterministic: bool = False) -> ActOutput:
+        """``ActorCritic.act`` with NumPy arrays for results (a sampler writes them straight
+        into its storage's arrays): the same actions, log-probabilities and values, and the
+        same draws from the torch generator (the Gumbel noise of
         `shoal.nn.distributions.Categorical.sample`, the normal noise of
         `DiagGaussian.sample`), so a seeded run samples the same actions either way."""
         _, values, out = self._forward(obs)
@@ -280,21 +224,19 @@ class DirectGradActorCritic:
             log_prob = gaussian_log_prob(z, self.weights.log_std)
         return ActOutput(actions, log_prob, values)
 
-    def value(self, obs: Tensor) -> Tensor:
-        return as_tensor(self._forward(obs)[1])
+    def value(self, obs: Tensor | np.ndarray) -> np.ndarray:
+        return self._forward(obs)[1]
 
-    def outputs(self, obs: Tensor, actions: Tensor) -> Outputs:
-        """``log_prob`` of ``actions``, ``entropy`` and ``values`` for a training step, and
-        what `backward` needs."""
+    def outputs(self, obs: np.ndarray, actions: np.ndarray) -> tuple[PolicyOutputs, tuple]:
+        """The `PolicyOutputs` of ``actions`` for a training step, and what `backward` needs."""
         hidden, values, out = self._forward(obs)
-        actions = actions.numpy()
         if self.categorical:
             log_probs = log_softmax(out)
             probs = np.exp(log_probs)
-            index = (np.arange(len(actions)), actions.astype(np.int64))
+            index = (np.arange(len(actions)), actions.astype(np.int64, copy=False))
             log_prob = log_probs[index]
             entropy = -(probs * log_probs).sum(-1)
-            distribution = (probs, log_probs, index, entropy, self._temperature())
+            distribution = (probs, log_probs, index, entropy, float(self.temperature))
         else:
             log_std = self.weights.log_std
             inv_std = np.exp(-log_std)
@@ -302,36 +244,34 @@ class DirectGradActorCritic:
             log_prob = gaussian_log_prob(z, log_std)
             entropy = np.full(z.shape[0], (log_std + 0.5 + LOG_SQRT_2PI).sum(), np.float32)
             distribution = (z, inv_std)
-        return Outputs(
-            as_tensor(log_prob), as_tensor(entropy), as_tensor(values), (hidden, distribution)
-        )
+        return PolicyOutputs(log_prob, entropy, values), (hidden, distribution)
 
-    def backward(
-        self,
-        outputs: Outputs,
-        g_log_prob: Tensor | np.ndarray,
-        g_entropy: Tensor | np.ndarray | None,
-        g_values: Tensor | np.ndarray,
-    ) -> None:
+    # --- backward -----------------------------------------------------------------------------
+
+    def backward(self, saved: tuple, grads: PolicyOutputs) -> None:
         """Set each parameter's ``.grad`` to the gradient of a loss whose gradients with
-        respect to ``outputs.log_prob``, ``.entropy`` and ``.values`` are the ``g_`` tensors
-        or float32 arrays (``g_entropy`` None: the loss has no entropy term)."""
-        grads = self._attach_grads()
-        hidden, distribution = outputs.saved
+        respect to the `PolicyOutputs` of `outputs` are ``grads`` (float32 arrays; None
+        where the loss does not depend on that output)."""
+        views = self._attach_grads()
+        hidden, distribution = saved
         features = hidden[-1]
         actor, critic = (features[0], features[1]) if self.parallel else (features, features)
-        g_values, g_log_prob = as_array(g_values), as_array(g_log_prob)
-        g_entropy = None if g_entropy is None else as_array(g_entropy)
+        g_log_prob, g_entropy, g_values = grads
+        samples = hidden[0].shape[0]
+        if g_log_prob is None:
+            g_log_prob = np.zeros(samples, np.float32)
+        if g_values is None:
+            g_values = np.zeros(samples, np.float32)
 
         if self.categorical:
             g_out = self._categorical_backward(distribution, g_log_prob, g_entropy)
         else:
-            g_out = self._gaussian_backward(distribution, g_log_prob, g_entropy, grads.log_std)
+            g_out = self._gaussian_backward(distribution, g_log_prob, g_entropy, views.log_std)
         # Heads: out = actor @ weight.T + bias; values = critic @ w + b.
-        np.matmul(g_out.T, actor, out=grads.head[0])
-        g_out.sum(0, out=grads.head[1])
-        np.matmul(g_values, critic, out=grads.value[0])
-        grads.value[1][0] = g_values.sum()
+        np.matmul(g_out.T, actor, out=views.head[0])
+        g_out.sum(0, out=views.head[1])
+        np.matmul(g_values, critic, out=views.value[0])
+        views.value[1][0] = g_values.sum()
         # The gradient on the last hidden layer's output: [actor, critic] for separate trunks.
         head_weight, value_weight = self.weights.head[0], self.weights.value[0]
         if self.parallel:
@@ -343,8 +283,8 @@ class DirectGradActorCritic:
             g_h += np.multiply.outer(g_values, value_weight)
 
         # Hidden layers, last to first: h_out = act(h_in @ weight + bias).
-        for index in range(len(grads.layers) - 1, -1, -1):
-            grad_weight, grad_bias = grads.layers[index]
+        for index in range(len(views.layers) - 1, -1, -1):
+            grad_weight, grad_bias = views.layers[index]
             g_pre = self.activation_backward(g_h, hidden[index + 1])
             h_in = hidden[index]
             # h_in^T @ g_pre per trunk; the input is 2-D, shared by both trunks.
@@ -386,3 +326,39 @@ class DirectGradActorCritic:
         if g_entropy is not None:
             grad_log_std += g_entropy.sum()
         return g_log_prob[:, None] * z * inv_std
+
+    # --- clipping and the optimizer step ------------------------------------------------------
+
+    def clip(self, max_grad_norm: float) -> float:
+        """Scale the gradients of the last `backward` down to a global norm of
+        ``max_grad_norm``, as ``torch.nn.utils.clip_grad_norm_`` does; returns the norm
+        before."""
+        grad = self.flat_grad.numpy()
+        norm = math.sqrt(float(grad @ grad))
+        coef = max_grad_norm / (norm + 1e-6)
+        if coef < 1.0:
+            grad *= np.float32(coef)
+        return norm
+
+    def step(self, optimizer: torch.optim.Optimizer) -> None:
+        """The optimizer's step: `FlatStep` when the parameters are flat and the optimizer
+        qualifies, else `shoal.optim.optimizer_step`."""
+        if self.stepped is not optimizer:  # decided once per optimizer
+            self.flat_step, self.stepped = self._flat_step(optimizer), optimizer
+        if self.flat_step is not None:
+            self.flat_step.step()
+        else:
+            optimizer_step(optimizer)
+
+    def _flat_step(self, optimizer: torch.optim.Optimizer) -> FlatStep | None:
+        if self.flat_param is None or self.flat_grad is None:
+            return None
+        flat_step = FlatStep(optimizer, self.flat_param, self.flat_grad)
+        if not flat_step.supported():  # one parameter group among its conditions
+            return None
+        params = optimizer.param_groups[0]["params"]
+        if len(params) != len(self.parameters) or any(
+            a is not b for a, b in zip(params, self.parameters, strict=True)
+        ):
+            return None
+        return flat_step

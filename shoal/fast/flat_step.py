@@ -1,20 +1,13 @@
-"""Faster optimizer steps for the small networks of control tasks.
+"""`FlatStep`: ``optimizer.step()`` as a dozen NumPy operations on flat buffers.
 
-* `optimizer_step`: ``optimizer.step()`` for Adam, AdamW and RMSprop through PyTorch's
-  functional optimizer API. ``Optimizer.step`` wraps the arithmetic in hook dispatch, a profiler
-  record, grad-mode switching and a scan of every parameter's state; on a small network that
-  costs more than the update itself (measured on a 64x64 actor-critic: 46 us for the wrapper
-  against 29 us through the functional API, one thread). The functional API
-  (``torch.optim.adam.adam``, ``torch.optim.rmsprop.rmsprop``) is the same code ``step`` calls,
-  with the optimizer's own state tensors and hyperparameters.
-* `FlatStep`: the same updates as a dozen NumPy operations on one flat buffer, for parameters,
-  gradients and optimizer state that all live in flat buffers (`shoal.nn.direct_grad` keeps
-  them so): a few microseconds per operation instead of a multi-tensor kernel launch per
-  parameter list. The optimizer's state tensors become views of the flat buffers, so
-  ``optimizer.state_dict()``, checkpoints and learning-rate changes see no difference.
-
-Anything they do not cover (other optimizers or options, several parameter groups, a parameter
-without a gradient, the first step, which creates the state) goes through ``optimizer.step()``.
+The fast path keeps the parameters, gradients and optimizer state of a small network each in
+one flat buffer (`shoal.fast.mlp`), so an Adam or RMSprop update is a dozen NumPy calls of a few
+microseconds instead of a multi-tensor kernel launch per parameter list. The optimizer's state
+tensors become views of the flat buffers, so ``optimizer.state_dict()``, checkpoints and
+learning-rate changes see no difference. Anything it does not cover (other optimizers or
+options, several parameter groups, the first step, which creates the state) goes through
+`shoal.optim.optimizer_step`. ``tests/fast/test_flat_step.py`` checks it takes the steps
+``optimizer.step()`` takes.
 """
 
 from __future__ import annotations
@@ -23,71 +16,8 @@ import math
 
 import numpy as np
 import torch
-from torch.optim.adam import adam
-from torch.optim.rmsprop import rmsprop
 
-
-def _adam(group: dict, params: list, states: list) -> None:
-    beta1, beta2 = group["betas"]
-    adam(
-        params,
-        [p.grad for p in params],
-        [s["exp_avg"] for s in states],
-        [s["exp_avg_sq"] for s in states],
-        [s["max_exp_avg_sq"] for s in states] if group["amsgrad"] else [],
-        [s["step"] for s in states],
-        foreach=group["foreach"],
-        capturable=group["capturable"],
-        fused=group["fused"],
-        decoupled_weight_decay=group["decoupled_weight_decay"],
-        amsgrad=group["amsgrad"],
-        beta1=beta1,
-        beta2=beta2,
-        lr=group["lr"],
-        weight_decay=group["weight_decay"],
-        eps=group["eps"],
-        maximize=group["maximize"],
-    )
-
-
-def _rmsprop(group: dict, params: list, states: list) -> None:
-    rmsprop(
-        params,
-        [p.grad for p in params],
-        [s["square_avg"] for s in states],
-        [s["grad_avg"] for s in states] if group["centered"] else [],
-        [s["momentum_buffer"] for s in states] if group["momentum"] > 0 else [],
-        [s["step"] for s in states],
-        foreach=group["foreach"],
-        maximize=group["maximize"],
-        capturable=group["capturable"],
-        lr=group["lr"],
-        alpha=group["alpha"],
-        eps=group["eps"],
-        weight_decay=group["weight_decay"],
-        momentum=group["momentum"],
-        centered=group["centered"],
-    )
-
-
-# Exact types: a subclass may change what step does.
-_FUNCTIONAL = {torch.optim.Adam: _adam, torch.optim.AdamW: _adam, torch.optim.RMSprop: _rmsprop}
-
-
-def optimizer_step(optimizer: torch.optim.Optimizer) -> None:
-    """One ``optimizer.step()``; see the module docstring."""
-    functional = _FUNCTIONAL.get(type(optimizer))
-    groups = optimizer.param_groups
-    if functional is not None and len(groups) == 1 and not groups[0]["differentiable"]:
-        group = groups[0]
-        params = group["params"]
-        states = [optimizer.state.get(p) for p in params]
-        if all(states) and all(p.grad is not None for p in params):
-            with torch.no_grad():
-                functional(group, params, states)
-            return
-    optimizer.step()
-
+from shoal.optim import optimizer_step
 
 # The optimizer state FlatStep keeps flat, per optimizer type.
 _FLAT_STATE = {

@@ -1,5 +1,5 @@
-"""NumPy building blocks of the direct path (`shoal.nn.direct_grad`): activations with their
-backward passes, log-softmax, the Gaussian log-density, and the way results go back to torch.
+"""NumPy building blocks of the fast path: activations with their backward passes, log-softmax,
+the Gaussian log-density, and the way arrays go back to torch.
 
 They work in place where the caller hands over a fresh array, to save allocations on the small
 arrays of control tasks.
@@ -7,12 +7,18 @@ arrays of control tasks.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 from torch import Tensor
 
-from shoal.nn.activations import ACTIVATIONS
 from shoal.nn.distributions import LOG_SQRT_2PI
+
+
+def tanh(x: np.ndarray) -> np.ndarray:
+    """In place on a fresh pre-activation."""
+    return np.tanh(x, out=x)
 
 
 def tanh_backward(grad: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -22,21 +28,22 @@ def tanh_backward(grad: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.multiply(grad, slope, out=grad)
 
 
+def relu(x: np.ndarray) -> np.ndarray:
+    """In place on a fresh pre-activation."""
+    return np.maximum(x, 0.0, out=x)
+
+
 def relu_backward(grad: np.ndarray, y: np.ndarray) -> np.ndarray:
     """``grad * [y > 0]``; ``grad`` is overwritten."""
     return np.multiply(grad, y > 0, out=grad)
 
 
-def relu(x: np.ndarray) -> np.ndarray:
-    return np.maximum(x, 0.0, out=x)
-
-
-# By torch activation: the NumPy activation, in place on a fresh pre-activation, and its
-# backward from the output y, in place on a fresh gradient.
-NUMPY_ACTIVATIONS = {
-    ACTIVATIONS["tanh"]: (lambda x: np.tanh(x, out=x), tanh_backward),
-    ACTIVATIONS["relu"]: (relu, relu_backward),
+ACTIVATIONS: dict[str, tuple[Callable[[np.ndarray], np.ndarray], Callable]] = {
+    "tanh": (tanh, tanh_backward),
+    "relu": (relu, relu_backward),
 }
+"""By `shoal.config.ModelConfig.activation` name: the activation, and its backward from the
+output ``y``."""
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:

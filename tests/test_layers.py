@@ -1,0 +1,122 @@
+"""Imports point down only (DESIGN.md, convention 18): no module imports from a layer above
+its own, the NumPy fast path is known only to the backend chooser, storage knows no networks,
+and only `shoal.distributed.ray_workers` imports Ray. Every ``import`` counts, inside functions and
+``TYPE_CHECKING`` blocks too."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import shoal
+
+ROOT = Path(shoal.__file__).parent
+
+LAYERS: list[tuple[str, ...]] = [
+    ("__init__", "__main__", "cli", "api"),
+    ("registry",),
+    ("train",),
+    ("algos",),
+    ("collect", "data", "distributed"),
+    ("backend", "fast"),
+    ("nn", "losses", "optim", "policy"),
+    ("envs",),
+    ("config", "types", "errors", "interfaces", "device", "seeding", "schedules", "threads"),
+]
+"""Top to bottom: cli/api -> registry -> train -> algos -> collect / data -> the backend
+seam -> nn / losses -> envs -> config / types. Parts on one line may import each other."""
+
+RANK = {part: rank for rank, parts in enumerate(LAYERS) for part in parts}
+
+
+def part_of(module: str) -> str:
+    """``shoal.algos.ppo`` -> ``algos``; ``shoal`` -> ``__init__``."""
+    pieces = module.split(".")
+    return pieces[1] if len(pieces) > 1 else "__init__"
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        parts = path.relative_to(ROOT.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+def imports(path: Path) -> list[tuple[int, str]]:
+    """``(line, module)`` of every shoal import and every ray import in ``path``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "shoal":  # from shoal import fast: the submodule, not the package
+                found.extend((node.lineno, f"shoal.{a.name}") for a in node.names)
+            else:
+                found.append((node.lineno, node.module))
+        elif isinstance(node, ast.Import):
+            found.extend((node.lineno, a.name) for a in node.names)
+    return [(line, m) for line, m in found if m.split(".")[0] in ("shoal", "ray")]
+
+
+MODULES = modules()
+
+
+def test_every_module_belongs_to_a_layer():
+    unknown = sorted({part_of(m) for m in MODULES} - set(RANK))
+    assert not unknown, f"add these packages of shoal to a layer of {__name__}: {unknown}"
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_point_down(module):
+    own = part_of(module)
+    wrong = []
+    for line, target in imports(MODULES[module]):
+        if target.split(".")[0] != "shoal":
+            continue
+        other = part_of(target)
+        if other in RANK and RANK[other] < RANK[own]:
+            wrong.append(f"line {line}: {target} ({other} is above {own})")
+    assert not wrong, f"{module} imports from a layer above its own: {wrong}"
+
+
+def test_only_the_backend_chooser_knows_the_fast_path():
+    users = {
+        module
+        for module, path in MODULES.items()
+        for _, target in imports(path)
+        if part_of(target) == "fast" and part_of(module) != "fast"
+    }
+    assert users == {"shoal.backend"}
+
+
+def test_storage_knows_no_networks_samplers_or_learners():
+    for module, path in MODULES.items():
+        if part_of(module) != "data":
+            continue
+        for line, target in imports(path):
+            assert part_of(target) not in ("nn", "losses", "collect", "algos", "backend"), (
+                f"{module} line {line} imports {target}"
+            )
+
+
+def test_only_the_distributed_parts_import_ray():
+    users = {
+        module
+        for module, path in MODULES.items()
+        for _, target in imports(path)
+        if target.split(".")[0] == "ray"
+    }
+    assert users == {"shoal.distributed.ray_workers"}
+
+
+def test_docstrings_cite_papers_not_reference_numbers():
+    """A reader cannot open "reference 003": name the paper (authors, title, year)."""
+    import re
+
+    cited = [
+        f"{module}:{n}"
+        for module, path in MODULES.items()
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"\b[Rr]eference 00\d", line)
+    ]
+    assert not cited, cited

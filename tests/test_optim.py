@@ -1,0 +1,114 @@
+"""`shoal.optim.minimize`, the one optimizer step: it refuses non-finite losses and gradients
+by name before anything changes, clips, and its two halves (`gradients`, `apply_gradients`)
+make the same step."""
+
+import math
+
+import pytest
+import torch
+
+from shoal.errors import NaNLossError
+from shoal.optim import apply_gradients, check_finite, gradients, minimize
+
+
+def net_and_optimizer(seed: int = 0):
+    torch.manual_seed(seed)
+    net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
+    return net, torch.optim.Adam(net.parameters(), lr=0.1)
+
+
+def losses_of(net, x: torch.Tensor) -> dict[str, torch.Tensor]:
+    out = net(x).squeeze(-1)
+    losses = {"fit": (out - 1.0).pow(2).mean(), "small": 0.1 * out.pow(2).mean()}
+    losses["total"] = losses["fit"] + losses["small"]
+    return losses
+
+
+def weights(net) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in net.parameters()]
+
+
+def test_minimize_takes_adams_step_and_returns_the_norm_before_clipping():
+    x = torch.randn(16, 3, generator=torch.Generator().manual_seed(1))
+    net, opt = net_and_optimizer()
+    ref, ref_opt = net_and_optimizer()
+    norm = minimize(losses_of(net, x), opt, max_grad_norm=0.05)
+    ref_opt.zero_grad()
+    losses_of(ref, x)["total"].backward()
+    expected = torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.05)
+    ref_opt.step()
+    assert float(norm) == pytest.approx(float(expected))
+    for a, b in zip(weights(net), weights(ref), strict=True):
+        torch.testing.assert_close(a, b)
+    assert minimize(losses_of(net, x), opt) is None  # no clipping: no norm
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_minimize_names_the_non_finite_loss_and_changes_nothing(bad):
+    net, opt = net_and_optimizer()
+    before = weights(net)
+    losses = losses_of(net, torch.randn(4, 3))
+    losses["small"] = losses["small"] * bad
+    losses["total"] = losses["fit"] + losses["small"]
+    with pytest.raises(NaNLossError, match=rf"loss/small became {bad}; weights left unchanged"):
+        minimize(losses, opt, 1.0)
+    for a, b in zip(weights(net), before, strict=True):
+        torch.testing.assert_close(a, b)
+    assert all(p.grad is None for p in net.parameters())  # not even a backward pass
+
+
+def test_a_single_loss_needs_no_total_and_floats_are_checked_too():
+    net, opt = net_and_optimizer()
+    loss = (net(torch.randn(4, 3)) ** 2).mean()
+    minimize({"td": loss}, opt)
+    with pytest.raises(NaNLossError, match="loss/td became nan"):
+        minimize({"td": loss.detach() * math.nan}, opt)
+    with pytest.raises(NaNLossError, match="loss/value became inf"):
+        check_finite({"policy": 0.5, "value": math.inf, "total": math.inf})
+
+
+def test_a_non_finite_gradient_stops_before_the_step():
+    net, opt = net_and_optimizer()
+    before = weights(net)
+    # A finite loss with an infinite gradient: d sqrt(u) / du is inf at u = 0.
+    loss = torch.sqrt(net(torch.randn(4, 3)).abs() * 0.0).sum()
+    with pytest.raises(NaNLossError, match="gradient norm became"):
+        minimize({"loss": loss}, opt, max_grad_norm=1.0)
+    for a, b in zip(weights(net), before, strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_clip_groups_clip_each_group_separately():
+    net, opt = net_and_optimizer()
+    first, second = list(net[0].parameters()), list(net[2].parameters())
+    x = torch.randn(8, 3)
+    minimize(losses_of(net, x), opt, 1e-3, clip_groups=(first, second))
+    for group in (first, second):
+        norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in group]))
+        assert float(norm) == pytest.approx(1e-3, rel=1e-3)
+
+
+def test_the_two_halves_make_the_same_step_across_copies():
+    """A3C's split: a worker's gradient, applied to the driver's copy of the weights."""
+    x = torch.randn(8, 3, generator=torch.Generator().manual_seed(2))
+    worker, _ = net_and_optimizer()
+    driver, driver_opt = net_and_optimizer()
+    reference, reference_opt = net_and_optimizer()
+    gradients(losses_of(worker, x), list(worker.parameters()), 0.5)
+    for param, source in zip(driver.parameters(), worker.parameters(), strict=True):
+        param.grad = source.grad.clone()
+    apply_gradients(driver_opt)
+    minimize(losses_of(reference, x), reference_opt, 0.5)
+    for a, b in zip(weights(driver), weights(reference), strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_before_clip_sees_the_gradients():
+    net, opt = net_and_optimizer()
+    seen = []
+    minimize(
+        losses_of(net, torch.randn(4, 3)),
+        opt,
+        before_clip=lambda: seen.append(all(p.grad is not None for p in net.parameters())),
+    )
+    assert seen == [True]
