@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import race  # benchmarks/race.py: the script's directory is on sys.path
+import common  # benchmarks/common.py: the script's directory is on sys.path
+import race  # benchmarks/race.py
 from common import CARTPOLE, base_parser, require_sb3, sb3_warm_up
 
 try:
@@ -76,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not require_sb3():
         return 2
+    common.use_backend(args.backend)
     seeds = 1 if args.quick else args.seeds
     budget = QUICK_BUDGET if args.quick else args.budget
     if seeds < 1 or budget < CARTPOLE.eval_every:

@@ -232,7 +232,7 @@ def shoal_replay_bytes(capacity: int) -> dict[str, Any]:
             "env.num_envs": 1,
             "model.encoder": "nature",
             "frame_replay": True,
-            "buffer_size": capacity,
+            "replay.buffer_size": capacity,
             "run.torch_threads": common.TORCH_THREADS,
         },
     )

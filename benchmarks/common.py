@@ -28,9 +28,9 @@ import numpy as np
 import torch
 
 import shoal
-from shoal.train.evaluate import evaluate
 from shoal.seeding import derive_seed
 from shoal.threads import set_compute_threads
+from shoal.train.evaluate import evaluate
 
 try:
     import stable_baselines3
@@ -123,12 +123,23 @@ def require_sb3() -> bool:
 
 
 def base_parser(doc: str) -> argparse.ArgumentParser:
-    """The options every benchmark has: ``--seeds``, ``--json``, ``--quick``."""
+    """The options every benchmark has: ``--seeds``, ``--json``, ``--quick``, ``--backend``."""
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=3, help="seeds per configuration")
     parser.add_argument("--json", type=Path, help="also write every run and the summary here")
     parser.add_argument("--quick", action="store_true", help="smoke check: 1 seed, short budget")
+    parser.add_argument(
+        "--backend",
+        choices=["auto", "torch", "numpy"],
+        default="auto",
+        help="shoal's model.backend for every shoal run (auto: numpy where it applies)",
+    )
     return parser
+
+
+def use_backend(backend: str) -> None:
+    """Every shoal run of this process trains with ``model.backend`` ``backend``."""
+    SHOAL_QUIET["model.backend"] = backend
 
 
 # --- shoal -------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""CTEDD against MADDPG on reference 003's four particle tasks (its Figures 4 and 5, shortened).
+"""CTEDD against MADDPG on the four particle tasks of Chen 2019 ("A New Framework for
+Multi-Agent Reinforcement Learning"), its Figures 4 and 5, shortened.
 
 For every task (CN-V1, CN-V2, Push Forward, Predator-Prey) and seed:
 
@@ -90,9 +91,9 @@ def common(args: argparse.Namespace, env_id: str, seed: int, run_dir: Path) -> d
         "env.id": env_id,
         "env.num_envs": 8,
         "rollout_steps": 4,
-        "gradient_steps": 4,
-        "batch_size": args.batch_size,
-        "learning_starts": min(1024, args.steps // 4),
+        "replay.gradient_steps": 4,
+        "replay.batch_size": args.batch_size,
+        "replay.learning_starts": min(1024, args.steps // 4),
     }
 
 

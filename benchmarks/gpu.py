@@ -12,6 +12,8 @@ Cases (each one configuration of shoal's own tuned examples, timed inside its tr
   its SAC figure.
 * ``dqn-pong``: DQN on Pong (``dqn-pong``: Nature CNN, frame replay, batch 32, 8 gradient
   steps per 32 agent steps). Figure: updates/s, acting and env steps included.
+* ``ppo-cartpole`` and ``sac-pendulum``: the small networks of control tasks (the tuned
+  examples, PPO through autograd), for what compilation gains and costs there.
 
 Each case runs in a fresh process per (device, compile) combination: ``--warmup``
 iterations (where torch.compile compiles; their time is reported as start-up) then
@@ -79,6 +81,16 @@ def cases() -> dict[str, dict[str, Any]]:
         "overrides": {**quiet, "replay.learning_starts": 2_000, "replay.buffer_size": 50_000},
         "figure": "updates/s",
     }
+    table["ppo-cartpole"] = {
+        "tuned": "ppo-cartpole",
+        "overrides": {**quiet, "run.target_return": None, "model.backend": "torch"},
+        "figure": "env steps/s",
+    }
+    table["sac-pendulum"] = {
+        "tuned": "sac-pendulum",
+        "overrides": {**quiet, "run.target_return": None},
+        "figure": "updates/s",
+    }
     return table
 
 
@@ -115,7 +127,11 @@ def measure(case: str, device: str, compiled: bool, warmup: int, iterations: int
             steps, grads = algo.env_steps - steps0, _grad_steps(algo) - grads0
         finally:
             algo.close()
-    value = steps * FRAME_SKIP / seconds if spec["figure"] == "frames/s" else grads / seconds
+    value = {
+        "frames/s": steps * FRAME_SKIP / seconds,
+        "env steps/s": steps / seconds,
+        "updates/s": grads / seconds,
+    }[spec["figure"]]
     return {
         "case": case,
         "device": device,
@@ -168,7 +184,11 @@ def run_in_subprocess(case: str, device: str, compiled: bool, args: argparse.Nam
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cases", nargs="+", default=["ppo", "sac", "dqn"])
+    parser.add_argument(
+        "--cases", nargs="+", default=["ppo-pong", "sac-halfcheetah", "dqn-pong"],
+        help="case names or prefixes (ppo-pong, sac-halfcheetah, dqn-pong, ppo-cartpole, "
+        "sac-pendulum)",
+    )  # fmt: skip
     parser.add_argument("--devices", nargs="+", default=None, help="default: cuda (if any) cpu")
     parser.add_argument("--compile", nargs="+", default=["off", "on"], choices=["off", "on"])
     parser.add_argument("--warmup", type=int, default=3, help="untimed iterations per run")

@@ -265,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not require_sb3():
         return 2
+    common.use_backend(args.backend)
     seeds = 1 if args.quick else args.seeds
     throughput_steps = 8192 if args.quick else args.throughput_steps
     if seeds < 1 or throughput_steps < 256 or throughput_steps % 256:

@@ -113,7 +113,7 @@ def shoal_run(workdir: Path, seed: int, budget: int) -> race.RaceRecord:
 def warm_up(workdir: Path) -> None:
     """Untimed: lazy imports (torch._dynamo on the first optimizer), allocator, evaluator; both
     libraries train past their learning_starts so that their gradient steps run too."""
-    learning_starts = getattr(build_config(tuned=TUNED), "learning_starts", 0)
+    learning_starts = build_config(tuned=TUNED).replay.learning_starts
     race.shoal_tuned_run(workdir, TUNED, 0, learning_starts + 256, solve=False)
     sb3_warm_up(ENV_ID, sb3_model, ZOO["learning_starts"] + 200, CRITERION)
 

@@ -9,7 +9,7 @@ process sees a GPU and the CPU otherwise, so a config runs unchanged on a laptop
 from __future__ import annotations
 
 import re
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 
@@ -101,3 +101,14 @@ def check_precision(precision: str, device: torch.device, field: str = "model.pr
             f"{field} = 'float16' needs a CUDA device (run.device is {device}); use bfloat16 "
             "on the CPU"
         )
+
+
+def scaler_state(scaler: torch.amp.GradScaler | None) -> dict[str, Any]:
+    """``{"scaler": its state}`` for a learner's checkpoint, or nothing without a scaler
+    (float16's loss scale and growth counters: exact resume needs them)."""
+    return {} if scaler is None else {"scaler": scaler.state_dict()}
+
+
+def load_scaler_state(scaler: torch.amp.GradScaler | None, state: dict[str, Any]) -> None:
+    if scaler is not None and "scaler" in state:
+        scaler.load_state_dict(state["scaler"])

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from shoal.cli import main
+from shoal.config import RenamedFieldWarning
 
 QUIET_SMALL = [
     "--env.num-envs", "4", "--num-steps", "16", "--minibatch-size", "32", "--num-epochs", "1",
@@ -137,3 +138,47 @@ def test_ctrl_c_in_a_real_process_saves_and_exits(tmp_path):
     assert "stopped: interrupted" in out
     latest = (run_dir / "checkpoints" / "latest").read_text().strip()
     assert (run_dir / "checkpoints" / latest / "state.pt").exists()
+
+
+DQN_SMALL = [
+    "--env", "CartPole-v1", "--env.num-envs", "2", "--rollout-steps", "8", "--total-steps", "32",
+    "--model.hidden", "16", "--run.eval-every-steps", "0", "--run.no-console",
+    "--run.no-tensorboard",
+]  # fmt: skip
+
+
+def test_replay_flags_and_their_old_names(tmp_path):
+    """Today's nested flags, and shoal 0.1's flat ones, which still work with a warning."""
+    new = tmp_path / "new"
+    args = ["train", "dqn", *DQN_SMALL, "--run-dir", str(new), "--replay.buffer-size", "300",
+            "--replay.prioritized", "rank", "--replay.learning-starts", "8",
+            "--replay.batch-size", "4"]  # fmt: skip
+    assert main(args) == 0
+    replay = json.loads((new / "config.json").read_text())["replay"]
+    assert (replay["buffer_size"], replay["prioritized"], replay["batch_size"]) == (300, "rank", 4)
+    old = tmp_path / "old"
+    args = ["train", "dqn", *DQN_SMALL, "--run-dir", str(old), "--buffer-size", "300",
+            "--replay", "uniform", "--learning-starts", "8", "--batch-size=4",
+            "--save-replay"]  # fmt: skip
+    with pytest.warns(RenamedFieldWarning) as caught:
+        assert main(args) == 0
+    assert "config field 'buffer_size' is now 'replay.buffer_size'" in str(caught[0].message)
+    replay = json.loads((old / "config.json").read_text())["replay"]
+    assert replay["buffer_size"] == 300 and replay["prioritized"] == "none"
+    assert replay["batch_size"] == 4 and replay["save"] is True
+
+
+def test_a_flag_no_version_had_is_refused_by_name(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "dqn", *DQN_SMALL, "--run-dir", str(tmp_path), "--bufer-size", "3"])
+    assert "--bufer-size" in capsys.readouterr().err
+
+
+def test_variant_blocks_on_the_command_line(tmp_path):
+    args = ["train", "a3c", "--env", "CartPole-v1", "--runners", "0", "--env.num-envs", "2",
+            "--a2c.num-steps", "8", "--a2c.optim.lr", "0.01", "--total-steps", "32",
+            "--run-dir", str(tmp_path / "a3c"), "--run.eval-every-steps", "0",
+            "--run.no-console", "--run.no-tensorboard"]  # fmt: skip
+    assert main(args) == 0
+    config = json.loads((tmp_path / "a3c" / "config.json").read_text())
+    assert config["a2c"]["num_steps"] == 8 and config["a2c"]["optim"]["lr"] == 0.01

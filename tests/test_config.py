@@ -7,7 +7,17 @@ import gymnasium as gym
 import pytest
 
 from shoal.algos.ppo import PPOConfig
-from shoal.config import EnvConfig, ModelConfig, OptimConfig, RunConfig, from_dict, replace, to_dict
+from shoal.config import (
+    EnvConfig,
+    ModelConfig,
+    OptimConfig,
+    RenamedFieldWarning,
+    ReplayConfig,
+    RunConfig,
+    from_dict,
+    replace,
+    to_dict,
+)
 from shoal.envs import env_spec
 from shoal.envs.multi_agent import PETTINGZOO_PREFIX, is_multi_agent_id, multi_agent_ids
 from shoal.errors import ConfigError
@@ -229,3 +239,54 @@ def test_yaml_blocks_start_from_the_algorithms_own_block_defaults():
     assert config.optim.max_grad_norm == DQNConfig().optim.max_grad_norm == 10.0
     assert config.model.activation == DQNConfig().model.activation == "relu"
     assert config.model.hidden == (32,)
+
+
+def test_old_flat_replay_fields_land_in_the_replay_block():
+    """Config files and overrides written for shoal 0.1's flat replay fields keep working, each
+    old name with a warning naming the new one; today's block is not mistaken for one."""
+    from shoal.algos.dqn import DQNConfig
+    from shoal.algos.sac import SACConfig
+
+    old = {"buffer_size": 500, "replay": "uniform", "save_replay": True, "n_step": 3}
+    with pytest.warns(RenamedFieldWarning) as caught:
+        config = from_dict(DQNConfig, {**old, "optim": {"lr": 0.01}})
+    assert config.replay == ReplayConfig(buffer_size=500, prioritized="none", save=True, n_step=3)
+    assert config.optim.lr == 0.01 and len(caught) == 4
+    assert "config field 'replay' is now 'replay.prioritized'" in str(caught[1].message)
+    with pytest.warns(RenamedFieldWarning):
+        assert replace(SACConfig(), batch_size=64).replay.batch_size == 64
+    config = from_dict(DQNConfig, {"replay": {"prioritized": "rank", "n_step": 2}})  # no warning
+    assert config.replay.prioritized == "rank" and config.replay.n_step == 2
+    with pytest.raises(ConfigError, match="unknown config field 'replay.bufer_size'"):
+        from_dict(DQNConfig, {"replay": {"bufer_size": 5}})
+
+
+def test_a_checkpoint_with_the_old_field_names_loads_and_resumes(tmp_path):
+    """A run directory written before the replay block (its config.json flat) resumes."""
+    import json
+
+    import shoal
+
+    overrides = {
+        "env.num_envs": 2,
+        "rollout_steps": 8,
+        "replay.learning_starts": 8,
+        "replay.batch_size": 4,
+        "model.hidden": (8,),
+        "run.eval_every_steps": 0,
+        "run.console": False,
+        "run.tensorboard": False,
+    }
+    result = shoal.train("dqn", total_steps=32, run_dir=str(tmp_path / "run"), **overrides)
+    for path in (result.checkpoint / "config.json", result.run_dir / "config.json"):
+        config = json.loads(path.read_text())
+        replay = config.pop("replay")
+        config.update({k: v for k, v in replay.items() if k not in ("prioritized", "save")})
+        config.update(replay="uniform", save_replay=replay["save"])
+        path.write_text(json.dumps(config))
+    with pytest.warns(RenamedFieldWarning):
+        policy = shoal.load(result.run_dir)
+    assert policy.config.replay.batch_size == 4
+    with pytest.warns(RenamedFieldWarning):
+        resumed = shoal.train(resume=result.run_dir, total_steps=64)
+    assert resumed.env_steps == 64

@@ -31,7 +31,15 @@ from shoal.config import (
     check_positive,
     check_replay_holds,
 )
-from shoal.device import check_precision, grad_scaler, resolve_device, to_device, to_host
+from shoal.device import (
+    check_precision,
+    grad_scaler,
+    load_scaler_state,
+    resolve_device,
+    scaler_state,
+    to_device,
+    to_host,
+)
 from shoal.losses import bootstrap_discount, n_step_return
 from shoal.nn.target import frozen_copy, soft_update
 from shoal.optim import minimize
@@ -182,6 +190,7 @@ class ActorCriticCore:
             "target_critic": self.target_critic.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "grad_steps": self.grad_steps,
+            **scaler_state(self.scaler),
         }
         if self.target_actor is not None:
             state["target_actor"] = self.target_actor.state_dict()
@@ -195,6 +204,7 @@ class ActorCriticCore:
             self.target_actor.load_state_dict(state["target_actor"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.grad_steps = int(state["grad_steps"])
+        load_scaler_state(self.scaler, state)
 
 
 class ActorCriticLearner:

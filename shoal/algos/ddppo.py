@@ -44,6 +44,7 @@ from shoal.config import (
     nested_block,
     unnest,
 )
+from shoal.device import to_device
 from shoal.distributed import DistributedError, require_ray
 from shoal.errors import ConfigError, NaNLossError
 from shoal.policy import ActorPolicy
@@ -268,7 +269,8 @@ class DDPPOLearner:
         self.runner.set_weights(weights)
 
     def learner_state(self) -> dict[str, Any]:
-        return self.learner.state_dict()
+        """Host copies: the state travels to the driver, which may have no GPU."""
+        return to_device(self.learner.state_dict(), torch.device("cpu"))
 
     def load_learner_state(self, state: dict[str, Any]) -> None:
         """Model and optimizer state (the same on every rank), then the sampler's weights."""

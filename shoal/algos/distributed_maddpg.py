@@ -62,6 +62,7 @@ from shoal.algos.off_policy import learn_from_replay, make_priorities
 from shoal.collect.ray import concat_episodes
 from shoal.config import EnvConfig, RunConfig, check, check_positive, nested_block, unnest
 from shoal.data.replay import ReplayBuffer
+from shoal.device import to_device
 from shoal.distributed import require_ray
 from shoal.envs.multi_agent import make_multi_agent_env
 from shoal.errors import ConfigError, NaNLossError
@@ -262,7 +263,8 @@ class LearnerWorker:
         return Trained(network_state(self.learner), metrics, updates, version)
 
     def state_dict(self) -> dict[str, Any]:
-        return self.learner.state_dict()
+        """Host copies: the state travels to the driver, which may have no GPU."""
+        return to_device(self.learner.state_dict(), torch.device("cpu"))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.learner.load_state_dict(state)

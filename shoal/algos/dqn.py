@@ -31,7 +31,15 @@ from shoal.config import (
     check_positive,
     check_replay_holds,
 )
-from shoal.device import check_precision, grad_scaler, resolve_device, to_device, to_host
+from shoal.device import (
+    check_precision,
+    grad_scaler,
+    load_scaler_state,
+    resolve_device,
+    scaler_state,
+    to_device,
+    to_host,
+)
 from shoal.losses import bootstrap_discount, n_step_return
 from shoal.losses.value_kinds import make_value_kind
 from shoal.nn.q_network import QNetwork
@@ -200,6 +208,7 @@ class DQNLearner:
             "target": self.target.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "grad_steps": self.grad_steps,
+            **scaler_state(self.scaler),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -207,6 +216,7 @@ class DQNLearner:
         self.target.load_state_dict(state["target"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.grad_steps = int(state["grad_steps"])
+        load_scaler_state(self.scaler, state)
 
 
 class DQN(ReplayAlgorithm):

@@ -21,7 +21,14 @@ from shoal.backend import place, uncompiled_copy
 from shoal.collect import make_sampler
 from shoal.config import check, check_positive
 from shoal.data.rollout import episode_starts, to_chunks
-from shoal.device import check_precision, grad_scaler, resolve_device, to_host
+from shoal.device import (
+    check_precision,
+    grad_scaler,
+    load_scaler_state,
+    resolve_device,
+    scaler_state,
+    to_host,
+)
 from shoal.losses import gae
 from shoal.nn.heads import apply_temperature
 from shoal.policy import ActorPolicy
@@ -155,7 +162,10 @@ def mean_metrics(rows: Iterable[dict[str, Any]]) -> dict[str, float]:
     one conversion per update, not one per step) or floats."""
     rows = list(rows)
     names = list(rows[0])
-    if isinstance(rows[0][names[0]], torch.Tensor):
+    tensors = isinstance(rows[0][names[0]], torch.Tensor)
+    if len(rows) == 1 and not tensors:
+        return {name: float(value) for name, value in rows[0].items()}
+    if tensors:
         table = torch.stack([torch.stack([row[k] for k in names]).float() for row in rows])
         return dict(zip(names, table.mean(0).tolist(), strict=True))
     table = np.array([[row[k] for k in names] for row in rows], dtype=np.float64)
@@ -200,17 +210,24 @@ class ModelLearner:
         cached = getattr(self, "_weight_entries", None)
         if cached is None or cached[0] is not self.model:
             cached = self._weight_entries = (self.model, self.model.state_dict(keep_vars=True))
+        if self.device.type == "cpu":
+            return {name: tensor.detach() for name, tensor in cached[1].items()}
         return to_host(cached[1])
 
     def set_weights(self, weights: dict[str, torch.Tensor]) -> None:
         self.model.load_state_dict(weights)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            **scaler_state(getattr(self, "scaler", None)),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        load_scaler_state(getattr(self, "scaler", None), state)
 
 
 class OnPolicyAlgorithm:
