@@ -26,8 +26,9 @@ PPO Atari with EnvPool 1,022 frames/s and LeanRL's torch.compile + CUDA-graph ve
 SAC 127 (CleanRL) and 725 (LeanRL) updates/s.
 
 Usage: ``python benchmarks/gpu.py [--cases ppo sac dqn] [--devices cuda cpu] [--compile off
-on] [--iterations 20] [--json out.json] [--quick]`` (needs ``pip install -e '.[atari,mujoco]'``;
-without a GPU, ``--devices cpu`` measures the CPU rows alone). See benchmarks/README.md.
+on] [--precisions float32 bfloat16] [--iterations 20] [--json out.json] [--quick]`` (needs
+``pip install -e '.[atari,mujoco]'``; without a GPU, ``--devices cpu`` measures the CPU rows
+alone). See benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ def cases() -> dict[str, dict[str, Any]]:
             "tuned": "ppo-pong",
             "overrides": {**quiet, "env.num_envs": envs},
             "figure": "frames/s",
+            "image": True,
         }
     for batch in (256, 1024):
         table[f"sac-halfcheetah-{batch}"] = {
@@ -80,6 +82,7 @@ def cases() -> dict[str, dict[str, Any]]:
         "tuned": "dqn-pong",
         "overrides": {**quiet, "replay.learning_starts": 2_000, "replay.buffer_size": 50_000},
         "figure": "updates/s",
+        "image": True,
     }
     table["ppo-cartpole"] = {
         "tuned": "ppo-cartpole",
@@ -94,7 +97,9 @@ def cases() -> dict[str, dict[str, Any]]:
     return table
 
 
-def measure(case: str, device: str, compiled: bool, warmup: int, iterations: int) -> dict:
+def measure(
+    case: str, device: str, compiled: bool, warmup: int, iterations: int, precision: str
+) -> dict:
     """One case in this process: build, warm up, time ``iterations`` training iterations."""
     import torch
 
@@ -105,6 +110,8 @@ def measure(case: str, device: str, compiled: bool, warmup: int, iterations: int
 
     spec = cases()[case]
     overrides = {**spec["overrides"], "run.device": device, "run.compile": compiled}
+    if precision != "float32":  # only the image encoders take a mixed precision
+        overrides["model.precision"] = precision
     with tempfile.TemporaryDirectory() as tmp:
         overrides["run.run_dir"] = tmp
         config = shoal.api.build_config(tuned=spec["tuned"], **overrides)
@@ -136,6 +143,7 @@ def measure(case: str, device: str, compiled: bool, warmup: int, iterations: int
         "case": case,
         "device": device,
         "compile": compiled,
+        "precision": precision,
         "figure": spec["figure"],
         "value": value,
         "env_steps_per_s": steps / seconds,
@@ -159,7 +167,9 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
-def run_in_subprocess(case: str, device: str, compiled: bool, args: argparse.Namespace) -> dict:
+def run_in_subprocess(
+    case: str, device: str, compiled: bool, precision: str, args: argparse.Namespace
+) -> dict:
     command = [
         sys.executable,
         __file__,
@@ -173,12 +183,20 @@ def run_in_subprocess(case: str, device: str, compiled: bool, args: argparse.Nam
         str(args.warmup),
         "--iterations",
         str(args.iterations),
+        "--precisions",
+        precision,
     ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
         tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-        return {"case": case, "device": device, "compile": compiled, "error": " | ".join(tail)}
+        return {
+            "case": case,
+            "device": device,
+            "compile": compiled,
+            "precision": precision,
+            "error": " | ".join(tail),
+        }
     return json.loads(lines[-1])
 
 
@@ -191,6 +209,10 @@ def main() -> int:
     )  # fmt: skip
     parser.add_argument("--devices", nargs="+", default=None, help="default: cuda (if any) cpu")
     parser.add_argument("--compile", nargs="+", default=["off", "on"], choices=["off", "on"])
+    parser.add_argument(
+        "--precisions", nargs="+", default=["float32"], choices=["float32", "bfloat16", "float16"],
+        help="model.precision of the image cases (Pong); the others run in float32",
+    )  # fmt: skip
     parser.add_argument("--warmup", type=int, default=3, help="untimed iterations per run")
     parser.add_argument("--iterations", type=int, default=10, help="timed iterations per run")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per run")
@@ -202,7 +224,7 @@ def main() -> int:
         args.warmup, args.iterations = 1, 2
     if args.one:  # a child process: one measurement as one JSON line
         result = measure(args.one, args.devices[0], args.compile[0] == "on", args.warmup,
-                         args.iterations)  # fmt: skip
+                         args.iterations, args.precisions[0])  # fmt: skip
         print(json.dumps(result))
         return 0
     import torch
@@ -214,11 +236,15 @@ def main() -> int:
     print(f"{machine}, {os.cpu_count()} CPUs, torch {torch.__version__}, GPU: {gpu}")
     results = []
     for name in names:
+        precisions = args.precisions if cases()[name].get("image") else ["float32"]
         for device in devices:
-            for mode in args.compile:
-                result = run_in_subprocess(name, device, mode == "on", args)
-                results.append(result)
-                print(_line(result), flush=True)
+            for precision in precisions:
+                if precision == "float16" and device == "cpu":
+                    continue  # float16 autocast trains on CUDA only
+                for mode in args.compile:
+                    result = run_in_subprocess(name, device, mode == "on", precision, args)
+                    results.append(result)
+                    print(_line(result), flush=True)
     print(_table(results))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
@@ -226,32 +252,41 @@ def main() -> int:
 
 
 def _line(r: dict) -> str:
-    label = f"{r['case']:<22} {r['device']:<5} compile {'on ' if r['compile'] else 'off'}"
+    label = (
+        f"{r['case']:<20} {r['device']:<5} {r['precision']:<8}"
+        f" compile {'on ' if r['compile'] else 'off'}"
+    )
     if "error" in r:
         return f"{label}  failed: {r['error']}"
+    extra = [f"{r['env_steps_per_s']:,.0f} env steps/s"]
+    if r["updates_per_s"]:
+        extra.append(f"{r['updates_per_s']:,.1f} updates/s")
     return (
-        f"{label}  {r['value']:>10,.0f} {r['figure']:<9} ({r['env_steps_per_s']:,.0f} env steps/s,"
-        f" {r['updates_per_s']:,.1f} updates/s; start-up {r['startup_s']:.1f} s)"
+        f"{label}  {r['value']:>10,.0f} {r['figure']:<11}"
+        f" ({', '.join(extra)}; start-up {r['startup_s']:.1f} s)"
     )
 
 
 def _table(results: list[dict]) -> str:
     rows = [
         "",
-        "| case | device | compile | figure | start-up s | target |",
-        "|---|---|---|---|---|---|",
+        "| case | device | precision | compile | figure | start-up s | target |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in results:
         if "error" in r:
-            rows.append(f"| {r['case']} | {r['device']} | {r['compile']} | failed | | |")
+            rows.append(
+                f"| {r['case']} | {r['device']} | {r['precision']} | {r['compile']} | failed | | |"
+            )
             continue
         unit, goal = TARGETS.get(r["case"], ("", None))
         target = ""
         if goal is not None and r["device"] == "cuda":
             target = f">= {goal:,.0f} {unit}: {'PASS' if r['value'] >= goal else 'FAIL'}"
         rows.append(
-            f"| {r['case']} | {r['device']} | {'on' if r['compile'] else 'off'} | "
-            f"{r['value']:,.0f} {r['figure']} | {r['startup_s']:.1f} | {target} |"
+            f"| {r['case']} | {r['device']} | {r['precision']} | "
+            f"{'on' if r['compile'] else 'off'} | {r['value']:,.0f} {r['figure']} | "
+            f"{r['startup_s']:.1f} | {target} |"
         )
     return "\n".join(rows)
 

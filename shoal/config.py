@@ -355,6 +355,21 @@ def unnest(block: T, **changes: Any) -> T:
     return cls(**{**values, **changes})
 
 
+def check_block(owner: Any, field: str) -> Any:
+    """Validate ``owner``'s `nested_block` ``field`` with ``owner``'s run and env, and return
+    the plain config it stands for (`unnest`). The block's own run and env must be left at
+    their defaults, and a failed check of the block names ``Owner.field.name``."""
+    block = getattr(owner, field)
+    plain = type(block).__mro__[1] if is_nested(block) else type(block)
+    untouched = block.run == RunConfig() and block.env == plain().env
+    check(owner, field, untouched, f"set run and env at the top level, not in {field}")
+    try:
+        return unnest(block, run=owner.run, env=owner.env)
+    except ConfigError as exc:
+        prefix = f"{type(owner).__name__}.{field}."
+        raise ConfigError(str(exc).replace(f"{plain.__name__}.", prefix, 1)) from None
+
+
 def check_replay_holds(owner: object, num_envs: int) -> None:
     """``owner.replay.buffer_size`` must hold the n-step windows of ``num_envs`` envs (left
     to the variant for a `nested_block`)."""

@@ -7,8 +7,8 @@ from threadpoolctl import threadpool_limits
 
 
 def set_compute_threads(threads: int) -> None:
-    """Set torch's intra-op threads and NumPy's BLAS threads (the matmuls of the direct path,
-    `shoal.nn.direct_grad`) to ``threads``, for this process.
+    """Set torch's intra-op threads and NumPy's BLAS threads (the matmuls of the NumPy
+    backend, `shoal.fast`) to ``threads``, for this process.
 
     OpenBLAS otherwise starts a thread per core for matrices as small as 256 x 64: slower on
     these sizes when the machine is idle, and far slower when another process holds a core

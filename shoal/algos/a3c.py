@@ -36,13 +36,14 @@ from shoal.config import (
     Renamed,
     RunConfig,
     check,
+    check_block,
     check_positive,
     nested_block,
     unnest,
 )
 from shoal.device import resolve_device
 from shoal.distributed import require_ray
-from shoal.errors import ConfigError, NaNLossError
+from shoal.errors import NaNLossError
 from shoal.losses.objectives import PolicyOutputs, a2c_objective
 from shoal.nn import ActorCritic, build_actor_critic
 from shoal.nn.heads import apply_temperature
@@ -102,12 +103,7 @@ class A3CConfig:
     def __post_init__(self) -> None:
         if self.grads_per_iteration is not None:
             check_positive(self, "grads_per_iteration")
-        untouched = self.a2c.run == RunConfig() and self.a2c.env == A2CConfig().env
-        check(self, "a2c", untouched, "set run and env at the top level, not in a2c")
-        try:
-            a2c = self.learner_config()
-        except ConfigError as exc:  # A2C's own checks, with the real env and run
-            raise ConfigError(str(exc).replace("A2CConfig.", "A3CConfig.a2c.", 1)) from None
+        a2c = check_block(self, "a2c")  # A2C's own checks, with the real env and run
         check(a2c, "model", a2c.model.lstm_hidden is None, "A3C has no recurrent models yet")
         check(
             a2c.model,

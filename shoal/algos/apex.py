@@ -51,6 +51,7 @@ from shoal.config import (
     ReplayConfig,
     RunConfig,
     check,
+    check_block,
     check_choices,
     check_positive,
     nested_block,
@@ -152,14 +153,7 @@ class ApexConfig:
         check(self, "exploration_alpha", self.exploration_alpha >= 0, "must be >= 0")
         if self.training_intensity is not None:
             check_positive(self, "training_intensity")
-        base = getattr(self, self.LEARNER)
-        untouched = base.run == RunConfig() and base.env == type(base).__mro__[1]().env
-        check(self, self.LEARNER, untouched, "set run and env at the top level, not here")
-        try:
-            learner = self.learner_config()
-        except ConfigError as exc:  # the learner's own checks, with the real env and run
-            name = type(base).__name__
-            raise ConfigError(str(exc).replace(f"{name}.", f"{type(self).__name__}.", 1)) from None
+        learner = check_block(self, self.LEARNER)  # its own checks, with the real env and run
         replay = learner.replay
         check(
             replay,

@@ -132,16 +132,7 @@ class ApexActor:
         if self.ddpg:
             self.model.random_actions.fill_(random_actions)
         rollout, episodes = self.runner.sample()
-        mask = rollout.action_mask
-        self.windows.extend(
-            rollout.obs.numpy(),
-            rollout.actions.numpy(),
-            rollout.rewards.numpy(),
-            rollout.terminated.numpy(),
-            rollout.truncated.numpy(),
-            rollout.valid.numpy(),
-            None if mask is None else mask.numpy(),
-        )
+        self.windows.extend(*rollout.transitions())
         batch = self._completed_windows(len(rollout.rewards))
         priorities = None
         if batch is not None and self.config.worker_side_prioritization:

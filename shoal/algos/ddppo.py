@@ -40,13 +40,14 @@ from shoal.config import (
     Renamed,
     RunConfig,
     check,
+    check_block,
     check_positive,
     nested_block,
     unnest,
 )
 from shoal.device import to_device
 from shoal.distributed import DistributedError, require_ray
-from shoal.errors import ConfigError, NaNLossError
+from shoal.errors import NaNLossError
 from shoal.policy import ActorPolicy
 from shoal.schedules import scheduled
 from shoal.seeding import derive_seed
@@ -104,12 +105,7 @@ class DDPPOConfig:
             self.run.runners == 0,
             "DD-PPO learners sample their own envs; set num_learners instead of run.runners",
         )
-        untouched = self.ppo.run == RunConfig() and self.ppo.env == PPOConfig().env
-        check(self, "ppo", untouched, "set run and env at the top level, not in ppo")
-        try:
-            ppo = self.learner_config()
-        except ConfigError as exc:  # PPO's own checks, with the real env and run
-            raise ConfigError(str(exc).replace("PPOConfig.", "DDPPOConfig.ppo.", 1)) from None
+        ppo = check_block(self, "ppo")  # PPO's own checks, with the real env and run
         model = ppo.model
         check(ppo, "model", model.lstm_hidden is None, "DD-PPO has no recurrent models yet")
         check(

@@ -60,7 +60,15 @@ from shoal.algos.maddpg import (
 )
 from shoal.algos.off_policy import learn_from_replay, make_priorities
 from shoal.collect.ray import concat_episodes
-from shoal.config import EnvConfig, RunConfig, check, check_positive, nested_block, unnest
+from shoal.config import (
+    EnvConfig,
+    RunConfig,
+    check,
+    check_block,
+    check_positive,
+    nested_block,
+    unnest,
+)
 from shoal.data.replay import ReplayBuffer
 from shoal.device import to_device
 from shoal.distributed import require_ray
@@ -99,9 +107,7 @@ class DistributedMADDPGConfig:
     def __post_init__(self) -> None:
         check_positive(self, "num_learners", "sync_every")
         check(self, "run", self.run.runners >= 1, "run.runners (collectors) must be >= 1")
-        untouched = self.maddpg.run == RunConfig() and self.maddpg.env == MADDPGConfig().env
-        check(self, "maddpg", untouched, "set run and env at the top level, not in maddpg")
-        self.learner_config()  # MADDPG's own checks, with the real env (buffer_size, ...)
+        check_block(self, "maddpg")  # MADDPG's own checks, with the real env (buffer_size, ...)
 
     def learner_config(self) -> MADDPGConfig:
         """The `MADDPGConfig` of collectors and learners: ``maddpg`` with ``run`` and ``env``."""

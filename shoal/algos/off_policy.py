@@ -158,15 +158,7 @@ class ReplayAlgorithm:
         metrics = self.explore()
         self.sampler.set_weights(self.learner.get_weights())
         rollout, episodes = self.sampler.sample()
-        self.replay.extend(
-            rollout.obs.numpy(),
-            rollout.actions.numpy(),
-            rollout.rewards.numpy(),
-            rollout.terminated.numpy(),
-            rollout.truncated.numpy(),
-            rollout.valid.numpy(),
-            None if rollout.action_mask is None else rollout.action_mask.numpy(),
-        )
+        self.replay.extend(*rollout.transitions())
         self.env_steps += rollout.rewards.numel()
         self.iteration += 1
         if self.env_steps > cfg.replay.learning_starts and self.replay.num_sampleable() > 0:
