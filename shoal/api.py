@@ -8,6 +8,7 @@ from typing import Any
 from shoal.config import EnvConfig, from_dict, replace
 from shoal.envs import VectorEnv
 from shoal.envs import make_env as _make_env
+from shoal.envs.spaces import space_from_json
 from shoal.policy import ActorPolicy
 from shoal.registry import algorithm_for_config, find_tuned, get_algorithm
 from shoal.train.checkpoint import incompatible, load_checkpoint
@@ -71,17 +72,28 @@ def load(path: str | Path) -> ActorPolicy:
     checkpoint = load_checkpoint(path)
     spec = get_algorithm(checkpoint.meta["algo"])
     config = from_dict(spec.config_cls, checkpoint.config)
-    probe = _make_env(replace(config.env, num_envs=1, vectorization="sync"))
-    try:
-        model = spec.build_model(config, probe.observation_space, probe.action_space)
-    finally:
+    spaces = checkpoint.meta.get("spaces")
+    if spaces:  # recorded by the run: no env needed
+        observation_space = space_from_json(spaces["observation"])
+        action_space = space_from_json(spaces["action"])
+    else:  # a checkpoint from before spaces were recorded: read them off the env
+        probe = _make_env(replace(config.env, num_envs=1, vectorization="sync"))
+        observation_space, action_space = probe.observation_space, probe.action_space
         probe.close()
+    model = spec.build_model(config, observation_space, action_space)
     try:
         policy_state = checkpoint.state["algorithm"]["policy"]
         model.load_state_dict(policy_state["model"])
     except (KeyError, RuntimeError) as exc:
         raise incompatible(checkpoint.path, exc) from exc
-    return ActorPolicy(model, policy_state["obs_stats"], config.env.clip_obs, config)
+    return ActorPolicy(
+        model,
+        policy_state["obs_stats"],
+        config.env.clip_obs,
+        config,
+        observation_space=observation_space,
+        action_space=action_space,
+    )
 
 
 def make_env(env: str | EnvConfig, num_envs: int | None = None, **kwargs: Any) -> VectorEnv:

@@ -160,12 +160,10 @@ def renamed_flags(cls: type, argv: list[str]) -> list[str]:
 
 
 def _print_result(result) -> None:
-    solved = " (target reached)" if result.solved else ""
-    ret = "n/a" if result.eval_return is None else f"{result.eval_return:.1f}"
     console.print(
-        f"stopped: {result.stop_reason}{solved} after {result.env_steps:,} env steps in "
-        f"{result.wall_s:.1f} s ({result.train_s:.1f} s training)\n"
-        f"eval return: {ret}\n"
+        f"stopped:     {result.stop_detail}\n"
+        f"time:        {_times(result)}\n"
+        f"eval return: {_eval_text(result)}\n"
         f"run:         {result.run_dir}\n"
         f"checkpoint:  {result.checkpoint}\n"
         f"evaluate:    shoal eval {result.run_dir}\n"
@@ -174,11 +172,33 @@ def _print_result(result) -> None:
     )
 
 
+def _times(result) -> str:
+    """This process's wall-clock and training seconds, and the whole run's training seconds
+    when it was resumed."""
+    session_train = result.train_s if result.session_train_s is None else result.session_train_s
+    text = f"{result.wall_s:.1f} s in this process, {session_train:.1f} s of it training"
+    if result.resumed_from is not None:
+        text += f"; {result.train_s:.1f} s training over the whole run"
+    return text
+
+
+def _eval_text(result) -> str:
+    if result.eval_return is None:
+        return "none (run.eval_every_steps is 0)"
+    text = f"{result.eval_return:.1f}"
+    if result.eval_step is not None:
+        text += f" at env step {result.eval_step:,}"
+        if result.eval_step != result.env_steps:
+            text += f" (the run ended at {result.env_steps:,})"
+    return text
+
+
 def _eval(args: argparse.Namespace) -> int:
     from shoal.api import load
     from shoal.config import replace
     from shoal.envs import make_env
-    from shoal.train.evaluate import evaluate, record_video
+    from shoal.train.evaluate import evaluate
+    from shoal.train.video import record_video
 
     policy = load(args.run_dir)
     # Raw observations (the policy applies its frozen statistics); whole Atari games with
@@ -203,12 +223,12 @@ def _eval(args: argparse.Namespace) -> int:
             replace(env_config, num_envs=1, vectorization="sync"), render_mode="rgb_array"
         )
         try:
-            frames = record_video(policy, video_env, Path(args.video), args.seed)
+            video = record_video(policy, video_env, Path(args.video), args.seed)
         except ImportError as exc:
             raise ShoalError(f"rendering needs an extra package: {exc}") from exc
         finally:
             video_env.close()
-        console.print(f"video: {args.video} ({frames} frames)", highlight=False)
+        console.print(f"video: {video.describe()}", highlight=False)
     return 0
 
 

@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, TypeVar
 
+import numpy as np
+
 from shoal.device import DEVICE_NAMES, valid_device_name
 from shoal.errors import ConfigError
 
@@ -509,7 +511,7 @@ def from_dict(cls: type[T], data: dict[str, Any], path: str = "", base: T | None
             block = getattr(base, name) if base is not None else _default(fields[name])
             kwargs[name] = from_dict(hints[name], value, where, base=block)
         else:
-            kwargs[name] = _coerce(hints[name], value, where)
+            kwargs[name] = _coerce(hints[name], value, f"{cls.__name__}.{name}")
     return dataclasses.replace(base, **kwargs) if base is not None else cls(**kwargs)
 
 
@@ -521,19 +523,113 @@ def _default(field: dataclasses.Field) -> Any:
 
 
 def _coerce(hint: Any, value: Any, path: str) -> Any:
+    """``value`` as the type ``hint`` names (YAML and JSON give ints for floats, lists for
+    tuples, strings such as ``1e-3`` for numbers), or a `ConfigError` naming the field, the
+    expected type and what was given."""
     origin = typing.get_origin(hint)
     if dataclasses.is_dataclass(hint):
-        return from_dict(hint, value, path)
+        return value if dataclasses.is_dataclass(value) else from_dict(hint, value, path)
+    if hint is Any or isinstance(hint, typing.TypeVar):
+        return value
     if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        options = typing.get_args(hint)
         if value is None:
-            return None
-        return _coerce(args[0], value, path) if len(args) == 1 else value
-    if origin is tuple and isinstance(value, (list, tuple)):
-        return tuple(value)
-    if hint is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
+            if type(None) in options:
+                return None
+            raise _type_error(hint, value, path)
+        for option in (a for a in options if a is not type(None)):
+            try:
+                return _coerce(option, value, path)
+            except ConfigError:
+                continue
+        raise _type_error(hint, value, path)
+    if origin is typing.Literal:
+        choices = typing.get_args(hint)
+        if value in choices:
+            return value
+        raise ConfigError(f"{path} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+    if origin is tuple:
+        args = typing.get_args(hint)
+        if not isinstance(value, (list, tuple)):
+            raise _type_error(hint, value, path)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_coerce(args[0], v, f"{path}[{i}]") for i, v in enumerate(value))
+        if args and len(args) != len(value):
+            raise _type_error(hint, value, path)
+        if not args:
+            return tuple(value)
+        pairs = enumerate(zip(args, value, strict=True))
+        return tuple(_coerce(a, v, f"{path}[{i}]") for i, (a, v) in pairs)
+    if origin in (list, dict):
+        if not isinstance(value, origin):
+            raise _type_error(hint, value, path)
+        args = typing.get_args(hint)
+        if origin is list:
+            item = args[0] if args else Any
+            return [_coerce(item, v, f"{path}[{i}]") for i, v in enumerate(value)]
+        item = args[1] if len(args) == 2 else Any
+        return {k: _coerce(item, v, f"{path}.{k}") for k, v in value.items()}
+    if hint is bool:
+        if isinstance(value, (bool, np.bool_)):
+            return bool(value)
+        raise _type_error(hint, value, path)
+    if hint is int:
+        number = _number(value)
+        if isinstance(number, int) or (isinstance(number, float) and number.is_integer()):
+            return int(number)
+        raise _type_error(hint, value, path)
+    if hint is float:
+        number = _number(value)
+        if number is None:
+            raise _type_error(hint, value, path)
+        return float(number)
+    if hint is str:
+        if isinstance(value, str):
+            return value
+        raise _type_error(hint, value, path)
     return value
+
+
+def _number(value: Any) -> int | float | None:
+    """An int or float from a number or a numeric string (YAML reads ``1e-3`` as a string);
+    None for anything else, booleans included."""
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
+def _type_error(hint: Any, value: Any, path: str) -> ConfigError:
+    return ConfigError(f"{path} must be {_type_name(hint)}, got {value!r} ({type(value).__name__})")
+
+
+def _type_name(hint: Any) -> str:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(hint))
+    if origin is typing.Literal:
+        return "one of " + ", ".join(map(repr, typing.get_args(hint)))
+    if origin is tuple:
+        args = typing.get_args(hint)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return f"a list of {_type_name(args[0])}"
+        return "a list of " + str(len(args)) + " values"
+    if origin is dict:
+        return "a mapping"
+    if origin is list:
+        return "a list"
+    if hint is type(None):
+        return "null"
+    names = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+    return names.get(hint, getattr(hint, "__name__", str(hint)))
 
 
 def replace(config: T, **changes: Any) -> T:
@@ -553,6 +649,10 @@ def replace(config: T, **changes: Any) -> T:
             close = difflib.get_close_matches(name, names, n=3)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
             raise ConfigError(f"unknown config field {name!r} for {type(config).__name__}{hint}")
+    hints = typing.get_type_hints(type(config))
+    prefix = type(config).__name__
+    for name, value in flat.items():
+        flat[name] = _coerce(hints[name], value, f"{prefix}.{name}")
     for head, sub in nested.items():
         flat[head] = replace(getattr(config, head), **sub)
     return dataclasses.replace(config, **flat)

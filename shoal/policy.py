@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
 
 from shoal.envs.normalize import RunningMeanStd, normalize
+from shoal.errors import ShoalError
 
 
 class ActorPolicy:
@@ -25,10 +27,16 @@ class ActorPolicy:
         obs_stats: dict[str, Any] | None = None,
         clip_obs: float = 10.0,
         config: Any = None,
+        observation_space: gym.Space | None = None,
+        action_space: gym.Space | None = None,
     ):
         self.model = model.cpu().eval()
         self.config = config
         """The training config, when loaded from a run (``shoal.load``)."""
+        self.observation_space = observation_space
+        """What one observation looks like, when known (``shoal.load``): `act` then also
+        takes a single observation, and names the expected shape when given another."""
+        self.action_space = action_space
         self.obs_stats: RunningMeanStd | None = None
         if obs_stats is not None:
             self.obs_stats = RunningMeanStd()
@@ -42,15 +50,41 @@ class ActorPolicy:
         deterministic: bool = True,
         episode_start: np.ndarray | None = None,
     ) -> np.ndarray:
-        """Actions for a batch of observations ``[B, ...]``.
+        """Actions for a batch of observations ``[B, ...]``, or the action for a single
+        observation (when the policy knows its observation space, as ``shoal.load``'s does).
 
         ``episode_start`` ``[B]`` (bool): True where ``obs`` is the first observation of a
         new episode. A recurrent policy (LSTM actor-critic, QMIX's GRU agents) starts those
         rows from a zero state; without it, its state runs on from the previous call (zero at
         the first call and when ``B`` changes). Feed-forward policies ignore it."""
+        single = self._is_single(obs)
+        if single:
+            obs = np.asarray(obs)[None]
+            if episode_start is not None:
+                episode_start = np.asarray(episode_start).reshape(1)
         if episode_start is not None and hasattr(self.model, "reset_state"):
             self.model.reset_state(torch.as_tensor(np.asarray(episode_start), dtype=torch.bool))
         if self.obs_stats is not None:
             obs = normalize(obs, self.obs_stats, self.clip_obs)
         dist = self.model.distribution(torch.as_tensor(obs))
-        return (dist.mode() if deterministic else dist.sample()).numpy()
+        actions = (dist.mode() if deterministic else dist.sample()).numpy()
+        return actions[0] if single else actions
+
+    def _is_single(self, obs: Any) -> bool:
+        """Whether ``obs`` is one observation rather than a batch; refuses anything else with
+        the shapes it expected."""
+        space = self.observation_space
+        if space is None or not isinstance(space, (gym.spaces.Box, gym.spaces.Discrete,
+                                                   gym.spaces.MultiBinary,
+                                                   gym.spaces.MultiDiscrete)):  # fmt: skip
+            return False
+        shape = np.shape(obs)
+        if shape == space.shape:
+            return True
+        if shape[1:] == space.shape and len(shape) == len(space.shape) + 1:
+            return False
+        batch = "(B" + "".join(f", {size}" for size in space.shape) + ")"
+        raise ShoalError(
+            f"policy.act expects one observation of shape {space.shape} or a batch of shape "
+            f"{batch}, got an array of shape {shape}"
+        )

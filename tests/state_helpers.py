@@ -37,8 +37,13 @@ def assert_states_equal(got, want):
 
 
 def metric_rows(run_dir):
-    """The logged metrics of a run, one dict per iteration, without the timing (perf/*)."""
+    """The logged metrics of a run, one dict per iteration, without the timing (perf/*) and
+    without the final evaluations (``eval/final``: a run stopped and resumed has one more, at
+    the step where it stopped)."""
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines]
     return [
-        {k: v for k, v in json.loads(line).items() if not k.startswith("perf/")} for line in lines
+        {k: v for k, v in row.items() if not k.startswith("perf/")}
+        for row in rows
+        if "eval/final" not in row
     ]

@@ -147,12 +147,7 @@ def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
     Ray runners, which build their envs in other processes."""
     module, sep, name = env_id.rpartition(":")
     if sep:
-        try:
-            importlib.import_module(module)
-        except ImportError as exc:
-            raise UnknownEnvError(
-                f"environment id {env_id!r}: cannot import module {module!r} ({exc})"
-            ) from exc
+        import_env_module(module, env_id)
         env_id = name
     try:
         return gym.spec(env_id)
@@ -165,6 +160,54 @@ def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
         raise UnknownEnvError(
             f"unknown environment id {env_id!r}.{hint} (`shoal list --envs` shows all ids)"
         ) from exc
+
+
+_IMPORT_DIRS: list[str] = []
+
+
+def import_env_module(module: str, env_id: str) -> None:
+    """Import the module of a ``module:EnvId`` id, looking in the working directory too (as
+    ``python -m`` and ``python script.py`` do, which the ``shoal`` command does not); the
+    directory that made the import work is remembered (`import_dirs`) so that checkpoints
+    can record it for ``shoal eval`` and ``shoal.load`` run from elsewhere."""
+    try:
+        importlib.import_module(module)
+        return
+    except ModuleNotFoundError as exc:
+        top = module.partition(".")[0]
+        cwd = os.getcwd()
+        if exc.name != top or cwd in sys.path:
+            raise _import_error(module, env_id, exc) from exc
+        sys.path.insert(0, cwd)
+        try:
+            importlib.import_module(module)
+        except ImportError as retry:
+            sys.path.remove(cwd)
+            raise _import_error(module, env_id, retry) from retry
+        if cwd not in _IMPORT_DIRS:
+            _IMPORT_DIRS.append(cwd)
+    except ImportError as exc:
+        raise _import_error(module, env_id, exc) from exc
+
+
+def _import_error(module: str, env_id: str, exc: ImportError) -> UnknownEnvError:
+    return UnknownEnvError(
+        f"environment id {env_id!r}: cannot import module {module!r} ({exc}). Run shoal from "
+        f"the directory that holds {module.partition('.')[0]}, or add that directory to "
+        "PYTHONPATH"
+    )
+
+
+def import_dirs() -> list[str]:
+    """Directories added to ``sys.path`` to import env modules in this process."""
+    return list(_IMPORT_DIRS)
+
+
+def add_import_dirs(dirs: list[str]) -> None:
+    """Make a checkpoint's recorded env-module directories importable (those that exist)."""
+    for directory in dirs:
+        if os.path.isdir(directory) and directory not in sys.path:
+            sys.path.append(directory)
 
 
 def _register_ale_envs() -> bool:

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from shoal.envs.gym import add_import_dirs
 from shoal.errors import CheckpointError
 
 FORMAT_VERSION = 1
@@ -71,14 +72,16 @@ def save_checkpoint(
     config: dict[str, Any],
     state: dict[str, Any],
     keep: int = 3,
+    extra_meta: dict[str, Any] | None = None,
 ) -> Path:
-    """Write a checkpoint for env step ``step`` and prune all but the ``keep`` newest."""
+    """Write a checkpoint for env step ``step`` and prune all but the ``keep`` newest.
+    ``extra_meta`` goes into ``meta.json`` (JSON data: the policy's spaces, import paths)."""
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:012d}"
     tmp = root / f".tmp-{uuid.uuid4().hex}"
     tmp.mkdir()
-    meta = {"format_version": FORMAT_VERSION, "algo": algo, "env_steps": step}
+    meta = {"format_version": FORMAT_VERSION, "algo": algo, "env_steps": step, **(extra_meta or {})}
     try:
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
         (tmp / "config.json").write_text(json.dumps(config, indent=2))
@@ -136,6 +139,8 @@ def load_checkpoint(path: str | Path, algo: str | None = None) -> Checkpoint:
             f"checkpoint {ckpt} has format version {version}; this shoal reads version "
             f"{FORMAT_VERSION}. Use the shoal version that wrote it."
         )
+    # Custom env modules imported from a run's working directory import again from here.
+    add_import_dirs(meta.get("import_dirs", []))
     if algo is not None and meta.get("algo") != algo:
         raise CheckpointError(
             f"checkpoint {ckpt} was written by {meta.get('algo')!r}, not {algo!r}"

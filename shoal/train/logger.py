@@ -87,9 +87,16 @@ class JsonlLogger:
     distinguishable from a missing one; ``float()`` turns each of them back into the number.
     """
 
-    def __init__(self, path: str | os.PathLike[str], append: bool = False) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], append: bool = False, resume_step: int | None = None
+    ) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.lost_steps = 0
+        """How far the file ran past ``resume_step`` (rows dropped on resume)."""
+        if resume_step is not None and self.path.exists():
+            append = True
+            self.lost_steps = _truncate_jsonl(self.path, resume_step)
         # The file stays open for the whole run (closed in close()), hence no `with` block.
         # A resumed run appends, so its log continues the original one.
         self._file = open(self.path, "a" if append else "w", encoding="utf-8")  # noqa: SIM115
@@ -127,12 +134,19 @@ class CsvLogger:
     Rewriting is fine because new keys are rare and metric files are small.
     """
 
-    def __init__(self, path: str | os.PathLike[str], append: bool = False) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], append: bool = False, resume_step: int | None = None
+    ) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fields: list[str] = ["step"]
         # The header is written with the first row, whose keys are the first columns we know.
         self._header_written = False
+        self.lost_steps = 0
+        """How far the file ran past ``resume_step`` (rows dropped on resume)."""
+        if resume_step is not None and self.path.exists():
+            append = True
+            self.lost_steps = _truncate_csv(self.path, resume_step)
         if append and self.path.exists() and self.path.stat().st_size:
             # A resumed run continues the file under its existing header.
             with open(self.path, newline="", encoding="utf-8") as existing:
@@ -187,15 +201,65 @@ class CsvLogger:
         self._file.close()
 
 
-class TensorBoardLogger:
-    """Write each metric as a TensorBoard scalar under its own name."""
+def _truncate_jsonl(path: Path, resume_step: int) -> int:
+    """Drop the records after ``resume_step`` (and a line cut short by a crash); returns how
+    many env steps past ``resume_step`` the file had run."""
+    kept, last = [], resume_step
+    with open(path, encoding="utf-8") as src:
+        for line in src:
+            try:
+                step = int(json.loads(line)["step"])
+            except (ValueError, KeyError, TypeError):
+                continue
+            if step <= resume_step:
+                kept.append(line if line.endswith("\n") else line + "\n")
+            last = max(last, step)
+    _replace_lines(path, kept)
+    return last - resume_step
 
-    def __init__(self, log_dir: str | os.PathLike[str]) -> None:
+
+def _truncate_csv(path: Path, resume_step: int) -> int:
+    """`_truncate_jsonl` for a CSV file with a ``step`` column (its header kept)."""
+    with open(path, newline="", encoding="utf-8") as src:
+        rows = list(csv.reader(src))
+    if not rows:
+        return 0
+    header, kept, last = rows[0], [rows[0]], resume_step
+    for row in rows[1:]:
+        try:
+            step = int(row[0])
+        except (ValueError, IndexError):
+            continue
+        if len(row) != len(header):
+            continue  # cut short by a crash
+        if step <= resume_step:
+            kept.append(row)
+        last = max(last, step)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", newline="", encoding="utf-8") as dst:
+        csv.writer(dst).writerows(kept)
+    os.replace(tmp, path)
+    return last - resume_step
+
+
+def _replace_lines(path: Path, lines: list[str]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(lines), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+class TensorBoardLogger:
+    """Write each metric as a TensorBoard scalar under its own name. On resume
+    (``resume_step``), events logged after that step by the interrupted run are purged, so
+    the curves do not double back."""
+
+    def __init__(self, log_dir: str | os.PathLike[str], resume_step: int | None = None) -> None:
         # Imported here so that runs without TensorBoard logging don't pay for importing it.
         from torch.utils.tensorboard import SummaryWriter
 
         self.log_dir = Path(log_dir)
-        self._writer = SummaryWriter(log_dir=str(self.log_dir))
+        purge = None if resume_step is None else resume_step + 1
+        self._writer = SummaryWriter(log_dir=str(self.log_dir), purge_step=purge)
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         for key, value in metrics.items():
@@ -351,6 +415,11 @@ class MultiLogger:
     def __init__(self, loggers: Iterable[Logger]) -> None:
         self.loggers: list[Logger] = list(loggers)
 
+    @property
+    def lost_steps(self) -> int:
+        """Env steps the metric files had run past the step a resumed run restarts from."""
+        return max((getattr(logger, "lost_steps", 0) for logger in self.loggers), default=0)
+
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         for logger in self.loggers:
             logger.log(metrics, step)
@@ -379,21 +448,23 @@ def make_loggers(
     total_steps: int | None,
     console: bool = True,
     tensorboard: bool = True,
-    append: bool = False,
+    resume_step: int | None = None,
 ) -> MultiLogger:
     """The standard set of loggers for a run directory.
 
     Creates ``run_dir/metrics.jsonl``, ``run_dir/metrics.csv``, TensorBoard events under
     ``run_dir/tb/`` (if ``tensorboard``) and a console progress display (if ``console``).
+    A run resumed from a checkpoint at env step ``resume_step`` continues the files, without
+    what the interrupted run logged after that step (`MultiLogger.lost_steps` says how much).
     """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     loggers: list[Logger] = [
-        JsonlLogger(run_dir / "metrics.jsonl", append=append),
-        CsvLogger(run_dir / "metrics.csv", append=append),
+        JsonlLogger(run_dir / "metrics.jsonl", resume_step=resume_step),
+        CsvLogger(run_dir / "metrics.csv", resume_step=resume_step),
     ]
     if tensorboard:
-        loggers.append(TensorBoardLogger(run_dir / "tb"))
+        loggers.append(TensorBoardLogger(run_dir / "tb", resume_step=resume_step))
     if console:
         loggers.append(ConsoleLogger(total_steps))
     return MultiLogger(loggers)

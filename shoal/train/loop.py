@@ -22,6 +22,8 @@ from typing import Any
 from shoal.config import to_dict
 from shoal.device import check_precision, resolve_device
 from shoal.envs import make_env
+from shoal.envs.gym import import_dirs
+from shoal.envs.spaces import space_to_json
 from shoal.errors import ConfigError, NaNLossError, ShoalError
 from shoal.interfaces import Algorithm, AlgorithmSpec
 from shoal.seeding import derive_seed, rng_state, seed_torch, set_rng_state
@@ -45,9 +47,19 @@ class RunResult:
     train_s: float
     """Seconds spent in training iterations only (no evaluation, no checkpointing)."""
     eval_return: float | None
-    """Mean return of the last evaluation."""
+    """Mean return of the last evaluation (None when evaluation is off)."""
     stop_reason: str
     """total_steps, target_return, max_wall_s or interrupted."""
+    eval_step: int | None = None
+    """The env step at which ``eval_return`` was measured: the end of the run, unless the
+    run was interrupted or evaluates only at its ``run.eval_every_steps``."""
+    session_train_s: float | None = None
+    """Seconds of training in this process (``train_s`` counts the whole run, across
+    resumes)."""
+    resumed_from: int | None = None
+    """The checkpoint's env step when this process resumed a run."""
+    stop_detail: str = ""
+    """Which condition ended the run, in words."""
 
     @property
     def solved(self) -> bool:
@@ -69,36 +81,56 @@ def run(
     on_iteration: IterationCallback | None = None,
 ) -> RunResult:
     """Train ``config`` with ``spec``'s algorithm until a stop condition; see `RunResult`."""
-    run_cfg = config.run
     check_runtime(spec, config)
+    loop = _LoopState(
+        next_eval=config.run.eval_every_steps, next_checkpoint=config.run.checkpoint_every_steps
+    )
+    resumed_from = None
+    if resume is not None:
+        try:
+            loop = _LoopState(**resume.state["loop"])
+        except (KeyError, TypeError) as exc:
+            raise incompatible(resume.path, exc) from exc
+        resumed_from = int(resume.meta["env_steps"])
+        config = _drop_reached_target(config, resume, loop)
+    run_cfg = config.run
     set_compute_threads(run_cfg.torch_threads)
     run_dir = _resolve_run_dir(spec, config, resume)
     config_json = to_dict(config)
-    (run_dir / "config.json").write_text(json.dumps(config_json, indent=2))
+    _write_text(run_dir / "config.json", json.dumps(config_json, indent=2))
 
     seed_torch(run_cfg.seed)  # before building: network init draws from the torch generator
     start = time.perf_counter()
     algorithm: Algorithm = spec.algorithm_cls(config)
     setup_s = time.perf_counter() - start
-    loop = _LoopState(
-        next_eval=run_cfg.eval_every_steps, next_checkpoint=run_cfg.checkpoint_every_steps
-    )
     if resume is not None:
         try:
             exact = algorithm.load_state_dict(resume.state["algorithm"])
             set_rng_state(resume.state["rng"])
-            loop = _LoopState(**resume.state["loop"])
         except (KeyError, RuntimeError, TypeError, ValueError) as exc:
             algorithm.close()
             raise incompatible(resume.path, exc) from exc
     eval_env = _make_eval_env(config)
-    loggers = make_loggers(
-        run_dir,
-        run_cfg.total_steps,
-        run_cfg.console,
-        run_cfg.tensorboard,
-        append=resume is not None,
-    )
+    try:
+        deploy_meta = _deploy_meta(config, eval_env)
+        loggers = make_loggers(
+            run_dir,
+            run_cfg.total_steps,
+            run_cfg.console,
+            run_cfg.tensorboard,
+            resume_step=resumed_from,
+        )
+    except BaseException:
+        algorithm.close()
+        if eval_env is not None:
+            eval_env.close()
+        raise
+    if resumed_from is not None:
+        lost = loggers.lost_steps
+        print(
+            f"resumed from step {resumed_from:,}"
+            + (f" ({lost:,} steps since the last checkpoint were lost)" if lost else "")
+        )
     if resume is not None and not exact:
         print(
             "note: the run could not be restored exactly: the checkpoint lacks the state of "
@@ -113,11 +145,18 @@ def run(
             "loop": dataclasses.asdict(loop),
         }
         return save_checkpoint(
-            run_dir, algorithm.env_steps, spec.name, config_json, state, run_cfg.keep_checkpoints
+            run_dir,
+            algorithm.env_steps,
+            spec.name,
+            config_json,
+            state,
+            run_cfg.keep_checkpoints,
+            deploy_meta,
         )
 
     checkpoint = resume.path if resume is not None else None
     stop_reason = "total_steps"
+    train_s_before = loop.train_s
     try:
         with _interrupt_flag() as interrupted:
             while algorithm.env_steps < run_cfg.total_steps:
@@ -133,6 +172,10 @@ def run(
                 if run_cfg.checkpoint_every_steps and steps >= loop.next_checkpoint:
                     checkpoint = save()
                     loop.next_checkpoint = _next_multiple(steps, run_cfg.checkpoint_every_steps)
+            if eval_env is not None and stop_reason != "interrupted":
+                final = _final_evaluation(algorithm, loop, eval_env, run_cfg)
+                if final:  # its own row, marked, after the last iteration's
+                    loggers.log({**final, "eval/final": 1}, algorithm.env_steps)
             checkpoint = save()
     except NaNLossError as exc:
         where = f"the last good checkpoint is {checkpoint}" if checkpoint else "no checkpoint yet"
@@ -152,6 +195,10 @@ def run(
         train_s=loop.train_s,
         eval_return=loop.eval_return,
         stop_reason=stop_reason,
+        eval_step=loop.eval_step,
+        session_train_s=loop.train_s - train_s_before,
+        resumed_from=resumed_from,
+        stop_detail=_stop_detail(stop_reason, run_cfg, loop, algorithm.env_steps),
     )
 
 
@@ -183,11 +230,89 @@ def _iteration(algorithm: Algorithm, loop: _LoopState, eval_env: Any, run_cfg: A
     steps = algorithm.env_steps
     if eval_env is not None and steps >= loop.next_eval:
         seed = derive_seed(run_cfg.seed, "eval", loop.evaluations)
-        metrics.update(evaluate(algorithm.policy(), eval_env, seed))
+        metrics.update(_evaluate(algorithm, loop, eval_env, seed))
         loop.evaluations += 1
-        loop.eval_return = metrics["eval/return"]
         loop.next_eval = _next_multiple(steps, run_cfg.eval_every_steps)
     return metrics
+
+
+def _evaluate(algorithm: Algorithm, loop: _LoopState, eval_env: Any, seed: int) -> dict:
+    metrics = evaluate(algorithm.policy(), eval_env, seed)
+    loop.eval_return = metrics["eval/return"]
+    loop.eval_step = algorithm.env_steps
+    return metrics
+
+
+def _final_evaluation(
+    algorithm: Algorithm, loop: _LoopState, eval_env: Any, run_cfg: Any
+) -> dict | None:
+    """Evaluate the final policy unless the last evaluation already saw it. Its seeds are
+    its own, and the periodic evaluations' count stays, so a run stopped here and resumed
+    evaluates exactly as one that never stopped."""
+    steps = algorithm.env_steps
+    if loop.eval_step == steps:
+        return None
+    return _evaluate(algorithm, loop, eval_env, derive_seed(run_cfg.seed, "final-eval", steps))
+
+
+def _drop_reached_target(config: Any, resume: Checkpoint, loop: _LoopState) -> Any:
+    """Resuming a run with ``run.total_steps`` beyond its checkpoint means "train for
+    longer": a ``run.target_return`` the run has already reached would stop it after one
+    iteration, so it is dropped, with a note. A higher target, not yet reached, is kept."""
+    target = config.run.target_return
+    if (
+        target is None
+        or loop.eval_return is None
+        or loop.eval_return < target
+        or config.run.total_steps <= int(resume.meta["env_steps"])
+    ):
+        return config
+    print(
+        f"note: the run had reached its target_return {target:g} (eval return "
+        f"{loop.eval_return:.1f}); training on to run.total_steps {config.run.total_steps:,} "
+        "without a target (set a higher --run.target-return to stop at one)"
+    )
+    return dataclasses.replace(config, run=dataclasses.replace(config.run, target_return=None))
+
+
+def _stop_detail(reason: str, run_cfg: Any, loop: _LoopState, steps: int) -> str:
+    if reason == "target_return":
+        return (
+            f"the eval return {loop.eval_return:.1f} reached run.target_return "
+            f"{run_cfg.target_return:g} at env step {loop.eval_step:,}"
+        )
+    if reason == "max_wall_s":
+        return f"run.max_wall_s ({run_cfg.max_wall_s:g} s) elapsed at env step {steps:,}"
+    if reason == "interrupted":
+        return f"interrupted (Ctrl-C) at env step {steps:,}; continue with --resume"
+    return f"run.total_steps {run_cfg.total_steps:,} reached ({steps:,} env steps)"
+
+
+def _deploy_meta(config: Any, eval_env: Any) -> dict[str, Any]:
+    """What `shoal.load` needs besides the weights, for every checkpoint's ``meta.json``: the
+    observation and action spaces of the deployed policy (so it loads without building its
+    env) and the directories custom env modules were imported from."""
+    env = eval_env
+    if env is None:
+        env = make_env(dataclasses.replace(config.env, num_envs=1, vectorization="sync"))
+    try:
+        spaces = {
+            "observation": space_to_json(env.observation_space),
+            "action": space_to_json(env.action_space),
+        }
+    except TypeError:
+        spaces = None  # a space shoal cannot describe: load builds the env as before
+    finally:
+        if env is not eval_env:
+            env.close()
+    return {"spaces": spaces, "import_dirs": import_dirs()}
+
+
+def _write_text(path: Path, text: str) -> None:
+    try:
+        path.write_text(text)
+    except OSError as exc:
+        raise ShoalError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def _resolve_run_dir(spec: AlgorithmSpec, config: Any, resume: Checkpoint | None) -> Path:
@@ -235,6 +360,7 @@ class _LoopState:
     evaluations: int = 0
     eval_return: float | None = None
     train_s: float = 0.0
+    eval_step: int | None = None
 
 
 def _make_eval_env(config: Any):

@@ -13,7 +13,7 @@ import shoal  # noqa: E402
 from shoal.cli import main  # noqa: E402
 from shoal.config import EnvConfig  # noqa: E402
 from shoal.envs import make_env  # noqa: E402
-from shoal.train.evaluate import record_video  # noqa: E402
+from shoal.train.video import record_video  # noqa: E402
 
 # Debian/Ubuntu packages that headless EGL rendering needs on a machine without a GPU driver:
 # the GLVND loaders (libegl1, libopengl0) and Mesa's EGL vendor with its software rasterizer.
@@ -97,7 +97,7 @@ def test_record_video_of_mujoco_env_headless(suffix, egl_rendering, tmp_path, mo
     assert os.environ.get("MUJOCO_GL") == "egl"
     video = tmp_path / f"cheetah{suffix}"
     try:
-        written = record_video(ZeroPolicy(env.action_space), env, video, seed=0)
+        written = record_video(ZeroPolicy(env.action_space), env, video, seed=0).frames
     finally:
         env.close()
     assert written == 11  # the reset frame and one per step of the 10-step episode
@@ -120,5 +120,5 @@ def test_cli_eval_writes_mujoco_video(egl_rendering, tmp_path, capsys, monkeypat
     video = tmp_path / "cheetah.mp4"
     assert main(["eval", str(run_dir), "--episodes", "2", "--video", str(video)]) == 0
     out = capsys.readouterr().out
-    assert "2 episodes on HalfCheetah-v5" in out and "video:" in out and "(9 frames)" in out
+    assert "2 episodes on HalfCheetah-v5" in out and "(9 frames at 20 frames/s)" in out
     assert video.exists() and video.stat().st_size > 0

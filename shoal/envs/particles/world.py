@@ -28,6 +28,8 @@ class ParticleEnv:
     """
 
     env_id: ClassVar[str] = ""
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["rgb_array"], "render_fps": 10}
+    """Rendering: RGB frames, played at 10 per second (as the multi-agent particle envs)."""
     default_agents: ClassVar[int] = 3
     default_landmarks: ClassVar[int] = 3
     default_steps: ClassVar[int] = 25
