@@ -1,5 +1,6 @@
 # Set-up is implicit: every target that needs the virtual environment creates it first.
 #   make train   trains PPO on CartPole-v1 (the embedded default) and prints the run directory
+#                (TRAIN_ARGS="--seed 3 --run-dir DIR" passes options on)
 #   make test    runs ruff and the whole test suite except the slow tier
 #   make test-slow  runs the slow learning checks (minutes each; not part of CI)
 #   make bench   runs the benchmarks against Stable-Baselines3
@@ -25,7 +26,7 @@ $(BENCH_STAMP): $(STAMP)
 	touch $(BENCH_STAMP)
 
 train: $(STAMP)
-	$(BIN)/shoal train --tuned ppo-cartpole
+	$(BIN)/shoal train --tuned ppo-cartpole $(TRAIN_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check shoal tests benchmarks

@@ -30,6 +30,30 @@ SHORTHANDS = {
     "--ray-address": "--run.ray-address",
 }
 
+TRAIN_HELP = """\
+usage: shoal train ALGO [--FIELD VALUE ...]
+       shoal train --tuned NAME [--FIELD VALUE ...]
+       shoal train --config FILE.yaml [--FIELD VALUE ...]
+       shoal train --resume RUN_DIR [--FIELD VALUE ...]
+
+Train an agent and save its run (logs, checkpoints, config) under runs/.
+
+  ALGO              an algorithm: ppo, dqn, sac, ... (shoal list)
+  --tuned NAME      a tuned example (shoal list shows them with their envs)
+  --config FILE     a YAML file in the tuned-example format
+  --resume RUN_DIR  continue a run exactly where its last checkpoint left it
+  --FIELD VALUE     any config field, nested with dots: --env CartPole-v1,
+                    --run.total-steps 200000, --optim.lr 3e-4, --model.hidden 64 64
+                    (shorthands: --env, --seed, --total-steps, --run-dir,
+                    --target-return, --num-envs, --runners, --ray-address)
+
+shoal train ALGO --help lists every field of ALGO's config with its default and meaning.
+
+examples:
+  shoal train ppo --env CartPole-v1
+  shoal train --tuned sac-pendulum --seed 3
+  shoal train --resume runs/ppo-CartPole-v1-... --run.total-steps 500000"""
+
 EXIT_INTERRUPTED = 130  # the shell's code for a command stopped by Ctrl-C
 
 console = Console(soft_wrap=True)  # never break paths across lines
@@ -47,7 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     eval_p.add_argument("--video", help="also record one episode to this .gif or .mp4")
     eval_p.add_argument("--stochastic", action="store_true", help="sample actions")
     list_p = commands.add_parser("list", help="algorithms and tuned examples")
-    list_p.add_argument("--envs", action="store_true", help="list Gymnasium environment ids")
+    list_p.add_argument(
+        "--envs", action="store_true", help="environment ids that work here, grouped"
+    )
+    list_p.add_argument("--long", action="store_true", help="full descriptions")
 
     try:
         if argv[:1] == ["train"]:
@@ -113,6 +140,9 @@ def _train(args: argparse.Namespace, rest: list[str]) -> int:
     elif args.algo:
         spec = get_algorithm(args.algo)
         base = spec.default_config()
+    elif args.help:
+        console.print(TRAIN_HELP, highlight=False, markup=False)
+        return 0
     else:
         raise ShoalError("name an algorithm (shoal train ppo), --tuned NAME, --config or --resume")
     rest = renamed_flags(spec.config_cls, [SHORTHANDS.get(a, a) for a in rest])
@@ -233,31 +263,92 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
+    if args.envs:
+        return _list_envs()
     from shoal.registry import ALGORITHMS, tuned_examples
 
-    if args.envs:
-        import gymnasium as gym
-
-        for env_id in sorted(gym.envs.registry):
-            print(env_id)
+    specs = list(ALGORITHMS.values())
+    tuned = tuned_examples()
+    env_ids = {n: e.config.get("env", {}).get("id", "") for n, e in tuned.items()}
+    if args.long:  # descriptions as indented paragraphs: readable at any width
+        console.print("[bold]algorithms[/]", highlight=False)
+        for spec in specs:
+            _entry(f"{spec.name} ({spec.action_spaces})", spec.summary)
+        console.print("\n[bold]tuned examples[/]", highlight=False)
+        for example_name, example in tuned.items():
+            _entry(f"{example_name}: {example.algo} on {env_ids[example_name]}", example.expected)
         return 0
-    # Names never wrap or truncate: they are what users type next.
-    name_column = lambda header: Column(header, no_wrap=True)
-    algos = Table(name_column("algorithm"), "action spaces", "what", title="algorithms")
-    for spec in ALGORITHMS.values():
-        algos.add_row(spec.name, spec.action_spaces, spec.summary)
+
+    # One line each. Names never wrap or truncate (they are what users type next); the other
+    # columns are cut with an ellipsis at the terminal's width.
+    def name(header: str, values: list[str]) -> Column:
+        return Column(header, no_wrap=True, min_width=max(map(len, [header, *values])))
+
+    def text(header: str) -> Column:
+        return Column(header, no_wrap=True, overflow="ellipsis", ratio=1)
+
+    def one_line(value: str) -> str:
+        return " ".join(value.split())
+
+    algos = Table(
+        name("algorithm", [s.name for s in specs]),
+        text("actions"),
+        text("what"),
+        title="algorithms",
+        expand=True,
+    )
+    for spec in specs:
+        algos.add_row(spec.name, one_line(spec.action_spaces), one_line(spec.summary))
     console.print(algos)
     examples = Table(
-        name_column("tuned example"),
-        name_column("algorithm"),
-        "env",
-        "expected",
+        name("tuned example", list(tuned)),
+        name("algorithm", [e.algo for e in tuned.values()]),
+        text("env"),
         title="tuned examples",
+        expand=True,
     )
-    for name, example in tuned_examples().items():
-        env_id = example.config.get("env", {}).get("id", "")
-        examples.add_row(name, example.algo, env_id, example.expected)
+    for example_name, example in tuned.items():
+        examples.add_row(example_name, example.algo, env_ids[example_name])
     console.print(examples)
+    console.print(
+        "shoal list --long: with descriptions; shoal list --envs: environment ids",
+        highlight=False,
+    )
+    return 0
+
+
+def _entry(title: str, text: str) -> None:
+    import textwrap
+
+    console.print(f"  [bold]{escape(title)}[/]", highlight=False)
+    width = max(console.width, 40)
+    body = textwrap.fill(
+        " ".join(text.split()), width, initial_indent="      ", subsequent_indent="      "
+    )
+    console.print(escape(body), highlight=False)
+
+
+def _list_envs() -> int:
+    from shoal.envs.catalog import catalog
+
+    found = catalog()
+    width = max(console.width, 40)
+    for group in found.groups:
+        console.print(f"[bold]{escape(group.title)}[/]", highlight=False)
+        if group.note:
+            console.print(f"  {escape(group.note)}", highlight=False)
+        line = " "
+        for env_id in group.ids:  # ids packed into lines, never cut
+            if len(line) + 1 + len(env_id) > width and line.strip():
+                console.print(escape(line), highlight=False)
+                line = " "
+            line += " " + env_id
+        if line.strip():
+            console.print(escape(line), highlight=False)
+    if found.unavailable:
+        console.print("[bold]registered but not usable here[/]", highlight=False)
+        for env_id, reason in found.unavailable:
+            console.print(f"  {escape(env_id)}: {escape(reason)}", highlight=False)
     return 0
 
 

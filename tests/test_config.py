@@ -290,3 +290,27 @@ def test_a_checkpoint_with_the_old_field_names_loads_and_resumes(tmp_path):
     with pytest.warns(RenamedFieldWarning):
         resumed = shoal.train(resume=result.run_dir, total_steps=64)
     assert resumed.env_steps == 64
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ({"num_epochs": "four"}, "PPOConfig.num_epochs must be an integer, got 'four' (str)"),
+        ({"num_epochs": 2.5}, "PPOConfig.num_epochs must be an integer"),
+        ({"run": {"tensorboard": "yes"}}, "RunConfig.tensorboard must be"),
+        ({"model": {"hidden": 64}}, "ModelConfig.hidden must be"),
+        ({"model": {"activation": "gelu"}}, "ModelConfig.activation must be one of"),
+        ({"optim": {"lr": "fast"}}, "OptimConfig.lr must be"),
+    ],
+)
+def test_values_of_the_wrong_type_name_the_field_and_the_type(values, message):
+    with pytest.raises(ConfigError) as exc:
+        from_dict(PPOConfig, values)
+    assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_numbers_as_yaml_writes_them_are_accepted():
+    config = from_dict(PPOConfig, {"optim": {"lr": "1e-3"}, "num_epochs": 4.0, "gamma": 1})
+    assert config.optim.lr == 1e-3 and config.num_epochs == 4 and config.gamma == 1.0
+    assert isinstance(config.num_epochs, int) and isinstance(config.gamma, float)
+    assert from_dict(PPOConfig, {"model": {"hidden": [32, 32]}}).model.hidden == (32, 32)

@@ -199,28 +199,36 @@ class WorkerPool:
         ``in_flight`` requests queued and gets a new one (with ``args(i)`` of that moment)
         as soon as one of its results is taken. Close the iterator to stop; results still
         in flight then are dropped."""
-        pending: dict[Any, int] = {}
+        # Each request remembers the actor it went to: one that died after the owner already
+        # replaced it (a failed `set_weights` found the death first) is re-issued to the new
+        # actor without counting a second restart for the same failure.
+        pending: dict[Any, tuple[int, Any]] = {}
+
+        def request(i: int) -> None:
+            pending[self.submit(i, method, *args(i))] = (i, self.workers[i])
+
         for i in range(len(self.workers)):
             for _ in range(in_flight):
-                pending[self.submit(i, method, *args(i))] = i
+                request(i)
         try:
             while pending:
                 [ref], _ = ray.wait(list(pending), num_returns=1)
-                i = pending.pop(ref)
+                i, actor = pending.pop(ref)
                 try:
                     result = ray.get(ref)
                 except WORKER_FAILURES as exc:
                     # Requests queued on the dead actor die with it; re-issue all of them.
-                    lost = [r for r, j in pending.items() if j == i]
+                    lost = [r for r, (_, a) in pending.items() if a is actor]
                     for r in lost:
                         del pending[r]
-                    self.restart(i, exc)
+                    if self.workers[i] is actor:
+                        self.restart(i, exc)
                     for _ in range(len(lost) + 1):
-                        pending[self.submit(i, method, *args(i))] = i
+                        request(i)
                     continue
                 self._failures_in_a_row[i] = 0
                 yield i, result
-                pending[self.submit(i, method, *args(i))] = i
+                request(i)
         finally:
             for ref in pending:
                 ray.cancel(ref)

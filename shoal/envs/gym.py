@@ -152,7 +152,7 @@ def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
     try:
         return gym.spec(env_id)
     except gym.error.Error as exc:
-        if _register_ale_envs():
+        if register_ale_envs():
             return env_spec(env_id)
         known = list(gym.envs.registry.keys())
         close = difflib.get_close_matches(env_id, known, n=5, cutoff=0.5)
@@ -210,7 +210,7 @@ def add_import_dirs(dirs: list[str]) -> None:
             sys.path.append(directory)
 
 
-def _register_ale_envs() -> bool:
+def register_ale_envs() -> bool:
     """Register ale-py's Atari ids once; True when that added ids, False otherwise."""
     if "ALE/Pong-v5" in gym.envs.registry:
         return False
@@ -246,7 +246,15 @@ def make_gym_vector_env(config: EnvConfig, render_mode: str | None = None) -> gy
             # fails without a display, so default to headless EGL (what a user sets still wins).
             os.environ.setdefault("MUJOCO_GL", "egl")
     vectorization = "vector_entry_point" if mode == "native" else mode
-    return gym.make_vec(config.id, config.num_envs, vectorization_mode=vectorization, **kwargs)
+    try:
+        return gym.make_vec(config.id, config.num_envs, vectorization_mode=vectorization, **kwargs)
+    except (ImportError, gym.error.DependencyNotInstalled) as exc:
+        from shoal.envs.catalog import unusable_reason
+
+        raise UnknownEnvError(
+            f"environment {config.id!r} cannot be made here: {unusable_reason(config.id, exc)} "
+            "(`shoal list --envs` shows the ids that work)"
+        ) from exc
 
 
 def make_env(

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
+import shutil
 import signal
 import threading
 import time
@@ -70,8 +72,11 @@ IterationCallback = Callable[[int, dict[str, float]], None]
 
 
 def default_run_dir(algo: str, env_id: str) -> Path:
+    """``runs/<algo>-<env>-<date>-<time>``, with every character of the env id that is not a
+    letter, digit, dot, dash or underscore (``/``, ``:`` of ``pettingzoo:`` and ``module:``
+    ids) as ``_``, so the name is valid on every file system and safe for scp and rsync."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")
-    return Path("runs") / f"{algo}-{env_id.replace('/', '_')}-{stamp}"
+    return Path("runs") / f"{algo}-{re.sub(r'[^A-Za-z0-9._-]', '_', env_id)}-{stamp}"
 
 
 def run(
@@ -95,35 +100,40 @@ def run(
         config = _drop_reached_target(config, resume, loop)
     run_cfg = config.run
     set_compute_threads(run_cfg.torch_threads)
-    run_dir = _resolve_run_dir(spec, config, resume)
+    run_dir, created = _resolve_run_dir(spec, config, resume)
     config_json = to_dict(config)
-    _write_text(run_dir / "config.json", json.dumps(config_json, indent=2))
-
-    seed_torch(run_cfg.seed)  # before building: network init draws from the torch generator
-    start = time.perf_counter()
-    algorithm: Algorithm = spec.algorithm_cls(config)
-    setup_s = time.perf_counter() - start
-    if resume is not None:
-        try:
-            exact = algorithm.load_state_dict(resume.state["algorithm"])
-            set_rng_state(resume.state["rng"])
-        except (KeyError, RuntimeError, TypeError, ValueError) as exc:
-            algorithm.close()
-            raise incompatible(resume.path, exc) from exc
-    eval_env = _make_eval_env(config)
-    try:
+    algorithm: Any = None
+    eval_env = None
+    try:  # a start that fails (unknown env, unwritable files, ...) leaves no empty run behind
+        _write_text(run_dir / "config.json", json.dumps(config_json, indent=2))
+        seed_torch(run_cfg.seed)  # before building: network init draws from the torch generator
+        start = time.perf_counter()
+        algorithm = spec.algorithm_cls(config)
+        setup_s = time.perf_counter() - start
+        if resume is not None:
+            try:
+                exact = algorithm.load_state_dict(resume.state["algorithm"])
+                set_rng_state(resume.state["rng"])
+            except (KeyError, RuntimeError, TypeError, ValueError) as exc:
+                raise incompatible(resume.path, exc) from exc
+        eval_env = _make_eval_env(config)
         deploy_meta = _deploy_meta(config, eval_env)
-        loggers = make_loggers(
-            run_dir,
-            run_cfg.total_steps,
-            run_cfg.console,
-            run_cfg.tensorboard,
-            resume_step=resumed_from,
+        loggers = _open(
+            lambda: make_loggers(
+                run_dir,
+                run_cfg.total_steps,
+                run_cfg.console,
+                run_cfg.tensorboard,
+                resume_step=resumed_from,
+            )
         )
     except BaseException:
-        algorithm.close()
+        if algorithm is not None:
+            algorithm.close()
         if eval_env is not None:
             eval_env.close()
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
         raise
     if resumed_from is not None:
         lost = loggers.lost_steps
@@ -144,14 +154,16 @@ def run(
             "rng": rng_state(),
             "loop": dataclasses.asdict(loop),
         }
-        return save_checkpoint(
-            run_dir,
-            algorithm.env_steps,
-            spec.name,
-            config_json,
-            state,
-            run_cfg.keep_checkpoints,
-            deploy_meta,
+        return _open(
+            lambda: save_checkpoint(
+                run_dir,
+                algorithm.env_steps,
+                spec.name,
+                config_json,
+                state,
+                run_cfg.keep_checkpoints,
+                deploy_meta,
+            )
         )
 
     checkpoint = resume.path if resume is not None else None
@@ -309,16 +321,16 @@ def _deploy_meta(config: Any, eval_env: Any) -> dict[str, Any]:
 
 
 def _write_text(path: Path, text: str) -> None:
-    try:
-        path.write_text(text)
-    except OSError as exc:
-        raise ShoalError(f"cannot write {path}: {exc.strerror or exc}") from None
+    _open(lambda: path.write_text(text))
 
 
-def _resolve_run_dir(spec: AlgorithmSpec, config: Any, resume: Checkpoint | None) -> Path:
-    """The run directory, created; a new run never reuses the directory of another run."""
+def _resolve_run_dir(
+    spec: AlgorithmSpec, config: Any, resume: Checkpoint | None
+) -> tuple[Path, Path | None]:
+    """The run directory, created, and the outermost directory this call created (to remove
+    if the run fails to start); a new run never reuses the directory of another run."""
     if resume is not None:
-        return resume.path.parent.parent
+        return resume.path.parent.parent, None
     run_cfg = config.run
     run_dir = (
         Path(run_cfg.run_dir) if run_cfg.run_dir else default_run_dir(spec.name, config.env.id)
@@ -328,8 +340,23 @@ def _resolve_run_dir(spec: AlgorithmSpec, config: Any, resume: Checkpoint | None
             f"{run_dir} already holds a run; resume it with --resume {run_dir} "
             "or choose another run.run_dir"
         )
-    run_dir.mkdir(parents=True, exist_ok=True)
-    return run_dir
+    created = None
+    if not run_dir.exists():
+        created = run_dir.absolute()
+        while not created.parent.exists():
+            created = created.parent
+    _open(lambda: run_dir.mkdir(parents=True, exist_ok=True))
+    return run_dir, created
+
+
+def _open(make: Callable[[], Any]) -> Any:
+    """``make()``, with a file-system error (read-only or full disk, no permission) as one
+    line naming the path instead of a traceback."""
+    try:
+        return make()
+    except OSError as exc:
+        where = f" {exc.filename}" if exc.filename else ""
+        raise ShoalError(f"cannot write{where}: {exc.strerror or exc}") from None
 
 
 def _early_stop(

@@ -4,7 +4,9 @@ from killed runners and from exceptions in envs, and clear errors for bad set-up
 import dataclasses
 import functools
 import logging
+import os
 import sys
+import time
 
 import pytest
 import torch
@@ -155,6 +157,56 @@ def test_a_killed_runner_restarts_with_its_seed_and_the_latest_weights(caplog):
     expected = local_rollouts(run, weights, 1)
     fresh = concat_rollouts([expected[0][0][0], expected[1][0][0]])
     assert_rollouts_equal(rollout, fresh)
+
+
+def test_one_killed_worker_counts_as_one_restart_when_a_call_finds_it_first():
+    """The owner of a stream can find a death first (IMPALA's weight acks do): the stream's
+    own requests to the dead worker are then re-issued to its replacement, not counted as a
+    second restart (which would also halve max_worker_restarts)."""
+    from shoal.distributed.ray_workers import WorkerPool
+
+    class SlowWorker:  # defined here so that Ray ships it by value to its workers
+        """Calls take a while, so a request is still running when the worker is killed."""
+
+        def work(self) -> int:
+            time.sleep(0.3)
+            return os.getpid()
+
+        def ping(self) -> int:
+            return os.getpid()
+
+    pool = WorkerPool(SlowWorker, lambda i: (), 1, name="worker", max_restarts=5)
+    try:
+        stream = pool.stream("work", in_flight=2)
+        first_pid = next(stream)[1]
+        pool.kill(0)  # the second request is still running
+        assert pool.call_one(0, "ping") != first_pid and pool.restarts == 1
+        pids = [next(stream)[1] for _ in range(3)]
+        stream.close()
+        assert pool.restarts == 1 and pids[-1] != first_pid
+    finally:
+        pool.close()
+
+
+def test_impala_counts_a_killed_runner_once():
+    """IMPALA over 2 Ray runners, one killed mid-run: exactly one restart is reported."""
+    from shoal.algos.impala import IMPALA, IMPALAConfig
+
+    config = IMPALAConfig(
+        run=RunConfig(seed=0, runners=2, total_steps=10_000),
+        env=EnvConfig(id="CartPole-v1", num_envs=2),
+        num_steps=8,
+    )
+    algo = IMPALA(config)
+    try:
+        for _ in range(3):
+            algo.train_iteration()
+        algo.sampler.kill_runner(0)
+        metrics = [algo.train_iteration() for _ in range(12)]
+        assert algo.sampler.restarts == 1
+        assert metrics[-1]["perf/sampler_restarts"] == 1
+    finally:
+        algo.close()
 
 
 def test_an_exception_in_an_env_restarts_the_runner(tmp_path, caplog):
