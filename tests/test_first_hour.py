@@ -135,11 +135,20 @@ def test_resume_after_a_crash_cuts_the_metrics_back_and_says_so(tmp_path):
     crashed = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=180)
     assert crashed.returncode == 9, crashed.stderr.decode()
     assert steps_of(run_dir)[-1] == 448 and steps_of(run_dir, "csv")[-1] == 448
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    def tensorboard_steps():
+        events = EventAccumulator(str(run_dir / "tb"))
+        events.Reload()
+        return [e.step for e in events.Scalars("loss/total")]
+
+    assert tensorboard_steps()[-1] >= 384  # flushed with each checkpoint
     code, out = shoal_cli("train", "--resume", run_dir, "--total-steps", "640")
     assert code == 0, out
     assert "resumed from step 384 (64 steps since the last checkpoint were lost)" in out, out
     expected = list(range(64, 641, 64))
     assert steps_of(run_dir) == expected and steps_of(run_dir, "csv") == expected
+    assert tensorboard_steps() == expected  # purged past the checkpoint
 
 
 # Item 7: unwritable run directories and YAML values of the wrong type are one line.

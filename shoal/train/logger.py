@@ -265,6 +265,9 @@ class TensorBoardLogger:
         for key, value in metrics.items():
             self._writer.add_scalar(key, float(value), global_step=int(step))
 
+    def flush(self) -> None:
+        self._writer.flush()
+
     def close(self) -> None:
         # SummaryWriter buffers events and only flushes periodically; make sure all are on disk.
         self._writer.flush()
@@ -423,6 +426,14 @@ class MultiLogger:
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         for logger in self.loggers:
             logger.log(metrics, step)
+
+    def flush(self) -> None:
+        """Put what buffering loggers (TensorBoard) hold on disk: called with each checkpoint,
+        so that a killed run's logs reach at least its last checkpoint."""
+        for logger in self.loggers:
+            flush = getattr(logger, "flush", None)
+            if flush is not None:
+                flush()
 
     def close(self) -> None:
         # Close every logger even if one fails, so the others still flush their files.

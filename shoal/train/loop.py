@@ -149,6 +149,7 @@ def run(
         )
 
     def save() -> Path:
+        _open(loggers.flush)  # the logs on disk reach at least the checkpoint
         state = {
             "algorithm": algorithm.state_dict(),
             "rng": rng_state(),

@@ -268,10 +268,9 @@ def test_tuned_example_builds():
 def test_learns_cartpole_with_ray_runners(ray_session, tmp_path):
     """The tuned example (2 Ray runners x 16 envs, one V-trace update per arriving rollout)
     reaches the deterministic evaluation mean of 475 over 20 episodes (CartPole-v1 solved)
-    within 150k env steps. Measured with seed 0: solved in 5 of 5 repeats after 33k-41k
-    steps, 10-19 s of wall time on 2 shared cores including the runners' start (the test
-    itself ~8 s with Ray already up). Arrival order depends on timing, so the step count
-    varies between repeats; the budget leaves a wide margin."""
+    within 150k env steps. Measured with seed 0 (64-64 tanh, lr 1e-3): solved after 49k-65k
+    steps, 10-20 s of wall time on 2 shared cores including the runners' start. Arrival order
+    depends on timing, so the step count varies between repeats; the budget leaves a margin."""
     result = shoal.train(
         tuned="impala-cartpole",
         seed=0,
@@ -280,3 +279,28 @@ def test_learns_cartpole_with_ray_runners(ray_session, tmp_path):
         **QUIET,
     )
     assert result.solved and result.eval_return >= 475, result
+
+
+@pytest.mark.slow
+@pytest.mark.learning
+def test_stays_solved_when_trained_on_past_the_target(ray_session, tmp_path):
+    """Run on for 400k steps without a target, the tuned example stays solved: after the
+    first evaluation >= 475, at least 60% of the evaluations are >= 475 and the last 100k
+    steps average >= 400. (A single ReLU layer at lr 2e-3, the earlier tuning, held 5-29% and
+    averaged 231-344 over 250k-500k steps on seeds 0-2: the cart drifted out at x = 2.4.)
+    About 30 s per seed on 2 cores."""
+    result = shoal.train(
+        tuned="impala-cartpole",
+        seed=1,
+        total_steps=400_000,
+        target_return=None,
+        run_dir=str(tmp_path / "run"),
+        **QUIET,
+    )
+    rows = [r for r in metric_rows(result.run_dir) if "eval/return" in r]
+    returns = [(r["step"], r["eval/return"]) for r in rows]
+    first = next(step for step, value in returns if value >= 475)
+    after = [value for step, value in returns if step > first]
+    assert sum(value >= 475 for value in after) >= 0.6 * len(after), returns
+    late = [value for step, value in returns if step > 300_000]
+    assert sum(late) / len(late) >= 400, returns

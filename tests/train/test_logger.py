@@ -205,3 +205,31 @@ def test_make_loggers_creates_run_files(tmp_path):
     assert isinstance(with_console.loggers[-1], ConsoleLogger)
     assert not (tmp_path / "run2" / "tb").exists()
     with_console.close()
+
+
+def test_resume_cuts_every_metric_file_back_to_the_checkpoint(tmp_path):
+    """A run that logged steps 1-5 and resumes from a checkpoint at step 3: the rows of steps
+    4 and 5 (and a half-written last line) are dropped, counted in lost_steps, and the
+    resumed run's rows follow without duplicates in JSONL, CSV and TensorBoard."""
+    first = make_loggers(tmp_path, total_steps=10, console=False, tensorboard=True)
+    for step in range(1, 6):
+        first.log({"loss/total": float(step)}, step)
+    first.close()
+    with open(tmp_path / "metrics.jsonl", "a") as partial:
+        partial.write('{"step": 6, "loss/to')  # killed mid-line
+    resumed = make_loggers(tmp_path, total_steps=10, console=False, tensorboard=True, resume_step=3)
+    assert resumed.lost_steps == 2  # steps 4 and 5 (the torn line is dropped too)
+    for step in range(4, 8):
+        resumed.log({"loss/total": float(10 * step)}, step)
+    resumed.close()
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [1, 2, 3, 4, 5, 6, 7]
+    with open(tmp_path / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(float(r["step"])) for r in rows] == [1, 2, 3, 4, 5, 6, 7]
+    assert float(rows[3]["loss/total"]) == 40.0
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    scalars = events.Scalars("loss/total")
+    assert [s.step for s in scalars] == [1, 2, 3, 4, 5, 6, 7]
+    assert [s.value for s in scalars][3:] == [40.0, 50.0, 60.0, 70.0]
