@@ -136,6 +136,14 @@ class EnvConfig:
     """Override the env's time limit."""
     kwargs: dict[str, bool | int | float | str] = dataclasses.field(default_factory=dict)
     """Extra keyword arguments for the env's constructor (e.g. is_slippery: false)."""
+    wrappers: tuple[str, ...] = ()
+    """Gymnasium wrappers applied in order to each env before vectorization, by name with
+    keyword arguments: ClipAction, "FrameStackObservation(stack_size=4)",
+    "TimeLimit(max_episode_steps=200)", or your own as "module:Class(key=value)"
+    (`shoal.envs.wrappers`)."""
+    frame_stack: int = 1
+    """Stack the last N observations (Gymnasium's FrameStackObservation, after wrappers);
+    1: no stacking. Atari ids stack frames with env.atari instead."""
     action_mask: Literal["none", "info", "obs"] = "none"
     """Where the env reports legal actions: info["action_mask"] (e.g. Taxi-v3), or a Dict
     observation with keys "observation" and "action_mask" (the PettingZoo convention)."""
@@ -165,6 +173,14 @@ class EnvConfig:
         check(self, "gamma", 0.0 <= self.gamma <= 1.0, "must be in [0, 1]")
         if self.max_episode_steps is not None:
             check_positive(self, "max_episode_steps")
+        check_positive(self, "frame_stack")
+        wrapped = bool(self.wrappers) or self.frame_stack > 1
+        check(
+            self,
+            "wrappers",
+            not (wrapped and self.atari != "none"),
+            "cannot be combined with env.atari (its pipeline stacks and preprocesses frames)",
+        )
 
 
 @dataclass(frozen=True)

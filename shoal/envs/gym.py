@@ -17,6 +17,7 @@ from shoal.envs.base import VectorEnv
 from shoal.envs.multi_agent import is_multi_agent_id, make_multi_agent_env
 from shoal.envs.normalize import NormalizeObservation, NormalizeReward
 from shoal.envs.snapshot import capture_env_state, restore_env_state
+from shoal.envs.wrappers import wrapper_fns
 from shoal.errors import ConfigError, UnknownEnvError
 from shoal.types import StepResult
 
@@ -228,14 +229,22 @@ def make_gym_vector_env(config: EnvConfig, render_mode: str | None = None) -> gy
 
         return make_atari_vector_env(config, config.atari_training, render_mode)
     spec = env_spec(config.id)
+    wrappers = wrapper_fns(config)  # resolved and checked before any env is built
     mode = config.vectorization
     if mode == "auto":
-        mode = "native" if spec.vector_entry_point is not None else "sync"
+        native = spec.vector_entry_point is not None and not wrappers
+        mode = "native" if native else "sync"
     if mode == "native" and spec.vector_entry_point is None:
         raise ConfigError(
             f"EnvConfig.vectorization = 'native' is invalid: {config.id} has no native vector "
             "implementation; use 'sync' or 'async'"
         )
+    if mode == "native" and wrappers:
+        raise ConfigError(
+            "EnvConfig.vectorization = 'native' is invalid with env.wrappers or "
+            "env.frame_stack: wrappers apply to single envs; use 'sync' or 'async'"
+        )
+
     kwargs: dict[str, Any] = dict(config.kwargs)
     if config.max_episode_steps is not None:
         kwargs["max_episode_steps"] = config.max_episode_steps
@@ -247,7 +256,13 @@ def make_gym_vector_env(config: EnvConfig, render_mode: str | None = None) -> gy
             os.environ.setdefault("MUJOCO_GL", "egl")
     vectorization = "vector_entry_point" if mode == "native" else mode
     try:
-        return gym.make_vec(config.id, config.num_envs, vectorization_mode=vectorization, **kwargs)
+        return gym.make_vec(
+            config.id,
+            config.num_envs,
+            vectorization_mode=vectorization,
+            wrappers=wrappers or None,
+            **kwargs,
+        )
     except (ImportError, gym.error.DependencyNotInstalled) as exc:
         from shoal.envs.catalog import unusable_reason
 
@@ -263,6 +278,11 @@ def make_env(
     """Build the vector env described by ``config``, normalized as asked, and reset it.
     Multi-agent env ids (`shoal.envs.multi_agent`) come as one row per (env, agent) pair."""
     if is_multi_agent_id(config.id):
+        if config.wrappers or config.frame_stack > 1:
+            raise ConfigError(
+                f"EnvConfig.wrappers and frame_stack apply to Gymnasium envs, not to the "
+                f"multi-agent env {config.id!r}"
+            )
         env: VectorEnv = AgentsAsBatch(
             make_multi_agent_env(config, render_mode),
             config.group,
