@@ -72,7 +72,8 @@ def _apply(spec: str, cls: type, kwargs: dict[str, Any], env: gym.Env) -> gym.En
     try:
         return cls(env, **kwargs)
     except (TypeError, ValueError, AssertionError) as exc:  # e.g. a wrong space for it
-        raise _bad(spec, f"{cls.__name__} cannot wrap {env.spec.id if env.spec else env}: {exc}")
+        target = env.spec.id if env.spec else env
+        raise _bad(spec, f"{cls.__name__} cannot wrap {target}: {exc}") from None
 
 
 def _resolve(spec: str, name: str) -> type:

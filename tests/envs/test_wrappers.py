@@ -21,7 +21,7 @@ SMALL = {"env.num_envs": 2, "num_steps": 16, "minibatch_size": 16, "model.hidden
         ("ClipAction", ("ClipAction", {})),
         ("FrameStackObservation(stack_size=4)", ("FrameStackObservation", {"stack_size": 4})),
         (" TimeLimit( max_episode_steps = 7 ) ", ("TimeLimit", {"max_episode_steps": 7})),
-        ("mod.sub:Scale(factor=0.5, keys=('a', 'b'))", ("mod.sub:Scale", {"factor": 0.5, "keys": ("a", "b")})),
+        ("m.sub:Scale(factor=0.5, keys=('a',))", ("m.sub:Scale", {"factor": 0.5, "keys": ("a",)})),
     ],
 )  # fmt: skip
 def test_wrapper_specs_parse(spec, parsed):
