@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import textwrap
 from pathlib import Path
 
 from rich.console import Console
@@ -318,8 +319,6 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _entry(title: str, text: str) -> None:
-    import textwrap
-
     console.print(f"  [bold]{escape(title)}[/]", highlight=False)
     width = max(console.width, 40)
     body = textwrap.fill(

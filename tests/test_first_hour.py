@@ -15,7 +15,7 @@ import pytest
 
 import shoal
 from shoal.errors import ShoalError
-from shoal.train.loop import default_run_dir
+from shoal.train.run_dir import default_run_dir
 
 REPO = Path(__file__).resolve().parents[1]
 SHOAL = Path(sys.executable).with_name("shoal")  # the console script, as users run it

@@ -244,7 +244,6 @@ def make_gym_vector_env(config: EnvConfig, render_mode: str | None = None) -> gy
             "EnvConfig.vectorization = 'native' is invalid with env.wrappers or "
             "env.frame_stack: wrappers apply to single envs; use 'sync' or 'async'"
         )
-
     kwargs: dict[str, Any] = dict(config.kwargs)
     if config.max_episode_steps is not None:
         kwargs["max_episode_steps"] = config.max_episode_steps

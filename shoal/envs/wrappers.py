@@ -16,6 +16,7 @@ import ast
 import difflib
 import functools
 import importlib
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -104,8 +105,6 @@ def _resolve(spec: str, name: str) -> type:
 
 
 def _check_arguments(spec: str, cls: type, kwargs: dict[str, Any]) -> None:
-    import inspect
-
     try:
         inspect.signature(cls).bind(None, **kwargs)
     except TypeError as exc:

@@ -87,15 +87,13 @@ class JsonlLogger:
     distinguishable from a missing one; ``float()`` turns each of them back into the number.
     """
 
-    def __init__(
-        self, path: str | os.PathLike[str], append: bool = False, resume_step: int | None = None
-    ) -> None:
+    def __init__(self, path: str | os.PathLike[str], resume_step: int | None = None) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.lost_steps = 0
         """How far the file ran past ``resume_step`` (rows dropped on resume)."""
-        if resume_step is not None and self.path.exists():
-            append = True
+        append = resume_step is not None and self.path.exists()
+        if append:
             self.lost_steps = _truncate_jsonl(self.path, resume_step)
         # The file stays open for the whole run (closed in close()), hence no `with` block.
         # A resumed run appends, so its log continues the original one.
@@ -134,9 +132,7 @@ class CsvLogger:
     Rewriting is fine because new keys are rare and metric files are small.
     """
 
-    def __init__(
-        self, path: str | os.PathLike[str], append: bool = False, resume_step: int | None = None
-    ) -> None:
+    def __init__(self, path: str | os.PathLike[str], resume_step: int | None = None) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fields: list[str] = ["step"]
@@ -144,10 +140,10 @@ class CsvLogger:
         self._header_written = False
         self.lost_steps = 0
         """How far the file ran past ``resume_step`` (rows dropped on resume)."""
-        if resume_step is not None and self.path.exists():
-            append = True
+        append = resume_step is not None and self.path.exists()
+        if append:
             self.lost_steps = _truncate_csv(self.path, resume_step)
-        if append and self.path.exists() and self.path.stat().st_size:
+        if append and self.path.stat().st_size:
             # A resumed run continues the file under its existing header.
             with open(self.path, newline="", encoding="utf-8") as existing:
                 self._fields = next(csv.reader(existing))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import shutil
 import signal
 import threading
@@ -17,22 +16,20 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from shoal.config import to_dict
 from shoal.device import check_precision, resolve_device
 from shoal.envs import make_env
-from shoal.envs.gym import import_dirs
-from shoal.envs.spaces import space_to_json
-from shoal.errors import ConfigError, NaNLossError, ShoalError
+from shoal.errors import ConfigError, NaNLossError
 from shoal.interfaces import Algorithm, AlgorithmSpec
 from shoal.seeding import derive_seed, rng_state, seed_torch, set_rng_state
 from shoal.threads import set_compute_threads
 from shoal.train.checkpoint import Checkpoint, incompatible, save_checkpoint
 from shoal.train.evaluate import evaluate
 from shoal.train.logger import make_loggers
+from shoal.train.run_dir import guarded_write, record_for_deploy, resolve_run_dir
 
 
 @dataclass(frozen=True)
@@ -71,14 +68,6 @@ class RunResult:
 IterationCallback = Callable[[int, dict[str, float]], None]
 
 
-def default_run_dir(algo: str, env_id: str) -> Path:
-    """``runs/<algo>-<env>-<date>-<time>``, with every character of the env id that is not a
-    letter, digit, dot, dash or underscore (``/``, ``:`` of ``pettingzoo:`` and ``module:``
-    ids) as ``_``, so the name is valid on every file system and safe for scp and rsync."""
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")
-    return Path("runs") / f"{algo}-{re.sub(r'[^A-Za-z0-9._-]', '_', env_id)}-{stamp}"
-
-
 def run(
     spec: AlgorithmSpec,
     config: Any,
@@ -100,12 +89,13 @@ def run(
         config = _drop_reached_target(config, resume, loop)
     run_cfg = config.run
     set_compute_threads(run_cfg.torch_threads)
-    run_dir, created = _resolve_run_dir(spec, config, resume)
+    run_dir, created = resolve_run_dir(spec, config, resume)
     config_json = to_dict(config)
     algorithm: Any = None
     eval_env = None
     try:  # a start that fails (unknown env, unwritable files, ...) leaves no empty run behind
-        _write_text(run_dir / "config.json", json.dumps(config_json, indent=2))
+        config_text = json.dumps(config_json, indent=2)
+        guarded_write(lambda: (run_dir / "config.json").write_text(config_text))
         seed_torch(run_cfg.seed)  # before building: network init draws from the torch generator
         start = time.perf_counter()
         algorithm = spec.algorithm_cls(config)
@@ -117,8 +107,8 @@ def run(
             except (KeyError, RuntimeError, TypeError, ValueError) as exc:
                 raise incompatible(resume.path, exc) from exc
         eval_env = _make_eval_env(config)
-        deploy_meta = _deploy_meta(config, eval_env)
-        loggers = _open(
+        deploy_meta = record_for_deploy(config, eval_env)
+        loggers = guarded_write(
             lambda: make_loggers(
                 run_dir,
                 run_cfg.total_steps,
@@ -149,13 +139,13 @@ def run(
         )
 
     def save() -> Path:
-        _open(loggers.flush)  # the logs on disk reach at least the checkpoint
+        guarded_write(loggers.flush)  # the logs on disk reach at least the checkpoint
         state = {
             "algorithm": algorithm.state_dict(),
             "rng": rng_state(),
             "loop": dataclasses.asdict(loop),
         }
-        return _open(
+        return guarded_write(
             lambda: save_checkpoint(
                 run_dir,
                 algorithm.env_steps,
@@ -299,65 +289,6 @@ def _stop_detail(reason: str, run_cfg: Any, loop: _LoopState, steps: int) -> str
     if reason == "interrupted":
         return f"interrupted (Ctrl-C) at env step {steps:,}; continue with --resume"
     return f"run.total_steps {run_cfg.total_steps:,} reached ({steps:,} env steps)"
-
-
-def _deploy_meta(config: Any, eval_env: Any) -> dict[str, Any]:
-    """What `shoal.load` needs besides the weights, for every checkpoint's ``meta.json``: the
-    observation and action spaces of the deployed policy (so it loads without building its
-    env) and the directories custom env modules were imported from."""
-    env = eval_env
-    if env is None:
-        env = make_env(dataclasses.replace(config.env, num_envs=1, vectorization="sync"))
-    try:
-        spaces = {
-            "observation": space_to_json(env.observation_space),
-            "action": space_to_json(env.action_space),
-        }
-    except TypeError:
-        spaces = None  # a space shoal cannot describe: load builds the env as before
-    finally:
-        if env is not eval_env:
-            env.close()
-    return {"spaces": spaces, "import_dirs": import_dirs()}
-
-
-def _write_text(path: Path, text: str) -> None:
-    _open(lambda: path.write_text(text))
-
-
-def _resolve_run_dir(
-    spec: AlgorithmSpec, config: Any, resume: Checkpoint | None
-) -> tuple[Path, Path | None]:
-    """The run directory, created, and the outermost directory this call created (to remove
-    if the run fails to start); a new run never reuses the directory of another run."""
-    if resume is not None:
-        return resume.path.parent.parent, None
-    run_cfg = config.run
-    run_dir = (
-        Path(run_cfg.run_dir) if run_cfg.run_dir else default_run_dir(spec.name, config.env.id)
-    )
-    if (run_dir / "checkpoints").exists():
-        raise ShoalError(
-            f"{run_dir} already holds a run; resume it with --resume {run_dir} "
-            "or choose another run.run_dir"
-        )
-    created = None
-    if not run_dir.exists():
-        created = run_dir.absolute()
-        while not created.parent.exists():
-            created = created.parent
-    _open(lambda: run_dir.mkdir(parents=True, exist_ok=True))
-    return run_dir, created
-
-
-def _open(make: Callable[[], Any]) -> Any:
-    """``make()``, with a file-system error (read-only or full disk, no permission) as one
-    line naming the path instead of a traceback."""
-    try:
-        return make()
-    except OSError as exc:
-        where = f" {exc.filename}" if exc.filename else ""
-        raise ShoalError(f"cannot write{where}: {exc.strerror or exc}") from None
 
 
 def _early_stop(
