@@ -5,6 +5,10 @@ Three configurations, interleaved seed by seed so that machine noise hits all of
 * ``shoal tuned``: shoal's tuned example ``ppo-cartpole``.
 * ``shoal zoo``: shoal PPO with the rl-baselines3-zoo CartPole-v1 hyperparameters.
 * ``sb3 zoo``: Stable-Baselines3 PPO with the same zoo hyperparameters.
+* ``shoal zoo dict``: ``shoal zoo`` on CartPole with its observation given as a Dict of two
+  Boxes (``cart``: position and velocity, ``pole``: angle and angular velocity), from the same
+  vectorized CartPole (`dict_cartpole_vector`): the cost of the composite-observation path
+  (packing, per-key encoders), timed at the fixed budget beside ``shoal zoo``.
 
 Every configuration is evaluated the same way: shoal's own evaluator runs the deterministic
 policy for one episode on each of 20 separate environments every 8192 env steps, and a run is
@@ -55,6 +59,8 @@ THROUGHPUT_STEPS = 32_768
 TARGET_SPEEDUP = 10.0  # sb3 zoo solve seconds / shoal tuned solve seconds
 TARGET_THROUGHPUT_RATIO = 3.0  # shoal zoo env-steps/s / sb3 zoo env-steps/s
 TARGET_TUNED_THROUGHPUT = 100_000.0  # shoal tuned env-steps/s
+TARGET_DICT_RATIO = 0.85  # shoal zoo dict env-steps/s / shoal zoo env-steps/s
+DICT_ENV_ID = "bench/CartPoleDict-v1"
 
 # rl-baselines3-zoo hyperparameters for CartPole-v1 (ppo.yml), in shoal's config names.
 SHOAL_ZOO = {
@@ -88,6 +94,69 @@ def shoal_run(
         return common.shoal_run(workdir, name, seed, total_steps, solve, tuned="ppo-cartpole")
     return common.shoal_run(
         workdir, name, seed, total_steps, solve, algo="ppo", env=ENV_ID, overrides=SHOAL_ZOO
+    )
+
+
+def _split(obs: np.ndarray) -> dict[str, np.ndarray]:
+    return {"cart": obs[..., :2], "pole": obs[..., 2:]}
+
+
+def _dict_space(space: Any) -> Any:
+    import gymnasium as gym
+
+    return gym.spaces.Dict(
+        {
+            "cart": gym.spaces.Box(space.low[:2], space.high[:2], dtype=np.float32),
+            "pole": gym.spaces.Box(space.low[2:], space.high[2:], dtype=np.float32),
+        }
+    )
+
+
+def dict_cartpole(**kwargs: Any) -> Any:
+    """One CartPole-v1 with Dict observations."""
+    import gymnasium as gym
+
+    env = gym.make(ENV_ID, **kwargs)
+    return gym.wrappers.TransformObservation(env, _split, _dict_space(env.observation_space))
+
+
+def dict_cartpole_vector(num_envs: int, **kwargs: Any) -> Any:
+    """Gymnasium's vectorized CartPole-v1 (what ``shoal zoo`` steps) with Dict observations."""
+    import gymnasium as gym
+
+    env = gym.make_vec(ENV_ID, num_envs, vectorization_mode="vector_entry_point", **kwargs)
+    single = _dict_space(env.single_observation_space)
+    batched = gym.vector.utils.batch_space(single, num_envs)
+    return gym.wrappers.vector.TransformObservation(env, _split, batched, single)
+
+
+def register_dict_cartpole() -> None:
+    import gymnasium as gym
+
+    if DICT_ENV_ID not in gym.registry:
+        spec = gym.spec(ENV_ID)
+        gym.register(
+            DICT_ENV_ID,
+            entry_point=dict_cartpole,
+            vector_entry_point=dict_cartpole_vector,
+            max_episode_steps=spec.max_episode_steps,
+        )
+
+
+def shoal_dict_run(
+    workdir: Path, seed: int, total_steps: int, name: str = "shoal zoo dict"
+) -> RunRecord:
+    """``shoal zoo`` at a fixed budget on the Dict-observation CartPole."""
+    register_dict_cartpole()
+    return common.shoal_run(
+        workdir,
+        name,
+        seed,
+        total_steps,
+        False,
+        algo="ppo",
+        env=DICT_ENV_ID,
+        overrides=SHOAL_ZOO,
     )
 
 
@@ -139,6 +208,7 @@ def warm_up(workdir: Path) -> None:
     """Untimed: lazy imports (torch._dynamo on the first optimizer), allocator, evaluator."""
     shoal_run(workdir, "warmup-tuned", 0, tuned=True, total_steps=4096, solve=False)
     shoal_run(workdir, "warmup-zoo", 0, tuned=False, total_steps=512, solve=False)
+    shoal_dict_run(workdir, 0, 512, name="warmup-dict")
     sb3_warm_up(ENV_ID, sb3_model, 512)
 
 
@@ -159,18 +229,19 @@ def run_all(seeds: int, throughput_steps: int, log: Callable[[str], None]) -> li
             done(sb3_run(seed, solve=True, total_steps=ZOO_BUDGET))
             done(shoal_run(workdir, "shoal zoo", seed, False, ZOO_BUDGET, solve=True))
             # Fixed-budget throughput, both libraries, zoo hyperparameters; alternate the order.
-            pair = [
+            group = [
                 lambda s=seed: shoal_run(workdir, "shoal zoo", s, False, throughput_steps, False),
                 lambda s=seed: sb3_run(s, solve=False, total_steps=throughput_steps),
+                lambda s=seed: shoal_dict_run(workdir, s, throughput_steps),
             ]
-            for measure in pair if seed % 2 == 0 else pair[::-1]:
+            for measure in group if seed % 2 == 0 else group[::-1]:
                 done(measure())
     return records
 
 
 def summarize(records: list[RunRecord]) -> dict[str, Any]:
     rows: dict[str, dict[str, Any]] = {}
-    for config in ("shoal tuned", "shoal zoo", "sb3 zoo"):
+    for config in ("shoal tuned", "shoal zoo", "sb3 zoo", "shoal zoo dict"):
         solves = [r for r in records if r.config == config and r.kind == "solve"]
         fixed = [r for r in records if r.config == config and r.kind == "throughput"]
         rows[config] = {
@@ -187,6 +258,10 @@ def summarize(records: list[RunRecord]) -> dict[str, Any]:
         shoal_zoo["median_fixed_budget_steps_per_s"] / sb3["median_fixed_budget_steps_per_s"]
     )
     tuned_rate = tuned["median_solve_run_steps_per_s"]
+    dict_ratio = (
+        rows["shoal zoo dict"]["median_fixed_budget_steps_per_s"]
+        / shoal_zoo["median_fixed_budget_steps_per_s"]
+    )
     checks = {
         "wall_clock_speedup": {
             "description": "sb3 zoo median solve s / shoal tuned median solve s",
@@ -206,6 +281,12 @@ def summarize(records: list[RunRecord]) -> dict[str, Any]:
             "value": tuned_rate,
             "target": TARGET_TUNED_THROUGHPUT,
             "pass": tuned_rate >= TARGET_TUNED_THROUGHPUT,
+        },
+        "dict_observation_ratio": {
+            "description": "shoal zoo dict / shoal zoo median training env-steps/s (fixed budget)",
+            "value": dict_ratio,
+            "target": TARGET_DICT_RATIO,
+            "pass": dict_ratio >= TARGET_DICT_RATIO,
         },
     }
     extra = {

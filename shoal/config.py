@@ -211,6 +211,10 @@ class OptimConfig:
             check_positive(self, "anneal_steps")
 
 
+ENCODERS = ("mlp", "nature", "ref001-model2", "ref001-model3", "impala")
+"""The built-in observation encoders (`ModelConfig.encoder`)."""
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """Network shapes for MLP actor-critic models."""
@@ -238,15 +242,21 @@ class ModelConfig:
     """Size of an LSTM core after the MLP encoder (None: a feed-forward model). The recurrent
     model shares its encoder and LSTM between actor and critic, whatever shared_trunk says;
     its state is carried across steps by the sampler and reset at episode starts."""
-    encoder: Literal["mlp", "nature", "ref001-model2", "ref001-model3", "impala"] = "mlp"
-    """Observation encoder (`shoal.nn.cnn`). mlp: observations flattened (Box) or one-hot
-    (Discrete), then the hidden layers. The others read channel-first images [C, H, W] (uint8
+    encoder: str = "mlp"
+    """Observation encoder: mlp, nature, ref001-model2, ref001-model3, impala
+    (`shoal.nn.cnn`), or a user's network as module:Class (`shoal.nn.custom`). mlp:
+    observations flattened (Box) or one-hot (Discrete), then the hidden layers; Dict and Tuple
+    observations get one encoder per part, concatenated (`shoal.nn.composite`), image parts
+    the CNN named here (nature when mlp). The others read channel-first images [C, H, W] (uint8
     frames are scaled by 1/255) and replace the MLP, so hidden is unused: nature is the DQN
     Nature CNN (Mnih et al. 2015; FC 512); ref001-model2 is Lamb et al.'s two conv layers
     with batch norm, flattened (3200 features on 80x80); ref001-model3 is its three conv
     layers (512 features on 80x80) and implies its LSTM 256 core, so lstm_hidden None becomes
     256 (any other size is an error); impala is the IMPALA ResNet (Espeholt et al. 2018; FC
     256). PPO, A2C and DQN read it (DQN has no LSTM core, hence no ref001-model3)."""
+    key_hidden: tuple[int, ...] = ()
+    """Dict and Tuple observations: hidden sizes of an MLP of each float vector part of its
+    own, before the parts are joined (empty: the parts are joined as they are)."""
     precision: Literal["float32", "bfloat16", "float16"] = "float32"
     """Compute precision of the image encoders (not the mlp one). bfloat16 and float16: mixed
     precision, the convolutions and FC layer run in that type (autocast) while weights,
@@ -262,6 +272,13 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         check(self, "hidden", all(h > 0 for h in self.hidden), "sizes must be > 0")
+        check(self, "key_hidden", all(h > 0 for h in self.key_hidden), "sizes must be > 0")
+        check(
+            self,
+            "encoder",
+            self.encoder in ENCODERS or ":" in self.encoder,
+            f"choose one of {list(ENCODERS)}, or name your own network as module:Class",
+        )
         if self.encoder == "ref001-model3":
             if self.lstm_hidden is None:  # the paper's Model 3 is CNN + LSTM 256 (Lamb et al.)
                 object.__setattr__(self, "lstm_hidden", 256)

@@ -9,7 +9,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from shoal.envs.normalize import RunningMeanStd, normalize
+from shoal.envs.composite import PackedObs
+from shoal.envs.normalize import FieldStats, RunningMeanStd, load_obs_stats, normalize
 from shoal.errors import ShoalError
 
 
@@ -37,10 +38,9 @@ class ActorPolicy:
         """What one observation looks like, when known (``shoal.load``): `act` then also
         takes a single observation, and names the expected shape when given another."""
         self.action_space = action_space
-        self.obs_stats: RunningMeanStd | None = None
+        self.obs_stats: RunningMeanStd | FieldStats | None = None
         if obs_stats is not None:
-            self.obs_stats = RunningMeanStd()
-            self.obs_stats.load_state_dict(obs_stats)
+            self.obs_stats = load_obs_stats(obs_stats)
         self.clip_obs = clip_obs
 
     @torch.inference_mode()
@@ -52,14 +52,22 @@ class ActorPolicy:
     ) -> np.ndarray:
         """Actions for a batch of observations ``[B, ...]``, or the action for a single
         observation (when the policy knows its observation space, as ``shoal.load``'s does).
+        Dict and Tuple observations come as the env gives them: a (nested) dict or tuple of
+        one observation's parts, or of arrays ``[B, ...]`` for a batch.
 
         ``episode_start`` ``[B]`` (bool): True where ``obs`` is the first observation of a
         new episode. A recurrent policy (LSTM actor-critic, QMIX's GRU agents) starts those
         rows from a zero state; without it, its state runs on from the previous call (zero at
         the first call and when ``B`` changes). Feed-forward policies ignore it."""
-        single = self._is_single(obs)
+        space = self.observation_space
+        if isinstance(space, PackedObs) and isinstance(obs, (dict, tuple)):
+            single = space.is_single(obs)  # a Dict/Tuple observation: pack it as stored
+            obs = space.pack_one(obs)[None] if single else space.pack(obs)
+        else:
+            single = self._is_single(obs)
+            if single:
+                obs = np.asarray(obs)[None]
         if single:
-            obs = np.asarray(obs)[None]
             if episode_start is not None:
                 episode_start = np.asarray(episode_start).reshape(1)
         if episode_start is not None and hasattr(self.model, "reset_state"):

@@ -21,7 +21,17 @@ LAYERS: list[tuple[str, ...]] = [
     ("backend", "fast"),
     ("nn", "losses", "optim", "policy"),
     ("envs",),
-    ("config", "types", "errors", "interfaces", "device", "seeding", "schedules", "threads"),
+    (
+        "config",
+        "types",
+        "errors",
+        "interfaces",
+        "device",
+        "seeding",
+        "schedules",
+        "threads",
+        "imports",
+    ),
 ]
 """Top to bottom: cli/api -> registry -> train -> algos -> collect / data -> the backend
 seam -> nn / losses -> envs -> config / types. Parts on one line may import each other."""

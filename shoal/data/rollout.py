@@ -7,6 +7,7 @@ import numpy as np
 import torch
 
 from shoal.envs.agents_as_batch import split_observation
+from shoal.envs.composite import PackedObs
 from shoal.errors import UnsupportedSpaceError
 from shoal.types import ActOutput, Rollout, StepResult
 
@@ -22,10 +23,14 @@ def space_layout(space: gym.Space) -> tuple[tuple[int, ...], torch.dtype]:
     if isinstance(space, gym.spaces.Box):
         dtype = torch.uint8 if space.dtype == np.uint8 else torch.float32
         return tuple(space.shape), dtype
+    if isinstance(space, PackedObs):  # Dict/Tuple observations: byte records, one per step
+        return tuple(space.shape), torch.uint8
     split = split_observation(space)
     if split is not None:  # actor and critic parts, stored as one flat row
         return (sum(split),), torch.float32
-    raise UnsupportedSpaceError(f"space {space} cannot be stored; supported: Box and Discrete")
+    raise UnsupportedSpaceError(
+        f"space {space} cannot be stored; supported: Box, Discrete, and Dict or Tuple observations"
+    )
 
 
 class RolloutStorage:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import difflib
-import importlib
 import os
 import sys
 from typing import Any
@@ -14,11 +13,13 @@ import numpy as np
 from shoal.config import EnvConfig
 from shoal.envs.agents_as_batch import AgentsAsBatch
 from shoal.envs.base import VectorEnv
+from shoal.envs.composite import PackedObs, is_composite
 from shoal.envs.multi_agent import is_multi_agent_id, make_multi_agent_env
 from shoal.envs.normalize import NormalizeObservation, NormalizeReward
 from shoal.envs.snapshot import capture_env_state, restore_env_state
 from shoal.envs.wrappers import wrapper_fns
 from shoal.errors import ConfigError, UnknownEnvError
+from shoal.imports import import_module
 from shoal.types import StepResult
 
 
@@ -55,6 +56,12 @@ class GymVectorEnv:
                     f"'observation' and 'action_mask'; the env has {space}"
                 )
             self.observation_space = space["observation"]
+        self._packed = (
+            PackedObs(self.observation_space) if is_composite(self.observation_space) else None
+        )
+        """Dict and Tuple observations are packed into byte records (`shoal.envs.composite`)."""
+        if self._packed is not None:
+            self.observation_space = self._packed
         self.action_mask: np.ndarray | None = None
         """``[B, A]`` legal actions at the latest observation (None without a mask source)."""
         self._episode_return = np.zeros(self.num_envs, np.float64)
@@ -100,17 +107,18 @@ class GymVectorEnv:
         )
 
     def _split_mask(self, obs: Any, info: dict[str, Any]) -> np.ndarray:
-        """Take the legal-action mask out of the observation or info; return the observation."""
+        """Take the legal-action mask out of the observation or info; return the observation
+        (packed when composite)."""
         if self._mask_source == "obs":
             self.action_mask = np.asarray(obs["action_mask"], bool)
-            return obs["observation"]
-        if self._mask_source == "info":
+            obs = obs["observation"]
+        elif self._mask_source == "info":
             if "action_mask" not in info:
                 raise ConfigError(
                     "EnvConfig.action_mask = 'info' but the env's info has no 'action_mask'"
                 )
             self.action_mask = np.asarray(info["action_mask"], bool)
-        return obs
+        return obs if self._packed is None else self._packed.pack(obs)
 
     def get_state(self) -> dict[str, Any]:
         return {
@@ -163,52 +171,17 @@ def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
         ) from exc
 
 
-_IMPORT_DIRS: list[str] = []
-
-
 def import_env_module(module: str, env_id: str) -> None:
-    """Import the module of a ``module:EnvId`` id, looking in the working directory too (as
-    ``python -m`` and ``python script.py`` do, which the ``shoal`` command does not); the
-    directory that made the import work is remembered (`import_dirs`) so that checkpoints
-    can record it for ``shoal eval`` and ``shoal.load`` run from elsewhere."""
+    """Import the module of a ``module:EnvId`` id, looking in the working directory too
+    (`shoal.imports.import_module`)."""
     try:
-        importlib.import_module(module)
-        return
-    except ModuleNotFoundError as exc:
-        top = module.partition(".")[0]
-        cwd = os.getcwd()
-        if exc.name != top or cwd in sys.path:
-            raise _import_error(module, env_id, exc) from exc
-        sys.path.insert(0, cwd)
-        try:
-            importlib.import_module(module)
-        except ImportError as retry:
-            sys.path.remove(cwd)
-            raise _import_error(module, env_id, retry) from retry
-        if cwd not in _IMPORT_DIRS:
-            _IMPORT_DIRS.append(cwd)
+        import_module(module)
     except ImportError as exc:
-        raise _import_error(module, env_id, exc) from exc
-
-
-def _import_error(module: str, env_id: str, exc: ImportError) -> UnknownEnvError:
-    return UnknownEnvError(
-        f"environment id {env_id!r}: cannot import module {module!r} ({exc}). Run shoal from "
-        f"the directory that holds {module.partition('.')[0]}, or add that directory to "
-        "PYTHONPATH"
-    )
-
-
-def import_dirs() -> list[str]:
-    """Directories added to ``sys.path`` to import env modules in this process."""
-    return list(_IMPORT_DIRS)
-
-
-def add_import_dirs(dirs: list[str]) -> None:
-    """Make a checkpoint's recorded env-module directories importable (those that exist)."""
-    for directory in dirs:
-        if os.path.isdir(directory) and directory not in sys.path:
-            sys.path.append(directory)
+        raise UnknownEnvError(
+            f"environment id {env_id!r}: cannot import module {module!r} ({exc}). Run shoal "
+            f"from the directory that holds {module.partition('.')[0]}, or add that directory "
+            "to PYTHONPATH"
+        ) from exc
 
 
 def register_ale_envs() -> bool:

@@ -8,6 +8,7 @@ import numpy as np
 
 from shoal.envs.agents_as_batch import split_observation
 from shoal.envs.base import VectorEnv, VectorEnvWrapper
+from shoal.envs.composite import PackedObs
 from shoal.types import StepResult
 
 
@@ -45,8 +46,63 @@ class RunningMeanStd:
         self.count = float(state["count"])
 
 
-def normalize(obs: np.ndarray, stats: RunningMeanStd, clip: float) -> np.ndarray:
+class FieldStats:
+    """Running statistics of each float field of packed composite observations
+    (`shoal.envs.composite`): every vector key (a float Box) is standardized on its own;
+    images, discrete and binary parts pass unchanged. The state names each field's offset and
+    shape, so a deployed policy needs no space to apply it."""
+
+    def __init__(self, fields: list[tuple[int, tuple[int, ...]]]):
+        self.fields = [(int(offset), tuple(shape)) for offset, shape in fields]
+        self.stats = [RunningMeanStd(shape) for _, shape in self.fields]
+
+    @classmethod
+    def of(cls, space: PackedObs) -> FieldStats:
+        return cls([(leaf.offset, leaf.shape) for leaf in space.leaves if leaf.is_float])
+
+    def _view(self, records: np.ndarray, index: int) -> np.ndarray:
+        offset, shape = self.fields[index]
+        field = records[:, offset : offset + 4 * int(np.prod(shape, dtype=np.int64))]
+        return field.view(np.float32).reshape(records.shape[0], *shape)
+
+    def update(self, records: np.ndarray) -> None:
+        for index, stats in enumerate(self.stats):
+            stats.update(self._view(records, index))
+
+    def normalize(self, records: np.ndarray, clip: float) -> np.ndarray:
+        out = np.array(records, np.uint8)
+        for index, stats in enumerate(self.stats):
+            view = self._view(out, index)
+            view[...] = normalize(view, stats, clip)
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "fields": [
+                {"offset": offset, "shape": list(shape), **stats.state_dict()}
+                for (offset, shape), stats in zip(self.fields, self.stats, strict=True)
+            ]
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for stats, field in zip(self.stats, state["fields"], strict=True):
+            stats.load_state_dict(field)
+
+
+def load_obs_stats(state: dict[str, Any]) -> RunningMeanStd | FieldStats:
+    """The statistics a `NormalizeObservation` state dict holds (flat or per field)."""
+    if "fields" in state:
+        stats = FieldStats([(f["offset"], tuple(f["shape"])) for f in state["fields"]])
+    else:
+        stats = RunningMeanStd()
+    stats.load_state_dict(state)
+    return stats
+
+
+def normalize(obs: np.ndarray, stats: RunningMeanStd | FieldStats, clip: float) -> np.ndarray:
     """Standardize with frozen statistics; shared by the wrapper and deployed policies."""
+    if isinstance(stats, FieldStats):
+        return stats.normalize(obs, clip)
     scaled = (obs - stats.mean) / np.sqrt(stats.var + 1e-8)
     return np.clip(scaled, -clip, clip).astype(np.float32)
 
@@ -56,8 +112,13 @@ class NormalizeObservation(VectorEnvWrapper):
 
     def __init__(self, env: VectorEnv, clip: float = 10.0):
         super().__init__(env)
-        split = split_observation(env.observation_space)  # actor and critic parts, one row
-        self.stats = RunningMeanStd((sum(split),) if split else env.observation_space.shape)
+        space = env.observation_space
+        split = split_observation(space)  # actor and critic parts, one row
+        self.stats: RunningMeanStd | FieldStats
+        if isinstance(space, PackedObs):
+            self.stats = FieldStats.of(space)
+        else:
+            self.stats = RunningMeanStd((sum(split),) if split else space.shape)
         self.clip = clip
         self.training = True
 

@@ -8,12 +8,16 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from shoal.envs.composite import PackedObs
 from shoal.errors import CheckpointError
 
 
 def space_to_json(space: gym.Space) -> dict[str, Any]:
-    """A JSON-able description of ``space`` (Box, Discrete, MultiDiscrete, MultiBinary, and
-    Tuple or Dict of them). Box bounds that are the same everywhere are stored once."""
+    """A JSON-able description of ``space`` (Box, Discrete, MultiDiscrete, MultiBinary,
+    Tuple or Dict of them, and the packed form of the last two, `shoal.envs.composite`). Box
+    bounds that are the same everywhere are stored once."""
+    if isinstance(space, PackedObs):
+        return {"type": "Packed", "space": space_to_json(space.original)}
     if isinstance(space, gym.spaces.Box):
         return {
             "type": "Box",
@@ -47,6 +51,8 @@ def space_from_json(data: dict[str, Any]) -> gym.Space:
             return gym.spaces.Box(low, high, shape, dtype)
         if kind == "Discrete":
             return gym.spaces.Discrete(data["n"], start=data.get("start", 0))
+        if kind == "Packed":
+            return PackedObs(space_from_json(data["space"]))
         if kind == "MultiDiscrete":
             return gym.spaces.MultiDiscrete(data["nvec"])
         if kind == "MultiBinary":

@@ -15,7 +15,6 @@ from __future__ import annotations
 import ast
 import difflib
 import functools
-import importlib
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +23,7 @@ import gymnasium as gym
 
 from shoal.config import EnvConfig
 from shoal.errors import ConfigError
+from shoal.imports import import_object
 
 WrapperFn = Callable[[gym.Env], gym.Env]
 
@@ -79,19 +79,10 @@ def _apply(spec: str, cls: type, kwargs: dict[str, Any], env: gym.Env) -> gym.En
 
 def _resolve(spec: str, name: str) -> type:
     if ":" in name:
-        from shoal.envs.gym import import_env_module
-        from shoal.errors import UnknownEnvError
-
-        module, _, attr = name.partition(":")
         try:
-            import_env_module(module, spec)
-        except UnknownEnvError as exc:
-            message = str(exc).split(": ", 1)[-1]
-            raise _bad(spec, message) from None
-        found = getattr(importlib.import_module(module), attr, None)
-        if found is None:
-            raise _bad(spec, f"module {module!r} has no {attr!r}")
-        return found
+            return import_object(name, "wrapper")
+        except ConfigError as exc:
+            raise _bad(spec, str(exc).partition(": ")[2] or str(exc)) from None
     found = getattr(gym.wrappers, name, None)
     if not isinstance(found, type) or not issubclass(found, gym.Wrapper):
         known = [n for n in dir(gym.wrappers) if n[:1].isupper()]

@@ -88,6 +88,12 @@ def unsupported(model: torch.nn.Module) -> str | None:
         return "the critic reads a part of the observation the actor does not (env.global_state)"
     if any(p.device.type != "cpu" or p.dtype != torch.float32 for p in model.parameters()):
         return "its parameters are not float32 on the CPU"
+    composite = getattr(model.encoding, "composite", None)
+    if composite is not None and not composite.has_numpy_path:
+        return (
+            "its observation encoding has weights (a Dict/Tuple observation part that is "
+            "embedded, has its own MLP or is an image)"
+        )
     body = model.body
     if type(body) not in (MLP, ParallelMLP):
         return "its encoder is not an MLP (model.encoder mlp)"
@@ -113,6 +119,7 @@ class NumpyActorCritic:
         self.parallel = isinstance(model.body, ParallelMLP)
         self.activation, self.activation_backward = ACTIVATIONS[model.body.activation_name]
         self.categorical = isinstance(model.policy_head, CategoricalHead)
+        self.composite = getattr(model.encoding, "composite", None)
         self.parameters = list(model.parameters())
         self.flat_param: Tensor | None = None
         if flat_parameters:
@@ -194,7 +201,11 @@ class NumpyActorCritic:
         if isinstance(obs, np.ndarray):
             if obs.dtype == np.float32 and obs.ndim == 2:
                 return obs
+            if self.composite is not None:  # Dict/Tuple observations: packed records
+                return self.composite.numpy_features(obs)
             obs = torch.from_numpy(obs)
+        elif self.composite is not None:
+            return self.composite.numpy_features(obs.numpy())
         if obs.dtype == torch.float32 and obs.dim() == 2:
             return obs.contiguous().numpy()
         with torch.no_grad():

@@ -9,8 +9,11 @@ from torch import nn
 
 from shoal.config import ModelConfig
 from shoal.envs.agents_as_batch import split_observation
+from shoal.envs.composite import PackedObs
 from shoal.errors import ConfigError, UnsupportedSpaceError
-from shoal.nn.cnn import build_encoder
+from shoal.nn.cnn import ParallelEncoders, build_encoder
+from shoal.nn.composite import CompositeEncoder
+from shoal.nn.custom import custom_encoder, is_custom
 from shoal.nn.distributions import Categorical, DiagGaussian
 from shoal.nn.heads import CategoricalHead, GaussianHead, ValueHead
 from shoal.nn.mlp import MLP, ParallelMLP
@@ -18,26 +21,64 @@ from shoal.types import ActOutput
 
 
 class ObsEncoding(nn.Module):
-    """Turns raw observations into flat float features: Box is flattened, Discrete one-hot."""
+    """Turns raw observations into flat float features: Box is flattened, Discrete one-hot,
+    Dict and Tuple observations (packed, `shoal.envs.composite`) go through one encoder per
+    part (`shoal.nn.composite.CompositeEncoder`; ``model`` configures those)."""
 
-    def __init__(self, space: gym.Space):
+    def __init__(self, space: gym.Space, model: ModelConfig | None = None):
         super().__init__()
+        self.composite: CompositeEncoder | None = None
+        self.num_categories = 0
         if isinstance(space, gym.spaces.Box):
-            self.num_categories = 0
             self.out_dim = int(np.prod(space.shape))
         elif isinstance(space, gym.spaces.Discrete):
             self.num_categories = int(space.n)
             self.out_dim = self.num_categories
+        elif isinstance(space, PackedObs):
+            self.composite = CompositeEncoder(space, model)
+            self.out_dim = self.composite.out_dim
         else:
             raise UnsupportedSpaceError(
                 f"observation space {space} is not supported by MLP models; "
-                "supported: Box (flattened) and Discrete (one-hot)"
+                "supported: Box (flattened), Discrete (one-hot), and Dict or Tuple of them "
+                "(each part encoded, then joined)"
             )
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.composite is not None:
+            return self.composite(obs)
         if self.num_categories:
             return nn.functional.one_hot(obs.long(), self.num_categories).float()
         return obs.float().flatten(start_dim=1) if obs.dim() > 2 else obs.float()
+
+
+def encoder_and_body(
+    obs_space: gym.Space, config: ModelConfig, members: int = 1
+) -> tuple[nn.Module, nn.Module]:
+    """``(encoding, body)``: the observation features are ``body(encoding(obs))``, ``[N, D]``,
+    or ``[members, N, D]`` for ``members`` independent bodies (separate actor and critic).
+
+    A user's encoder (``config.encoder`` module:Class, `shoal.nn.custom`) or an image encoder
+    (`shoal.nn.cnn`) is the body and the encoding is the identity; otherwise `ObsEncoding`
+    (one encoder per part of a Dict/Tuple observation, image parts included) feeds the MLP of
+    ``config.hidden``."""
+    if is_custom(config.encoder):
+        bodies = [custom_encoder(obs_space, config) for _ in range(members)]
+        return nn.Identity(), bodies[0] if members == 1 else ParallelEncoders(bodies)
+    if config.encoder != "mlp" and not isinstance(obs_space, PackedObs):
+        return nn.Identity(), build_encoder(obs_space, config, members)
+    encoding = ObsEncoding(obs_space, config)
+    if members == 1:
+        return encoding, MLP(encoding.out_dim, config.hidden, config.activation)
+    return encoding, ParallelMLP(encoding.out_dim, config.hidden, config.activation, members)
+
+
+def observation_features(obs_space: gym.Space, config: ModelConfig) -> nn.Module:
+    """What the off-policy actors and critics read before their own MLPs: a user's encoder
+    (``config.encoder`` module:Class) or `ObsEncoding`."""
+    if is_custom(config.encoder):
+        return custom_encoder(obs_space, config)
+    return ObsEncoding(obs_space, config)
 
 
 def policy_head(action_space: gym.Space, in_dim: int, config: ModelConfig) -> nn.Module:
@@ -65,31 +106,24 @@ class ActorCritic(nn.Module):
         super().__init__()
         self.split = split_observation(obs_space)
         self.shared_trunk = config.shared_trunk
-        if config.encoder != "mlp":
-            if self.split is not None:
+        if self.split is not None:
+            if config.encoder != "mlp":
                 raise ConfigError(
-                    f"model.encoder {config.encoder!r} reads image observations and cannot be "
-                    "combined with a critic-only observation part (env.global_state)"
+                    f"model.encoder {config.encoder!r} cannot be combined with a critic-only "
+                    "observation part (env.global_state): the actor must not see the global state"
                 )
-            # An image encoder (`shoal.nn.cnn`) takes the place of ObsEncoding + MLP.
-            self.encoding: nn.Module | None = nn.Identity()
-            self.body: nn.Module = build_encoder(obs_space, config, 1 if self.shared_trunk else 2)
-        else:
-            if self.split is not None:
-                if config.shared_trunk:
-                    raise ConfigError(
-                        "model.shared_trunk cannot be combined with a critic-only observation "
-                        "part (env.global_state): the actor must not see the global state"
-                    )
-                self.encoding = None
-                in_dim = max(self.split)
-            else:
-                self.encoding = ObsEncoding(obs_space)
-                in_dim = self.encoding.out_dim
             if config.shared_trunk:
-                self.body = MLP(in_dim, config.hidden, config.activation)
-            else:
-                self.body = ParallelMLP(in_dim, config.hidden, config.activation, members=2)
+                raise ConfigError(
+                    "model.shared_trunk cannot be combined with a critic-only observation "
+                    "part (env.global_state): the actor must not see the global state"
+                )
+            self.encoding: nn.Module | None = None
+            self.body: nn.Module = ParallelMLP(
+                max(self.split), config.hidden, config.activation, members=2
+            )
+        else:
+            members = 1 if self.shared_trunk else 2
+            self.encoding, self.body = encoder_and_body(obs_space, config, members)
         self.policy_head = policy_head(action_space, self.body.out_dim, config)
         self.value_head = ValueHead(self.body.out_dim)
 

@@ -24,7 +24,7 @@ from shoal.config import ModelConfig, NoiseConfig
 from shoal.errors import UnsupportedSpaceError
 from shoal.losses.actor_critic import squashed_gaussian_log_prob
 from shoal.nn.action_scaling import ActionScaler, check_bounded_box
-from shoal.nn.actor_critic import ActOutput, ObsEncoding
+from shoal.nn.actor_critic import ActOutput, observation_features
 from shoal.nn.distributions import Categorical
 from shoal.nn.init import POLICY_GAIN, linear
 from shoal.nn.mlp import MLP
@@ -98,7 +98,7 @@ class _Actor(nn.Module):
 
     def __init__(self, obs_space: gym.Space, model: ModelConfig):
         super().__init__()
-        self.encoding = ObsEncoding(obs_space)
+        self.encoding = observation_features(obs_space, model)
         self.body = MLP(self.encoding.out_dim, model.hidden, model.activation)
         self.register_buffer("random_actions", torch.tensor(True))
 

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from shoal.config import ModelConfig
-from shoal.nn.actor_critic import ObsEncoding
+from shoal.nn.actor_critic import observation_features
 from shoal.nn.init import VALUE_GAIN, linear
 from shoal.nn.mlp import ParallelMLP
 
@@ -41,7 +41,7 @@ class CriticEnsemble(nn.Module):
         members: int = 2,
     ):
         super().__init__()
-        self.encoding = ObsEncoding(obs_space)
+        self.encoding = observation_features(obs_space, model)
         self.members = members
         self.body = ParallelMLP(
             self.encoding.out_dim + action_dim, model.hidden, model.activation, members

@@ -18,9 +18,7 @@ from torch import nn
 from shoal.errors import ConfigError, UnsupportedSpaceError
 from shoal.losses.q_learning import masked_argmax
 from shoal.losses.value_kinds import ValueKind
-from shoal.nn.actor_critic import ObsEncoding
-from shoal.nn.cnn import build_encoder
-from shoal.nn.mlp import MLP
+from shoal.nn.actor_critic import encoder_and_body
 from shoal.nn.q_heads import QHead
 from shoal.types import ActOutput
 
@@ -66,12 +64,7 @@ class QNetwork(nn.Module):
                 "model.encoder 'ref001-model3' is Lamb et al.'s CNN + LSTM model and DQN's "
                 "Q-network has no recurrent core; use 'ref001-model2', 'nature' or 'impala'"
             )
-        if model.encoder != "mlp":  # an image encoder (`shoal.nn.cnn`) replaces both
-            self.encoding: nn.Module = nn.Identity()
-            self.body: nn.Module = build_encoder(obs_space, model)
-        else:
-            self.encoding = ObsEncoding(obs_space)
-            self.body = MLP(self.encoding.out_dim, model.hidden, model.activation)
+        self.encoding, self.body = encoder_and_body(obs_space, model)
         self.head = QHead(
             self.body.out_dim,
             int(action_space.n),

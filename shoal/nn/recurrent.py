@@ -15,11 +15,9 @@ import torch
 from torch import nn
 
 from shoal.config import ModelConfig
-from shoal.nn.actor_critic import ActorCritic, ActOutput, ObsEncoding, policy_head
-from shoal.nn.cnn import build_encoder
+from shoal.nn.actor_critic import ActorCritic, ActOutput, encoder_and_body, policy_head
 from shoal.nn.distributions import Categorical, DiagGaussian
 from shoal.nn.heads import ValueHead
-from shoal.nn.mlp import MLP
 
 
 class RecurrentActorCritic(nn.Module):
@@ -35,12 +33,9 @@ class RecurrentActorCritic(nn.Module):
         super().__init__()
         if config.lstm_hidden is None:
             raise ValueError("RecurrentActorCritic needs ModelConfig.lstm_hidden")
-        if config.encoder != "mlp":  # an image encoder (`shoal.nn.cnn`), e.g. Lamb et al.'s
-            self.encoding: nn.Module = nn.Identity()  # Model 3: three convs, then LSTM 256
-            self.body: nn.Module = build_encoder(obs_space, config)
-        else:
-            self.encoding = ObsEncoding(obs_space)
-            self.body = MLP(self.encoding.out_dim, config.hidden, config.activation)
+        # An MLP, a user's encoder, or an image encoder (`shoal.nn.cnn`), e.g. Lamb et al.'s
+        # Model 3: three convs, then LSTM 256.
+        self.encoding, self.body = encoder_and_body(obs_space, config)
         self.hidden_size = config.lstm_hidden
         self.lstm = nn.LSTM(self.body.out_dim, self.hidden_size)
         for name, param in self.lstm.named_parameters():

@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from shoal.envs.gym import add_import_dirs
 from shoal.errors import CheckpointError
+from shoal.imports import add_import_dirs
 
 FORMAT_VERSION = 1
 _ARRAY_TAG = "__ndarray__"

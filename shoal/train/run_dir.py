@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from shoal.envs import make_env
-from shoal.envs.gym import import_dirs
 from shoal.envs.spaces import space_to_json
 from shoal.errors import ShoalError
+from shoal.imports import import_dirs
 from shoal.interfaces import AlgorithmSpec
 from shoal.train.checkpoint import Checkpoint
 

@@ -250,8 +250,10 @@ class MultiBinaryActionEnv(gym.Env):
 
 
 class DictObservationEnv(MultiBinaryActionEnv):
+    """A Dict observation with a part no network can read (text)."""
+
     observation_space = gym.spaces.Dict(
-        {"position": gym.spaces.Box(-1.0, 1.0, (2,), np.float32), "flag": gym.spaces.Discrete(2)}
+        {"position": gym.spaces.Box(-1.0, 1.0, (2,), np.float32), "name": gym.spaces.Text(8)}
     )
     action_space = gym.spaces.Discrete(2)
 
@@ -271,7 +273,7 @@ def test_unsupported_action_space(tmp_path, small_ppo, registered_env):
 
 def test_unsupported_observation_space(tmp_path, small_ppo, registered_env):
     env_id = registered_env("shoal-test/DictObs-v0", DictObservationEnv)
-    with pytest.raises(UnsupportedSpaceError, match=r"observation space Dict\("):
+    with pytest.raises(UnsupportedSpaceError, match=r"observation part 'name' is a Text space"):
         shoal.train("ppo", env=env_id, run_dir=str(tmp_path / "run"), **small_ppo())
 
 

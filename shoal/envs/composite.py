@@ -1,0 +1,264 @@
+"""Composite observations (``Dict`` and ``Tuple`` spaces, nested too) packed into byte records.
+
+Every storage in shoal (rollouts, replay, the Ray transport, checkpoints) holds observations as
+one preallocated tensor ``[..., *shape]`` of one dtype. A composite observation is kept there as
+a *record*: one row of ``record_bytes`` uint8 in which each leaf of the space (a key of a
+``Dict``, an item of a ``Tuple``) has its own aligned field in its own dtype, the layout of a
+NumPy structured array. So uint8 images stay uint8 (one byte a pixel), vectors stay float32,
+discrete values stay integers, and nothing is converted or widened in storage. The fields are
+read back as zero-copy views (`PackedObs.leaf_array`, `PackedObs.leaf_tensor`): on NumPy arrays
+for normalization, on tensors (CPU or GPU) for the networks' per-key encoders
+(`shoal.nn.composite.CompositeEncoder`).
+
+`shoal.envs.gym.GymVectorEnv` packs what the env returns; `shoal.policy.ActorPolicy.act` packs
+the dicts a user passes. A leaf's storage dtype: uint8 Boxes and MultiBinary as uint8, other
+Boxes as float32, Discrete and MultiDiscrete as int64.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from shoal.errors import ShoalError, UnsupportedSpaceError
+
+ALIGN = 8
+"""Field offsets and the record size are multiples of 8 bytes, so every field is an aligned
+view in its dtype (int64 included) on every row."""
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """One field of a record: where the value at ``path`` lives and how it is stored."""
+
+    path: tuple[str | int, ...]
+    space: gym.Space
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    offset: int
+
+    @property
+    def name(self) -> str:
+        """The path as one string: ``"pos"``, ``"sensors.camera"``, ``"0"``."""
+        return ".".join(str(key) for key in self.path)
+
+    @cached_property
+    def size(self) -> int:
+        """Values per observation."""
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @cached_property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def is_image(self) -> bool:
+        """A uint8 Box of shape ``[C, H, W]`` or ``[H, W]``: read by an image encoder."""
+        space = self.space
+        return (
+            isinstance(space, gym.spaces.Box)
+            and space.dtype == np.uint8
+            and len(self.shape) in (2, 3)
+        )
+
+    @property
+    def is_float(self) -> bool:
+        """A Box stored as float32: a vector that normalization standardizes per key."""
+        return isinstance(self.space, gym.spaces.Box) and self.dtype == np.float32
+
+
+def storage_of(space: gym.Space, path: str) -> tuple[np.dtype, tuple[int, ...]]:
+    """Storage dtype and shape of one leaf space; ``path`` names it in errors."""
+    if isinstance(space, gym.spaces.Box):
+        dtype = np.uint8 if space.dtype == np.uint8 else np.float32
+        return np.dtype(dtype), tuple(space.shape)
+    if isinstance(space, gym.spaces.Discrete):
+        return np.dtype(np.int64), ()
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return np.dtype(np.int64), tuple(np.asarray(space.nvec).shape)
+    if isinstance(space, gym.spaces.MultiBinary):
+        return np.dtype(np.uint8), tuple(np.atleast_1d(np.asarray(space.n)).tolist())
+    raise UnsupportedSpaceError(
+        f"observation part {path or '(top)'!r} is a {type(space).__name__} space ({space}); "
+        "the parts of a Dict or Tuple observation may be Box, Discrete, MultiDiscrete, "
+        "MultiBinary, or Dict and Tuple of them"
+    )
+
+
+def _children(space: gym.Space) -> Iterator[tuple[str | int, gym.Space]]:
+    if isinstance(space, gym.spaces.Dict):
+        yield from space.spaces.items()
+    else:
+        yield from enumerate(space.spaces)
+
+
+def is_composite(space: gym.Space) -> bool:
+    return isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple))
+
+
+class PackedObs(gym.Space):
+    """A ``Dict``/``Tuple`` observation space as stored: records of ``record_bytes`` uint8.
+
+    ``original`` is the env's space; ``leaves`` are its fields in the order of the space (Dict
+    keys in the space's order, Tuple items by index), depth first. Not a Box on purpose: code
+    that only knows flat observations refuses it instead of reading bytes as numbers.
+    """
+
+    def __init__(self, original: gym.Space):
+        if not is_composite(original):
+            raise TypeError(f"PackedObs packs Dict or Tuple spaces, got {original}")
+        self.original = original
+        leaves: list[Leaf] = []
+        offset = 0
+
+        def walk(space: gym.Space, path: tuple[str | int, ...]) -> None:
+            nonlocal offset
+            if is_composite(space):
+                for key, child in _children(space):
+                    walk(child, (*path, key))
+                return
+            dtype, shape = storage_of(space, ".".join(map(str, path)))
+            leaf = Leaf(path, space, dtype, shape, offset)
+            leaves.append(leaf)
+            offset += -(-leaf.nbytes // ALIGN) * ALIGN
+
+        walk(original, ())
+        if not leaves:
+            raise UnsupportedSpaceError(f"observation space {original} has no parts")
+        self.leaves = tuple(leaves)
+        self.record_bytes = max(offset, ALIGN)
+        super().__init__(shape=(self.record_bytes,), dtype=np.uint8)
+
+    # -- packing ---------------------------------------------------------------------------
+
+    def pack(self, obs: Any, out: np.ndarray | None = None) -> np.ndarray:
+        """Records ``[B, record_bytes]`` of a batch of composite observations: nested dicts and
+        tuples whose leaves are arrays ``[B, ...]`` (what a Gymnasium vector env returns)."""
+        first = _get(obs, self.leaves[0].path, self.leaves[0].name)
+        batch = np.shape(first)[0] if np.ndim(first) > len(self.leaves[0].shape) else None
+        if batch is None:
+            raise ShoalError(
+                f"expected a batch of observations, got {self.leaves[0].name!r} of shape "
+                f"{np.shape(first)} (one observation: use pack_one)"
+            )
+        if out is None:
+            out = np.zeros((batch, self.record_bytes), np.uint8)
+        for leaf in self.leaves:
+            value = np.asarray(_get(obs, leaf.path, leaf.name))
+            try:
+                self.leaf_array(out, leaf)[...] = value.reshape(batch, *leaf.shape)
+            except ValueError as exc:
+                raise ShoalError(
+                    f"observation part {leaf.name!r} should have shape {leaf.shape} per "
+                    f"observation, got {value.shape} for a batch of {batch}"
+                ) from exc
+        return out
+
+    def pack_one(self, obs: Any) -> np.ndarray:
+        """The record ``[record_bytes]`` of one observation."""
+        return self.pack(_map_leaves(obs, lambda value: np.asarray(value)[None]))[0]
+
+    def is_single(self, obs: Any) -> bool:
+        """Whether ``obs`` (a nested dict/tuple) is one observation rather than a batch."""
+        leaf = self.leaves[0]
+        return np.ndim(_get(obs, leaf.path, leaf.name)) == len(leaf.shape)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def leaf_array(self, records: np.ndarray, leaf: Leaf) -> np.ndarray:
+        """A view ``[B, *leaf.shape]`` of ``leaf``'s field in ``records`` ``[B, record_bytes]``
+        (a copy only when ``records`` rows are not contiguous)."""
+        field = records[:, leaf.offset : leaf.offset + leaf.nbytes]
+        return field.view(leaf.dtype).reshape(records.shape[0], *leaf.shape)
+
+    def leaf_tensor(self, records: torch.Tensor, leaf: Leaf) -> torch.Tensor:
+        """`leaf_array` for tensors ``[N, record_bytes]`` uint8, on any device."""
+        field = records[:, leaf.offset : leaf.offset + leaf.nbytes]
+        return field.view(_TORCH_DTYPES[leaf.dtype]).reshape(records.shape[0], *leaf.shape)
+
+    def unpack(self, records: np.ndarray) -> Any:
+        """The nested dicts/tuples of arrays ``[B, ...]`` that ``records`` hold."""
+        return self._nest(lambda leaf: self.leaf_array(records, leaf).copy())
+
+    def unpack_tensor(self, records: torch.Tensor) -> Any:
+        """The nested dicts/tuples of tensors ``[N, ...]`` (views) that ``records`` hold: what
+        a custom encoder (`ModelConfig.encoder` ``module:Class``) reads on a composite space."""
+        if records.dtype != torch.uint8:
+            raise ShoalError(f"packed observations are uint8 records, got {records.dtype}")
+        return self._nest(lambda leaf: self.leaf_tensor(records, leaf))
+
+    def _nest(self, value_of: Any) -> Any:
+        def build(space: gym.Space, path: tuple) -> Any:
+            if not is_composite(space):
+                return value_of(self._by_path[path])
+            items = {key: build(child, (*path, key)) for key, child in _children(space)}
+            return items if isinstance(space, gym.spaces.Dict) else tuple(items.values())
+
+        return build(self.original, ())
+
+    @property
+    def _by_path(self) -> dict[tuple, Leaf]:
+        return {leaf.path: leaf for leaf in self.leaves}
+
+    # -- gym.Space -------------------------------------------------------------------------
+
+    def sample(self, mask: Any = None, probability: Any = None) -> np.ndarray:
+        return self.pack_one(self.original.sample())
+
+    def seed(self, seed: int | None = None) -> Any:
+        return self.original.seed(seed)
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, np.ndarray) and x.shape == self.shape and x.dtype == np.uint8
+
+    @property
+    def is_np_flattenable(self) -> bool:
+        return False
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PackedObs) and other.original == self.original
+
+    def __hash__(self) -> int:
+        return hash(repr(self.original))
+
+    def __repr__(self) -> str:
+        return f"PackedObs({self.original})"
+
+
+_TORCH_DTYPES = {
+    np.dtype(np.uint8): torch.uint8,
+    np.dtype(np.float32): torch.float32,
+    np.dtype(np.int64): torch.int64,
+}
+
+
+def _get(obs: Any, path: tuple, name: str) -> Any:
+    value = obs
+    for key in path:
+        try:
+            value = value[key]
+        except (KeyError, IndexError, TypeError):
+            raise ShoalError(
+                f"observation has no part {name!r} (expected a "
+                f"{'dict' if isinstance(key, str) else 'tuple'} with it)"
+            ) from None
+    return value
+
+
+def _map_leaves(obs: Any, fn: Any) -> Any:
+    if isinstance(obs, dict):
+        return {key: _map_leaves(value, fn) for key, value in obs.items()}
+    if isinstance(obs, tuple):
+        return tuple(_map_leaves(value, fn) for value in obs)
+    return fn(obs)
+
+
+def packed(space: gym.Space) -> gym.Space:
+    """``space`` as shoal stores it: a `PackedObs` for Dict and Tuple spaces, else itself."""
+    return PackedObs(space) if is_composite(space) else space

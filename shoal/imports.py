@@ -1,0 +1,72 @@
+"""Importing users' code named by a ``module:Name`` string: custom envs, wrappers, encoders
+and callbacks.
+
+The ``shoal`` command, unlike ``python script.py``, does not put the working directory on
+``sys.path``; a module that is found only there is imported from it, and the directory is
+remembered (`import_dirs`) so checkpoints can record it for ``shoal eval`` and ``shoal.load``
+run from elsewhere.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import Any
+
+from shoal.errors import ConfigError
+
+_IMPORT_DIRS: list[str] = []
+
+
+def import_module(module: str) -> Any:
+    """``importlib.import_module``, retried from the working directory; raises ImportError."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        top = module.partition(".")[0]
+        cwd = os.getcwd()
+        if exc.name != top or cwd in sys.path:
+            raise
+        sys.path.insert(0, cwd)
+        try:
+            found = importlib.import_module(module)
+        except ImportError:
+            sys.path.remove(cwd)
+            raise
+        if cwd not in _IMPORT_DIRS:
+            _IMPORT_DIRS.append(cwd)
+        return found
+
+
+def import_object(path: str, what: str) -> Any:
+    """The object ``module:Name`` names (``Name`` may be dotted: ``Outer.Inner``); ``what``
+    names the setting in the `ConfigError` raised when it cannot be found."""
+    module, sep, attr = path.partition(":")
+    if not sep or not module or not attr:
+        raise ConfigError(f"{what} {path!r} is invalid: name it as module:Name")
+    try:
+        found: Any = import_module(module)
+    except ImportError as exc:
+        raise ConfigError(
+            f"{what} {path!r}: cannot import module {module!r} ({exc}). Run shoal from the "
+            f"directory that holds {module.partition('.')[0]}, or add that directory to "
+            "PYTHONPATH"
+        ) from None
+    for part in attr.split("."):
+        found = getattr(found, part, None)
+        if found is None:
+            raise ConfigError(f"{what} {path!r}: module {module!r} has no {attr!r}")
+    return found
+
+
+def import_dirs() -> list[str]:
+    """Directories added to ``sys.path`` to import users' modules in this process."""
+    return list(_IMPORT_DIRS)
+
+
+def add_import_dirs(dirs: list[str]) -> None:
+    """Make a checkpoint's recorded module directories importable (those that exist)."""
+    for directory in dirs:
+        if os.path.isdir(directory) and directory not in sys.path:
+            sys.path.append(directory)

@@ -1,0 +1,59 @@
+"""A user's own observation encoder, named by import path: ``model.encoder mypkg.nets:MyEncoder``.
+
+The class is called as ``MyEncoder(observation_space, model_config)`` and must return an
+``nn.Module`` with an integer attribute ``out_dim``; its forward pass maps a batch of
+observations ``[N, ...]`` (as stored: float32 vectors, uint8 images, int64 discrete values) to
+features ``[N, out_dim]``. For a Dict or Tuple observation space it receives the packed space
+(`shoal.envs.composite.PackedObs`, whose ``original`` is the env's space) and records
+``[N, record_bytes]``; ``space.unpack_tensor(obs)`` gives the parts as a dict/tuple of
+tensors.
+
+Where the features go, by family:
+
+* actor-critics (PPO, A2C, PG, TRPO, IMPALA, A3C, DD-PPO) and Q-networks (the DQN family):
+  the encoder replaces the MLP trunk, and the heads read its features (as an image encoder's);
+  separate actor and critic trunks (``model.shared_trunk false``) are two instances; a
+  recurrent model (``model.lstm_hidden``) feeds them to its LSTM;
+* off-policy actor-critics (DDPG, TD3, SAC, D4PG): the actor and the critics each own an
+  instance, followed by the ``model.hidden`` MLP (the critics' with the action joined to the
+  features).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+from torch import nn
+
+from shoal.errors import ConfigError
+from shoal.imports import import_object
+
+
+def is_custom(encoder: str) -> bool:
+    """Whether ``ModelConfig.encoder`` names a user's class (``module:Class``)."""
+    return ":" in encoder
+
+
+def custom_encoder(obs_space: gym.Space, config: Any) -> nn.Module:
+    """An instance of the encoder class ``config.encoder`` names, checked."""
+    path = config.encoder
+    cls = import_object(path, "model.encoder")
+    try:
+        encoder = cls(obs_space, config)
+    except Exception as exc:  # the user's constructor: any failure is a config error
+        raise ConfigError(
+            f"model.encoder {path!r}: {getattr(cls, '__name__', cls)}(observation_space, "
+            f"model_config) failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(encoder, nn.Module):
+        raise ConfigError(
+            f"model.encoder {path!r} built a {type(encoder).__name__}, not an nn.Module"
+        )
+    out_dim = getattr(encoder, "out_dim", None)
+    if not isinstance(out_dim, int) or out_dim <= 0:
+        raise ConfigError(
+            f"model.encoder {path!r} must set out_dim, the number of features its forward "
+            f"pass returns per observation (a positive int); got {out_dim!r}"
+        )
+    return encoder
