@@ -67,9 +67,8 @@ class ActorPolicy:
             single = self._is_single(obs)
             if single:
                 obs = np.asarray(obs)[None]
-        if single:
-            if episode_start is not None:
-                episode_start = np.asarray(episode_start).reshape(1)
+        if single and episode_start is not None:
+            episode_start = np.asarray(episode_start).reshape(1)
         if episode_start is not None and hasattr(self.model, "reset_state"):
             self.model.reset_state(torch.as_tensor(np.asarray(episode_start), dtype=torch.bool))
         if self.obs_stats is not None:
