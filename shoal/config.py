@@ -25,6 +25,18 @@ from shoal.errors import ConfigError
 T = TypeVar("T")
 
 
+def check_flat_encoder(config: Any, algo: str) -> None:
+    """The agent-batched networks of the multi-agent learners read flat observations through
+    their own MLPs: refuse an image or custom ``model.encoder`` instead of ignoring it."""
+    check(
+        config.model,
+        "encoder",
+        config.model.encoder == "mlp",
+        f"{algo}'s agent-batched networks read flat observations through MLPs; image and "
+        "custom encoders serve the single-agent families",
+    )
+
+
 def check(owner: object, name: str, ok: bool, allowed: str) -> None:
     """Raise a `ConfigError` naming ``owner.name`` and the allowed range unless ``ok``."""
     if not ok:
