@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,7 @@ def train(
     tuned: str | None = None,
     resume: str | Path | None = None,
     on_iteration: IterationCallback | None = None,
+    callbacks: Sequence[Any] = (),
     **overrides: Any,
 ) -> RunResult:
     """Train and return a `RunResult` (run directory, checkpoint, final evaluation, timings).
@@ -54,6 +56,8 @@ def train(
     ``shoal.train("ppo", env="CartPole-v1")``, ``shoal.train(tuned="ppo-cartpole")``,
     ``shoal.train(PPOConfig(...))`` or ``shoal.train(resume="runs/...", total_steps=10**6)``
     (a resumed run keeps its saved config unless a config of the same algorithm is given).
+    ``callbacks``: objects with training events (`shoal.train.callbacks.Callback`), called
+    after those ``run.callbacks`` names.
     """
     if resume is not None:
         checkpoint = load_checkpoint(resume)
@@ -62,9 +66,10 @@ def train(
         if not isinstance(config, spec.config_cls):  # default: the run's own config
             config = from_dict(spec.config_cls, checkpoint.config)
         config = build_config(config, env=env, **overrides)
-        return run(spec, config, resume=checkpoint, on_iteration=on_iteration)
+        return run(spec, config, resume=checkpoint, on_iteration=on_iteration, callbacks=callbacks)
     config = build_config(algo_or_config, env=env, tuned=tuned, **overrides)
-    return run(algorithm_for_config(config), config, on_iteration=on_iteration)
+    spec = algorithm_for_config(config)
+    return run(spec, config, on_iteration=on_iteration, callbacks=callbacks)
 
 
 def load(path: str | Path) -> ActorPolicy:

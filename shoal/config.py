@@ -81,6 +81,10 @@ class RunConfig:
     """Stop after this many seconds of wall-clock time."""
     run_dir: str | None = None
     """Directory for logs and checkpoints; default runs/<algo>-<env>-<date>-<time>."""
+    callbacks: tuple[str, ...] = ()
+    """Training callbacks (`shoal.train.callbacks`) by name, each ``module:Class`` or a
+    built-in (EarlyStopping, SaveBest), with optional literal keyword arguments:
+    ``EarlyStopping(patience=3)``. Recorded with the run, so a resume has them again."""
     eval_every_steps: int = 10_000
     """Evaluate the deterministic policy every this many environment steps (0 disables)."""
     eval_episodes: int = 10

@@ -9,6 +9,7 @@ run from elsewhere.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import os
 import sys
@@ -58,6 +59,32 @@ def import_object(path: str, what: str) -> Any:
         if found is None:
             raise ConfigError(f"{what} {path!r}: module {module!r} has no {attr!r}")
     return found
+
+
+def parse_call(spec: str) -> tuple[str, dict[str, Any]]:
+    """``"Name"`` or ``"Name(key=value, ...)"`` as ``(name, kwargs)``, the values Python
+    literals (how config strings name a wrapper or a callback with its arguments); raises
+    ValueError saying what is wrong."""
+    name, paren, rest = spec.strip().partition("(")
+    name = name.strip()
+    if not name or (paren and not rest.rstrip().endswith(")")):
+        raise ValueError("write Name or Name(key=value, ...)")
+    kwargs: dict[str, Any] = {}
+    if not paren:
+        return name, kwargs
+    try:
+        call = ast.parse(f"f({rest.rstrip()[:-1]})", mode="eval").body
+    except SyntaxError as exc:
+        raise ValueError(f"its arguments do not parse ({exc.msg})") from None
+    assert isinstance(call, ast.Call)
+    if call.args or any(keyword.arg is None for keyword in call.keywords):
+        raise ValueError("give arguments by keyword: Name(key=value)")
+    for keyword in call.keywords:
+        try:
+            kwargs[str(keyword.arg)] = ast.literal_eval(keyword.value)
+        except ValueError:
+            raise ValueError(f"{keyword.arg}= must be a literal value") from None
+    return name, kwargs
 
 
 def import_dirs() -> list[str]:

@@ -346,16 +346,22 @@ def read_tuned(path: str | Path) -> TunedExample:
         raise ConfigError(f"cannot read config file {path}: {exc}") from exc
     if not isinstance(data, dict) or "algo" not in data:
         raise ConfigError(f"{path} must be a mapping with at least an 'algo' key")
-    unknown = set(data) - {"algo", "description", "expected", "config"}
+    unknown = set(data) - {"algo", "description", "expected", "config", "callbacks"}
     if unknown:
         raise ConfigError(f"{path}: unknown top-level keys {sorted(unknown)}")
     get_algorithm(data["algo"])
+    config = dict(data.get("config") or {})
+    if "callbacks" in data:  # a top-level shorthand for run.callbacks
+        callbacks = data["callbacks"]
+        if isinstance(callbacks, str) or not isinstance(callbacks, list):
+            raise ConfigError(f"{path}: callbacks must be a list of names, got {callbacks!r}")
+        config["run"] = {**dict(config.get("run") or {}), "callbacks": list(callbacks)}
     return TunedExample(
         name=path.stem,
         algo=data["algo"],
         description=str(data.get("description", "")),
         expected=str(data.get("expected", "")),
-        config=data.get("config") or {},
+        config=config,
     )
 
 

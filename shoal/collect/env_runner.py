@@ -17,7 +17,7 @@ from shoal import backend
 from shoal.config import EnvConfig
 from shoal.data.rollout import RolloutStorage
 from shoal.envs import make_env
-from shoal.envs.base import find_wrapper
+from shoal.envs.base import find_wrapper, set_env_attr
 from shoal.envs.normalize import NormalizeObservation
 from shoal.envs.snapshot import EnvStateUnsupported
 from shoal.errors import ConfigError
@@ -105,6 +105,10 @@ class EnvRunner:
             return
         self.model.load_state_dict(weights)
         self._weight_targets = self.model.state_dict(keep_vars=True)
+
+    def set_env_attr(self, name: str, value: Any) -> None:
+        """Set ``name`` to ``value`` in every env of this runner (`set_env_attr`)."""
+        set_env_attr(self.env, name, value)
 
     def describe(self) -> dict[str, Any]:
         """What a sampler in another process needs to know of this runner's envs."""

@@ -29,6 +29,10 @@ class LocalSampler:
     def set_weights(self, weights: Weights) -> None:
         self.runner.set_weights(weights)
 
+    def set_env_attr(self, name: str, value: Any) -> None:
+        """Set attribute ``name`` of every training env to ``value`` (a curriculum's knob)."""
+        self.runner.set_env_attr(name, value)
+
     def obs_stats(self) -> dict[str, Any] | None:
         """The observation normalizer's statistics (None without normalization): a deployed
         policy applies them, frozen."""

@@ -59,6 +59,8 @@ class RaySampler:
         self._workers = workers
         self._weights_ref: Any = None
         self._weight_acks: dict[int, Any] = {}
+        self._env_attrs: dict[str, Any] = {}
+        """Attributes set with `set_env_attr`, set again on a restarted runner."""
         """Runner -> result of its last ``set_weights``, checked before its next rollout."""
         self.pool = workers.WorkerPool(
             EnvRunner,
@@ -110,6 +112,14 @@ class RaySampler:
         self._weight_acks.pop(i, None)
         if self._weights_ref is not None:
             self.pool.call_one(i, "set_weights", self._weights_ref)
+        for name, value in self._env_attrs.items():
+            self.pool.call_one(i, "set_env_attr", name, value)
+
+    def set_env_attr(self, name: str, value: Any) -> None:
+        """Set attribute ``name`` of every env of every runner to ``value``; a runner that is
+        restarted later gets it too."""
+        self.pool.call_all("set_env_attr", name, value)
+        self._env_attrs[name] = value
 
     def sample(self) -> tuple[Rollout, EpisodeStats]:
         """One rollout from every runner with the latest weights, joined along the env axis."""

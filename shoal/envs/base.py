@@ -7,6 +7,7 @@ from typing import Any, Protocol, runtime_checkable
 import gymnasium as gym
 import numpy as np
 
+from shoal.errors import ShoalError
 from shoal.types import StepResult
 
 
@@ -89,3 +90,27 @@ def find_wrapper(env: VectorEnv, cls: type) -> Any:
             return current
         current = current.env
     return None
+
+
+def set_env_attr(env: Any, name: str, value: Any) -> None:
+    """Set attribute ``name`` to ``value`` in every environment behind ``env`` (a shoal vector
+    env, its wrappers included): through Gymnasium's ``set_attr`` for Sync and Async vector
+    envs (each sub-env, on the innermost wrapper that has the attribute, in its own process
+    for Async), or on the env object itself for vectorized implementations that hold every
+    env in one object (Gymnasium's native vector envs, shoal's particle world). Raises
+    `ShoalError` when no env has the attribute, so a typo does not pass silently."""
+    current = env
+    while not hasattr(current, "set_attr") and hasattr(current, "env"):
+        current = current.env
+    if hasattr(current, "set_attr"):
+        try:
+            current.get_attr(name)
+        except AttributeError:
+            raise ShoalError(f"the environments have no attribute {name!r} to set") from None
+        current.set_attr(name, value)
+        return
+    if not hasattr(current, name):
+        raise ShoalError(
+            f"the environment ({type(current).__name__}) has no attribute {name!r} to set"
+        )
+    setattr(current, name, value)

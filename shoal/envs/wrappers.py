@@ -12,7 +12,6 @@ same env.
 
 from __future__ import annotations
 
-import ast
 import difflib
 import functools
 import inspect
@@ -23,34 +22,17 @@ import gymnasium as gym
 
 from shoal.config import EnvConfig
 from shoal.errors import ConfigError
-from shoal.imports import import_object
+from shoal.imports import import_object, parse_call
 
 WrapperFn = Callable[[gym.Env], gym.Env]
 
 
 def parse_wrapper(spec: str) -> tuple[str, dict[str, Any]]:
     """``"Name(key=value, ...)"`` as ``(name, kwargs)``; values must be Python literals."""
-    name, paren, rest = spec.strip().partition("(")
-    name = name.strip()
-    if not name or (paren and not rest.rstrip().endswith(")")):
-        raise _bad(spec, "write Name or Name(key=value, ...)")
-    kwargs: dict[str, Any] = {}
-    if paren:
-        try:
-            call = ast.parse(f"f({rest.rstrip()[:-1]})", mode="eval").body
-        except SyntaxError as exc:
-            raise _bad(spec, f"its arguments do not parse ({exc.msg})") from None
-        assert isinstance(call, ast.Call)
-        if call.args:
-            raise _bad(spec, "give arguments by keyword: Name(key=value)")
-        for keyword in call.keywords:
-            if keyword.arg is None:
-                raise _bad(spec, "give arguments by keyword: Name(key=value)")
-            try:
-                kwargs[keyword.arg] = ast.literal_eval(keyword.value)
-            except ValueError:
-                raise _bad(spec, f"{keyword.arg}= must be a literal value") from None
-    return name, kwargs
+    try:
+        return parse_call(spec)
+    except ValueError as exc:
+        raise _bad(spec, str(exc)) from None
 
 
 def wrapper_fns(config: EnvConfig) -> list[WrapperFn]:

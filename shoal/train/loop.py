@@ -13,7 +13,7 @@ import shutil
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +26,7 @@ from shoal.errors import ConfigError, NaNLossError
 from shoal.interfaces import Algorithm, AlgorithmSpec
 from shoal.seeding import derive_seed, rng_state, seed_torch, set_rng_state
 from shoal.threads import set_compute_threads
+from shoal.train.callbacks import CallbackError, Callbacks, TrainContext, build_callbacks
 from shoal.train.checkpoint import Checkpoint, incompatible, save_checkpoint
 from shoal.train.evaluate import evaluate
 from shoal.train.logger import make_loggers
@@ -48,7 +49,7 @@ class RunResult:
     eval_return: float | None
     """Mean return of the last evaluation (None when evaluation is off)."""
     stop_reason: str
-    """total_steps, target_return, max_wall_s or interrupted."""
+    """total_steps, target_return, max_wall_s, interrupted or callback."""
     eval_step: int | None = None
     """The env step at which ``eval_return`` was measured: the end of the run, unless the
     run was interrupted or evaluates only at its ``run.eval_every_steps``."""
@@ -73,9 +74,13 @@ def run(
     config: Any,
     resume: Checkpoint | None = None,
     on_iteration: IterationCallback | None = None,
+    callbacks: Sequence[Any] = (),
 ) -> RunResult:
-    """Train ``config`` with ``spec``'s algorithm until a stop condition; see `RunResult`."""
+    """Train ``config`` with ``spec``'s algorithm until a stop condition; see `RunResult`.
+    ``callbacks`` (`shoal.train.callbacks`) run after those the config names
+    (``run.callbacks``); ``on_iteration(steps, metrics)`` is the older one-function form."""
     check_runtime(spec, config)
+    hooks = build_callbacks(config, callbacks, on_iteration)  # imports checked before any run
     loop = _LoopState(
         next_eval=config.run.eval_every_steps, next_checkpoint=config.run.checkpoint_every_steps
     )
@@ -93,6 +98,30 @@ def run(
     config_json = to_dict(config)
     algorithm: Any = None
     eval_env = None
+
+    def save(notify: bool = True) -> Path:
+        guarded_write(loggers.flush)  # the logs on disk reach at least the checkpoint
+        state = {
+            "algorithm": algorithm.state_dict(),
+            "rng": rng_state(),
+            "loop": dataclasses.asdict(loop),
+            "callbacks": hooks.state_dict(),
+        }
+        path = guarded_write(
+            lambda: save_checkpoint(
+                run_dir,
+                algorithm.env_steps,
+                spec.name,
+                config_json,
+                state,
+                run_cfg.keep_checkpoints,
+                deploy_meta,
+            )
+        )
+        if notify:
+            hooks.call("on_checkpoint", path)
+        return path
+
     try:  # a start that fails (unknown env, unwritable files, ...) leaves no empty run behind
         config_text = json.dumps(config_json, indent=2)
         guarded_write(lambda: (run_dir / "config.json").write_text(config_text))
@@ -117,6 +146,9 @@ def run(
                 resume_step=resumed_from,
             )
         )
+        if resume is not None:
+            hooks.load_state_dict(resume.state.get("callbacks"))
+        hooks.start(TrainContext(config, run_dir, algorithm, save, resumed_from))
     except BaseException:
         if algorithm is not None:
             algorithm.close()
@@ -138,25 +170,6 @@ def run(
             "(save_replay is off); training continues from the saved weights"
         )
 
-    def save() -> Path:
-        guarded_write(loggers.flush)  # the logs on disk reach at least the checkpoint
-        state = {
-            "algorithm": algorithm.state_dict(),
-            "rng": rng_state(),
-            "loop": dataclasses.asdict(loop),
-        }
-        return guarded_write(
-            lambda: save_checkpoint(
-                run_dir,
-                algorithm.env_steps,
-                spec.name,
-                config_json,
-                state,
-                run_cfg.keep_checkpoints,
-                deploy_meta,
-            )
-        )
-
     checkpoint = resume.path if resume is not None else None
     stop_reason = "total_steps"
     train_s_before = loop.train_s
@@ -166,9 +179,12 @@ def run(
                 metrics = _iteration(algorithm, loop, eval_env, run_cfg)
                 steps = algorithm.env_steps
                 loggers.log(metrics, steps)
-                if on_iteration is not None:
-                    on_iteration(steps, metrics)
+                asked = hooks.call("on_iteration", metrics)
+                if "eval/return" in metrics:
+                    asked |= hooks.call("on_evaluation", _eval_part(metrics))
                 reason = _early_stop(run_cfg, loop, time.perf_counter() - start, interrupted)
+                if asked and reason is None:
+                    reason = "callback"
                 if reason is not None:
                     stop_reason = reason
                     break
@@ -179,7 +195,12 @@ def run(
                 final = _final_evaluation(algorithm, loop, eval_env, run_cfg)
                 if final:  # its own row, marked, after the last iteration's
                     loggers.log({**final, "eval/final": 1}, algorithm.env_steps)
+                    hooks.call("on_evaluation", _eval_part(final))
             checkpoint = save()
+    except CallbackError as exc:
+        # Between iterations the algorithm's state is whole: keep it before reporting.
+        saved = save(notify=False)
+        raise CallbackError(f"{exc}; the run is saved in {saved} (continue with --resume)") from exc
     except NaNLossError as exc:
         where = f"the last good checkpoint is {checkpoint}" if checkpoint else "no checkpoint yet"
         raise NaNLossError(f"{exc} at env step {algorithm.env_steps}; {where}") from exc
@@ -188,7 +209,7 @@ def run(
         algorithm.close()
         if eval_env is not None:
             eval_env.close()
-    return RunResult(
+    result = RunResult(
         run_dir=run_dir,
         checkpoint=checkpoint,
         env_steps=algorithm.env_steps,
@@ -201,8 +222,10 @@ def run(
         eval_step=loop.eval_step,
         session_train_s=loop.train_s - train_s_before,
         resumed_from=resumed_from,
-        stop_detail=_stop_detail(stop_reason, run_cfg, loop, algorithm.env_steps),
+        stop_detail=_stop_detail(stop_reason, run_cfg, loop, algorithm.env_steps, hooks),
     )
+    hooks.call("on_train_end", result)
+    return result
 
 
 def check_runtime(spec: AlgorithmSpec, config: Any) -> None:
@@ -278,7 +301,12 @@ def _drop_reached_target(config: Any, resume: Checkpoint, loop: _LoopState) -> A
     return dataclasses.replace(config, run=dataclasses.replace(config.run, target_return=None))
 
 
-def _stop_detail(reason: str, run_cfg: Any, loop: _LoopState, steps: int) -> str:
+def _eval_part(metrics: dict[str, float]) -> dict[str, float]:
+    """The evaluation's metrics among an iteration's."""
+    return {k: v for k, v in metrics.items() if k.startswith("eval/") and k != "eval/final"}
+
+
+def _stop_detail(reason: str, run_cfg: Any, loop: _LoopState, steps: int, hooks: Callbacks) -> str:
     if reason == "target_return":
         return (
             f"the eval return {loop.eval_return:.1f} reached run.target_return "
@@ -288,6 +316,8 @@ def _stop_detail(reason: str, run_cfg: Any, loop: _LoopState, steps: int) -> str
         return f"run.max_wall_s ({run_cfg.max_wall_s:g} s) elapsed at env step {steps:,}"
     if reason == "interrupted":
         return f"interrupted (Ctrl-C) at env step {steps:,}; continue with --resume"
+    if reason == "callback":
+        return f"{hooks.stop_reason} at env step {steps:,}"
     return f"run.total_steps {run_cfg.total_steps:,} reached ({steps:,} env steps)"
 
 
