@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from shoal.envs.composite import PackedObs
+from shoal.envs.composite import PackedActions, PackedObs, map_leaves
 from shoal.envs.normalize import FieldStats, RunningMeanStd, load_obs_stats, normalize
 from shoal.errors import ShoalError
 
@@ -75,6 +75,9 @@ class ActorPolicy:
             obs = normalize(obs, self.obs_stats, self.clip_obs)
         dist = self.model.distribution(torch.as_tensor(obs))
         actions = (dist.mode() if deterministic else dist.sample()).numpy()
+        if isinstance(self.action_space, PackedActions):  # the env's Tuple/Dict actions
+            nested = self.action_space.unpack(actions)
+            return map_leaves(nested, lambda value: value[0]) if single else nested
         return actions[0] if single else actions
 
     def _is_single(self, obs: Any) -> bool:

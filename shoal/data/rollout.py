@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from shoal.envs.agents_as_batch import split_observation
-from shoal.envs.composite import PackedObs
+from shoal.envs.composite import PackedActions, PackedObs
 from shoal.errors import UnsupportedSpaceError
 from shoal.types import ActOutput, Rollout, StepResult
 
@@ -25,6 +25,10 @@ def space_layout(space: gym.Space) -> tuple[tuple[int, ...], torch.dtype]:
         return tuple(space.shape), dtype
     if isinstance(space, PackedObs):  # Dict/Tuple observations: byte records, one per step
         return tuple(space.shape), torch.uint8
+    if isinstance(space, (gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)):
+        return tuple(space.shape), torch.int64
+    if isinstance(space, PackedActions):  # Tuple/Dict actions: float rows
+        return tuple(space.shape), torch.float32
     split = split_observation(space)
     if split is not None:  # actor and critic parts, stored as one flat row
         return (sum(split),), torch.float32

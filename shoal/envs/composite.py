@@ -162,7 +162,7 @@ class PackedObs(gym.Space):
 
     def pack_one(self, obs: Any) -> np.ndarray:
         """The record ``[record_bytes]`` of one observation."""
-        return self.pack(_map_leaves(obs, lambda value: np.asarray(value)[None]))[0]
+        return self.pack(map_leaves(obs, lambda value: np.asarray(value)[None]))[0]
 
     def is_single(self, obs: Any) -> bool:
         """Whether ``obs`` (a nested dict/tuple) is one observation rather than a batch."""
@@ -251,14 +251,136 @@ def _get(obs: Any, path: tuple, name: str) -> Any:
     return value
 
 
-def _map_leaves(obs: Any, fn: Any) -> Any:
+def map_leaves(obs: Any, fn: Any) -> Any:
     if isinstance(obs, dict):
-        return {key: _map_leaves(value, fn) for key, value in obs.items()}
+        return {key: map_leaves(value, fn) for key, value in obs.items()}
     if isinstance(obs, tuple):
-        return tuple(_map_leaves(value, fn) for value in obs)
+        return tuple(map_leaves(value, fn) for value in obs)
     return fn(obs)
 
 
 def packed(space: gym.Space) -> gym.Space:
     """``space`` as shoal stores it: a `PackedObs` for Dict and Tuple spaces, else itself."""
     return PackedObs(space) if is_composite(space) else space
+
+
+@dataclass(frozen=True)
+class ActionPart:
+    """One part of a Tuple/Dict action: its space and its columns ``[start, end)``."""
+
+    path: tuple[str | int, ...]
+    space: gym.Space
+    start: int
+    end: int
+
+    @property
+    def name(self) -> str:
+        return ".".join(str(key) for key in self.path)
+
+
+def action_width(space: gym.Space, path: str) -> int:
+    """Columns one action part takes in a packed row; ``path`` names it in errors."""
+    if isinstance(space, gym.spaces.Discrete):
+        return 1
+    if isinstance(space, gym.spaces.MultiDiscrete) and np.asarray(space.nvec).ndim == 1:
+        return len(space.nvec)
+    if isinstance(space, gym.spaces.MultiBinary) and np.ndim(space.n) == 0:
+        return int(space.n)
+    if isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
+        return space.shape[0]
+    raise UnsupportedSpaceError(
+        f"action part {path or '(top)'!r} is {space}; the parts of a Tuple or Dict action may "
+        "be Discrete, 1-D MultiDiscrete, 1-D MultiBinary and 1-D Box, nested in Tuple or Dict"
+    )
+
+
+class PackedActions(gym.Space):
+    """A ``Tuple``/``Dict`` action space as the on-policy learners see it: float32 rows of
+    ``width`` columns, each part in its own columns (a Discrete part's index, a MultiDiscrete
+    or MultiBinary part's values, a Box part's values). `shoal.envs.gym.GymVectorEnv` unpacks
+    the rows into the env's nested actions (`unpack`); the policy is a product of one
+    distribution per part (`shoal.nn.distributions.Product`)."""
+
+    def __init__(self, original: gym.Space):
+        if not is_composite(original):
+            raise TypeError(f"PackedActions packs Tuple or Dict spaces, got {original}")
+        self.original = original
+        parts: list[ActionPart] = []
+        column = 0
+
+        def walk(space: gym.Space, path: tuple[str | int, ...]) -> None:
+            nonlocal column
+            if is_composite(space):
+                for key, child in _children(space):
+                    walk(child, (*path, key))
+                return
+            width = action_width(space, ".".join(map(str, path)))
+            parts.append(ActionPart(path, space, column, column + width))
+            column += width
+
+        walk(original, ())
+        if not parts:
+            raise UnsupportedSpaceError(f"action space {original} has no parts")
+        self.parts = tuple(parts)
+        self.width = column
+        super().__init__(shape=(column,), dtype=np.float32)
+
+    def unpack(self, rows: np.ndarray) -> Any:
+        """The env's nested actions (arrays ``[B, ...]``) from packed rows ``[B, width]``:
+        integer parts rounded to their values (Discrete ``start`` included), Box parts
+        clipped to their bounds."""
+        rows = np.asarray(rows)
+        values: dict[tuple, np.ndarray] = {}
+        for part in self.parts:
+            piece = rows[:, part.start : part.end]
+            space = part.space
+            if isinstance(space, gym.spaces.Discrete):
+                values[part.path] = np.rint(piece[:, 0]).astype(np.int64) + int(space.start)
+            elif isinstance(space, gym.spaces.MultiDiscrete):
+                values[part.path] = np.rint(piece).astype(np.int64)
+            elif isinstance(space, gym.spaces.MultiBinary):
+                values[part.path] = np.rint(piece).astype(np.int8)
+            else:
+                values[part.path] = np.clip(piece, space.low, space.high).astype(space.dtype)
+
+        def build(space: gym.Space, path: tuple) -> Any:
+            if not is_composite(space):
+                return values[path]
+            items = {key: build(child, (*path, key)) for key, child in _children(space)}
+            return items if isinstance(space, gym.spaces.Dict) else tuple(items.values())
+
+        return build(self.original, ())
+
+    def pack(self, actions: Any) -> np.ndarray:
+        """Packed rows ``[B, width]`` of a batch of nested actions (the inverse of `unpack`)."""
+        first = np.asarray(_get(actions, self.parts[0].path, self.parts[0].name))
+        rows = np.zeros((first.shape[0], self.width), np.float32)
+        for part in self.parts:
+            value = np.asarray(_get(actions, part.path, part.name), np.float32)
+            if isinstance(part.space, gym.spaces.Discrete):
+                value = value - float(part.space.start)
+            rows[:, part.start : part.end] = value.reshape(rows.shape[0], -1)
+        return rows
+
+    def sample(self, mask: Any = None, probability: Any = None) -> np.ndarray:
+        one = map_leaves(self.original.sample(), lambda value: np.asarray(value)[None])
+        return self.pack(one)[0]
+
+    def seed(self, seed: int | None = None) -> Any:
+        return self.original.seed(seed)
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, np.ndarray) and x.shape == self.shape
+
+    @property
+    def is_np_flattenable(self) -> bool:
+        return False
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PackedActions) and other.original == self.original
+
+    def __hash__(self) -> int:
+        return hash(repr(self.original))
+
+    def __repr__(self) -> str:
+        return f"PackedActions({self.original})"

@@ -13,7 +13,7 @@ import numpy as np
 from shoal.config import EnvConfig
 from shoal.envs.agents_as_batch import AgentsAsBatch
 from shoal.envs.base import VectorEnv
-from shoal.envs.composite import PackedObs, is_composite
+from shoal.envs.composite import PackedActions, PackedObs, is_composite
 from shoal.envs.multi_agent import is_multi_agent_id, make_multi_agent_env
 from shoal.envs.normalize import NormalizeObservation, NormalizeReward
 from shoal.envs.snapshot import capture_env_state, restore_env_state
@@ -67,6 +67,12 @@ class GymVectorEnv:
         self._episode_return = np.zeros(self.num_envs, np.float64)
         self._episode_length = np.zeros(self.num_envs, np.int64)
         self._autoreset = np.zeros(self.num_envs, bool)
+        self._packed_actions: PackedActions | None = None
+        """Tuple and Dict actions come from learners as packed float rows
+        (`shoal.envs.composite.PackedActions`)."""
+        if is_composite(self.action_space):
+            self._packed_actions = PackedActions(self.action_space)
+            self.action_space = self._packed_actions
         box = isinstance(self.action_space, gym.spaces.Box)
         self._action_low = self.action_space.low if box else None
         self._action_high = self.action_space.high if box else None
@@ -82,6 +88,8 @@ class GymVectorEnv:
     def step(self, actions: np.ndarray) -> StepResult:
         if self._action_low is not None:
             actions = np.clip(actions, self._action_low, self._action_high)
+        elif self._packed_actions is not None and isinstance(actions, np.ndarray):
+            actions = self._packed_actions.unpack(actions)
         obs, reward, terminated, truncated, info = self.env.step(actions)
         obs = self._split_mask(obs, info)
         autoreset = self._autoreset

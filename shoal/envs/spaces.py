@@ -8,7 +8,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from shoal.envs.composite import PackedObs
+from shoal.envs.composite import PackedActions, PackedObs
 from shoal.errors import CheckpointError
 
 
@@ -18,6 +18,8 @@ def space_to_json(space: gym.Space) -> dict[str, Any]:
     bounds that are the same everywhere are stored once."""
     if isinstance(space, PackedObs):
         return {"type": "Packed", "space": space_to_json(space.original)}
+    if isinstance(space, PackedActions):
+        return {"type": "PackedActions", "space": space_to_json(space.original)}
     if isinstance(space, gym.spaces.Box):
         return {
             "type": "Box",
@@ -53,6 +55,8 @@ def space_from_json(data: dict[str, Any]) -> gym.Space:
             return gym.spaces.Discrete(data["n"], start=data.get("start", 0))
         if kind == "Packed":
             return PackedObs(space_from_json(data["space"]))
+        if kind == "PackedActions":
+            return PackedActions(space_from_json(data["space"]))
         if kind == "MultiDiscrete":
             return gym.spaces.MultiDiscrete(data["nvec"])
         if kind == "MultiBinary":

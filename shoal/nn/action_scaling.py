@@ -20,7 +20,8 @@ def check_bounded_box(space: gym.Space, algorithm: str) -> gym.spaces.Box:
     if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
         raise UnsupportedSpaceError(
             f"action space {space} is not supported by {algorithm}; it needs a 1-D Box of "
-            "continuous actions (use DQN or discrete SAC for Discrete ones)"
+            "continuous actions (use DQN or discrete SAC for Discrete ones, and PPO, A2C, PG, "
+            "TRPO or IMPALA for MultiDiscrete, MultiBinary, Tuple and Dict ones)"
         )
     if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
         raise UnsupportedSpaceError(

@@ -9,13 +9,20 @@ from torch import nn
 
 from shoal.config import ModelConfig
 from shoal.envs.agents_as_batch import split_observation
-from shoal.envs.composite import PackedObs
+from shoal.envs.composite import PackedActions, PackedObs
 from shoal.errors import ConfigError, UnsupportedSpaceError
 from shoal.nn.cnn import ParallelEncoders, build_encoder
 from shoal.nn.composite import CompositeEncoder
 from shoal.nn.custom import custom_encoder, is_custom
 from shoal.nn.distributions import Categorical, DiagGaussian
-from shoal.nn.heads import CategoricalHead, GaussianHead, ValueHead
+from shoal.nn.heads import (
+    BernoulliHead,
+    CategoricalHead,
+    GaussianHead,
+    MultiCategoricalHead,
+    ProductHead,
+    ValueHead,
+)
 from shoal.nn.mlp import MLP, ParallelMLP
 from shoal.types import ActOutput
 
@@ -82,12 +89,24 @@ def observation_features(obs_space: gym.Space, config: ModelConfig) -> nn.Module
 
 
 def policy_head(action_space: gym.Space, in_dim: int, config: ModelConfig) -> nn.Module:
-    if isinstance(action_space, gym.spaces.Discrete):
-        return CategoricalHead(in_dim, int(action_space.n), config.temperature)
-    if isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
-        return GaussianHead(in_dim, action_space.shape[0], config.init_log_std)
+    """The policy head for ``action_space``: categorical (Discrete), diagonal Gaussian (1-D
+    Box), factorized categorical (MultiDiscrete), Bernoulli (MultiBinary), or a product of
+    these over the parts of a Tuple/Dict action (packed, `shoal.envs.composite`)."""
+    space = action_space
+    if isinstance(space, gym.spaces.Discrete):
+        return CategoricalHead(in_dim, int(space.n), config.temperature)
+    if isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
+        return GaussianHead(in_dim, space.shape[0], config.init_log_std)
+    if isinstance(space, gym.spaces.MultiDiscrete) and np.asarray(space.nvec).ndim == 1:
+        return MultiCategoricalHead(in_dim, np.asarray(space.nvec).tolist(), config.temperature)
+    if isinstance(space, gym.spaces.MultiBinary) and np.ndim(space.n) == 0:
+        return BernoulliHead(in_dim, int(space.n))
+    if isinstance(space, PackedActions):
+        heads = [policy_head(part.space, in_dim, config) for part in space.parts]
+        return ProductHead(heads, [(part.start, part.end) for part in space.parts])
     raise UnsupportedSpaceError(
-        f"action space {action_space} is not supported; supported: Discrete and 1-D Box"
+        f"action space {space} is not supported; supported: Discrete, 1-D Box, 1-D "
+        "MultiDiscrete, 1-D MultiBinary, and Tuple or Dict of them"
     )
 
 

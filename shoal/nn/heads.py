@@ -7,7 +7,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from shoal.nn.distributions import Categorical, DiagGaussian
+from shoal.nn.distributions import (
+    Bernoulli,
+    Categorical,
+    DiagGaussian,
+    MultiCategorical,
+    Product,
+)
 from shoal.nn.init import POLICY_GAIN, VALUE_GAIN, linear
 from shoal.schedules import annealed_temperature
 
@@ -54,7 +60,7 @@ def set_temperature(model: nn.Module, value: float) -> bool:
     it has one (models with only continuous or value heads are left unchanged). Call it on
     the learner's model before its weights go to the samplers, so rollouts and updates use
     the same temperature."""
-    heads = [m for m in model.modules() if isinstance(m, CategoricalHead)]
+    heads = [m for m in model.modules() if isinstance(m, (CategoricalHead, MultiCategoricalHead))]
     for head in heads:
         head.set_temperature(value)
     return bool(heads)
@@ -82,6 +88,55 @@ class GaussianHead(nn.Module):
 
     def forward(self, features: torch.Tensor) -> DiagGaussian:
         return DiagGaussian(self.mean(features), self.log_std)
+
+
+class MultiCategoricalHead(nn.Module):
+    """Logits of each sub-action of a MultiDiscrete space (a factorized policy), divided by
+    the softmax ``temperature`` like `CategoricalHead`'s."""
+
+    def __init__(self, in_dim: int, nvec: list[int], temperature: float = 1.0):
+        super().__init__()
+        self.nvec = [int(n) for n in nvec]
+        self.logits = linear(in_dim, sum(self.nvec), POLICY_GAIN)
+        self.register_buffer("temperature", torch.tensor(float(temperature)))
+
+    def forward(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> MultiCategorical:
+        return MultiCategorical(self.logits(features) / self.temperature, self.nvec, mask)
+
+    @torch.no_grad()
+    def set_temperature(self, value: float) -> None:
+        if not value > 0:
+            raise ValueError(f"softmax temperature must be > 0, got {value}")
+        self.temperature.fill_(value)
+
+
+class BernoulliHead(nn.Module):
+    """One logit per binary sub-action of a MultiBinary space."""
+
+    def __init__(self, in_dim: int, n: int):
+        super().__init__()
+        self.logits = linear(in_dim, n, POLICY_GAIN)
+
+    def forward(self, features: torch.Tensor) -> Bernoulli:
+        return Bernoulli(self.logits(features))
+
+
+class ProductHead(nn.Module):
+    """One head per part of a Tuple/Dict action (`shoal.envs.composite.PackedActions`), all
+    reading the same features; their distributions form a `Product`."""
+
+    def __init__(self, heads: list[nn.Module], columns: list[tuple[int, int]]):
+        super().__init__()
+        self.heads = nn.ModuleList(heads)
+        self.columns = columns
+
+    def forward(self, features: torch.Tensor) -> Product:
+        return Product(
+            [
+                (head(features), start, end)
+                for head, (start, end) in zip(self.heads, self.columns, strict=True)
+            ]
+        )
 
 
 class ValueHead(nn.Module):

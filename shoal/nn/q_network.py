@@ -55,7 +55,8 @@ class QNetwork(nn.Module):
         if not isinstance(action_space, gym.spaces.Discrete):
             raise UnsupportedSpaceError(
                 f"action space {action_space} is not supported by DQN; it needs Discrete "
-                "actions (use SAC, TD3 or DDPG for continuous ones)"
+                "actions (use SAC, TD3 or DDPG for continuous ones, and PPO, A2C, PG, TRPO "
+                "or IMPALA for MultiDiscrete, MultiBinary, Tuple and Dict ones)"
             )
         self.kind = kind
         model = config.model

@@ -238,8 +238,10 @@ def test_adaptive_kl_coefficient_is_reported_and_saved():
 
 
 class MultiBinaryActionEnv(gym.Env):
+    """A two-dimensional MultiBinary action: no policy head reads a grid of bits."""
+
     observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
-    action_space = gym.spaces.MultiBinary(4)
+    action_space = gym.spaces.MultiBinary([2, 2])
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
@@ -267,7 +269,10 @@ class DictObservationEnv(MultiBinaryActionEnv):
 
 def test_unsupported_action_space(tmp_path, small_ppo, registered_env):
     env_id = registered_env("shoal-test/MultiBinary-v0", MultiBinaryActionEnv)
-    with pytest.raises(UnsupportedSpaceError, match=r"action space MultiBinary\(4\)"):
+    with pytest.raises(
+        UnsupportedSpaceError,
+        match=r"action space MultiBinary\(\(2, 2\)\) is not supported; supported: Discrete",
+    ):
         shoal.train("ppo", env=env_id, run_dir=str(tmp_path / "run"), **small_ppo())
 
 
