@@ -74,7 +74,12 @@ def evaluate_objective(
     """The objective's loss terms and diagnostics on ``batch`` through autograd (a graph to
     differentiate, no step). ``outputs``: the model's ``(distribution, values)`` of ``batch``
     when the caller ran the model itself (recurrent models replay sequences)."""
-    dist, values = model(batch.obs) if outputs is None else outputs
+    if outputs is not None:
+        dist, values = outputs
+    elif getattr(batch, "action_mask", None) is not None:
+        dist, values = model(batch.obs, batch.action_mask)  # the policy the sampler acted with
+    else:
+        dist, values = model(batch.obs)
     out = PolicyOutputs(dist.log_prob(batch.actions), dist.entropy(), values)
     return objective.losses(out, objective.targets(batch))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import gymnasium as gym
@@ -42,6 +43,9 @@ class ActorPolicy:
         if obs_stats is not None:
             self.obs_stats = load_obs_stats(obs_stats)
         self.clip_obs = clip_obs
+        parameters = inspect.signature(self.model.distribution).parameters
+        self._takes_mask = "action_mask" in parameters
+        """Whether the model restricts its policy to legal actions (others ignore masks)."""
 
     @torch.inference_mode()
     def act(
@@ -49,6 +53,7 @@ class ActorPolicy:
         obs: np.ndarray,
         deterministic: bool = True,
         episode_start: np.ndarray | None = None,
+        action_mask: np.ndarray | None = None,
     ) -> np.ndarray:
         """Actions for a batch of observations ``[B, ...]``, or the action for a single
         observation (when the policy knows its observation space, as ``shoal.load``'s does).
@@ -58,7 +63,11 @@ class ActorPolicy:
         ``episode_start`` ``[B]`` (bool): True where ``obs`` is the first observation of a
         new episode. A recurrent policy (LSTM actor-critic, QMIX's GRU agents) starts those
         rows from a zero state; without it, its state runs on from the previous call (zero at
-        the first call and when ``B`` changes). Feed-forward policies ignore it."""
+        the first call and when ``B`` changes). Feed-forward policies ignore it.
+
+        ``action_mask`` ``[B, A]`` (bool; one row for a single observation): the legal
+        actions, for Discrete and MultiDiscrete policies (one column per value of each
+        sub-action) and DQN's Q-networks; the policy acts only among them."""
         space = self.observation_space
         if isinstance(space, PackedObs) and isinstance(obs, (dict, tuple)):
             single = space.is_single(obs)  # a Dict/Tuple observation: pack it as stored
@@ -73,7 +82,11 @@ class ActorPolicy:
             self.model.reset_state(torch.as_tensor(np.asarray(episode_start), dtype=torch.bool))
         if self.obs_stats is not None:
             obs = normalize(obs, self.obs_stats, self.clip_obs)
-        dist = self.model.distribution(torch.as_tensor(obs))
+        if action_mask is None or not self._takes_mask:
+            dist = self.model.distribution(torch.as_tensor(obs))
+        else:
+            mask = torch.as_tensor(np.asarray(action_mask, bool)).reshape(len(obs), -1)
+            dist = self.model.distribution(torch.as_tensor(obs), mask)
         actions = (dist.mode() if deterministic else dist.sample()).numpy()
         if isinstance(self.action_space, PackedActions):  # the env's Tuple/Dict actions
             nested = self.action_space.unpack(actions)

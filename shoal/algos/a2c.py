@@ -27,8 +27,10 @@ from shoal.algos.on_policy import (
     PPOBatch,
     PPOSequenceBatch,
     check_bptt_chunk,
+    check_masks,
     make_batch,
     make_sequence_batch,
+    masked_backend,
     mean_metrics,
     rmsprop_or_adamw,
     step_metrics,
@@ -89,12 +91,8 @@ class A2CConfig:
         check(self, "vf_coef", self.vf_coef >= 0, "must be >= 0")
         check(self, "ent_coef", self.ent_coef >= 0, "must be >= 0")
         check(self, "rms_alpha", 0.0 < self.rms_alpha < 1.0, "must be in (0, 1)")
-        check(
-            self,
-            "env",
-            is_nested(self) or self.env.action_mask == "none",
-            "A2C does not use action masks yet; set env.action_mask to none",
-        )
+        if not is_nested(self):
+            check_masks(self, "A2C")
         check_bptt_chunk(self)
 
     @property
@@ -123,7 +121,7 @@ class A2CLearner(ModelLearner):
         model = build_model(config, obs_space, action_space)
         self.setup(config, model, functools.partial(make_optimizer, config))
         self.step = learner_step(
-            self.model, config.model.backend, self.device, config.run.compile, self.scaler
+            self.model, masked_backend(config), self.device, config.run.compile, self.scaler
         )
         self.objective = a2c_objective(config.vf_coef, config.ent_coef, config.normalize_advantages)
 
@@ -156,7 +154,7 @@ class A2CLearner(ModelLearner):
         keep = batch.valid.flatten()
         features = pieces[0] if len(pieces) == 1 else torch.cat(pieces)
         outputs = self.model.heads(features.flatten(0, 1)[keep])
-        return outputs, PPOBatch(*(x.flatten(0, 1)[keep] for x in batch.chunks))
+        return outputs, batch.chunks.map(lambda x: x.flatten(0, 1)[keep])
 
     def update(self, batch: PPOBatch | PPOSequenceBatch, lr: float) -> dict[str, float]:
         for group in self.optimizer.param_groups:

@@ -104,6 +104,12 @@ class A3CConfig:
         if self.grads_per_iteration is not None:
             check_positive(self, "grads_per_iteration")
         a2c = check_block(self, "a2c")  # A2C's own checks, with the real env and run
+        check(
+            self,
+            "env",
+            self.env.action_mask == "none",
+            "A3C does not use action masks yet (A2C and PPO do); set env.action_mask to none",
+        )
         check(a2c, "model", a2c.model.lstm_hidden is None, "A3C has no recurrent models yet")
         check(
             a2c.model,

@@ -106,6 +106,12 @@ class DDPPOConfig:
             "DD-PPO learners sample their own envs; set num_learners instead of run.runners",
         )
         ppo = check_block(self, "ppo")  # PPO's own checks, with the real env and run
+        check(
+            self,
+            "env",
+            self.env.action_mask == "none",
+            "DD-PPO does not use action masks yet (PPO does); set env.action_mask to none",
+        )
         model = ppo.model
         check(ppo, "model", model.lstm_hidden is None, "DD-PPO has no recurrent models yet")
         check(
@@ -193,7 +199,7 @@ def equal_size(batch: PPOBatch) -> PPOBatch:
     if int(size) == batch.obs.shape[0]:
         return batch
     keep = torch.randperm(batch.obs.shape[0])[: int(size)].sort().values
-    return PPOBatch(*(x[keep] for x in batch))
+    return batch.map(lambda x: x[keep])
 
 
 class DDPPOLearner:

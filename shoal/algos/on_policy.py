@@ -45,6 +45,12 @@ class PPOBatch(NamedTuple):
     values: torch.Tensor
     advantages: torch.Tensor
     returns: torch.Tensor
+    action_mask: torch.Tensor | None = None
+    """``[N, A]`` legal actions at each observation, where the env reports them."""
+
+    def map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> PPOBatch:
+        """``fn`` applied to every field (the mask too, when there is one)."""
+        return PPOBatch(*(None if x is None else fn(x) for x in self))
 
 
 class PPOSequenceBatch(NamedTuple):
@@ -115,6 +121,7 @@ def make_batch(rollout: Rollout, gamma: float, lam: float) -> PPOBatch:
         flat(values),
         flat(advantages),
         flat(returns),
+        None if rollout.action_mask is None else flat(rollout.action_mask.numpy()),
     )
 
 
@@ -155,6 +162,31 @@ def check_bptt_chunk(config: Any) -> None:
         config.num_steps % config.chunk == 0,
         f"must divide num_steps = {config.num_steps}",
     )
+
+
+def check_masks(config: Any, algo: str) -> None:
+    """Legal-action masks (``env.action_mask``) train through autograd and feed-forward
+    models: the learner restricts the policy to the actions that were legal, as the sampler
+    did (`evaluate_objective`)."""
+    if config.env.action_mask == "none":
+        return
+    check(
+        config.model,
+        "backend",
+        config.model.backend != "numpy",
+        f"{algo} with env.action_mask trains through autograd: use auto or torch",
+    )
+    check(
+        config.model,
+        "lstm_hidden",
+        config.model.lstm_hidden is None,
+        "recurrent models do not support action masks yet; set env.action_mask to none",
+    )
+
+
+def masked_backend(config: Any) -> str:
+    """The model backend to train and act with: autograd where the env gives action masks."""
+    return "torch" if config.env.action_mask != "none" else config.model.backend
 
 
 def mean_metrics(rows: Iterable[dict[str, Any]]) -> dict[str, float]:

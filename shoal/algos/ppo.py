@@ -20,8 +20,10 @@ from shoal.algos.on_policy import (
     PPOBatch,
     PPOSequenceBatch,
     check_bptt_chunk,
+    check_masks,
     make_batch,
     make_sequence_batch,
+    masked_backend,
     mean_metrics,
     step_metrics,
 )
@@ -104,12 +106,7 @@ class PPOConfig:
                 self.minibatch_size <= rollout,
                 f"must be <= num_steps * env.num_envs (* run.runners) = {rollout}",
             )
-            check(
-                self,
-                "env",
-                self.env.action_mask == "none",
-                "PPO does not use action masks yet; set env.action_mask to none",
-            )
+            check_masks(self, "PPO")
         if self.value_clip is not None:
             check_positive(self, "value_clip")
         if self.target_kl is not None:
@@ -153,7 +150,7 @@ class PPOLearner(ModelLearner):
             ),
         )
         self.step = learner_step(
-            self.model, config.model.backend, self.device, config.run.compile, self.scaler
+            self.model, masked_backend(config), self.device, config.run.compile, self.scaler
         )
 
     def objective(self, clip_eps: float, kl_coeff: float) -> Objective:
@@ -207,9 +204,9 @@ class PPOLearner(ModelLearner):
         shuffled = batch
         if size < n:
             permutation = torch.randperm(n).to(batch.obs.device)
-            shuffled = PPOBatch(*(x[permutation] for x in batch))
+            shuffled = batch.map(lambda x: x[permutation])
         for start in range(0, n, size):
-            minibatch = PPOBatch(*(x[start : start + size] for x in shuffled))
+            minibatch = shuffled.map(lambda x, start=start: x[start : start + size])
             if minibatch.obs.shape[0] < 2:
                 continue  # a lone sample cannot be standardized; skip the remainder
             yield minibatch, None
@@ -239,7 +236,7 @@ class PPOLearner(ModelLearner):
                 batch.chunks.obs[:, index], states[index], batch.starts[:, index]
             )
             outputs = self.model.heads(features.flatten(0, 1)[keep])
-            yield PPOBatch(*(x[:, index].flatten(0, 1)[keep] for x in batch.chunks)), outputs
+            yield batch.chunks.map(lambda x, i=index, k=keep: x[:, i].flatten(0, 1)[k]), outputs
 
 
 class PPO(OnPolicyAlgorithm):

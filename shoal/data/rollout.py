@@ -37,6 +37,18 @@ def space_layout(space: gym.Space) -> tuple[tuple[int, ...], torch.dtype]:
     )
 
 
+def mask_width(space: gym.Space) -> int:
+    """Columns of a legal-action mask: one per action of a Discrete space, one per value of
+    each sub-action of a MultiDiscrete space (concatenated in order)."""
+    if isinstance(space, gym.spaces.Discrete):
+        return int(space.n)
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return int(np.asarray(space.nvec).sum())
+    raise UnsupportedSpaceError(
+        f"action masks apply to Discrete and MultiDiscrete actions, not to {space}"
+    )
+
+
 class RolloutStorage:
     """``[T, B, ...]`` tensors filled one vector step at a time, then read as a `Rollout`.
 
@@ -66,7 +78,7 @@ class RolloutStorage:
         self.valid = torch.zeros(size, dtype=torch.bool)
         self.action_mask: torch.Tensor | None = None
         if action_mask:
-            num_actions = int(action_space.n)
+            num_actions = mask_width(action_space)
             self.action_mask = torch.zeros(size + (num_actions,), dtype=torch.bool)
         self._np = {
             name: getattr(self, name).numpy()

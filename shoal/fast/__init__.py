@@ -47,7 +47,7 @@ class NumpyLearner:
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """``batch``: a `shoal.algos.on_policy.PPOBatch` (tensors or arrays). Returns the
         objective's losses and diagnostics (NumPy scalars)."""
-        batch = type(batch)(*(as_array(x) for x in batch))
+        batch = type(batch)(*(None if x is None else as_array(x) for x in batch))
         out, saved = self.net.outputs(batch.obs, batch.actions)
         targets = objective.targets(batch)
         losses, stats = objective.losses(out, targets)

@@ -14,7 +14,7 @@ from shoal.errors import ConfigError, UnsupportedSpaceError
 from shoal.nn.cnn import ParallelEncoders, build_encoder
 from shoal.nn.composite import CompositeEncoder
 from shoal.nn.custom import custom_encoder, is_custom
-from shoal.nn.distributions import Categorical, DiagGaussian
+from shoal.nn.distributions import Distribution
 from shoal.nn.heads import (
     BernoulliHead,
     CategoricalHead,
@@ -166,17 +166,33 @@ class ActorCritic(nn.Module):
         actor_features, critic_features = features.unbind(0)  # one backward op, not two
         return actor_features, critic_features
 
-    def forward(self, obs: torch.Tensor) -> tuple[Categorical | DiagGaussian, torch.Tensor]:
-        actor_features, critic_features = self.features(obs)
-        return self.policy_head(actor_features), self.value_head(critic_features)
+    def _policy(self, features: torch.Tensor, action_mask: torch.Tensor | None) -> Distribution:
+        if action_mask is None:
+            return self.policy_head(features)
+        return self.policy_head(features, action_mask)
 
-    def distribution(self, obs: torch.Tensor) -> Categorical | DiagGaussian:
-        return self.policy_head(self.features(obs)[0])
+    def forward(
+        self, obs: torch.Tensor, action_mask: torch.Tensor | None = None
+    ) -> tuple[Distribution, torch.Tensor]:
+        """The policy (restricted to the legal actions of ``action_mask``, when given) and
+        the values of a batch of observations."""
+        actor_features, critic_features = self.features(obs)
+        return self._policy(actor_features, action_mask), self.value_head(critic_features)
+
+    def distribution(
+        self, obs: torch.Tensor, action_mask: torch.Tensor | None = None
+    ) -> Distribution:
+        return self._policy(self.features(obs)[0], action_mask)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         return self.value_head(self.features(obs)[1])
 
-    def act(self, obs: torch.Tensor, deterministic: bool = False) -> ActOutput:
-        dist, values = self(obs)
+    def act(
+        self,
+        obs: torch.Tensor,
+        deterministic: bool = False,
+        action_mask: torch.Tensor | None = None,
+    ) -> ActOutput:
+        dist, values = self(obs, action_mask)
         actions = dist.mode() if deterministic else dist.sample()
         return ActOutput(actions, dist.log_prob(actions), values)

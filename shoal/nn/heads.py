@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from shoal.nn.distributions import (
+    MASKED_LOGIT,
     Bernoulli,
     Categorical,
     DiagGaussian,
@@ -35,10 +36,14 @@ class CategoricalHead(nn.Module):
         self.logits = linear(in_dim, num_actions, POLICY_GAIN)
         self.register_buffer("temperature", torch.tensor(float(temperature)))
 
-    def forward(self, features: torch.Tensor) -> Categorical:
+    def forward(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> Categorical:
+        """``mask`` ``[N, n]`` (bool): the legal actions; the others get probability 0."""
         # Always divided (exact at temperature 1): a host-side "is it 1?" flag would have to
         # follow every way the buffer's value can change, weight copies included.
-        return Categorical(self.logits(features) / self.temperature)
+        logits = self.logits(features) / self.temperature
+        if mask is not None:
+            logits = logits.masked_fill(~mask, MASKED_LOGIT)
+        return Categorical(logits)
 
     @torch.no_grad()
     def set_temperature(self, value: float) -> None:

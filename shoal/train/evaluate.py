@@ -21,7 +21,12 @@ def evaluate(
     lengths = np.zeros(n, np.int64)
     obs = env.reset(seed=seed)
     while np.isnan(returns).any():
-        result = env.step(policy.act(obs, deterministic=deterministic))
+        mask = getattr(env, "action_mask", None)  # legal actions, where the env reports them
+        if mask is None:
+            actions = policy.act(obs, deterministic=deterministic)
+        else:
+            actions = policy.act(obs, deterministic=deterministic, action_mask=mask)
+        result = env.step(actions)
         done = np.flatnonzero(result.terminated | result.truncated)
         fresh = np.isnan(returns[done])
         returns[done[fresh]] = result.episode_returns[fresh]
