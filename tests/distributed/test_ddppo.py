@@ -73,10 +73,10 @@ def _rank_main(rank, port, out_dir):
     try:
         learner = make_learner(N // 2)
         synchronize(learner, world_size=2)
-        half = PPOBatch(*(x[rank * N // 2 : (rank + 1) * N // 2] for x in fixed_batch()))
+        half = fixed_batch().map(lambda x: x[rank * N // 2 : (rank + 1) * N // 2])
         learner.update(half, LR, CLIP, kl_coeff=0.0)
         # Batches of 6 and 5 samples are cut to the smaller size on both ranks.
-        sized = equal_size(PPOBatch(*(x[: 6 - rank] for x in fixed_batch())))
+        sized = equal_size(fixed_batch().map(lambda x: x[: 6 - rank]))
         # A non-finite loss on rank 1 only stops both ranks, before any backward pass.
         value = torch.tensor(float("nan") if rank == 1 else 1.0, requires_grad=True)
         try:

@@ -62,7 +62,7 @@ def make_batch(obs_space, action_space, n=48, seed=0) -> PPOBatch:
 
 
 def as_arrays(batch: PPOBatch) -> PPOBatch:
-    return PPOBatch(*(x.numpy() for x in batch))
+    return batch.map(lambda x: x.numpy())
 
 
 @pytest.mark.parametrize("objective_name", list(OBJECTIVES))
