@@ -17,7 +17,7 @@ Boxes as float32, Discrete and MultiDiscrete as int64.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -102,38 +102,72 @@ def is_composite(space: gym.Space) -> bool:
     return isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple))
 
 
-class PackedObs(gym.Space):
+def leaf_spaces(space: gym.Space, path: tuple = ()) -> Iterator[tuple[tuple, gym.Space]]:
+    """``(path, space)`` of every leaf of a (nested) Dict/Tuple space, depth first, Dict keys
+    in the space's order and Tuple items by index."""
+    if not is_composite(space):
+        yield path, space
+        return
+    for key, child in _children(space):
+        yield from leaf_spaces(child, (*path, key))
+
+
+def nest(space: gym.Space, value_of: Callable[[tuple], Any], path: tuple = ()) -> Any:
+    """The nested dicts/tuples of ``space``'s shape with ``value_of(path)`` at each leaf."""
+    if not is_composite(space):
+        return value_of(path)
+    items = {key: nest(child, value_of, (*path, key)) for key, child in _children(space)}
+    return items if isinstance(space, gym.spaces.Dict) else tuple(items.values())
+
+
+class _Packed(gym.Space):
+    """What both packed forms share: the env's space (``original``) and the `gym.Space`
+    protocol around it."""
+
+    def __init__(self, original: gym.Space, shape: tuple[int, ...], dtype: type):
+        self.original = original
+        super().__init__(shape=shape, dtype=dtype)
+
+    def seed(self, seed: int | None = None) -> Any:
+        return self.original.seed(seed)
+
+    @property
+    def is_np_flattenable(self) -> bool:
+        return False
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.original == self.original  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, repr(self.original)))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.original})"
+
+
+class PackedObs(_Packed):
     """A ``Dict``/``Tuple`` observation space as stored: records of ``record_bytes`` uint8.
 
-    ``original`` is the env's space; ``leaves`` are its fields in the order of the space (Dict
-    keys in the space's order, Tuple items by index), depth first. Not a Box on purpose: code
-    that only knows flat observations refuses it instead of reading bytes as numbers.
+    ``original`` is the env's space; ``leaves`` are its fields in the order of `leaf_spaces`.
+    Not a Box on purpose: code that only knows flat observations refuses it instead of
+    reading bytes as numbers.
     """
 
     def __init__(self, original: gym.Space):
         if not is_composite(original):
             raise TypeError(f"PackedObs packs Dict or Tuple spaces, got {original}")
-        self.original = original
         leaves: list[Leaf] = []
         offset = 0
-
-        def walk(space: gym.Space, path: tuple[str | int, ...]) -> None:
-            nonlocal offset
-            if is_composite(space):
-                for key, child in _children(space):
-                    walk(child, (*path, key))
-                return
+        for path, space in leaf_spaces(original):
             dtype, shape = storage_of(space, ".".join(map(str, path)))
             leaf = Leaf(path, space, dtype, shape, offset)
             leaves.append(leaf)
             offset += -(-leaf.nbytes // ALIGN) * ALIGN
-
-        walk(original, ())
         if not leaves:
             raise UnsupportedSpaceError(f"observation space {original} has no parts")
         self.leaves = tuple(leaves)
         self.record_bytes = max(offset, ALIGN)
-        super().__init__(shape=(self.record_bytes,), dtype=np.uint8)
+        super().__init__(original, (self.record_bytes,), np.uint8)
 
     # -- packing ---------------------------------------------------------------------------
 
@@ -193,42 +227,17 @@ class PackedObs(gym.Space):
             raise ShoalError(f"packed observations are uint8 records, got {records.dtype}")
         return self._nest(lambda leaf: self.leaf_tensor(records, leaf))
 
-    def _nest(self, value_of: Any) -> Any:
-        def build(space: gym.Space, path: tuple) -> Any:
-            if not is_composite(space):
-                return value_of(self._by_path[path])
-            items = {key: build(child, (*path, key)) for key, child in _children(space)}
-            return items if isinstance(space, gym.spaces.Dict) else tuple(items.values())
-
-        return build(self.original, ())
-
-    @property
-    def _by_path(self) -> dict[tuple, Leaf]:
-        return {leaf.path: leaf for leaf in self.leaves}
+    def _nest(self, value_of: Callable[[Leaf], Any]) -> Any:
+        by_path = {leaf.path: leaf for leaf in self.leaves}
+        return nest(self.original, lambda path: value_of(by_path[path]))
 
     # -- gym.Space -------------------------------------------------------------------------
 
     def sample(self, mask: Any = None, probability: Any = None) -> np.ndarray:
         return self.pack_one(self.original.sample())
 
-    def seed(self, seed: int | None = None) -> Any:
-        return self.original.seed(seed)
-
     def contains(self, x: Any) -> bool:
         return isinstance(x, np.ndarray) and x.shape == self.shape and x.dtype == np.uint8
-
-    @property
-    def is_np_flattenable(self) -> bool:
-        return False
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, PackedObs) and other.original == self.original
-
-    def __hash__(self) -> int:
-        return hash(repr(self.original))
-
-    def __repr__(self) -> str:
-        return f"PackedObs({self.original})"
 
 
 _TORCH_DTYPES = {
@@ -257,11 +266,6 @@ def map_leaves(obs: Any, fn: Any) -> Any:
     if isinstance(obs, tuple):
         return tuple(map_leaves(value, fn) for value in obs)
     return fn(obs)
-
-
-def packed(space: gym.Space) -> gym.Space:
-    """``space`` as shoal stores it: a `PackedObs` for Dict and Tuple spaces, else itself."""
-    return PackedObs(space) if is_composite(space) else space
 
 
 @dataclass(frozen=True)
@@ -294,7 +298,7 @@ def action_width(space: gym.Space, path: str) -> int:
     )
 
 
-class PackedActions(gym.Space):
+class PackedActions(_Packed):
     """A ``Tuple``/``Dict`` action space as the on-policy learners see it: float32 rows of
     ``width`` columns, each part in its own columns (a Discrete part's index, a MultiDiscrete
     or MultiBinary part's values, a Box part's values). `shoal.envs.gym.GymVectorEnv` unpacks
@@ -304,26 +308,17 @@ class PackedActions(gym.Space):
     def __init__(self, original: gym.Space):
         if not is_composite(original):
             raise TypeError(f"PackedActions packs Tuple or Dict spaces, got {original}")
-        self.original = original
         parts: list[ActionPart] = []
         column = 0
-
-        def walk(space: gym.Space, path: tuple[str | int, ...]) -> None:
-            nonlocal column
-            if is_composite(space):
-                for key, child in _children(space):
-                    walk(child, (*path, key))
-                return
+        for path, space in leaf_spaces(original):
             width = action_width(space, ".".join(map(str, path)))
             parts.append(ActionPart(path, space, column, column + width))
             column += width
-
-        walk(original, ())
         if not parts:
             raise UnsupportedSpaceError(f"action space {original} has no parts")
         self.parts = tuple(parts)
         self.width = column
-        super().__init__(shape=(column,), dtype=np.float32)
+        super().__init__(original, (column,), np.float32)
 
     def unpack(self, rows: np.ndarray) -> Any:
         """The env's nested actions (arrays ``[B, ...]``) from packed rows ``[B, width]``:
@@ -343,13 +338,7 @@ class PackedActions(gym.Space):
             else:
                 values[part.path] = np.clip(piece, space.low, space.high).astype(space.dtype)
 
-        def build(space: gym.Space, path: tuple) -> Any:
-            if not is_composite(space):
-                return values[path]
-            items = {key: build(child, (*path, key)) for key, child in _children(space)}
-            return items if isinstance(space, gym.spaces.Dict) else tuple(items.values())
-
-        return build(self.original, ())
+        return nest(self.original, values.__getitem__)
 
     def pack(self, actions: Any) -> np.ndarray:
         """Packed rows ``[B, width]`` of a batch of nested actions (the inverse of `unpack`)."""
@@ -366,21 +355,5 @@ class PackedActions(gym.Space):
         one = map_leaves(self.original.sample(), lambda value: np.asarray(value)[None])
         return self.pack(one)[0]
 
-    def seed(self, seed: int | None = None) -> Any:
-        return self.original.seed(seed)
-
     def contains(self, x: Any) -> bool:
         return isinstance(x, np.ndarray) and x.shape == self.shape
-
-    @property
-    def is_np_flattenable(self) -> bool:
-        return False
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, PackedActions) and other.original == self.original
-
-    def __hash__(self) -> int:
-        return hash(repr(self.original))
-
-    def __repr__(self) -> str:
-        return f"PackedActions({self.original})"
