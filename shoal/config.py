@@ -270,6 +270,9 @@ class ModelConfig:
     layers (512 features on 80x80) and implies its LSTM 256 core, so lstm_hidden None becomes
     256 (any other size is an error); impala is the IMPALA ResNet (Espeholt et al. 2018; FC
     256). PPO, A2C and DQN read it (DQN has no LSTM core, hence no ref001-model3)."""
+    policy_head: str | None = None
+    """A user's policy head for the actor-critics as module:Class (`shoal.nn.custom`), built
+    as Class(in_dim, action_space, model_config); None: the head for the action space."""
     key_hidden: tuple[int, ...] = ()
     """Dict and Tuple observations: hidden sizes of an MLP of each float vector part of its
     own, before the parts are joined (empty: the parts are joined as they are)."""
@@ -289,6 +292,8 @@ class ModelConfig:
     def __post_init__(self) -> None:
         check(self, "hidden", all(h > 0 for h in self.hidden), "sizes must be > 0")
         check(self, "key_hidden", all(h > 0 for h in self.key_hidden), "sizes must be > 0")
+        if self.policy_head is not None:
+            check(self, "policy_head", ":" in self.policy_head, "name your head as module:Class")
         check(
             self,
             "encoder",

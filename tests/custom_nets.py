@@ -45,3 +45,16 @@ class NoOutDim(nn.Module):
 class Broken(nn.Module):
     def __init__(self, obs_space, config):
         raise ValueError("this encoder needs images")
+
+
+class HalfTemperatureHead(nn.Module):
+    """A categorical policy head of its own: logits at temperature 2."""
+
+    def __init__(self, in_dim, action_space, config):
+        super().__init__()
+        self.logits = nn.Linear(in_dim, int(action_space.n))
+
+    def forward(self, features):
+        from shoal.nn.distributions import Categorical
+
+        return Categorical(self.logits(features) / 2.0)

@@ -13,7 +13,7 @@ from shoal.envs.composite import PackedActions, PackedObs
 from shoal.errors import ConfigError, UnsupportedSpaceError
 from shoal.nn.cnn import ParallelEncoders, build_encoder
 from shoal.nn.composite import CompositeEncoder
-from shoal.nn.custom import custom_encoder, is_custom
+from shoal.nn.custom import custom_encoder, custom_head, is_custom
 from shoal.nn.distributions import Distribution
 from shoal.nn.heads import (
     BernoulliHead,
@@ -93,6 +93,8 @@ def policy_head(action_space: gym.Space, in_dim: int, config: ModelConfig) -> nn
     Box), factorized categorical (MultiDiscrete), Bernoulli (MultiBinary), or a product of
     these over the parts of a Tuple/Dict action (packed, `shoal.envs.composite`)."""
     space = action_space
+    if config.policy_head is not None:
+        return custom_head(in_dim, space, config)
     if isinstance(space, gym.spaces.Discrete):
         return CategoricalHead(in_dim, int(space.n), config.temperature)
     if isinstance(space, gym.spaces.Box) and len(space.shape) == 1:

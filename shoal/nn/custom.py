@@ -1,6 +1,8 @@
-"""A user's own observation encoder, named by import path: ``model.encoder mypkg.nets:MyEncoder``.
+"""A user's own networks, named by import path: an observation encoder (``model.encoder
+mypkg.nets:MyEncoder``) and, for the actor-critics, a policy head (``model.policy_head
+mypkg.nets:MyHead``, `custom_head`).
 
-The class is called as ``MyEncoder(observation_space, model_config)`` and must return an
+The encoder class is called as ``MyEncoder(observation_space, model_config)`` and must return an
 ``nn.Module`` with an integer attribute ``out_dim``; its forward pass maps a batch of
 observations ``[N, ...]`` (as stored: float32 vectors, uint8 images, int64 discrete values) to
 features ``[N, out_dim]``. For a Dict or Tuple observation space it receives the packed space
@@ -28,6 +30,28 @@ from torch import nn
 
 from shoal.errors import ConfigError
 from shoal.imports import import_object
+
+
+def custom_head(in_dim: int, action_space: gym.Space, config: Any) -> nn.Module:
+    """An instance of the policy head class ``config.policy_head`` names: built as
+    ``Class(in_dim, action_space, model_config)``, its forward pass maps features ``[N,
+    in_dim]`` to a distribution with ``sample()``, ``mode()``, ``log_prob(actions)`` and
+    ``entropy()`` (and ``kl(other)`` for TRPO), like `shoal.nn.distributions`'; a head that
+    takes legal-action masks has ``forward(features, mask)``."""
+    path = config.policy_head
+    cls = import_object(path, "model.policy_head")
+    try:
+        head = cls(in_dim, action_space, config)
+    except Exception as exc:  # the user's constructor: any failure is a config error
+        raise ConfigError(
+            f"model.policy_head {path!r}: {getattr(cls, '__name__', cls)}(in_dim, "
+            f"action_space, model_config) failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(head, nn.Module):
+        raise ConfigError(
+            f"model.policy_head {path!r} built a {type(head).__name__}, not an nn.Module"
+        )
+    return head
 
 
 def is_custom(encoder: str) -> bool:

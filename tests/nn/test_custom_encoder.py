@@ -127,3 +127,28 @@ def test_cli_imports_the_encoder_from_the_working_directory(tmp_path):
     )
     assert loaded.returncode == 0, loaded.stderr
     assert loaded.stdout.startswith("Wide ")
+
+
+@pytest.mark.parametrize("algo", ["ppo", "trpo"])
+def test_a_custom_policy_head_trains(algo, tmp_path):
+    result = shoal.train(
+        algo,
+        env="CartPole-v1",
+        seed=0,
+        total_steps=256,
+        run_dir=str(tmp_path / "run"),
+        **{"model.policy_head": "tests.custom_nets:HalfTemperatureHead", **QUIET},
+    )
+    policy = shoal.load(result.run_dir)
+    assert type(policy.model.policy_head).__name__ == "HalfTemperatureHead"
+    assert policy.act(np.zeros(4, np.float32)) in (0, 1)
+
+
+def test_a_bad_policy_head_is_a_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match="model.policy_head 'tests.custom_nets:Broken'"):
+        shoal.train(
+            "ppo",
+            total_steps=64,
+            run_dir=str(tmp_path / "run"),
+            **{"model.policy_head": "tests.custom_nets:Broken", **QUIET},
+        )
