@@ -312,12 +312,13 @@ def print_report(summary: dict[str, Any], seeds: int, throughput_steps: int) -> 
     table.add_column(f"steps/s ({throughput_steps:,} fixed)", justify="right")
     for name, row in summary["rows"].items():
         fixed = row["median_fixed_budget_steps_per_s"]
+        solves = row["seeds"] > 0  # the dict row is measured at the fixed budget only
         table.add_row(
             name,
-            f"{row['solved']}/{row['seeds']}",
-            f"{row['median_solve_s']:.2f}",
-            f"{row['median_solve_steps']:,.0f}",
-            f"{row['median_solve_run_steps_per_s']:,.0f}",
+            f"{row['solved']}/{row['seeds']}" if solves else "-",
+            f"{row['median_solve_s']:.2f}" if solves else "-",
+            f"{row['median_solve_steps']:,.0f}" if solves else "-",
+            f"{row['median_solve_run_steps_per_s']:,.0f}" if solves else "-",
             "-" if np.isnan(fixed) else f"{fixed:,.0f}",
         )
     console.print(table)

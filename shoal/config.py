@@ -157,6 +157,11 @@ class EnvConfig:
     keyword arguments: ClipAction, "FrameStackObservation(stack_size=4)",
     "TimeLimit(max_episode_steps=200)", or your own as "module:Class(key=value)"
     (`shoal.envs.wrappers`)."""
+    vector_wrappers: tuple[str, ...] = ()
+    """Gymnasium vector wrappers applied in order to the vector env, after vectorization
+    (any vectorization, native included), by name with keyword arguments:
+    "ClipReward(min_reward=-1, max_reward=1)", "DtypeObservation(dtype='float32')", or your
+    own as "module:Class(key=value)" (`shoal.envs.wrappers`)."""
     frame_stack: int = 1
     """Stack the last N observations (Gymnasium's FrameStackObservation, after wrappers);
     1: no stacking. Atari ids stack frames with env.atari instead."""

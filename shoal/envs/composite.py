@@ -167,6 +167,7 @@ class PackedObs(_Packed):
             raise UnsupportedSpaceError(f"observation space {original} has no parts")
         self.leaves = tuple(leaves)
         self.record_bytes = max(offset, ALIGN)
+        self._padded = sum(leaf.nbytes for leaf in leaves) < self.record_bytes
         super().__init__(original, (self.record_bytes,), np.uint8)
 
     # -- packing ---------------------------------------------------------------------------
@@ -182,11 +183,14 @@ class PackedObs(_Packed):
                 f"{np.shape(first)} (one observation: use pack_one)"
             )
         if out is None:
-            out = np.zeros((batch, self.record_bytes), np.uint8)
+            out = np.empty((batch, self.record_bytes), np.uint8)
+            if self._padded:  # padding bytes: zero, so equal observations give equal records
+                out.fill(0)
         for leaf in self.leaves:
             value = np.asarray(_get(obs, leaf.path, leaf.name))
-            try:
-                self.leaf_array(out, leaf)[...] = value.reshape(batch, *leaf.shape)
+            try:  # each field as a 2-D view in its dtype, filled with one assignment
+                field = out[:, leaf.offset : leaf.offset + leaf.nbytes].view(leaf.dtype)
+                field[...] = value.reshape(batch, leaf.size)
             except ValueError as exc:
                 raise ShoalError(
                     f"observation part {leaf.name!r} should have shape {leaf.shape} per "

@@ -17,7 +17,7 @@ from shoal.envs.composite import PackedActions, PackedObs, is_composite
 from shoal.envs.multi_agent import is_multi_agent_id, make_multi_agent_env
 from shoal.envs.normalize import NormalizeObservation, NormalizeReward
 from shoal.envs.snapshot import capture_env_state, restore_env_state
-from shoal.envs.wrappers import wrapper_fns
+from shoal.envs.wrappers import vector_wrapper_fns, wrapper_fns
 from shoal.errors import ConfigError, UnknownEnvError
 from shoal.imports import import_module
 from shoal.types import StepResult
@@ -208,9 +208,11 @@ def make_gym_vector_env(config: EnvConfig, render_mode: str | None = None) -> gy
     if config.atari != "none":
         from shoal.envs.atari import make_atari_vector_env  # ale-py only when asked for
 
-        return make_atari_vector_env(config, config.atari_training, render_mode)
+        env = make_atari_vector_env(config, config.atari_training, render_mode)
+        return _wrap_vector(env, vector_wrapper_fns(config))
     spec = env_spec(config.id)
     wrappers = wrapper_fns(config)  # resolved and checked before any env is built
+    vector_wrappers = vector_wrapper_fns(config)
     mode = config.vectorization
     if mode == "auto":
         native = spec.vector_entry_point is not None and not wrappers
@@ -236,7 +238,7 @@ def make_gym_vector_env(config: EnvConfig, render_mode: str | None = None) -> gy
             os.environ.setdefault("MUJOCO_GL", "egl")
     vectorization = "vector_entry_point" if mode == "native" else mode
     try:
-        return gym.make_vec(
+        env = gym.make_vec(
             config.id,
             config.num_envs,
             vectorization_mode=vectorization,
@@ -250,6 +252,19 @@ def make_gym_vector_env(config: EnvConfig, render_mode: str | None = None) -> gy
             f"environment {config.id!r} cannot be made here: {unusable_reason(config.id, exc)} "
             "(`shoal list --envs` shows the ids that work)"
         ) from exc
+    return _wrap_vector(env, vector_wrappers)
+
+
+def _wrap_vector(env: gym.vector.VectorEnv, wrappers: list[Any]) -> gym.vector.VectorEnv:
+    """``env`` inside ``wrappers`` (`shoal.envs.wrappers.vector_wrapper_fns`), in order;
+    closed if one of them cannot wrap it."""
+    try:
+        for wrap in wrappers:
+            env = wrap(env)
+    except BaseException:
+        env.close()
+        raise
+    return env
 
 
 def make_env(
@@ -258,9 +273,10 @@ def make_env(
     """Build the vector env described by ``config``, normalized as asked, and reset it.
     Multi-agent env ids (`shoal.envs.multi_agent`) come as one row per (env, agent) pair."""
     if is_multi_agent_id(config.id):
-        if config.wrappers or config.frame_stack > 1:
+        if config.wrappers or config.vector_wrappers or config.frame_stack > 1:
             raise ConfigError(
-                f"EnvConfig.wrappers and frame_stack apply to Gymnasium envs, not to the "
+                f"EnvConfig.wrappers, vector_wrappers and frame_stack apply to Gymnasium envs, "
+                f"not to the "
                 f"multi-agent env {config.id!r}"
             )
         env: VectorEnv = AgentsAsBatch(

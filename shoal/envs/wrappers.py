@@ -1,4 +1,5 @@
-"""Gymnasium wrappers named in the config: ``env.wrappers`` and ``env.frame_stack``.
+"""Gymnasium wrappers named in the config: ``env.wrappers``, ``env.frame_stack`` and
+``env.vector_wrappers``.
 
 Each entry is a wrapper class by name with keyword arguments of literal values, applied in
 order to every single env before vectorization (Gymnasium's ``make_vec(wrappers=...)``):
@@ -8,6 +9,11 @@ order to every single env before vectorization (Gymnasium's ``make_vec(wrappers=
 directory too). Names without a module are looked up in ``gymnasium.wrappers``. The entries
 are kept in the run's config, so ``shoal eval``, ``--resume`` and ``shoal.load`` rebuild the
 same env.
+
+``env.vector_wrappers`` name Gymnasium's vector wrappers (``gymnasium.wrappers.vector``:
+``ClipReward``, ``DtypeObservation``, ``RescaleObservation``, ...) or the user's own
+``module:Class``, the same way; they wrap the vector env once it is built, so they keep a
+native vectorization.
 """
 
 from __future__ import annotations
@@ -27,12 +33,17 @@ from shoal.imports import import_object, parse_call
 WrapperFn = Callable[[gym.Env], gym.Env]
 
 
-def parse_wrapper(spec: str) -> tuple[str, dict[str, Any]]:
+SINGLE = ("EnvConfig.wrappers", gym.wrappers, gym.Wrapper)
+VECTOR = ("EnvConfig.vector_wrappers", gym.wrappers.vector, gym.vector.VectorWrapper)
+"""Where names without a module are looked up: (config field, module, wrapper base class)."""
+
+
+def parse_wrapper(spec: str, kind: tuple = SINGLE) -> tuple[str, dict[str, Any]]:
     """``"Name(key=value, ...)"`` as ``(name, kwargs)``; values must be Python literals."""
     try:
         return parse_call(spec)
     except ValueError as exc:
-        raise _bad(spec, str(exc)) from None
+        raise _bad(spec, str(exc), kind) from None
 
 
 def wrapper_fns(config: EnvConfig) -> list[WrapperFn]:
@@ -42,49 +53,61 @@ def wrapper_fns(config: EnvConfig) -> list[WrapperFn]:
     specs = list(config.wrappers)
     if config.frame_stack > 1:
         specs.append(f"FrameStackObservation(stack_size={config.frame_stack})")
+    return _functions(specs, SINGLE)
+
+
+def vector_wrapper_fns(config: EnvConfig) -> list[WrapperFn]:
+    """``env.vector_wrappers`` as functions of the vector env, resolved and checked now."""
+    return _functions(list(config.vector_wrappers), VECTOR)
+
+
+def _functions(specs: list[str], kind: tuple) -> list[WrapperFn]:
     fns = []
     for spec in specs:
-        name, kwargs = parse_wrapper(spec)
-        cls = _resolve(spec, name)
-        _check_arguments(spec, cls, kwargs)
-        fns.append(functools.partial(_apply, spec, cls, kwargs))
+        name, kwargs = parse_wrapper(spec, kind)
+        cls = _resolve(spec, name, kind)
+        _check_arguments(spec, cls, kwargs, kind)
+        fns.append(functools.partial(_apply, spec, cls, kwargs, kind))
     return fns
 
 
-def _apply(spec: str, cls: type, kwargs: dict[str, Any], env: gym.Env) -> gym.Env:
+def _apply(spec: str, cls: type, kwargs: dict[str, Any], kind: tuple, env: Any) -> Any:
     try:
         return cls(env, **kwargs)
     except (TypeError, ValueError, AssertionError) as exc:  # e.g. a wrong space for it
-        target = env.spec.id if env.spec else env
-        raise _bad(spec, f"{cls.__name__} cannot wrap {target}: {exc}") from None
+        spec_of = getattr(env, "spec", None)
+        target = spec_of.id if spec_of is not None else env
+        raise _bad(spec, f"{cls.__name__} cannot wrap {target}: {exc}", kind) from None
 
 
-def _resolve(spec: str, name: str) -> type:
+def _resolve(spec: str, name: str, kind: tuple) -> type:
     if ":" in name:
         try:
             return import_object(name, "wrapper")
         except ConfigError as exc:
-            raise _bad(spec, str(exc).partition(": ")[2] or str(exc)) from None
-    found = getattr(gym.wrappers, name, None)
-    if not isinstance(found, type) or not issubclass(found, gym.Wrapper):
-        known = [n for n in dir(gym.wrappers) if n[:1].isupper()]
+            raise _bad(spec, str(exc).partition(": ")[2] or str(exc), kind) from None
+    _, module, base = kind
+    found = getattr(module, name, None)
+    if not isinstance(found, type) or not issubclass(found, base):
+        known = [n for n in dir(module) if n[:1].isupper()]
         close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
         hint = f"did you mean {', '.join(close)}? " if close else ""
         raise _bad(
             spec,
-            f"gymnasium.wrappers has no wrapper {name!r}; {hint}name your own as module:Class",
+            f"{module.__name__} has no wrapper {name!r}; {hint}name your own as module:Class",
+            kind,
         )
     return found
 
 
-def _check_arguments(spec: str, cls: type, kwargs: dict[str, Any]) -> None:
+def _check_arguments(spec: str, cls: type, kwargs: dict[str, Any], kind: tuple) -> None:
     try:
         inspect.signature(cls).bind(None, **kwargs)
     except TypeError as exc:
-        raise _bad(spec, f"bad arguments for {cls.__name__}: {exc}") from None
+        raise _bad(spec, f"bad arguments for {cls.__name__}: {exc}", kind) from None
     except ValueError:  # no signature to check against: the wrapper will say
         pass
 
 
-def _bad(spec: str, why: str) -> ConfigError:
-    return ConfigError(f"EnvConfig.wrappers entry {spec!r} is invalid: {why}")
+def _bad(spec: str, why: str, kind: tuple = SINGLE) -> ConfigError:
+    return ConfigError(f"{kind[0]} entry {spec!r} is invalid: {why}")

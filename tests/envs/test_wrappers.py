@@ -132,3 +132,45 @@ def test_a_wrapped_run_is_rebuilt_by_load_eval_and_resume(tmp_path):
     assert resumed.env_steps == 128
     config = shoal.train.__globals__["load_checkpoint"](run_dir).config
     assert config["env"]["frame_stack"] == 3 and config["env"]["wrappers"] == wrappers
+
+
+def test_vector_wrappers_keep_native_vectorization_and_apply():
+    env = make_env(
+        EnvConfig(
+            id="CartPole-v1",
+            num_envs=3,
+            vector_wrappers=("ClipReward(min_reward=0.0, max_reward=0.25)",),
+        )
+    )
+    inner = env.env
+    assert type(inner).__name__ == "ClipReward"
+    assert type(inner.env).__name__ == "CartPoleVectorEnv"  # still the native vector env
+    env.reset(seed=0)
+    result = env.step(np.zeros(3, np.int64))
+    np.testing.assert_array_equal(result.reward, [0.25, 0.25, 0.25])
+    env.close()
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("ClipRewrd", "EnvConfig.vector_wrappers entry 'ClipRewrd'.*did you mean ClipReward"),
+        ("ClipReward(minimum=0)", "bad arguments for ClipReward"),
+        ("TimeLimit", "gymnasium.wrappers.vector has no wrapper 'TimeLimit'"),  # single-env only
+    ],
+)
+def test_bad_vector_wrappers_are_named(spec, message):
+    with pytest.raises(ConfigError, match=message):
+        make_env(EnvConfig(id="CartPole-v1", vector_wrappers=(spec,)))
+
+
+def test_vector_wrappers_are_rebuilt_for_evaluation_and_resume(tmp_path):
+    run_dir = tmp_path / "run"
+    wrappers = ["ClipReward(min_reward=0.0, max_reward=0.5)"]
+    overrides = {**QUIET, **SMALL, "env.vector_wrappers": wrappers, "run.eval_every_steps": 64}
+    first = shoal.train("ppo", env="CartPole-v1", total_steps=64, run_dir=str(run_dir), **overrides)
+    assert first.eval_return <= 0.5 * 500  # the evaluation env clips too
+    resumed = shoal.train(resume=run_dir, total_steps=128)
+    assert resumed.env_steps == 128
+    config = shoal.train.__globals__["load_checkpoint"](run_dir).config
+    assert config["env"]["vector_wrappers"] == wrappers
