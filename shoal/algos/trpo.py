@@ -93,12 +93,6 @@ class TRPOConfig:
             self.model.precision != "float16",
             "TRPO's conjugate-gradient step has no gradient scaler; use float32 or bfloat16",
         )
-        check(
-            self,
-            "env",
-            self.env.action_mask == "none",
-            "TRPO does not use action masks yet; set env.action_mask to none",
-        )
         if self.vf_max_grad_norm is not None:
             check_positive(self, "vf_max_grad_norm")
 
@@ -141,9 +135,9 @@ class TRPOLearner(ModelLearner):
         advantages = batch.advantages
         if cfg.normalize_advantages:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        dist = self.model.distribution(batch.obs)
+        dist = self.model.distribution(batch.obs, batch.action_mask)  # masked where given
         with torch.no_grad():
-            old_dist = _frozen(self.model.distribution(batch.obs))
+            old_dist = _frozen(self.model.distribution(batch.obs, batch.action_mask))
         surrogate = self._surrogate(dist, batch, advantages)
         kl = old_dist.kl(dist).mean()
         if not torch.isfinite(surrogate):
@@ -165,7 +159,7 @@ class TRPOLearner(ModelLearner):
             for i in range(cfg.line_search_steps if shs > 0 else 0):
                 fraction = 0.5**i
                 set_flat_params(self.policy_params, old_params + fraction * full_step)
-                new_dist = self.model.distribution(batch.obs)
+                new_dist = self.model.distribution(batch.obs, batch.action_mask)
                 new_kl = old_dist.kl(new_dist).mean().item()
                 gain = self._surrogate(new_dist, batch, advantages).item() - before
                 # Sampled KL, not the quadratic model, must hold: the model can be far off.
@@ -205,12 +199,18 @@ class TRPOLearner(ModelLearner):
 
 
 def _frozen(dist: Any) -> Any:
-    """``dist`` owning copies of its tensors: a Gaussian's ``log_std`` is a view of the
+    """``dist`` owning copies of its tensors, those of the distributions it is made of
+    included (factorized and product policies): a Gaussian's ``log_std`` is a view of the
     parameter, which the line search overwrites in place."""
+    if isinstance(dist, torch.Tensor):
+        return dist.detach().clone()
+    if isinstance(dist, (list, tuple)):
+        return type(dist)(_frozen(item) for item in dist)
+    if not hasattr(dist, "__dict__"):
+        return dist
     frozen = copy.copy(dist)
     for name, value in vars(dist).items():
-        if isinstance(value, torch.Tensor):
-            setattr(frozen, name, value.detach().clone())
+        setattr(frozen, name, _frozen(value))
     return frozen
 
 

@@ -59,7 +59,7 @@ class MaskedMultiEnv(MaskedEnv):
 
 
 @pytest.mark.parametrize("nvec", [(4,), (3, 4)], ids=["discrete", "multidiscrete"])
-@pytest.mark.parametrize("algo", ["ppo", "a2c"])
+@pytest.mark.parametrize("algo", ["ppo", "a2c", "trpo"])
 def test_masked_policies_act_legally_and_learn(algo, nvec, tmp_path, registered_env):
     cls = MaskedEnv if len(nvec) == 1 else MaskedMultiEnv
     env_id = registered_env(f"test/Masked{len(nvec)}-v0", cls)
@@ -100,3 +100,24 @@ def test_masks_need_a_discrete_policy(tmp_path, registered_env):
         )
     with pytest.raises(ConfigError, match="trains through autograd"):
         shoal.build_config("ppo", **{"env.action_mask": "info", "model.backend": "numpy"})
+
+
+def test_trpo_line_search_keeps_the_old_policy_of_a_product_distribution():
+    """The old policy of TRPO's line search owns its tensors, down to the parts of a Tuple
+    action's product distribution (a Gaussian part's log_std is a parameter view)."""
+    import torch
+
+    from shoal.algos.trpo import _frozen
+    from shoal.config import ModelConfig
+    from shoal.envs.composite import PackedActions
+    from shoal.nn.actor_critic import ActorCritic
+
+    actions = PackedActions(gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.Box(-1, 1, (1,)))))
+    model = ActorCritic(gym.spaces.Box(-1, 1, (3,)), actions, ModelConfig(hidden=(8,)))
+    obs = torch.zeros(4, 3)
+    with torch.no_grad():
+        old = _frozen(model.distribution(obs))
+        before = old.entropy().clone()
+        for param in model.parameters():
+            param.add_(1.0)  # what the line search does in place
+    torch.testing.assert_close(old.entropy(), before)
