@@ -26,6 +26,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from shoal.envs.composite import PackedObs
 from shoal.errors import ConfigError
 
 
@@ -143,6 +144,12 @@ class FrameStacks:
 
 def stack_size(space: gym.Space) -> int:
     """``k`` of frame-stacked observations ``[k, *frame_shape]`` (a Box of 2 or more axes)."""
+    if isinstance(space, PackedObs):
+        raise ConfigError(
+            "frame_replay stores frame-stacked Box observations [k, H, W]; Dict and Tuple "
+            "observations are stored as packed records (image parts stay uint8, but stacked "
+            "frames are not shared between transitions): turn frame_replay off"
+        )
     if not isinstance(space, gym.spaces.Box) or len(space.shape) < 2:
         raise ConfigError(
             f"frame_replay stores frame-stacked observations [k, H, W]; got {space}: "

@@ -176,3 +176,13 @@ def test_act_refuses_a_dict_missing_a_key(tmp_path):
     )
     with pytest.raises(ShoalError, match="no part 'goal'"):
         shoal.load(result.run_dir).act({"pos": np.zeros(1, np.float32)})
+
+
+def test_frame_replay_on_dict_observations_is_a_clear_error(tmp_path):
+    from shoal.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="Dict and Tuple observations are stored as packed"):
+        shoal.train(
+            "dqn", env=ENV_ID, run_dir=str(tmp_path / "run"), **{"frame_replay": True, **QUIET}
+        )
+    assert not (tmp_path / "run").exists()
