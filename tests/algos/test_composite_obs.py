@@ -186,3 +186,26 @@ def test_frame_replay_on_dict_observations_is_a_clear_error(tmp_path):
             "dqn", env=ENV_ID, run_dir=str(tmp_path / "run"), **{"frame_replay": True, **QUIET}
         )
     assert not (tmp_path / "run").exists()
+
+
+def test_ray_runners_carry_dict_observations(tmp_path, ray_session):
+    """Packed records travel from Ray runners like any observation array."""
+    result = shoal.train(
+        "ppo",
+        env=ENV_ID,
+        seed=0,
+        total_steps=512,
+        run_dir=str(tmp_path / "run"),
+        **{
+            "run.runners": 2,
+            "env.num_envs": 2,
+            "num_steps": 32,
+            "minibatch_size": 64,
+            "run.eval_every_steps": 512,
+            "run.eval_episodes": 2,
+            **QUIET,
+        },
+    )
+    assert result.env_steps >= 512 and np.isfinite(result.eval_return)
+    policy = shoal.load(result.run_dir)
+    assert policy.act({"pos": np.array([0.0], np.float32), "goal": 1}) in (0, 1, 2)
