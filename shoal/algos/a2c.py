@@ -30,7 +30,6 @@ from shoal.algos.on_policy import (
     check_masks,
     make_batch,
     make_sequence_batch,
-    masked_backend,
     mean_metrics,
     rmsprop_or_adamw,
     step_metrics,
@@ -121,7 +120,7 @@ class A2CLearner(ModelLearner):
         model = build_model(config, obs_space, action_space)
         self.setup(config, model, functools.partial(make_optimizer, config))
         self.step = learner_step(
-            self.model, masked_backend(config), self.device, config.run.compile, self.scaler
+            self.model, config.model.backend, self.device, config.run.compile, self.scaler
         )
         self.objective = a2c_objective(config.vf_coef, config.ent_coef, config.normalize_advantages)
 

@@ -45,6 +45,7 @@ from shoal.config import (
     check_positive,
 )
 from shoal.device import to_device
+from shoal.errors import ConfigError
 from shoal.losses import entropy_loss, policy_gradient_loss, value_loss, vtrace
 from shoal.nn import build_actor_critic
 from shoal.optim import minimize
@@ -222,6 +223,12 @@ class IMPALA:
             env_config, model_fn, config.num_steps, config.run, acting=config.model.backend
         )
         self.asynchronous = config.run.runners > 0
+        if self.sampler.action_masked:
+            self.sampler.close()
+            raise ConfigError(
+                "IMPALA does not use action masks yet and this env reports them (PPO, A2C "
+                "and TRPO do)"
+            )
         spaces = (self.sampler.observation_space, self.sampler.action_space)
         self.learner = IMPALALearner(config, *spaces)
         self.env_steps = self.episodes = self.iteration = 0

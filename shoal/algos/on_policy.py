@@ -29,6 +29,7 @@ from shoal.device import (
     scaler_state,
     to_host,
 )
+from shoal.errors import ConfigError
 from shoal.losses import gae
 from shoal.nn.heads import apply_temperature
 from shoal.policy import ActorPolicy
@@ -184,9 +185,20 @@ def check_masks(config: Any, algo: str) -> None:
     )
 
 
-def masked_backend(config: Any) -> str:
-    """The model backend to train and act with: autograd where the env gives action masks."""
-    return "torch" if config.env.action_mask != "none" else config.model.backend
+def masked_config(config: Any, algo: str, supported: bool) -> Any:
+    """``config`` for a learner whose rollouts carry legal-action masks: the masked policy
+    trains through autograd (the NumPy path has no masks), so ``auto`` becomes ``torch``."""
+    if not supported:
+        raise ConfigError(
+            f"{algo} does not use action masks yet and this env reports them (PPO, A2C and TRPO do)"
+        )
+    if config.model.backend == "numpy":
+        raise ConfigError(
+            "model.backend = 'numpy' cannot train with the action masks this env reports; "
+            "use auto or torch"
+        )
+    model = dataclasses.replace(config.model, backend="torch")
+    return dataclasses.replace(config, model=model)
 
 
 def mean_metrics(rows: Iterable[dict[str, Any]]) -> dict[str, float]:
@@ -268,6 +280,9 @@ class OnPolicyAlgorithm:
     update, the deployable policy and the checkpoint layout. Each algorithm derives from this
     (never from another algorithm) and adds its own update and any extra state."""
 
+    takes_action_masks = True
+    """Whether the learner restricts its policy to the legal actions in the rollouts."""
+
     def __init__(
         self,
         config: Any,
@@ -285,6 +300,8 @@ class OnPolicyAlgorithm:
             acting=config.model.backend,
         )
         sampler = self.sampler
+        if sampler.action_masked:  # also multi-agent envs whose observations carry masks
+            config = masked_config(config, type(self).__name__, self.takes_action_masks)
         self.learner = learner_cls(config, sampler.observation_space, sampler.action_space)
         self.env_steps = 0
         self.episodes = 0

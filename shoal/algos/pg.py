@@ -176,6 +176,8 @@ class PGLearner(ModelLearner):
 class PG(OnPolicyAlgorithm):
     """One REINFORCE iteration: sample, finish returns of ended episodes, update, broadcast."""
 
+    takes_action_masks = False  # its own batch has no masks yet
+
     def __init__(self, config: PGConfig):
         self.carry: EpisodeCarry | None = None
         super().__init__(config, PGLearner, build_model)

@@ -23,7 +23,6 @@ from shoal.algos.on_policy import (
     check_masks,
     make_batch,
     make_sequence_batch,
-    masked_backend,
     mean_metrics,
     step_metrics,
 )
@@ -150,7 +149,7 @@ class PPOLearner(ModelLearner):
             ),
         )
         self.step = learner_step(
-            self.model, masked_backend(config), self.device, config.run.compile, self.scaler
+            self.model, config.model.backend, self.device, config.run.compile, self.scaler
         )
 
     def objective(self, clip_eps: float, kl_coeff: float) -> Objective:

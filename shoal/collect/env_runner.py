@@ -117,6 +117,7 @@ class EnvRunner:
             "action_space": self.env.action_space,
             "num_envs": self.env.num_envs,
             "agents_per_env": self.env.agents_per_env,
+            "action_masked": self.storage.action_mask is not None,
         }
 
     def obs_stats(self) -> dict[str, Any] | None:

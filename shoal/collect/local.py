@@ -18,6 +18,8 @@ class LocalSampler:
         self.observation_space = runner.env.observation_space
         self.action_space = runner.env.action_space
         self.agents_per_env = runner.env.agents_per_env
+        self.action_masked = runner.storage.action_mask is not None
+        """Whether the env reports legal actions (rollouts then carry the masks)."""
 
     @property
     def num_envs(self) -> int:

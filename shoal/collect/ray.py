@@ -59,9 +59,9 @@ class RaySampler:
         self._workers = workers
         self._weights_ref: Any = None
         self._weight_acks: dict[int, Any] = {}
+        """Runner -> result of its last ``set_weights``, checked before its next rollout."""
         self._env_attrs: dict[str, Any] = {}
         """Attributes set with `set_env_attr`, set again on a restarted runner."""
-        """Runner -> result of its last ``set_weights``, checked before its next rollout."""
         self.pool = workers.WorkerPool(
             EnvRunner,
             lambda i: (env_config, model_fn, num_steps, seeds[i], torch_seeds[i], acting, compiled),
@@ -76,6 +76,7 @@ class RaySampler:
         self.observation_space, self.action_space = spec["observation_space"], spec["action_space"]
         self.envs_per_runner = spec["num_envs"]
         self.agents_per_env = spec["agents_per_env"]
+        self.action_masked = spec["action_masked"]
 
     @property
     def num_runners(self) -> int:

@@ -422,3 +422,37 @@ def test_two_step_max_episode_steps_and_bad_kwargs():
     np.testing.assert_array_equal(step.obs["agent"][:, 0], [S2B, S2A])
     with pytest.raises(ConfigError, match="agent_id"):
         _two_step(bad=1)
+
+
+def test_shared_weight_ppo_trains_with_the_masks_the_observations_carry(monkeypatch, tmp_path):
+    """Masked-dict observations (the PettingZoo convention) reach PPO's rollouts: every
+    action a scout takes is legal, in training and in evaluation."""
+    tiny = _install_tiny(monkeypatch, masked=True, length=4)
+    illegal = []
+    original = tiny.step
+
+    def checked_step(self, actions):
+        for agent, action in actions.items():
+            if not self._observe(agent)["action_mask"][int(action)]:
+                illegal.append((agent, self.t, int(action)))
+        return original(self, actions)
+
+    monkeypatch.setattr(tiny, "step", checked_step)
+    import shoal
+
+    overrides = {
+        "env.kwargs": {"agent_groups": "scout_0:all,scout_1:all,runner_0:all"},
+        "env.num_envs": 4,
+        "num_steps": 16,
+        "minibatch_size": 32,
+        "run.eval_every_steps": 128,
+        "run.eval_episodes": 2,
+        "run.console": False,
+        "run.tensorboard": False,
+    }
+    result = shoal.train(
+        "ippo", env="pettingzoo:fake_pz_tiny", total_steps=256, run_dir=str(tmp_path / "r"),
+        **overrides,
+    )  # fmt: skip
+    assert result.env_steps >= 256
+    assert illegal == []
