@@ -125,3 +125,17 @@ def test_packed_actions_round_trip():
 def test_unsupported_action_part_names_its_path():
     with pytest.raises(UnsupportedSpaceError, match="'grid' is Box.*1-D Box"):
         PackedActions(gym.spaces.Dict({"grid": gym.spaces.Box(0, 1, (2, 2))}))
+
+
+def test_masked_categorical_head_entropy_covers_legal_actions_only():
+    from shoal.nn.heads import CategoricalHead
+
+    head = CategoricalHead(3, 4)
+    features = torch.randn(5, 3)
+    mask = torch.tensor([[True, False, True, True]] * 5)
+    dist = head(features, mask)
+    legal = head.logits(features)[:, [0, 2, 3]]
+    want = torch.distributions.Categorical(logits=legal).entropy()
+    torch.testing.assert_close(dist.entropy(), want)
+    samples = head(features.repeat(400, 1), mask.repeat(400, 1)).sample()
+    assert not (samples == 1).any()
