@@ -53,7 +53,10 @@ shoal train ALGO --help lists every field of ALGO's config with its default and 
 examples:
   shoal train ppo --env CartPole-v1
   shoal train --tuned sac-pendulum --seed 3
-  shoal train --resume runs/ppo-CartPole-v1-... --run.total-steps 500000"""
+  shoal train --resume runs/ppo-CartPole-v1-... --run.total-steps 500000
+  shoal train ppo --env CartPole-v1 --env.frame-stack 4
+  shoal train ppo --env CartPole-v1 --model.encoder mynets:Wide       # your nn.Module
+  shoal train ppo --env CartPole-v1 --run.callbacks "EarlyStopping(patience=5)" SaveBest"""
 
 EXIT_INTERRUPTED = 130  # the shell's code for a command stopped by Ctrl-C
 
