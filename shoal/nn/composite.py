@@ -6,8 +6,9 @@ network's hidden layers (``ModelConfig.hidden``) then read them as they read a f
 * a float Box (a vector, or any shape, flattened): the values themselves, or a per-key MLP of
   ``ModelConfig.key_hidden`` layers when that is set;
 * a uint8 Box of shape ``[C, H, W]`` or ``[H, W]`` (an image): the image encoder
-  ``ModelConfig.encoder`` names (`shoal.nn.cnn`; ``nature`` when the encoder is ``mlp``);
-  uint8 1-D Boxes are vectors;
+  ``ModelConfig.encoder`` names (`shoal.nn.cnn`; ``nature`` when the encoder is ``mlp``, and
+  when the image is smaller than the Nature CNN reads, 36x36, its pixels flattened and
+  scaled to [0, 1] by the Box's high); uint8 1-D Boxes are vectors;
 * Discrete ``n``: one-hot for ``n <= ONE_HOT_MAX``, else a learned embedding of
   ``EMBEDDING_DIM`` features; MultiDiscrete: the same for each element, concatenated;
 * MultiBinary: the bits as floats.
@@ -38,12 +39,16 @@ IMAGE_ENCODERS = ("nature", "impala", "ref001-model2")
 
 
 class Flatten(nn.Module):
-    def __init__(self, size: int):
+    """The values as floats, flattened, times ``scale``."""
+
+    def __init__(self, size: int, scale: float = 1.0):
         super().__init__()
         self.out_dim = size
+        self.scale = scale
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.flatten(start_dim=1).float()
+        x = x.flatten(start_dim=1).float()
+        return x * self.scale if self.scale != 1.0 else x
 
 
 class Categories(nn.Module):
@@ -104,7 +109,11 @@ def leaf_encoder(leaf: Leaf, model: ModelConfig | None) -> nn.Module:
         try:
             return image_encoder(space, name, "float32" if model is None else model.precision)
         except ConfigError as exc:
-            raise ConfigError(f"observation part {leaf.name!r}: {exc}") from None
+            if model is not None and model.encoder != "mlp":  # a CNN the user asked for
+                raise ConfigError(f"observation part {leaf.name!r}: {exc}") from None
+            # Smaller than the default CNN reads (MiniGrid's 7x7x3 grids): pixels as inputs.
+            high = float(np.max(space.high)) or 1.0
+            return Flatten(leaf.size, 1.0 / high)
     if isinstance(space, gym.spaces.Discrete):
         return Categories([int(space.n)])
     if isinstance(space, gym.spaces.MultiDiscrete):
@@ -127,13 +136,14 @@ class CompositeEncoder(nn.Module):
         self.out_dim = sum(encoder.out_dim for encoder in self.encoders)
         self._numpy_parts = self._numpy_plan()
 
-    def _numpy_plan(self) -> list[tuple[str, Leaf, int]] | None:
+    def _numpy_plan(self) -> list[tuple[str, Leaf, float]] | None:
         """How `numpy_features` computes each part, or None when some part has weights (an
         embedding, a per-key MLP, an image encoder)."""
         plan = []
         for leaf, encoder in zip(self.leaves, self.encoders, strict=True):
             if isinstance(encoder, Flatten):
-                plan.append(("float" if leaf.dtype == np.float32 else "cast", leaf, 0))
+                kind = "float" if leaf.dtype == np.float32 and encoder.scale == 1.0 else "cast"
+                plan.append((kind, leaf, encoder.scale))
             elif isinstance(encoder, Categories) and encoder.all_one_hot:
                 plan.append(("one_hot", leaf, encoder.counts[0]))
             else:
@@ -153,14 +163,15 @@ class CompositeEncoder(nn.Module):
         if self._float_columns is not None:
             return records.view(np.float32)[:, self._float_columns]
         parts = []
-        for kind, leaf, count in self._numpy_parts:
+        for kind, leaf, arg in self._numpy_parts:
             values = self.space.leaf_array(records, leaf).reshape(records.shape[0], -1)
             if kind == "float":
                 parts.append(values)
             elif kind == "cast":
-                parts.append(values.astype(np.float32))
-            else:
-                eye = np.eye(count, dtype=np.float32)
+                cast = values.astype(np.float32)
+                parts.append(cast * np.float32(arg) if arg != 1.0 else cast)
+            else:  # one-hot; arg is the number of values
+                eye = np.eye(int(arg), dtype=np.float32)
                 parts.append(eye[values].reshape(records.shape[0], -1))
         return np.concatenate(parts, axis=1)
 

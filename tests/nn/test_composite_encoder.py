@@ -120,11 +120,17 @@ def test_numpy_features_equal_forward():
     )
 
 
-def test_image_part_with_a_non_image_encoder_is_a_clear_error():
-    with pytest.raises(ConfigError, match="'image'.*too|'image'"):
-        CompositeEncoder(
-            PackedObs(gym.spaces.Dict({"image": gym.spaces.Box(0, 255, (1, 8, 8), np.uint8)}))
-        )
+def test_small_images_are_pixels_unless_a_cnn_is_asked_for():
+    space = PackedObs(gym.spaces.Dict({"image": gym.spaces.Box(0, 255, (7, 7, 3), np.uint8)}))
+    encoder = CompositeEncoder(space)  # MiniGrid-sized: too small for the Nature CNN
+    assert isinstance(encoder.encoders[0], Flatten) and encoder.out_dim == 147
+    records = space.pack({"image": np.full((2, 7, 7, 3), 255, np.uint8)})
+    np.testing.assert_array_equal(encoder(torch.from_numpy(records)).numpy(), 1.0)
+    np.testing.assert_array_equal(encoder.numpy_features(records), 1.0)
+    with pytest.raises(ConfigError, match="part 'image'.*at least 36x36"):
+        CompositeEncoder(space, ModelConfig(encoder="nature"))
+    with pytest.raises(ConfigError, match="part 'image'.*cannot encode it"):
+        CompositeEncoder(space, ModelConfig(encoder="tests.custom_nets:TinyEncoder"))
 
 
 def test_float_input_is_refused():
