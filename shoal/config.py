@@ -26,14 +26,21 @@ T = TypeVar("T")
 
 
 def check_flat_encoder(config: Any, algo: str) -> None:
-    """The agent-batched networks of the multi-agent learners read flat observations through
-    their own MLPs: refuse an image or custom ``model.encoder`` instead of ignoring it."""
+    """What the multi-agent learners with networks of their own refuse instead of ignoring:
+    an image or custom ``model.encoder`` (their agent-batched networks read flat
+    observations through MLPs) and ``env.opponents`` (they train every group they step)."""
     check(
         config.model,
         "encoder",
         config.model.encoder == "mlp",
         f"{algo}'s agent-batched networks read flat observations through MLPs; image and "
         "custom encoders serve the single-agent families",
+    )
+    check(
+        config.env,
+        "opponents",
+        not config.env.opponents,
+        f"{algo} does not take fixed opponents yet; env.opponents serves MAPPO and IPPO",
     )
 
 
@@ -169,7 +176,11 @@ class EnvConfig:
     """Where the env reports legal actions: info["action_mask"] (e.g. Taxi-v3), or a Dict
     observation with keys "observation" and "action_mask" (the PettingZoo convention)."""
     group: str | None = None
-    """Multi-agent envs: the agent group a shared-weight learner trains (None: the only one)."""
+    """Multi-agent envs: the agent group a shared-weight learner trains (None: the only one
+    without an opponent)."""
+    opponents: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Multi-agent envs: fixed policies for the groups a shared-weight learner does not
+    train, {group: random or module:Class(key=value)} (`shoal.envs.opponents`)."""
     agent_id: bool = False
     """Multi-agent envs: append a one-hot agent index to each agent's observation, so a
     shared policy can still act differently per agent."""

@@ -19,12 +19,14 @@ steps (not real transitions), exactly like the step that resets a finished singl
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 from shoal.envs.multi_agent import MultiAgentStep, MultiAgentVectorEnv
+from shoal.envs.opponents import make_opponents
 from shoal.errors import ConfigError, UnsupportedSpaceError
 from shoal.types import StepResult
 
@@ -45,6 +47,8 @@ class AgentsAsBatch:
         group: the group to present (None: the env's only group).
         agent_id: append a one-hot agent index to each agent's observation (and critic input).
         global_state: add the env's global state as a critic-only observation part.
+        opponents: ``{group: spec}`` fixed policies for the other groups
+            (`shoal.envs.opponents`: ``random`` or a scripted ``module:Class``).
     """
 
     def __init__(
@@ -53,22 +57,30 @@ class AgentsAsBatch:
         group: str | None = None,
         agent_id: bool = False,
         global_state: bool = False,
+        opponents: Mapping[str, str] | None = None,
     ):
+        opponents = dict(opponents or {})
         if group is None:
-            if len(env.groups) != 1:
+            learners = [name for name in env.groups if name not in opponents]
+            if len(learners) != 1:
                 raise ConfigError(
                     f"this env has agent groups {list(env.groups)}; shared-weight learners "
-                    "train one group: set env.group to one of them"
+                    "train one group: set env.group to one of them (and env.opponents for "
+                    "the others)"
                 )
-            group = next(iter(env.groups))
+            group = learners[0]
         if group not in env.groups:
             raise ConfigError(f"env.group {group!r} is not one of {list(env.groups)}")
-        others = [name for name in env.groups if name != group]
+        others = [name for name in env.groups if name != group and name not in opponents]
         if others:
+            spec = ",".join(f"{name}:random" for name in others)
             raise ConfigError(
                 f"env.group {group!r}: the other groups {others} would have no policy; "
-                "shared-weight learners need an env with a single group"
+                "shared-weight learners train one group: give the others a fixed one with "
+                f"env.opponents (--env.opponents {spec.replace(':', ' ')}, or a scripted "
+                "module:Class)"
             )
+        self.opponents = make_opponents(opponents, env.groups, group)
         spec = env.groups[group]
         if not isinstance(spec.observation_space, gym.spaces.Box):
             raise UnsupportedSpaceError(
@@ -92,6 +104,9 @@ class AgentsAsBatch:
             critic_space = gym.spaces.Box(-np.inf, np.inf, (critic_dim,), np.float32)
             self.observation_space = gym.spaces.Dict(actor=actor_space, critic=critic_space)
         self.action_mask: np.ndarray | None = None
+        self._raw_obs: dict[str, np.ndarray] = {}
+        self._raw_masks: dict[str, np.ndarray] | None = None
+        """The latest observations and masks of every group (the opponents act on them)."""
         self._returns = np.zeros(self.num_envs)
         self._lengths = np.zeros(self.num_envs, np.int64)
 
@@ -111,10 +126,15 @@ class AgentsAsBatch:
         return np.concatenate(parts, axis=-1).reshape(batch * agents, -1)
 
     def _set_mask(self, mask: dict[str, np.ndarray] | None) -> None:
+        self._raw_masks = mask
         self.action_mask = None if mask is None else mask[self.group].reshape(self.num_envs, -1)
 
     def reset(self, seed: int | None = None) -> np.ndarray:
         obs, state = self.env.reset(seed=seed)
+        for i, opponent in enumerate(self.opponents.values()):
+            if hasattr(opponent, "reset"):  # its own stream, derived from the env's seed
+                opponent.reset(None if seed is None else seed + 104_729 * (i + 1))
+        self._raw_obs = obs
         self._returns[:] = 0.0
         self._lengths[:] = 0
         self._set_mask(getattr(self.env, "action_mask", None))
@@ -123,7 +143,12 @@ class AgentsAsBatch:
     def step(self, actions: np.ndarray) -> StepResult:
         batch, agents = self.env.num_envs, self.agents_per_env
         actions = np.asarray(actions).reshape(batch, agents, *self.action_space.shape)
-        result: MultiAgentStep = self.env.step({self.group: actions})
+        joint = {self.group: actions}
+        masks = self._raw_masks
+        for name, opponent in self.opponents.items():
+            joint[name] = opponent.act(self._raw_obs[name], None if masks is None else masks[name])
+        result: MultiAgentStep = self.env.step(joint)
+        self._raw_obs = result.obs
         flat = {
             name: getattr(result, name)[self.group].reshape(-1)
             for name in ("rewards", "terminated", "truncated", "active")
@@ -154,10 +179,24 @@ class AgentsAsBatch:
             "env": self.env.get_state(),
             "returns": self._returns.copy(),
             "lengths": self._lengths.copy(),
+            "raw_obs": {name: obs.copy() for name, obs in self._raw_obs.items()},
+            "raw_masks": None
+            if self._raw_masks is None
+            else {name: mask.copy() for name, mask in self._raw_masks.items()},
+            "opponents": {
+                name: opponent.get_state()
+                for name, opponent in self.opponents.items()
+                if hasattr(opponent, "get_state")
+            },
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
         self.env.set_state(state["env"])
+        self._raw_obs = {name: np.array(obs) for name, obs in state.get("raw_obs", {}).items()}
+        masks = state.get("raw_masks")
+        self._set_mask(None if masks is None else {k: np.array(v) for k, v in masks.items()})
+        for name, opponent_state in state.get("opponents", {}).items():
+            self.opponents[name].set_state(opponent_state)
         self._returns[:] = state["returns"]
         self._lengths[:] = state["lengths"]
 

@@ -284,8 +284,13 @@ def make_env(
             config.group,
             config.agent_id,
             config.global_state,
+            config.opponents,
         )
     else:
+        if config.opponents:
+            raise ConfigError(
+                f"EnvConfig.opponents applies to multi-agent envs, not to {config.id!r}"
+            )
         env = GymVectorEnv(
             make_gym_vector_env(config, render_mode),
             config.action_mask,
