@@ -19,6 +19,15 @@ MultiBinary) are supported. A Dict observation with keys ``"observation"`` and
 for the groups that have masks). The global state comes from ``env.state()`` when the env
 declares a ``state_space`` (the MPE envs do).
 
+*Turn-based (AEC) envs.* A module with an ``env()`` constructor and no ``parallel_env()``
+(PettingZoo's classic board games: ``pettingzoo:pettingzoo.classic.tictactoe_v3``,
+``connect_four_v3``) is stepped through `TurnBasedParallel`: at each step only the agent whose
+turn it is acts (``active``), the others wait (``active`` False, their actions ignored). Unlike
+agents that are done, waiting agents receive the rewards the step gives them (a player loses
+on the opponent's move), so returns count them and advantage estimates credit them to that
+agent's last move. Board games report legal moves through their masked observations, and a
+waiting player's mask is empty.
+
 *Episodes.* An agent that leaves ``env.agents`` while others play on stays in the arrays with
 ``active`` False, reward 0 and its last observation frozen. An env's episode ends when no agent
 is left (or every remaining one is terminated or truncated) or when ``max_episode_steps`` is
@@ -291,6 +300,11 @@ class PettingZooVectorEnv:
                 )
                 active[name][i, j] = True
             obs, rew, term, trunc, _ = env.step(action_dict)
+            turn_based = isinstance(env, TurnBasedParallel)
+            if turn_based:  # only the agent whose turn it was acted; the others waited
+                for agent in acting:
+                    name, j = self._where[agent]
+                    active[name][i, j] = agent == env.last_actor
             self._steps[i] += 1
             self._write_obs(i, obs)
             self._write_state(i)
@@ -352,6 +366,65 @@ class PettingZooVectorEnv:
             env.close()
 
 
+class TurnBasedParallel:
+    """A PettingZoo AEC (turn-based) env behind the parallel API that `PettingZooVectorEnv`
+    steps: ``step`` takes an action for every live agent, applies the one of the agent whose
+    turn it is (``last_actor`` afterwards), and returns every agent's observation, the reward
+    each received from that move, and the terminations and truncations."""
+
+    def __init__(self, env: Any):
+        self.env = env
+        self.possible_agents = list(env.possible_agents)
+        self.metadata = getattr(env, "metadata", {})
+        self.last_actor: str | None = None
+        self._over = False
+
+    @property
+    def agents(self) -> list[str]:
+        return [] if self._over else list(self.env.agents)
+
+    @property
+    def unwrapped(self) -> TurnBasedParallel:
+        return self
+
+    def observation_space(self, agent: str) -> gym.Space:
+        return self.env.observation_space(agent)
+
+    def action_space(self, agent: str) -> gym.Space:
+        return self.env.action_space(agent)
+
+    def _observe_all(self) -> dict[str, Any]:
+        return {agent: self.env.observe(agent) for agent in self.env.agents}
+
+    def reset(self, seed: int | None = None, options: Any = None) -> tuple[dict, dict]:
+        self.env.reset(seed=seed, options=options)
+        self.last_actor = None
+        self._over = False
+        return self._observe_all(), {agent: {} for agent in self.env.agents}
+
+    def step(self, actions: Mapping[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        env = self.env
+        actor = env.agent_selection
+        self.last_actor = actor
+        env.step(actions[actor])
+        agents = list(env.agents)
+        obs = self._observe_all()
+        rewards = {agent: float(env.rewards.get(agent, 0.0)) for agent in agents}
+        terms = {agent: bool(env.terminations.get(agent, False)) for agent in agents}
+        truncs = {agent: bool(env.truncations.get(agent, False)) for agent in agents}
+        if agents and all(terms[a] or truncs[a] for a in agents):
+            # The game is over for everyone: PettingZoo would have each player step once
+            # more with None to leave; the vector env resets the game instead.
+            self._over = True
+        return obs, rewards, terms, truncs, {agent: {} for agent in agents}
+
+    def render(self) -> Any:
+        return self.env.render()
+
+    def close(self) -> None:
+        self.env.close()
+
+
 def _import_env_module(path: str) -> Any:
     try:
         return importlib.import_module(path)
@@ -411,10 +484,17 @@ def make_pettingzoo_env(
         )
     module = _import_env_module(path)
     constructor = getattr(module, "parallel_env", None)
+    if not callable(constructor) and callable(getattr(module, "env", None)):
+        aec = module.env  # a turn-based (AEC) env: stepped one move at a time
+
+        def constructor(**kwargs: Any) -> TurnBasedParallel:
+            return TurnBasedParallel(aec(**kwargs))
+
     if not callable(constructor):
         raise ShoalError(
-            f"module {path!r} has no parallel_env(): a PettingZoo id names an env module with a "
-            f"parallel API, e.g. {PETTINGZOO_PREFIX}mpe2.simple_spread_v3"
+            f"module {path!r} has no parallel_env() or env(): a PettingZoo id names an env "
+            f"module, e.g. {PETTINGZOO_PREFIX}mpe2.simple_spread_v3 or "
+            f"{PETTINGZOO_PREFIX}pettingzoo.classic.tictactoe_v3"
         )
     kwargs: dict[str, Any] = dict(env_config.kwargs)
     agent_groups = kwargs.pop("agent_groups", None)
