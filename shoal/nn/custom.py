@@ -38,20 +38,14 @@ def custom_head(in_dim: int, action_space: gym.Space, config: Any) -> nn.Module:
     in_dim]`` to a distribution with ``sample()``, ``mode()``, ``log_prob(actions)`` and
     ``entropy()`` (and ``kl(other)`` for TRPO), like `shoal.nn.distributions`'; a head that
     takes legal-action masks has ``forward(features, mask)``."""
-    path = config.policy_head
-    cls = import_object(path, "model.policy_head")
-    try:
-        head = cls(in_dim, action_space, config)
-    except Exception as exc:  # the user's constructor: any failure is a config error
-        raise ConfigError(
-            f"model.policy_head {path!r}: {getattr(cls, '__name__', cls)}(in_dim, "
-            f"action_space, model_config) failed: {type(exc).__name__}: {exc}"
-        ) from exc
-    if not isinstance(head, nn.Module):
-        raise ConfigError(
-            f"model.policy_head {path!r} built a {type(head).__name__}, not an nn.Module"
-        )
-    return head
+    return _build(
+        config.policy_head,
+        "model.policy_head",
+        "in_dim, action_space",
+        in_dim,
+        action_space,
+        config,
+    )
 
 
 def is_custom(encoder: str) -> bool:
@@ -62,18 +56,7 @@ def is_custom(encoder: str) -> bool:
 def custom_encoder(obs_space: gym.Space, config: Any) -> nn.Module:
     """An instance of the encoder class ``config.encoder`` names, checked."""
     path = config.encoder
-    cls = import_object(path, "model.encoder")
-    try:
-        encoder = cls(obs_space, config)
-    except Exception as exc:  # the user's constructor: any failure is a config error
-        raise ConfigError(
-            f"model.encoder {path!r}: {getattr(cls, '__name__', cls)}(observation_space, "
-            f"model_config) failed: {type(exc).__name__}: {exc}"
-        ) from exc
-    if not isinstance(encoder, nn.Module):
-        raise ConfigError(
-            f"model.encoder {path!r} built a {type(encoder).__name__}, not an nn.Module"
-        )
+    encoder = _build(path, "model.encoder", "observation_space", obs_space, config)
     out_dim = getattr(encoder, "out_dim", None)
     if not isinstance(out_dim, int) or out_dim <= 0:
         raise ConfigError(
@@ -81,3 +64,19 @@ def custom_encoder(obs_space: gym.Space, config: Any) -> nn.Module:
             f"pass returns per observation (a positive int); got {out_dim!r}"
         )
     return encoder
+
+
+def _build(path: str, field: str, arguments: str, *args: Any) -> nn.Module:
+    """``Class(*args)`` for the class ``path`` names in ``field``, checked to be a module;
+    ``arguments`` names the leading arguments in the error a failing constructor gives."""
+    cls = import_object(path, field)
+    try:
+        built = cls(*args)
+    except Exception as exc:  # the user's constructor: any failure is a config error
+        raise ConfigError(
+            f"{field} {path!r}: {getattr(cls, '__name__', cls)}({arguments}, model_config) "
+            f"failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(built, nn.Module):
+        raise ConfigError(f"{field} {path!r} built a {type(built).__name__}, not an nn.Module")
+    return built
