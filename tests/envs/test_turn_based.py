@@ -92,16 +92,16 @@ def play_against_random(policy, first: bool, games: int = 200) -> np.ndarray:
 
 
 def self_play(tmp_path, steps):
-    """IPPO with one policy for both players: self-play against its current self."""
+    """PPO with one policy for both players (the tuned example ppo-tictactoe's settings):
+    self-play against its current self."""
     result = shoal.train(
-        "ippo",
+        "ppo",
         env=TICTACTOE,
         seed=0,
         total_steps=steps,
         run_dir=str(tmp_path / "run"),
         **{
             "env.num_envs": 16,
-            "env.agent_id": False,  # both players read the board from their own side
             "num_steps": 64,
             "minibatch_size": 256,
             "num_epochs": 4,
