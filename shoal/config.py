@@ -25,7 +25,14 @@ from shoal.errors import ConfigError
 T = TypeVar("T")
 
 
-def check_flat_encoder(config: Any, algo: str) -> None:
+def check(owner: object, name: str, ok: bool, allowed: str) -> None:
+    """Raise a `ConfigError` naming ``owner.name`` and the allowed range unless ``ok``."""
+    if not ok:
+        value = getattr(owner, name)
+        raise ConfigError(f"{type(owner).__name__}.{name} = {value!r} is invalid: {allowed}")
+
+
+def check_multi_agent_learner(config: Any, algo: str) -> None:
     """What the multi-agent learners with networks of their own refuse instead of ignoring:
     an image or custom ``model.encoder`` (their agent-batched networks read flat
     observations through MLPs) and ``env.opponents`` (they train every group they step)."""
@@ -42,13 +49,6 @@ def check_flat_encoder(config: Any, algo: str) -> None:
         not config.env.opponents,
         f"{algo} does not take fixed opponents yet; env.opponents serves MAPPO and IPPO",
     )
-
-
-def check(owner: object, name: str, ok: bool, allowed: str) -> None:
-    """Raise a `ConfigError` naming ``owner.name`` and the allowed range unless ``ok``."""
-    if not ok:
-        value = getattr(owner, name)
-        raise ConfigError(f"{type(owner).__name__}.{name} = {value!r} is invalid: {allowed}")
 
 
 def check_positive(owner: object, *names: str) -> None:

@@ -87,6 +87,32 @@ def parse_call(spec: str) -> tuple[str, dict[str, Any]]:
     return name, kwargs
 
 
+def build_named(spec: str, what: str, noun: str, built_in: dict[str, Any], *args: Any) -> Any:
+    """The object a config string names: a built-in ``Name`` or a user's ``module:Class``,
+    with optional ``(key=literal, ...)``, built as ``Class(*args, **kwargs)``. Every failure
+    is a `ConfigError` that names ``what`` (the setting) and ``spec``; ``noun`` names the
+    kind of object in the error for an unknown name."""
+    try:
+        name, kwargs = parse_call(spec)
+    except ValueError as exc:
+        raise ConfigError(f"{what} {spec!r} is invalid: {exc}") from None
+    if ":" in name:
+        cls = import_object(name, what)
+    elif name in built_in:
+        cls = built_in[name]
+    else:
+        raise ConfigError(
+            f"{what} {spec!r} is invalid: no built-in {noun} {name!r} (built-in: "
+            f"{', '.join(built_in)}); name your own as module:Class"
+        )
+    try:
+        return cls(*args, **kwargs)
+    except ConfigError:
+        raise
+    except Exception as exc:  # the user's constructor: any failure is a config error
+        raise ConfigError(f"{what} {spec!r}: {type(exc).__name__}: {exc}") from exc
+
+
 def import_dirs() -> list[str]:
     """Directories added to ``sys.path`` to import users' modules in this process."""
     return list(_IMPORT_DIRS)

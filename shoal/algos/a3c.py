@@ -26,7 +26,7 @@ import gymnasium as gym
 import torch
 
 from shoal.algos.a2c import A2CConfig, make_optimizer
-from shoal.algos.on_policy import make_batch
+from shoal.algos.on_policy import check_no_masks, make_batch
 from shoal.backend import place, uncompiled_copy
 from shoal.collect import EnvRunner
 from shoal.collect.ray import concat_episodes
@@ -104,12 +104,7 @@ class A3CConfig:
         if self.grads_per_iteration is not None:
             check_positive(self, "grads_per_iteration")
         a2c = check_block(self, "a2c")  # A2C's own checks, with the real env and run
-        check(
-            self,
-            "env",
-            self.env.action_mask == "none",
-            "A3C does not use action masks yet (A2C and PPO do); set env.action_mask to none",
-        )
+        check_no_masks(self, "A3C")
         check(a2c, "model", a2c.model.lstm_hidden is None, "A3C has no recurrent models yet")
         check(
             a2c.model,

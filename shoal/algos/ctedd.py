@@ -57,7 +57,7 @@ from shoal.config import (
     OptimConfig,
     ReplayConfig,
     check,
-    check_flat_encoder,
+    check_multi_agent_learner,
     check_positive,
 )
 from shoal.data.replay import ReplayBuffer
@@ -153,7 +153,7 @@ class CTEDDConfig(ActorCriticReplayConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_positive(self, "distill_every", "distill_batch_size", "distill_repeats")
-        check_flat_encoder(self, "CTEDD")
+        check_multi_agent_learner(self, "CTEDD")
         check_positive(self, "distill_lr", "exploration_lr")
         check(self, "message_dim", self.message_dim >= 0, "must be >= 0")
         check(

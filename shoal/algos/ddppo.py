@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 
 from shoal.algos import ppo as ppo_module
-from shoal.algos.on_policy import PPOBatch, make_batch
+from shoal.algos.on_policy import PPOBatch, check_no_masks, make_batch
 from shoal.algos.ppo import PPOConfig, PPOLearner
 from shoal.backend import TorchStep, uncompiled_copy
 from shoal.collect import EnvRunner
@@ -106,12 +106,7 @@ class DDPPOConfig:
             "DD-PPO learners sample their own envs; set num_learners instead of run.runners",
         )
         ppo = check_block(self, "ppo")  # PPO's own checks, with the real env and run
-        check(
-            self,
-            "env",
-            self.env.action_mask == "none",
-            "DD-PPO does not use action masks yet (PPO does); set env.action_mask to none",
-        )
+        check_no_masks(self, "DD-PPO")
         model = ppo.model
         check(ppo, "model", model.lstm_hidden is None, "DD-PPO has no recurrent models yet")
         check(

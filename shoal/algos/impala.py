@@ -31,7 +31,14 @@ from typing import Any, Literal
 import gymnasium as gym
 import torch
 
-from shoal.algos.on_policy import ModelLearner, mean_metrics, rmsprop_or_adamw, step_metrics
+from shoal.algos.on_policy import (
+    ModelLearner,
+    check_no_masks,
+    masked_config,
+    mean_metrics,
+    rmsprop_or_adamw,
+    step_metrics,
+)
 from shoal.backend import uncompiled_copy
 from shoal.collect import make_sampler
 from shoal.collect.ray import concat_episodes, concat_rollouts
@@ -45,7 +52,6 @@ from shoal.config import (
     check_positive,
 )
 from shoal.device import to_device
-from shoal.errors import ConfigError
 from shoal.losses import entropy_loss, policy_gradient_loss, value_loss, vtrace
 from shoal.nn import build_actor_critic
 from shoal.optim import minimize
@@ -133,7 +139,7 @@ class IMPALAConfig:
         model, unsupported = self.model, "IMPALA does not support it yet; set it to None"
         check(model, "lstm_hidden", model.lstm_hidden is None, unsupported)
         check(model, "temperature_min", model.temperature_min is None, unsupported)
-        check(self.env, "action_mask", self.env.action_mask == "none", "IMPALA needs 'none'")
+        check_no_masks(self, "IMPALA")
 
     @property
     def rollouts_per_batch(self) -> int:
@@ -223,12 +229,9 @@ class IMPALA:
             env_config, model_fn, config.num_steps, config.run, acting=config.model.backend
         )
         self.asynchronous = config.run.runners > 0
-        if self.sampler.action_masked:
+        if self.sampler.action_masked:  # masks the env reports by itself
             self.sampler.close()
-            raise ConfigError(
-                "IMPALA does not use action masks yet and this env reports them (PPO, A2C "
-                "and TRPO do)"
-            )
+            masked_config(config, "IMPALA", supported=False)
         spaces = (self.sampler.observation_space, self.sampler.action_space)
         self.learner = IMPALALearner(config, *spaces)
         self.env_steps = self.episodes = self.iteration = 0

@@ -47,7 +47,7 @@ from shoal.config import (
     ReplayConfig,
     check,
     check_choices,
-    check_flat_encoder,
+    check_multi_agent_learner,
 )
 from shoal.data.replay import ReplayBuffer
 from shoal.envs.multi_agent import (
@@ -109,7 +109,7 @@ class MADDPGConfig(ActorCriticReplayConfig):
         super().__post_init__()
         check_choices(self)
         check(self, "gumbel_temperature", self.gumbel_temperature > 0, "must be > 0")
-        check_flat_encoder(self, "MADDPG")
+        check_multi_agent_learner(self, "MADDPG")
 
 
 def single_group(env: MultiAgentVectorEnv) -> AgentGroup:

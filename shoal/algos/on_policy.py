@@ -185,13 +185,21 @@ def check_masks(config: Any, algo: str) -> None:
     )
 
 
+NO_MASKS = "does not use action masks yet (PPO, A2C and TRPO do)"
+
+
+def check_no_masks(config: Any, algo: str) -> None:
+    """For the learners that do not restrict their policy to legal actions: refuse
+    ``env.action_mask`` (`masked_config` refuses the masks an env reports by itself)."""
+    env = config.env
+    check(env, "action_mask", env.action_mask == "none", f"{algo} {NO_MASKS}; set it to none")
+
+
 def masked_config(config: Any, algo: str, supported: bool) -> Any:
     """``config`` for a learner whose rollouts carry legal-action masks: the masked policy
     trains through autograd (the NumPy path has no masks), so ``auto`` becomes ``torch``."""
     if not supported:
-        raise ConfigError(
-            f"{algo} does not use action masks yet and this env reports them (PPO, A2C and TRPO do)"
-        )
+        raise ConfigError(f"{algo} {NO_MASKS}, and this env reports them")
     if config.model.backend == "numpy":
         raise ConfigError(
             "model.backend = 'numpy' cannot train with the action masks this env reports; "

@@ -21,7 +21,13 @@ from typing import Any, NamedTuple
 import gymnasium as gym
 import torch
 
-from shoal.algos.on_policy import ModelLearner, OnPolicyAlgorithm, mean_metrics, step_metrics
+from shoal.algos.on_policy import (
+    ModelLearner,
+    OnPolicyAlgorithm,
+    check_no_masks,
+    mean_metrics,
+    step_metrics,
+)
 from shoal.config import EnvConfig, ModelConfig, OptimConfig, RunConfig, check, check_positive
 from shoal.device import to_device
 from shoal.losses import entropy_loss, episode_returns, policy_gradient_loss, value_loss
@@ -62,12 +68,7 @@ class PGConfig:
         check(self, "gamma", 0.0 <= self.gamma <= 1.0, "must be in [0, 1]")
         check(self, "vf_coef", self.vf_coef >= 0, "must be >= 0")
         check(self, "ent_coef", self.ent_coef >= 0, "must be >= 0")
-        check(
-            self,
-            "env",
-            self.env.action_mask == "none",
-            "REINFORCE does not use action masks yet; set env.action_mask to none",
-        )
+        check_no_masks(self, "REINFORCE")
 
 
 class EpisodeCarry(NamedTuple):

@@ -36,7 +36,7 @@ from shoal.config import (
     RunConfig,
     check,
     check_choices,
-    check_flat_encoder,
+    check_multi_agent_learner,
     check_positive,
 )
 from shoal.data.episode_replay import EpisodeBatch, EpisodeBuilder, EpisodeReplay
@@ -113,7 +113,7 @@ class QMIXConfig:
     def __post_init__(self) -> None:
         check_choices(self)
         check_positive(self, "rnn_hidden", "mixing_embed_dim", "hypernet_embed")
-        check_flat_encoder(self, "QMIX")
+        check_multi_agent_learner(self, "QMIX")
         check_positive(self, "episode_limit", "rollout_steps")
         check_positive(self, "target_update_every", "exploration_steps")
         check(self, "gamma", 0.0 <= self.gamma <= 1.0, "must be in [0, 1]")

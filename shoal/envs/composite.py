@@ -17,6 +17,7 @@ Boxes as float32, Discrete and MultiDiscrete as int64.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -189,8 +190,9 @@ class PackedObs(_Packed):
         for leaf in self.leaves:
             value = np.asarray(_get(obs, leaf.path, leaf.name))
             try:  # each field as a 2-D view in its dtype, filled with one assignment
-                field = out[:, leaf.offset : leaf.offset + leaf.nbytes].view(leaf.dtype)
-                field[...] = value.reshape(batch, leaf.size)
+                field_view(out, leaf.offset, leaf.dtype, (leaf.size,))[...] = value.reshape(
+                    batch, leaf.size
+                )
             except ValueError as exc:
                 raise ShoalError(
                     f"observation part {leaf.name!r} should have shape {leaf.shape} per "
@@ -210,10 +212,8 @@ class PackedObs(_Packed):
     # -- reading ---------------------------------------------------------------------------
 
     def leaf_array(self, records: np.ndarray, leaf: Leaf) -> np.ndarray:
-        """A view ``[B, *leaf.shape]`` of ``leaf``'s field in ``records`` ``[B, record_bytes]``
-        (a copy only when ``records`` rows are not contiguous)."""
-        field = records[:, leaf.offset : leaf.offset + leaf.nbytes]
-        return field.view(leaf.dtype).reshape(records.shape[0], *leaf.shape)
+        """A view ``[B, *leaf.shape]`` of ``leaf``'s field in ``records`` ``[B, record_bytes]``."""
+        return field_view(records, leaf.offset, leaf.dtype, leaf.shape)
 
     def leaf_tensor(self, records: torch.Tensor, leaf: Leaf) -> torch.Tensor:
         """`leaf_array` for tensors ``[N, record_bytes]`` uint8, on any device."""
@@ -242,6 +242,16 @@ class PackedObs(_Packed):
 
     def contains(self, x: Any) -> bool:
         return isinstance(x, np.ndarray) and x.shape == self.shape and x.dtype == np.uint8
+
+
+def field_view(
+    records: np.ndarray, offset: int, dtype: np.dtype | type, shape: tuple[int, ...]
+) -> np.ndarray:
+    """The field at byte ``offset`` of records ``[B, record_bytes]`` as a view ``[B, *shape]``
+    in ``dtype`` (a copy only when the records' rows are not contiguous)."""
+    nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+    field = records[:, offset : offset + nbytes]
+    return field.view(dtype).reshape(records.shape[0], *shape)
 
 
 _TORCH_DTYPES = {

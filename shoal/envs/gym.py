@@ -275,9 +275,8 @@ def make_env(
     if is_multi_agent_id(config.id):
         if config.wrappers or config.vector_wrappers or config.frame_stack > 1:
             raise ConfigError(
-                f"EnvConfig.wrappers, vector_wrappers and frame_stack apply to Gymnasium envs, "
-                f"not to the "
-                f"multi-agent env {config.id!r}"
+                "EnvConfig.wrappers, vector_wrappers and frame_stack apply to Gymnasium envs, "
+                f"not to the multi-agent env {config.id!r}"
             )
         env: VectorEnv = AgentsAsBatch(
             make_multi_agent_env(config, render_mode),

@@ -8,7 +8,7 @@ import numpy as np
 
 from shoal.envs.agents_as_batch import split_observation
 from shoal.envs.base import VectorEnv, VectorEnvWrapper
-from shoal.envs.composite import PackedObs
+from shoal.envs.composite import PackedObs, field_view
 from shoal.types import StepResult
 
 
@@ -62,8 +62,7 @@ class FieldStats:
 
     def _view(self, records: np.ndarray, index: int) -> np.ndarray:
         offset, shape = self.fields[index]
-        field = records[:, offset : offset + 4 * int(np.prod(shape, dtype=np.int64))]
-        return field.view(np.float32).reshape(records.shape[0], *shape)
+        return field_view(records, offset, np.float32, shape)
 
     def update(self, records: np.ndarray) -> None:
         for index, stats in enumerate(self.stats):

@@ -25,7 +25,7 @@ import gymnasium as gym
 import numpy as np
 
 from shoal.errors import ConfigError
-from shoal.imports import import_object, parse_call
+from shoal.imports import build_named
 
 
 class Opponent(Protocol):
@@ -69,25 +69,11 @@ class RandomOpponent:
 
 def make_opponent(group: str, spec: str, observation_space: gym.Space, action_space: gym.Space):
     """The opponent ``spec`` names for ``group`` (module docstring)."""
-    what = f"env.opponents {group}: {spec!r}"
-    try:
-        name, kwargs = parse_call(spec)
-    except ValueError as exc:
-        raise ConfigError(f"{what} is invalid: {exc}") from None
-    if name == "random":
-        cls: Any = RandomOpponent
-    elif ":" in name:
-        cls = import_object(name, f"env.opponents {group}")
-    else:
-        raise ConfigError(f"{what} is invalid: use random, or a scripted policy as module:Class")
-    try:
-        opponent = cls(observation_space, action_space, **kwargs)
-    except ConfigError:
-        raise
-    except Exception as exc:  # the user's constructor: any failure is a config error
-        raise ConfigError(f"{what}: building it failed: {type(exc).__name__}: {exc}") from exc
+    what = f"env.opponents {group}"
+    built_in = {"random": RandomOpponent}
+    opponent = build_named(spec, what, "opponent", built_in, observation_space, action_space)
     if not callable(getattr(opponent, "act", None)):
-        raise ConfigError(f"{what} is invalid: it has no act(obs, action_mask) method")
+        raise ConfigError(f"{what} {spec!r} is invalid: it has no act(obs, action_mask) method")
     return opponent
 
 

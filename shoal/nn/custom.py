@@ -29,7 +29,7 @@ import gymnasium as gym
 from torch import nn
 
 from shoal.errors import ConfigError
-from shoal.imports import import_object
+from shoal.imports import build_named
 
 
 def custom_head(in_dim: int, action_space: gym.Space, config: Any) -> nn.Module:
@@ -38,14 +38,7 @@ def custom_head(in_dim: int, action_space: gym.Space, config: Any) -> nn.Module:
     in_dim]`` to a distribution with ``sample()``, ``mode()``, ``log_prob(actions)`` and
     ``entropy()`` (and ``kl(other)`` for TRPO), like `shoal.nn.distributions`'; a head that
     takes legal-action masks has ``forward(features, mask)``."""
-    return _build(
-        config.policy_head,
-        "model.policy_head",
-        "in_dim, action_space",
-        in_dim,
-        action_space,
-        config,
-    )
+    return _build(config.policy_head, "model.policy_head", in_dim, action_space, config)
 
 
 def is_custom(encoder: str) -> bool:
@@ -56,7 +49,7 @@ def is_custom(encoder: str) -> bool:
 def custom_encoder(obs_space: gym.Space, config: Any) -> nn.Module:
     """An instance of the encoder class ``config.encoder`` names, checked."""
     path = config.encoder
-    encoder = _build(path, "model.encoder", "observation_space", obs_space, config)
+    encoder = _build(path, "model.encoder", obs_space, config)
     out_dim = getattr(encoder, "out_dim", None)
     if not isinstance(out_dim, int) or out_dim <= 0:
         raise ConfigError(
@@ -66,17 +59,9 @@ def custom_encoder(obs_space: gym.Space, config: Any) -> nn.Module:
     return encoder
 
 
-def _build(path: str, field: str, arguments: str, *args: Any) -> nn.Module:
-    """``Class(*args)`` for the class ``path`` names in ``field``, checked to be a module;
-    ``arguments`` names the leading arguments in the error a failing constructor gives."""
-    cls = import_object(path, field)
-    try:
-        built = cls(*args)
-    except Exception as exc:  # the user's constructor: any failure is a config error
-        raise ConfigError(
-            f"{field} {path!r}: {getattr(cls, '__name__', cls)}({arguments}, model_config) "
-            f"failed: {type(exc).__name__}: {exc}"
-        ) from exc
+def _build(path: str, field: str, *args: Any) -> nn.Module:
+    """``Class(*args)`` for the class ``path`` names in ``field``, checked to be a module."""
+    built = build_named(path, field, "class", {}, *args)
     if not isinstance(built, nn.Module):
         raise ConfigError(f"{field} {path!r} built a {type(built).__name__}, not an nn.Module")
     return built

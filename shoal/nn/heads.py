@@ -65,7 +65,7 @@ def set_temperature(model: nn.Module, value: float) -> bool:
     it has one (models with only continuous or value heads are left unchanged). Call it on
     the learner's model before its weights go to the samplers, so rollouts and updates use
     the same temperature."""
-    heads = [m for m in model.modules() if isinstance(m, (CategoricalHead, MultiCategoricalHead))]
+    heads = [m for m in model.modules() if isinstance(m, CategoricalHead)]
     for head in heads:
         head.set_temperature(value)
     return bool(heads)
@@ -95,24 +95,17 @@ class GaussianHead(nn.Module):
         return DiagGaussian(self.mean(features), self.log_std)
 
 
-class MultiCategoricalHead(nn.Module):
-    """Logits of each sub-action of a MultiDiscrete space (a factorized policy), divided by
-    the softmax ``temperature`` like `CategoricalHead`'s."""
+class MultiCategoricalHead(CategoricalHead):
+    """`CategoricalHead` over the values of each sub-action of a MultiDiscrete space in turn
+    (a factorized policy): the same logits layer, temperature and masking, one categorical
+    per sub-action."""
 
     def __init__(self, in_dim: int, nvec: list[int], temperature: float = 1.0):
-        super().__init__()
+        super().__init__(in_dim, sum(int(n) for n in nvec), temperature)
         self.nvec = [int(n) for n in nvec]
-        self.logits = linear(in_dim, sum(self.nvec), POLICY_GAIN)
-        self.register_buffer("temperature", torch.tensor(float(temperature)))
 
     def forward(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> MultiCategorical:
         return MultiCategorical(self.logits(features) / self.temperature, self.nvec, mask)
-
-    @torch.no_grad()
-    def set_temperature(self, value: float) -> None:
-        if not value > 0:
-            raise ValueError(f"softmax temperature must be > 0, got {value}")
-        self.temperature.fill_(value)
 
 
 class BernoulliHead(nn.Module):

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from shoal.errors import ConfigError, ShoalError
-from shoal.imports import import_object, parse_call
+from shoal.imports import build_named
 
 EVENTS = ("on_train_start", "on_iteration", "on_evaluation", "on_checkpoint", "on_train_end")
 
@@ -195,26 +195,14 @@ BUILT_IN: dict[str, type] = {"EarlyStopping": EarlyStopping, "SaveBest": SaveBes
 def make_callback(spec: str) -> Any:
     """The callback a ``run.callbacks`` entry names: ``Name`` or ``module:Class``, with
     optional ``(key=literal, ...)`` arguments."""
-    what = f"run.callbacks entry {spec!r}"
-    try:
-        name, kwargs = parse_call(spec)
-    except ValueError as exc:
-        raise ConfigError(f"{what} is invalid: {exc}") from None
-    if ":" in name:
-        cls = import_object(name, "run.callbacks entry")
-    elif name in BUILT_IN:
-        cls = BUILT_IN[name]
-    else:
-        raise ConfigError(
-            f"{what} is invalid: no built-in callback {name!r} (built-in: "
-            f"{', '.join(BUILT_IN)}); name your own as module:Class"
-        )
-    try:
-        callback = cls(**kwargs)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{what} is invalid: {exc}") from None
+    callback = build_named(spec, "run.callbacks entry", "callback", BUILT_IN)
+    return checked(callback, f"run.callbacks entry {spec!r} is invalid: it")
+
+
+def checked(callback: Any, what: str) -> Any:
+    """``callback``, unless it has none of the events (``what`` names it in the error)."""
     if not any(callable(getattr(callback, event, None)) for event in EVENTS):
-        raise ConfigError(f"{what} is invalid: it has none of the events {', '.join(EVENTS)}")
+        raise ConfigError(f"{what} has none of the events {', '.join(EVENTS)}")
     return callback
 
 
@@ -283,10 +271,7 @@ def build_callbacks(config: Any, given: Sequence[Any] = (), on_iteration: Any = 
     """The config's named callbacks, then ``given`` objects, then an ``on_iteration``
     function; all checked before training."""
     callbacks = [make_callback(spec) for spec in config.run.callbacks]
-    for callback in given:
-        if not any(callable(getattr(callback, event, None)) for event in EVENTS):
-            raise ConfigError(f"callback {callback!r} has none of the events {', '.join(EVENTS)}")
-        callbacks.append(callback)
+    callbacks += [checked(callback, f"callback {callback!r}") for callback in given]
     if on_iteration is not None:
         callbacks.append(FunctionCallback(on_iteration))
     return Callbacks(callbacks)

@@ -162,6 +162,9 @@ def test_image_parts_use_an_image_encoder_and_stay_uint8(algo, tmp_path, registe
     policy = shoal.load(result.run_dir)
     body = policy.model.encoding.composite
     assert type(body.encoders[0]).__name__ == "ImageEncoder"
+    # Stored as records of one byte a pixel plus the float vector: 1296 + 8 bytes a step.
+    space = policy.observation_space
+    assert space.leaves[0].dtype == np.uint8 and space.record_bytes == 1296 + 8
     frame = np.zeros((1, 36, 36), np.uint8)
     assert policy.act({"frame": frame, "vec": np.zeros(2, np.float32)}) in (0, 1, 2)
 

@@ -88,7 +88,7 @@ def test_a_scripted_opponent_by_import_path(monkeypatch):
         ({}, "scout", "--env.opponents runner random"),
         ({"runner": "random", "ghost": "random"}, "scout", r"names groups \['ghost'\]"),
         ({"scout": "random", "runner": "random"}, "scout", "gives the learning group 'scout'"),
-        ({"runner": "smart"}, "scout", "use random, or a scripted policy as module:Class"),
+        ({"runner": "smart"}, "scout", r"no built-in opponent .smart. \(built-in: random\)"),
         ({"runner": "tests.nope:Policy"}, "scout", "cannot import module 'tests.nope'"),
     ],
 )

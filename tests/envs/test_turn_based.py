@@ -14,7 +14,7 @@ pytest.importorskip("pettingzoo.classic", reason="needs pettingzoo[classic]")
 from pettingzoo.classic import tictactoe_v3  # noqa: E402
 from pettingzoo.test import api_test, parallel_api_test  # noqa: E402
 
-from shoal.envs.pettingzoo import TurnBasedParallel  # noqa: E402
+from shoal.envs.turn_based import TurnBasedParallel  # noqa: E402
 
 TICTACTOE = "pettingzoo:pettingzoo.classic.tictactoe_v3"
 

@@ -168,9 +168,24 @@ def test_vector_wrappers_are_rebuilt_for_evaluation_and_resume(tmp_path):
     run_dir = tmp_path / "run"
     wrappers = ["ClipReward(min_reward=0.0, max_reward=0.5)"]
     overrides = {**QUIET, **SMALL, "env.vector_wrappers": wrappers, "run.eval_every_steps": 64}
-    first = shoal.train("ppo", env="CartPole-v1", total_steps=64, run_dir=str(run_dir), **overrides)
-    assert first.eval_return <= 0.5 * 500  # the evaluation env clips too
-    resumed = shoal.train(resume=run_dir, total_steps=128)
+    seen = []
+    shoal.train(
+        "ppo",
+        env="CartPole-v1",
+        total_steps=64,
+        run_dir=str(run_dir),
+        on_iteration=lambda steps, metrics: seen.append(metrics),
+        **overrides,
+    )
+    # CartPole pays 1 a step: clipped to 0.5 in training and in evaluation alike.
+    assert seen[-1]["episode/return"] == 0.5 * seen[-1]["episode/length"]
+    assert seen[-1]["eval/return"] == 0.5 * seen[-1]["eval/length"]
+    resumed = shoal.train(
+        resume=run_dir,
+        total_steps=128,
+        on_iteration=lambda steps, metrics: seen.append(metrics),
+    )
     assert resumed.env_steps == 128
+    assert seen[-1]["eval/return"] == 0.5 * seen[-1]["eval/length"]  # rebuilt on resume
     config = shoal.train.__globals__["load_checkpoint"](run_dir).config
     assert config["env"]["vector_wrappers"] == wrappers
