@@ -11,7 +11,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.shoal-installed
 BENCH_STAMP := $(VENV)/.shoal-bench-installed
 
-.PHONY: install train test test-slow lint bench bench-scaling clean
+.PHONY: install train test test-slow lint bench bench-scaling bench-marl clean
 
 install: $(STAMP)
 
@@ -54,5 +54,16 @@ $(RLLIB_VENV)/.installed:
 bench-scaling: $(BENCH_STAMP) $(RLLIB_VENV)/.installed
 	$(BIN)/python benchmarks/scaling.py --rllib-python $(RLLIB_VENV)/bin/python
 
+# BenchMARL pins its own TorchRL and TensorDict, so it gets its own virtual environment too; the
+# mpe2 tasks both libraries train come from the same PettingZoo and mpe2 versions as shoal's.
+BENCHMARL_VENV ?= .venv-benchmarl
+$(BENCHMARL_VENV)/.installed:
+	$(PYTHON) -m venv $(BENCHMARL_VENV)
+	$(BENCHMARL_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt 'benchmarl==1.5.2' 'pettingzoo==1.27.0' 'mpe2==1.1.1' 'gymnasium==1.4.0' torch
+	touch $(BENCHMARL_VENV)/.installed
+
+bench-marl: $(BENCH_STAMP) $(BENCHMARL_VENV)/.installed
+	$(BIN)/python benchmarks/marl.py --seeds 3 --benchmarl-python $(BENCHMARL_VENV)/bin/python
+
 clean:
-	rm -rf $(VENV) $(RLLIB_VENV) runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(RLLIB_VENV) $(BENCHMARL_VENV) runs .pytest_cache .ruff_cache

@@ -10,7 +10,7 @@ from shoal.config import EnvConfig, from_dict, replace
 from shoal.envs import VectorEnv
 from shoal.envs import make_env as _make_env
 from shoal.envs.spaces import space_from_json
-from shoal.policy import ActorPolicy
+from shoal.policy import ActorPolicy, JointPolicy
 from shoal.registry import algorithm_for_config, find_tuned, get_algorithm
 from shoal.train.checkpoint import incompatible, load_checkpoint
 from shoal.train.loop import IterationCallback, RunResult, run
@@ -72,12 +72,20 @@ def train(
     return run(spec, config, on_iteration=on_iteration, callbacks=callbacks)
 
 
-def load(path: str | Path) -> ActorPolicy:
-    """The trained policy of a run (or of one checkpoint) with ``act(obs)``."""
+def load(path: str | Path) -> ActorPolicy | JointPolicy:
+    """The trained policy of a run (or of one checkpoint) with ``act(obs)``: an `ActorPolicy`,
+    or a `JointPolicy` (``act({group: obs})``) for a run whose agent groups all learned."""
     checkpoint = load_checkpoint(path)
     spec = get_algorithm(checkpoint.meta["algo"])
     config = from_dict(spec.config_cls, checkpoint.config)
     spaces = checkpoint.meta.get("spaces")
+    if checkpoint.meta.get("joint"):
+        model = spec.build_model(config, None, None)
+        try:
+            model.load_state_dict(checkpoint.state["algorithm"]["policy"]["model"])
+        except (KeyError, RuntimeError) as exc:
+            raise incompatible(checkpoint.path, exc) from exc
+        return JointPolicy(model, config)
     if spaces:  # recorded by the run: no env needed
         observation_space = space_from_json(spaces["observation"])
         action_space = space_from_json(spaces["action"])

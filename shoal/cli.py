@@ -74,6 +74,15 @@ def main(argv: list[str] | None = None) -> int:
     eval_p.add_argument("--seed", type=int, default=12345, help="seed of the evaluation envs")
     eval_p.add_argument("--video", help="also record one episode to this .gif or .mp4")
     eval_p.add_argument("--stochastic", action="store_true", help="sample actions")
+    eval_p.add_argument(
+        "--fixed",
+        nargs=2,
+        action="append",
+        metavar=("GROUP", "POLICY"),
+        default=[],
+        help="runs that trained several agent groups: let GROUP (or one agent) act by a fixed "
+        "POLICY (random, or module:Class) instead of its trained one; repeatable",
+    )
     list_p = commands.add_parser("list", help="algorithms and tuned examples")
     list_p.add_argument(
         "--envs", action="store_true", help="environment ids that work here, grouped"
@@ -231,7 +240,9 @@ def _eval(args: argparse.Namespace) -> int:
     from shoal.api import load
     from shoal.config import replace
     from shoal.envs import make_env
-    from shoal.train.evaluate import evaluate
+    from shoal.envs.multi_agent import make_multi_agent_env
+    from shoal.policy import JointPolicy
+    from shoal.train.evaluate import evaluate, evaluate_joint
     from shoal.train.video import record_video
 
     policy = load(args.run_dir)
@@ -240,9 +251,22 @@ def _eval(args: argparse.Namespace) -> int:
     env_config = replace(
         policy.config.env, normalize_obs=False, normalize_reward=False, atari_training=False
     )
-    env = make_env(replace(env_config, num_envs=args.episodes))
+    joint = isinstance(policy, JointPolicy)  # every agent group's policy, acting together
+    if args.fixed and not joint:
+        raise ShoalError("--fixed applies to runs that trained several agent groups")
+    build = make_multi_agent_env if joint else make_env
+    env = build(replace(env_config, num_envs=args.episodes))
+    if args.fixed:
+        try:
+            policy = policy.with_fixed(dict(args.fixed), env.groups)
+        except BaseException:
+            env.close()
+            raise
+        fixed = ", ".join(f"{g} {spec}" for g, spec in args.fixed)
+        console.print(f"fixed policies: {fixed}", highlight=False)
     try:
-        metrics = evaluate(policy, env, args.seed, deterministic=not args.stochastic)
+        run_eval = evaluate_joint if joint else evaluate
+        metrics = run_eval(policy, env, args.seed, deterministic=not args.stochastic)
     finally:
         env.close()
     console.print(
@@ -251,9 +275,17 @@ def _eval(args: argparse.Namespace) -> int:
         f"(min {metrics['eval/return_min']:.2f}), length {metrics['eval/length']:.1f}",
         highlight=False,
     )
+    if joint:
+        groups = ", ".join(f"{g} {metrics[f'eval/return/{g}']:.2f}" for g in policy.groups)
+        console.print(f"return per group: {groups}", highlight=False)
+        agents = [key.split("/")[-1] for key in metrics if key.startswith("eval/return/")]
+        agents = [a for a in agents if a not in policy.groups]
+        if len(agents) <= 12:
+            each = ", ".join(f"{a} {metrics[f'eval/return/{a}']:.2f}" for a in agents)
+            console.print(f"return per agent: {each}", highlight=False)
     if args.video:
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # render off-screen, no display
-        video_env = make_env(
+        video_env = build(
             replace(env_config, num_envs=1, vectorization="sync"), render_mode="rgb_array"
         )
         try:

@@ -32,10 +32,12 @@ def check(owner: object, name: str, ok: bool, allowed: str) -> None:
         raise ConfigError(f"{type(owner).__name__}.{name} = {value!r} is invalid: {allowed}")
 
 
-def check_multi_agent_learner(config: Any, algo: str) -> None:
+def check_multi_agent_learner(config: Any, algo: str, opponents: bool = False) -> None:
     """What the multi-agent learners with networks of their own refuse instead of ignoring:
     an image or custom ``model.encoder`` (their agent-batched networks read flat
-    observations through MLPs) and ``env.opponents`` (they train every group they step)."""
+    observations through MLPs), ``env.opponents`` unless they take fixed opponents
+    (``opponents``; MADDPG and CTEDD train every group they step) and the policy maps of
+    MAPPO and IPPO."""
     check(
         config.model,
         "encoder",
@@ -46,8 +48,16 @@ def check_multi_agent_learner(config: Any, algo: str) -> None:
     check(
         config.env,
         "opponents",
-        not config.env.opponents,
-        f"{algo} does not take fixed opponents yet; env.opponents serves MAPPO and IPPO",
+        opponents or not config.env.opponents,
+        f"{algo} trains every agent group of its env; env.opponents serves MAPPO, IPPO and "
+        "QMIX/VDN/IQL",
+    )
+    check(
+        config.env,
+        "policy_map",
+        not config.env.policy_map and not config.env.policy_per_agent,
+        f"{algo} has its own networks per agent; env.policy_map and env.policy_per_agent "
+        "choose the policies of MAPPO and IPPO",
     )
 
 
@@ -181,6 +191,12 @@ class EnvConfig:
     opponents: dict[str, str] = dataclasses.field(default_factory=dict)
     """Multi-agent envs: fixed policies for the groups a shared-weight learner does not
     train, {group: random or module:Class(key=value)} (`shoal.envs.opponents`)."""
+    policy_map: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Multi-agent envs, MAPPO and IPPO: {group or agent id: policy name} for every agent of
+    the learning groups; agents mapped to one name share a policy (`shoal.envs.policy_map`).
+    Empty: one policy per group (or per agent with policy_per_agent)."""
+    policy_per_agent: bool = False
+    """Multi-agent envs, MAPPO and IPPO: one policy per agent instead of one per group."""
     agent_id: bool = False
     """Multi-agent envs: append a one-hot agent index to each agent's observation, so a
     shared policy can still act differently per agent."""
@@ -344,6 +360,32 @@ class ModelConfig:
                 0 < self.temperature_min <= self.temperature,
                 f"must be > 0 and <= temperature = {self.temperature}",
             )
+
+
+@dataclass(frozen=True)
+class SelfPlayConfig:
+    """Self-play against a pool of past snapshots (MAPPO and IPPO on a game whose seats one
+    policy plays, `shoal.collect.self_play`): in every env the learning policy takes one seat
+    (drawn at each episode's start) and a frozen snapshot from the pool plays the others."""
+
+    snapshot_every: int = 0
+    """Iterations between snapshots of the learning policy added to the pool (the first is
+    its initial weights); 0: no pool (self-play, if any, is against the current policy)."""
+    pool_size: int = 20
+    """Most snapshots kept; the oldest leave first."""
+    sampling: Literal["uniform", "pfsp"] = "pfsp"
+    """How each game's opponent is drawn: uniformly, or by prioritized fictitious self-play
+    (Vinyals et al. 2019, "Grandmaster level in StarCraft II using multi-agent reinforcement
+    learning"): weight (1 - win rate)^pfsp_power, most often the snapshots it beats least."""
+    pfsp_power: float = 2.0
+    """Exponent of the PFSP weighting (AlphaStar's "hard" weighting uses 2)."""
+    elo_k: float = 16.0
+    """Elo K-factor of the ratings logged for the learner and the snapshots."""
+
+    def __post_init__(self) -> None:
+        check_choices(self)
+        check(self, "snapshot_every", self.snapshot_every >= 0, "must be >= 0")
+        check_positive(self, "pool_size", "pfsp_power", "elo_k")
 
 
 @dataclass(frozen=True)
@@ -737,6 +779,7 @@ __all__ = [
     "RenamedFieldWarning",
     "ReplayConfig",
     "RunConfig",
+    "SelfPlayConfig",
     "check",
     "check_choices",
     "check_replay_holds",

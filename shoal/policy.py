@@ -12,6 +12,7 @@ from torch import nn
 
 from shoal.envs.composite import PackedActions, PackedObs, map_leaves
 from shoal.envs.normalize import FieldStats, RunningMeanStd, load_obs_stats, normalize
+from shoal.envs.opponents import make_opponent
 from shoal.errors import ShoalError
 
 
@@ -111,3 +112,84 @@ class ActorPolicy:
             f"policy.act expects one observation of shape {space.shape} or a batch of shape "
             f"{batch}, got an array of shape {shape}"
         )
+
+
+class JointPolicy:
+    """The trained policies of every agent group of a multi-agent env, acting together
+    (decentralized: each agent on its own observation). ``model`` provides
+    ``act_joint({group: obs}, deterministic)`` (`shoal.nn.multi_agent.JointActors`)."""
+
+    def __init__(self, model: nn.Module, config: Any = None):
+        self.model = model.cpu().eval()
+        self.config = config
+        self.groups = list(model.groups)
+        self.fixed: dict[str, Any] = {}
+        """Groups that act by a fixed policy instead of the trained one (`with_fixed`)."""
+
+    def with_fixed(self, specs: dict[str, str], groups: dict[str, Any]) -> JointPolicy:
+        """This policy with some groups or single agents acting by fixed policies instead,
+        ``{group or agent id: spec}`` (``random`` or ``module:Class``, built as
+        `shoal.envs.opponents` builds them from the env's ``groups``): how a trained team
+        fares against a random or scripted opponent, or one seat of a board game against a
+        scripted player."""
+        agents = {a: (g.name, i) for g in groups.values() for i, a in enumerate(g.agents)}
+        unknown = [k for k in specs if k not in self.groups and k not in agents]
+        if unknown:
+            raise ShoalError(
+                f"no groups or agents {unknown} in this policy; its groups: {self.groups}, "
+                f"agents: {list(agents)}"
+            )
+        other = JointPolicy(self.model, self.config)
+        other.fixed = dict(self.fixed)
+        for index, (key, spec) in enumerate(specs.items()):
+            group, seat = (key, None) if key in self.groups else agents[key]
+            g = groups[group]
+            player = make_opponent(group, spec, g.observation_space, g.action_space)
+            if hasattr(player, "reset"):
+                player.reset(index)
+            other.fixed[key] = (group, seat, player)
+        return other
+
+    @torch.inference_mode()
+    def act(
+        self,
+        obs: dict[str, np.ndarray],
+        deterministic: bool = True,
+        state: np.ndarray | None = None,
+        action_mask: dict[str, np.ndarray] | None = None,
+    ) -> dict[str, np.ndarray]:
+        """Actions per group for observations per group, ``{group: [B, N, ...]}`` (a batch of
+        envs) or ``{group: [N, ...]}`` (one env). ``state`` (``[B, S]``, or ``[S]``) is the
+        env's global state, which centralized critics were trained on (policies never need
+        it); ``action_mask`` ``{group: [B, N, A]}`` the legal actions, where the env has them."""
+        missing = [g for g in self.groups if g not in obs]
+        if missing:
+            raise ShoalError(
+                f"policy.act needs the observations of every group {self.groups}; missing {missing}"
+            )
+        first = self.groups[0]
+        space = getattr(self.model.groups[first], "observation_space", None)
+        rank = 1 if space is None else len(space.shape)  # MADDPG's actors: 1-D observations
+        single = np.ndim(obs[first]) == 1 + rank  # [N, ...]: one env's agents
+
+        def batched(x: np.ndarray) -> torch.Tensor:
+            x = np.asarray(x)
+            return torch.as_tensor(x[None] if single else x)
+
+        extras: dict[str, Any] = {}
+        if state is not None:
+            extras["state"] = batched(np.asarray(state, np.float32))
+        if action_mask is not None:
+            extras["action_mask"] = {g: batched(m) for g, m in action_mask.items()}
+        tensors = {g: batched(np.asarray(obs[g], np.float32)) for g in self.groups}
+        actions = self.model.act_joint(tensors, deterministic=deterministic, **extras)
+        out = {g: a.numpy() for g, a in actions.items()}  # [B, N, ...]
+        for group, seat, player in self.fixed.values():
+            mask = None if action_mask is None else extras["action_mask"][group].numpy()
+            chosen = np.asarray(player.act(tensors[group].numpy(), mask))
+            if seat is None:
+                out[group] = chosen
+            else:
+                out[group] = np.array(out[group], copy=True)
+                out[group][:, seat] = chosen[:, seat]
+        return {g: a[0] if single else a for g, a in out.items()}

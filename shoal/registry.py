@@ -23,6 +23,7 @@ from shoal.algos import (
     dqn,
     impala,
     maddpg,
+    multi_policy,
     pg,
     ppo,
     qmix,
@@ -78,8 +79,8 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
     "ppo": AlgorithmSpec(
         "ppo",
         ppo.PPOConfig,
-        ppo.PPO,
-        ppo.build_model,
+        multi_policy.multi_agent_ppo,  # PPO, or several policies on a multi-agent env
+        multi_policy.build_multi_agent_model,
         "Proximal Policy Optimization (clipped surrogate, GAE, adaptive KL)",
         "Discrete, Box",
         backends=NUMPY_BACKENDS,
@@ -91,8 +92,8 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
 ALGORITHMS["mappo"] = AlgorithmSpec(
     "mappo",
     ppo.PPOConfig,
-    ppo.PPO,
-    ppo.build_model,
+    multi_policy.multi_agent_ppo,
+    multi_policy.build_multi_agent_model,
     "Multi-agent PPO, shared weights, centralized value function on the global state",
     "Discrete, Box (multi-agent envs)",
     {"env.global_state": True, "env.agent_id": True},
@@ -101,8 +102,8 @@ ALGORITHMS["mappo"] = AlgorithmSpec(
 ALGORITHMS["ippo"] = AlgorithmSpec(
     "ippo",
     ppo.PPOConfig,
-    ppo.PPO,
-    ppo.build_model,
+    multi_policy.multi_agent_ppo,
+    multi_policy.build_multi_agent_model,
     "Independent PPO, shared weights, each agent's critic on its own observation",
     "Discrete, Box (multi-agent envs)",
     {"env.global_state": False, "env.agent_id": True},

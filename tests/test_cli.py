@@ -183,3 +183,25 @@ def test_variant_blocks_on_the_command_line(tmp_path):
     assert main(args) == 0
     config = json.loads((tmp_path / "a3c" / "config.json").read_text())
     assert config["a2c"]["num_steps"] == 8 and config["a2c"]["optim"]["lr"] == 0.01
+
+
+def test_eval_and_video_of_several_learning_groups(tmp_path, capsys):
+    """A MADDPG run on a mixed game deploys every group's actors together: eval reports the
+    return per group and the video shows the multi-agent env."""
+    run_dir = tmp_path / "adversary"
+    args = ["train", "maddpg", "--env.id", "pettingzoo:mpe2.simple_adversary_v3",
+            "--env.num-envs", "2", "--env.kwargs", "max_cycles", "5", "--rollout-steps", "4",
+            "--replay.learning-starts", "8", "--replay.batch-size", "8",
+            "--run.total-steps", "24", "--run.eval-every-steps", "0", "--run.no-console",
+            "--run.no-tensorboard", "--run.run-dir", str(run_dir)]  # fmt: skip
+    assert main(args) == 0
+    video = tmp_path / "adversary.gif"
+    assert main(["eval", str(run_dir), "--episodes", "2", "--video", str(video)]) == 0
+    out = capsys.readouterr().out
+    assert "2 episodes on pettingzoo:mpe2.simple_adversary_v3: return" in out
+    assert "return per group: adversary" in out and ", agent " in out
+    assert video.exists() and video.stat().st_size > 0
+    assert main(["eval", str(run_dir), "--episodes", "2", "--fixed", "adversary", "random"]) == 0
+    assert "fixed policies: adversary random" in capsys.readouterr().out
+    assert main(["eval", str(run_dir), "--fixed", "prey", "random"]) == 2
+    assert "no groups or agents ['prey'] in this policy" in capsys.readouterr().out

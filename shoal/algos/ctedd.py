@@ -34,7 +34,6 @@ actors); `CTEDD.evaluate_global` and `CTEDD.evaluate_local` score CTEDD-G and CT
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,9 +47,10 @@ from shoal.algos.actor_critic_replay import (
     ActorCriticLearner,
     ActorCriticReplayConfig,
 )
-from shoal.algos.maddpg import critic_inputs, own_action_inputs
+from shoal.algos.maddpg import critic_inputs, own_action_inputs, replay_steps
 from shoal.algos.off_policy import learn_from_replay, make_priorities
 from shoal.backend import place, uncompiled_copy
+from shoal.collect.multi_agent import JointObs, MultiAgentEpisodes, MultiAgentRunner
 from shoal.config import (
     EnvConfig,
     ModelConfig,
@@ -63,7 +63,7 @@ from shoal.config import (
 from shoal.data.replay import ReplayBuffer
 from shoal.envs.multi_agent import (
     AgentGroup,
-    GroupEpisodes,
+    MultiAgentStep,
     MultiAgentVectorEnv,
     make_multi_agent_env,
 )
@@ -75,7 +75,7 @@ from shoal.nn.local_policies import ExplorationScale, GlobalActor, LocalPolicies
 from shoal.optim import minimize
 from shoal.policy import ActorPolicy
 from shoal.seeding import derive_seed
-from shoal.types import EpisodeStats, ReplayBatch
+from shoal.types import ReplayBatch
 
 
 @dataclass(frozen=True)
@@ -181,8 +181,13 @@ class CTEDDConfig(ActorCriticReplayConfig):
 
 
 def _group(env: MultiAgentVectorEnv) -> AgentGroup:
-    if len(env.groups) != 1 or env.state_space is None:
+    if env.state_space is None:
         raise ConfigError("CTEDD trains one agent group of an env with a global state")
+    if len(env.groups) != 1:
+        raise ConfigError(
+            f"CTEDD trains one cooperative agent group; this env has groups {list(env.groups)}: "
+            "train every group with maddpg, mappo or ippo"
+        )
     group = next(iter(env.groups.values()))
     space = group.action_space
     if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
@@ -336,6 +341,37 @@ class Student:
         self.optimizer.load_state_dict(state["optimizer"])
 
 
+class CTEDDActing:
+    """The acting side of the `MultiAgentRunner`: the global policies on the global state,
+    sampling around their means with the learned exploration scales; keeps the states and
+    the samples of the real steps for the exploration update (Eq. (5))."""
+
+    def __init__(self, learner: CTEDDLearner, group: str):
+        self.learner, self.group = learner, group
+        self.states: list[torch.Tensor] = []
+        self.sampled: list[torch.Tensor] = []
+        self._pending: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    @torch.inference_mode()
+    def act(self, view: JointObs) -> dict[str, np.ndarray]:
+        state = torch.as_tensor(view.state, dtype=torch.float32)
+        raw, actions = self.learner.act(state)
+        self._pending = (state, raw)
+        return {self.group: actions.numpy()}
+
+    def observe(self, actions: dict[str, np.ndarray], step: MultiAgentStep) -> None:
+        state, raw = self._pending
+        valid = torch.from_numpy(~step.autoreset)
+        self.states.append(state[valid])
+        self.sampled.append(raw[valid])
+
+    def drain(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The states and samples of the real steps since the last call."""
+        states, sampled = torch.cat(self.states), torch.cat(self.sampled)
+        self.states, self.sampled = [], []
+        return states, sampled
+
+
 class CTEDD:
     """One iteration: act ``rollout_steps`` times with the global policies, store the joint
     steps, ``gradient_steps`` updates of stage 1 and one exploration update on the new steps,
@@ -370,7 +406,10 @@ class CTEDD:
             seed=derive_seed(config.run.seed, "replay", 0),
             reward_shape=(n,),
         )
-        self.obs, self.state = self.env.reset(seed=derive_seed(config.run.seed, "env", 0))
+        self.acting = CTEDDActing(self.learner, self.group.name)
+        self.runner = MultiAgentRunner(
+            self.env, self.acting, config.rollout_steps, derive_seed(config.run.seed, "env", 0)
+        )
         self.env_steps = 0
         self.iteration = 0
         self.next_distill = config.distill_every
@@ -386,30 +425,12 @@ class CTEDD:
         share = min(1.0, self.env_steps / horizon)
         return cfg.alpha_start + (cfg.alpha_end - cfg.alpha_start) * share
 
-    @torch.inference_mode()
-    def _collect(self) -> tuple[EpisodeStats, torch.Tensor, torch.Tensor]:
-        episodes, states, sampled = GroupEpisodes(self.group), [], []
-        name = self.group.name
-        for _ in range(self.config.rollout_steps):
-            state = torch.as_tensor(self.state, dtype=torch.float32)
-            raw, actions = self.learner.act(state)
-            joint = self.obs[name].reshape(self.env.num_envs, -1).astype(np.float32)
-            step = self.env.step({name: actions.numpy()})
-            valid = ~step.autoreset
-            self.replay.add(
-                np.concatenate([joint, self.state.astype(np.float32)], axis=1),
-                actions.numpy(),
-                step.rewards[name],
-                step.terminated[name].all(axis=1),
-                step.truncated[name].any(axis=1),
-                valid,
-            )
-            states.append(state[valid])
-            sampled.append(raw[valid])
-            self.obs, self.state = step.obs, step.state
-            episodes.add(step)
-        self.env_steps += self.config.rollout_steps * self.env.num_envs
-        return episodes.stats(), torch.cat(states), torch.cat(sampled)
+    def _collect(self) -> tuple[MultiAgentEpisodes, torch.Tensor, torch.Tensor]:
+        rollout = self.runner.sample()
+        actions = rollout.actions[self.group.name].astype(np.float32)
+        self.replay.extend(*replay_steps(rollout, actions, with_state=True))
+        self.env_steps += rollout.num_steps * rollout.num_envs
+        return (rollout.episodes, *self.acting.drain())
 
     def train_iteration(self) -> dict[str, float]:
         cfg = self.config
@@ -517,9 +538,7 @@ class CTEDD:
         return {
             "learner": self.learner.state_dict(),
             "students": {str(m): s.state_dict() for m, s in self.students.items()},
-            "env": self.env.get_state(),
-            "obs": copy.deepcopy(self.obs),
-            "state": self.state.copy(),
+            "runner": self.runner.get_state(),
             "replay": self.replay.state_dict() if self.config.replay.save else None,
             "policy": {
                 "model": self.students[self.config.message_dim].policies.state_dict(),
@@ -543,15 +562,14 @@ class CTEDD:
         self.env_steps, self.iteration = counters["env_steps"], counters["iteration"]
         self.next_distill = counters["next_distill"]
         self.distill_rounds = counters["distill_rounds"]
-        self.env.set_state(state["env"])
-        self.obs = copy.deepcopy(state["obs"])
-        self.state = state["state"].copy()
+        seed = derive_seed(self.config.run.seed, "env-restart", self.iteration)
+        env_restored = self.runner.set_state(state["runner"], seed)
         if state.get("replay") is None:
             return False
         self.replay.load_state_dict(state["replay"])
-        return True
+        return env_restored
 
     def close(self) -> None:
-        self.env.close()
+        self.runner.close()
         if self._eval_env is not None:
             self._eval_env.close()

@@ -34,8 +34,8 @@ not the replays nor the collectors' envs: a resumed run refills replay (every le
 from the saved learner state) and restarts episodes, so it goes on, not exactly. Arrival
 order depends on timing: two runs of one seed are alike, not bit-identical.
 
-The collection step is MADDPG's own (`shoal.algos.maddpg.collect_steps`), with a recorder in
-place of the replay.
+Collection is MADDPG's own: a `shoal.collect.multi_agent.MultiAgentRunner` with MADDPG's
+acting side in each collector, its rollouts turned into MADDPG's replay rows there.
 """
 
 from __future__ import annotations
@@ -52,14 +52,19 @@ import torch
 
 from shoal.algos import maddpg
 from shoal.algos.maddpg import (
+    MADDPGActing,
     MADDPGConfig,
     MADDPGLearner,
-    build_actor,
-    collect_steps,
-    single_group,
+    ReplaySteps,
+    build_actors,
+    deployable,
+    deployed_policy,
+    maddpg_groups,
+    make_replay,
+    replay_steps,
 )
-from shoal.algos.off_policy import learn_from_replay, make_priorities
-from shoal.collect.ray import concat_episodes
+from shoal.algos.off_policy import learn_from_replay
+from shoal.collect.multi_agent import MultiAgentEpisodes, MultiAgentRunner
 from shoal.config import (
     EnvConfig,
     RunConfig,
@@ -69,15 +74,13 @@ from shoal.config import (
     nested_block,
     unnest,
 )
-from shoal.data.replay import ReplayBuffer
 from shoal.device import to_device
 from shoal.distributed import require_ray
-from shoal.envs.multi_agent import make_multi_agent_env
+from shoal.envs.multi_agent import AgentGroup, make_multi_agent_env
 from shoal.errors import ConfigError, NaNLossError
 from shoal.nn.target import frozen_copy
-from shoal.policy import ActorPolicy
+from shoal.policy import ActorPolicy, JointPolicy
 from shoal.seeding import derive_seed
-from shoal.types import EpisodeStats
 
 MADDPGBlock = nested_block(MADDPGConfig)
 """MADDPG's settings of distributed MADDPG's learners (`shoal.config.nested_block`)."""
@@ -120,89 +123,51 @@ def build_model(config: DistributedMADDPGConfig, obs_space: gym.Space, action_sp
 
 
 class Collected(NamedTuple):
-    """A collector's steps, time-major ``[T, B, ...]``, as MADDPG adds them to replay."""
+    """A collector's steps as MADDPG's replay stores them (`shoal.algos.maddpg.ReplaySteps`,
+    time-major ``[T, B, ...]``), its finished episodes and its env steps."""
 
-    rows: np.ndarray
-    actions: np.ndarray
-    rewards: np.ndarray
-    terminated: np.ndarray
-    truncated: np.ndarray
-    valid: np.ndarray
-    episodes: EpisodeStats
+    steps: ReplaySteps
+    episodes: MultiAgentEpisodes | None
     env_steps: int
 
 
-class _Steps:
-    """Stands in for MADDPG's replay in `collect_steps`: keeps the added steps."""
-
-    def __init__(self) -> None:
-        self.steps: list[tuple[np.ndarray, ...]] = []
-
-    def add(self, *fields: np.ndarray) -> None:
-        self.steps.append(tuple(np.array(f, copy=True) for f in fields))  # envs reuse buffers
-
-    def stacked(self) -> list[np.ndarray]:
-        return [np.stack(f) for f in zip(*self.steps, strict=True)]
-
-
 class Collector:
-    """One experience collector: its env and acting copy of the actors; MADDPG's collection
-    step (`collect_steps`) with a recorder in place of the replay."""
+    """One experience collector: MADDPG's `MultiAgentRunner` over its own env, with a copy
+    of the actors."""
 
     def __init__(self, config: MADDPGConfig, index: int, torch_seed: int | None = None):
         if torch_seed is not None:  # exploration noise draws from the process's generator
             torch.manual_seed(torch_seed)
         self.config = config
-        self.env = make_multi_agent_env(config.env)
-        self.group = single_group(self.env)
-        self.acting = build_actor(config, self.group).requires_grad_(False)
-        self.obs, self.state = self.env.reset(seed=derive_seed(config.run.seed, "env", index))
-        self.env_steps = 0
+        env = make_multi_agent_env(config.env)
+        self.acting = build_actors(config, maddpg_groups(env)).requires_grad_(False)
+        seed = derive_seed(config.run.seed, "env", index)
+        self.runner = MultiAgentRunner(env, MADDPGActing(self.acting), config.rollout_steps, seed)
 
     def collect(self, weights: dict[str, torch.Tensor]) -> Collected:
         """``rollout_steps`` vector steps with ``weights`` (random actions when they say so)."""
-        self.acting.load_state_dict(weights)
-        steps = _Steps()
-        self.obs, self.state, episodes = collect_steps(
-            self.config, self.env, self.group, self.acting, self.obs, self.state, steps
-        )
-        count = self.config.rollout_steps * self.env.num_envs
-        self.env_steps += count
-        return Collected(*steps.stacked(), episodes, count)
+        self.runner.set_weights(weights)
+        rollout = self.runner.sample()
+        actions = self.acting.stored_actions(rollout.actions)
+        steps = replay_steps(rollout, actions, self.config.critic_input == "state")
+        return Collected(steps, rollout.episodes, rollout.num_steps * rollout.num_envs)
 
     def close(self) -> None:
-        self.env.close()
+        self.runner.close()
 
 
-def make_replay(config: MADDPGConfig, learner: MADDPGLearner, state_dim: int | None, seed: int):
-    """MADDPG's replay of joint rows (as `MADDPG.__init__` builds it)."""
-    n, obs_dim, action_dim = learner.num_agents, learner.obs_dim, learner.action_dim
-    row_dim = n * obs_dim + (state_dim if config.critic_input == "state" else 0)
-    discrete = learner.core.actor.discrete
-    return ReplayBuffer(
-        config.replay.buffer_size,
-        config.env.num_envs,
-        gym.spaces.Box(-np.inf, np.inf, (row_dim,), np.float32),
-        gym.spaces.Box(-np.inf, np.inf, (n,) if discrete else (n, action_dim)),
-        n_step=config.replay.n_step,
-        priorities=make_priorities(config.replay, config.env.num_envs),
-        seed=seed,
-        reward_shape=(n,),
-    )
-
-
-def probe_group(config: MADDPGConfig):
-    """The env's agent group and global-state size, from a one-env probe (refuses what
+def probe_groups(config: MADDPGConfig) -> tuple[list[AgentGroup], int | None]:
+    """The env's agent groups and global-state size, from a one-env probe (refuses what
     MADDPG refuses)."""
     probe = make_multi_agent_env(dataclasses.replace(config.env, num_envs=1))
     try:
-        group = single_group(probe)
+        groups = maddpg_groups(probe)
         state_dim = None if probe.state_space is None else int(probe.state_space.shape[0])
     finally:
         probe.close()
     if config.critic_input == "state" and state_dim is None:
         raise ConfigError("critic_input is 'state' but this env provides no global state")
-    return group, state_dim
+    return groups, state_dim
 
 
 def network_state(learner: MADDPGLearner) -> dict[str, dict[str, torch.Tensor]]:
@@ -244,13 +209,13 @@ class LearnerWorker:
         self.config = config
         replay = dataclasses.replace(config.replay, gradient_steps=sync_every)
         self.sync = dataclasses.replace(config, replay=replay)
-        group, state_dim = probe_group(config)
-        self.learner = MADDPGLearner(config, group, state_dim)
+        groups, state_dim = probe_groups(config)
+        self.learner = MADDPGLearner(config, groups, state_dim)
         seed = derive_seed(config.run.seed, "replay", index)  # learner 0: MADDPG's seed
-        self.replay = make_replay(config, self.learner, state_dim, seed)
+        self.replay = make_replay(config, self.learner.core.actor, state_dim, seed)
 
     def add(self, batch: Collected) -> None:
-        self.replay.extend(*batch[:6])
+        self.replay.extend(*batch.steps)
 
     def ready(self) -> bool:
         enough = len(self.replay) >= self.config.replay.learning_starts
@@ -285,11 +250,13 @@ class DistributedMADDPG:
         run = config.run
         # The env is checked here first: a bad env id or critic_input fails now, with its own
         # message, not as actors failing and restarting in a loop.
-        group, state_dim = probe_group(inner)
+        groups, state_dim = probe_groups(inner)
         # The initial weights, from run.seed, built here on the CPU: the driver only keeps
         # the master networks and acts with nothing.
         on_cpu = dataclasses.replace(inner, run=dataclasses.replace(run, device="cpu"))
-        master = MADDPGLearner(on_cpu, group, state_dim)
+        master = MADDPGLearner(on_cpu, groups, state_dim)
+        self.joint = len(groups) > 1
+        """Several groups: evaluation and deployment act on every group at once."""
         self.master = network_state(master)
         self.actor = frozen_copy(master.core.actor)
         self._rw = rw = require_ray()
@@ -355,7 +322,7 @@ class DistributedMADDPG:
         self.iteration += 1
         metrics = self._metrics(trained, lags)
         metrics["train/collector_lag"] = self.version - version
-        metrics.update(concat_episodes([b.episodes for b in batches]).metrics())
+        metrics.update(MultiAgentEpisodes.concat([b.episodes for b in batches]).metrics())
         return metrics
 
     def _collected(self, i: int, ref: Any, weights: Any) -> Collected:
@@ -404,15 +371,15 @@ class DistributedMADDPG:
         metrics["train/learner_restarts"] = self.learners.restarts
         return metrics
 
-    def policy(self) -> ActorPolicy:
-        return ActorPolicy(frozen_copy(self.actor))
+    def policy(self) -> ActorPolicy | JointPolicy:
+        return deployed_policy(self.actor)
 
     def state_dict(self) -> dict[str, Any]:
         # Learner 0 answers after the call it is running; its result stays queued.
         learner = {**self.learners.call_one(0, "state_dict"), **self.master}
         return {
             "learner": learner,
-            "policy": {"model": self.master["actor"], "obs_stats": None},
+            "policy": {"model": self._deployable_weights(), "obs_stats": None},
             "counters": {
                 "env_steps": self.env_steps,
                 "iteration": self.iteration,
@@ -421,6 +388,11 @@ class DistributedMADDPG:
                 "owed": self.owed,
             },
         }
+
+    def _deployable_weights(self) -> dict[str, torch.Tensor]:
+        actor = frozen_copy(self.actor)
+        actor.load_state_dict(self.master["actor"])
+        return deployable(actor, copy=False).state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> bool:
         """Every learner takes the saved learner state, the master its networks; returns

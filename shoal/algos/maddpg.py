@@ -12,25 +12,30 @@ actions come from replay). Discrete actions go through the Gumbel-softmax. Repla
 or prioritized (rank-based or proportional, with importance weights), which Biswas and Biswas
 found to stabilise MADDPG; a transition's priority is its mean absolute TD error over agents.
 
-All ``N`` critics are one batched network and all actors one batched network (or one shared
-network), and an update is one backward pass and one fused Adam step (`ActorCriticCore`).
+Every group of the env trains at once (the paper's mixed cooperative-competitive games:
+``simple_adversary``, ``simple_tag``, ...): agent ``i``'s critic sees every agent's
+observation and action across groups, and its reward is its own, so opposing teams each
+ascend their own critics. All ``N`` critics are one batched network; each group's actors
+are one batched network (or one shared network within the group), and an update is one
+backward pass and one fused Adam step (`ActorCriticCore`). Losses are logged per group as
+``loss/<group>/critic`` and ``loss/<group>/actor`` when there are several.
 
-Samples are whole env steps: the joint observations ``[N, obs_dim]`` (plus the global state
-when the critics use it) flattened into one replay row per env, the joint actions, and one
-reward per agent (`ReplayBuffer`'s ``reward_shape``). MADDPG trains one agent group whose
-agents share their episodes (the particle worlds and PettingZoo's MPE).
+Collection is the `shoal.collect.multi_agent.MultiAgentRunner`'s. Samples are whole env
+steps: every agent's observation (plus the global state when the critics use it) flattened
+into one replay row per env, the joint action, and one reward per agent (`ReplayBuffer`'s
+``reward_shape``); agents share their episodes (the particle worlds and PettingZoo's MPE).
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import gymnasium as gym
 import numpy as np
 import torch
+from torch import nn
 
 from shoal.algos.actor_critic_replay import (
     ActorCriticCore,
@@ -39,6 +44,7 @@ from shoal.algos.actor_critic_replay import (
 )
 from shoal.algos.off_policy import learn_from_replay, make_priorities
 from shoal.backend import uncompiled_copy
+from shoal.collect.multi_agent import JointObs, MultiAgentRollout, MultiAgentRunner
 from shoal.config import (
     EnvConfig,
     ModelConfig,
@@ -50,20 +56,14 @@ from shoal.config import (
     check_multi_agent_learner,
 )
 from shoal.data.replay import ReplayBuffer
-from shoal.envs.multi_agent import (
-    AgentGroup,
-    GroupEpisodes,
-    MultiAgentVectorEnv,
-    make_multi_agent_env,
-)
-from shoal.envs.snapshot import EnvStateUnsupported
+from shoal.envs.multi_agent import AgentGroup, MultiAgentVectorEnv, make_multi_agent_env
 from shoal.errors import ConfigError
 from shoal.losses.actor_critic import deterministic_actor_loss, ensemble_td_loss
 from shoal.nn.critics import CriticEnsemble
-from shoal.nn.multi_agent import MultiAgentActor
-from shoal.policy import ActorPolicy
+from shoal.nn.multi_agent import JointActors
+from shoal.policy import ActorPolicy, JointPolicy
 from shoal.seeding import derive_seed
-from shoal.types import EpisodeStats, ReplayBatch
+from shoal.types import ReplayBatch
 
 
 @dataclass(frozen=True)
@@ -112,248 +112,292 @@ class MADDPGConfig(ActorCriticReplayConfig):
         check_multi_agent_learner(self, "MADDPG")
 
 
-def single_group(env: MultiAgentVectorEnv) -> AgentGroup:
-    """The env's one agent group (MADDPG trains one); a clear error for more."""
-    if len(env.groups) != 1:
-        raise ConfigError(f"MADDPG trains one agent group; this env has {list(env.groups)}")
-    return next(iter(env.groups.values()))
+def maddpg_groups(env: MultiAgentVectorEnv) -> list[AgentGroup]:
+    """The groups MADDPG trains: every group of the env (Lowe et al.'s mixed games train
+    opposing teams at once)."""
+    return list(env.groups.values())
 
 
-def replay_row(
-    config: MADDPGConfig, group: AgentGroup, obs: dict[str, np.ndarray], state: np.ndarray | None
-) -> np.ndarray:
-    """``[num_envs, ...]`` what the centralized critics see: the joint observation, plus the
-    global state when ``critic_input`` is "state"."""
-    joint = obs[group.name].reshape(obs[group.name].shape[0], -1).astype(np.float32)
-    if config.critic_input == "state":
-        return np.concatenate([joint, state.astype(np.float32)], axis=1)
-    return joint
+class MADDPGActing:
+    """The acting side of the `MultiAgentRunner`: the decentralized actors (a CPU copy),
+    exploring, on every group's observations."""
+
+    def __init__(self, actors: JointActors):
+        self.actors = actors
+
+    @torch.inference_mode()
+    def act(self, view: JointObs) -> dict[str, np.ndarray]:
+        obs = {g: torch.as_tensor(o, dtype=torch.float32) for g, o in view.obs.items()}
+        return {g: a.numpy() for g, a in self.actors.act_joint(obs).items()}
+
+    def set_weights(self, weights: dict[str, torch.Tensor]) -> None:
+        self.actors.load_state_dict(weights)
+
+    def get_state(self) -> dict[str, Any]:
+        return {"exploration": self.actors.exploration_state()}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.actors.load_exploration_state(state["exploration"])
 
 
-@torch.inference_mode()
-def collect_steps(
-    config: MADDPGConfig,
-    env: MultiAgentVectorEnv,
-    group: AgentGroup,
-    acting: MultiAgentActor,
-    obs: dict[str, np.ndarray],
-    state: np.ndarray | None,
-    sink: Any,
-) -> tuple[dict[str, np.ndarray], np.ndarray | None, EpisodeStats]:
-    """MADDPG's collection step: ``rollout_steps`` vector steps with ``acting`` (exploring),
-    each added to ``sink`` (a replay, or anything with its ``add``) as the critic row, joint
-    actions, per-agent rewards, terminated, truncated and valid. Returns the observation and
-    state to go on from and the finished episodes. Shared by MADDPG and distributed MADDPG's
-    collectors."""
-    episodes = GroupEpisodes(group)
-    name = group.name
-    for _ in range(config.rollout_steps):
-        actions = acting.act_joint(torch.as_tensor(obs[name], dtype=torch.float32)).numpy()
-        row = replay_row(config, group, obs, state)
-        step = env.step({name: actions})
-        sink.add(
-            row,
-            actions,
-            step.rewards[name],
-            step.terminated[name].all(axis=1),
-            step.truncated[name].any(axis=1),
-            ~step.autoreset,
-        )
-        obs, state = step.obs, step.state
-        episodes.add(step)
-    return obs, state, episodes.stats()
+class ReplaySteps(NamedTuple):
+    """A rollout as MADDPG's replay stores it, time-major ``[T, B, ...]``: the row the
+    critics see, the joint action's replay columns, one reward per agent, terminated (every
+    agent), truncated (any agent) and valid (not an autoreset step)."""
+
+    rows: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    valid: np.ndarray
+
+
+def replay_steps(rollout: MultiAgentRollout, actions: np.ndarray, with_state: bool) -> ReplaySteps:
+    """``rollout``'s steps as replay rows: every agent's observation, flattened group by
+    group, then the global state when ``with_state`` (the critics' input, or CTEDD's);
+    ``actions`` ``[T, B, ...]`` are the joint actions as the replay stores them."""
+    steps, envs = rollout.num_steps, rollout.num_envs
+    parts = [o[:-1].reshape(steps, envs, -1).astype(np.float32) for o in rollout.obs.values()]
+    if with_state:
+        parts.append(rollout.state[:-1].astype(np.float32))
+    terminated = np.concatenate(list(rollout.terminated.values()), axis=-1)
+    truncated = np.concatenate(list(rollout.truncated.values()), axis=-1)
+    return ReplaySteps(
+        np.concatenate(parts, axis=-1),
+        actions,
+        np.concatenate(list(rollout.rewards.values()), axis=-1),
+        terminated.all(-1),
+        truncated.any(-1),
+        ~rollout.autoreset,
+    )
+
+
+def make_replay(
+    config: MADDPGConfig, actors: JointActors, state_dim: int | None, seed: int
+) -> ReplayBuffer:
+    """MADDPG's replay of `replay_steps` rows."""
+    row_dim = actors.obs_size + (state_dim if config.critic_input == "state" else 0)
+    return ReplayBuffer(
+        config.replay.buffer_size,
+        config.env.num_envs,
+        gym.spaces.Box(-np.inf, np.inf, (row_dim,), np.float32),
+        gym.spaces.Box(-np.inf, np.inf, (actors.stored_size,), np.float32),
+        n_step=config.replay.n_step,
+        priorities=make_priorities(config.replay, config.env.num_envs),
+        seed=seed,
+        reward_shape=(actors.num_agents,),
+    )
 
 
 def critic_inputs(critic_obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-    """``[M, C + N * action_dim]``: what every centralized critic sees, the observations (or
-    state) ``[M, C]`` and all agents' actions ``[M, N, action_dim]``."""
+    """``[M, C + D]``: what every centralized critic sees, the observations (or state)
+    ``[M, C]`` and all agents' actions (``[M, D]``, or ``[M, N, action_dim]``)."""
     return torch.cat([critic_obs, actions.flatten(1)], dim=-1)
+
+
+def replace_own_actions(
+    critic_obs: torch.Tensor, replayed: torch.Tensor, policy: torch.Tensor, own: torch.Tensor
+) -> torch.Tensor:
+    """``[N, M, C + D]``: critic ``i``'s input with agent ``i``'s replayed action replaced by
+    its policy's action (Lowe et al. 2017, Algorithm 1, actor update); ``replayed`` and
+    ``policy`` are joint actions ``[M, D]``, ``own`` ``[N, D]`` marks each agent's columns."""
+    actions = torch.where(own.unsqueeze(1), policy.unsqueeze(0), replayed.unsqueeze(0))
+    obs = critic_obs.unsqueeze(0).expand(own.shape[0], -1, -1)
+    return torch.cat([obs, actions], dim=-1)
 
 
 def own_action_inputs(
     critic_obs: torch.Tensor, replayed: torch.Tensor, policy: torch.Tensor
 ) -> torch.Tensor:
-    """``[N, M, C + N * action_dim]``: critic ``i``'s input with agent ``i``'s replayed action
-    replaced by its policy's action (Lowe et al. 2017, Algorithm 1, actor update);
-    ``replayed`` and ``policy`` are ``[M, N, action_dim]``."""
-    n = replayed.shape[1]
-    mask = torch.eye(n, dtype=torch.bool, device=replayed.device).view(n, 1, n, 1)
-    actions = torch.where(mask, policy.unsqueeze(0), replayed.unsqueeze(0))
-    obs = critic_obs.unsqueeze(0).expand(n, -1, -1)
-    return torch.cat([obs, actions.flatten(2)], dim=-1)
+    """`replace_own_actions` for agents with equal action sizes: ``replayed`` and ``policy``
+    ``[M, N, action_dim]``."""
+    n, d = replayed.shape[1:]
+    own = torch.eye(n, dtype=torch.bool, device=replayed.device).repeat_interleave(d, dim=1)
+    return replace_own_actions(critic_obs, replayed.flatten(1), policy.flatten(1), own)
 
 
-def build_actor(config: MADDPGConfig, group: AgentGroup) -> MultiAgentActor:
-    return MultiAgentActor(
-        group.observation_space,
-        group.action_space,
-        group.size,
-        config.model,
-        config.noise,
-        config.share_parameters,
-        config.gumbel_temperature,
+def build_actors(config: MADDPGConfig, groups: list[AgentGroup]) -> JointActors:
+    return JointActors(
+        groups, config.model, config.noise, config.share_parameters, config.gumbel_temperature
     )
 
 
 def build_model(config: MADDPGConfig, obs_space: gym.Space, action_space: gym.Space):
-    """The deployable actors, from the spaces of the env seen as rows of agents (what
-    `shoal.load` probes): ``obs_space`` and ``action_space`` are one agent's."""
+    """The deployable actors: one group's `MultiAgentActor` on rows of agents (what
+    `shoal.load` probes: ``obs_space`` and ``action_space`` are one agent's), or the
+    `JointActors` of an env with several groups."""
     probe = make_multi_agent_env(dataclasses.replace(config.env, num_envs=1))
     try:
-        group = single_group(probe)
+        groups = maddpg_groups(probe)
     finally:
         probe.close()
-    return build_actor(config, group)
+    actors = build_actors(config, groups)
+    return deployable(actors, copy=False)
+
+
+def deployable(actors: JointActors, copy: bool = True) -> nn.Module:
+    """What a run deploys: the actors of its only group, or the joint actors of several
+    (acting greedily or with exploration noise, never uniformly)."""
+    model = uncompiled_copy(actors) if copy else actors
+    model.requires_grad_(False)
+    for actor in model.groups.values():
+        actor.random_actions.fill_(False)
+    model.random_actions.fill_(False)
+    if len(model.groups) == 1:
+        return next(iter(model.groups.values()))
+    return model
+
+
+def deployed_policy(actors: JointActors) -> ActorPolicy | JointPolicy:
+    model = deployable(actors)
+    return JointPolicy(model) if isinstance(model, JointActors) else ActorPolicy(model)
 
 
 class MADDPGLearner(ActorCriticLearner):
-    """Actors, centralized critics (one per agent, batched) and their targets."""
+    """Actors, centralized critics (one per agent of every group, batched) and targets."""
 
-    def __init__(self, config: MADDPGConfig, group: AgentGroup, state_dim: int | None):
+    def __init__(self, config: MADDPGConfig, groups: list[AgentGroup], state_dim: int | None):
         self.config = config
-        actor = build_actor(config, group)
-        n, obs_dim, action_dim = group.size, actor.obs_dim, actor.action_dim
-        self.num_agents, self.obs_dim, self.action_dim = n, obs_dim, action_dim
-        critic_obs_dim = state_dim if config.critic_input == "state" else n * obs_dim
+        actor = build_actors(config, groups)
+        self.groups = {g.name: g.size for g in groups}
+        self.num_agents = actor.num_agents
+        critic_obs_dim = state_dim if config.critic_input == "state" else actor.obs_size
         critic_space = gym.spaces.Box(-np.inf, np.inf, (critic_obs_dim,), np.float32)
-        critic = CriticEnsemble(critic_space, n * action_dim, 1, config.model, members=n)
+        critic = CriticEnsemble(
+            critic_space, actor.action_size, 1, config.model, members=actor.num_agents
+        )
         self.core = ActorCriticCore(config, actor, critic, target_actor=True)
 
-    def split(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Replay rows -> (joint observations ``[M, N, obs_dim]``, critic inputs ``[M, C]``)."""
-        joint = rows[:, : self.num_agents * self.obs_dim]
+    def split(self, rows: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """Replay rows -> (observations per group, critic inputs ``[M, C]``)."""
+        actor: JointActors = self.core.actor
+        joint = rows[:, : actor.obs_size]
         critic = joint if self.config.critic_input == "observations" else rows[:, joint.shape[1] :]
-        return joint.reshape(-1, self.num_agents, self.obs_dim), critic
+        return actor.split_obs(joint), critic
 
     def update(self, batch: ReplayBatch) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         cfg, core = self.config, self.core
-        actor: MultiAgentActor = core.actor
+        actor: JointActors = core.actor
         batch = core.batch(batch)
         returns, discounts = core.bootstrap(batch)  # [M, N], [M]
         obs, critic_obs = self.split(batch.obs)
         next_obs, next_critic_obs = self.split(batch.next_obs)
-        replayed = actor.one_hot(batch.actions)
+        replayed = actor.critic_actions(batch.actions)
         with torch.no_grad():
             next_actions = core.target_actor.target_actions(next_obs)
             next_inputs = critic_inputs(next_critic_obs, next_actions)
             next_q = core.target_critic.evaluate(next_inputs).squeeze(-1)  # [N, M]
             target = returns.T + discounts * next_q  # [N, M]
         q = core.critic.evaluate(critic_inputs(critic_obs, replayed)).squeeze(-1)
-        # One TD regression per (agent, sample): the ensemble loss over flattened agents.
-        critic_loss, errors = ensemble_td_loss(
-            q.reshape(1, -1),
-            target.reshape(-1),
-            batch.weights.repeat(self.num_agents),
-            cfg.critic_loss,
-        )
-        critic_loss = critic_loss * self.num_agents  # a sum over agents of per-agent means
-        priorities = errors.view(self.num_agents, -1).mean(dim=0)
-        inputs = own_action_inputs(critic_obs, replayed, actor(obs))
+        inputs = replace_own_actions(critic_obs, replayed, actor(obs), actor.own_columns)
         policy_q = core.critic.evaluate(inputs, detach_weights=True).squeeze(-1)  # [N, M]
-        actor_loss = deterministic_actor_loss(policy_q.reshape(-1)) * self.num_agents
+        # Each group's losses are sums over its agents of per-agent means: one TD regression
+        # per (agent, sample), and each actor ascends its own critic.
+        metrics: dict[str, torch.Tensor] = {}
+        critic_loss, actor_loss, errors, start = 0.0, 0.0, [], 0
+        for name, size in self.groups.items():
+            rows = slice(start, start + size)
+            group_critic, group_errors = ensemble_td_loss(
+                q[rows].reshape(1, -1),
+                target[rows].reshape(-1),
+                batch.weights.repeat(size),
+                cfg.critic_loss,
+            )
+            group_critic = group_critic * size
+            group_actor = deterministic_actor_loss(policy_q[rows].reshape(-1)) * size
+            critic_loss, actor_loss = critic_loss + group_critic, actor_loss + group_actor
+            errors.append(group_errors.view(size, -1))
+            if len(self.groups) > 1:
+                metrics[f"loss/{name}/critic"] = group_critic.detach()
+                metrics[f"loss/{name}/actor"] = group_actor.detach()
+            start += size
         core.step({"critic": critic_loss, "actor": actor_loss})
         core.update_targets()
-        metrics = {
-            "loss/critic": critic_loss.detach(),
-            "loss/actor": actor_loss.detach(),
-            "train/q_mean": q.detach().mean(),
-        }
-        return metrics, priorities
+        metrics["loss/critic"] = critic_loss.detach()
+        metrics["loss/actor"] = actor_loss.detach()
+        metrics["train/q_mean"] = q.detach().mean()
+        return metrics, torch.cat(errors).mean(dim=0)
 
 
 class MADDPG:
-    """One iteration: every env acts ``rollout_steps`` times with the decentralized actors,
-    the joint steps go to replay, then ``gradient_steps`` updates."""
+    """One iteration: every env acts ``rollout_steps`` times with the decentralized actors
+    (a `MultiAgentRunner`), the joint steps go to replay, then ``gradient_steps`` updates."""
 
     def __init__(self, config: MADDPGConfig):
         self.config = config
-        self.env = make_multi_agent_env(config.env)
-        self.group = single_group(self.env)
-        state_dim = None if self.env.state_space is None else int(self.env.state_space.shape[0])
+        env = make_multi_agent_env(config.env)
+        groups = maddpg_groups(env)
+        state_dim = None if env.state_space is None else int(env.state_space.shape[0])
         if config.critic_input == "state" and state_dim is None:
+            env.close()
             raise ConfigError("critic_input is 'state' but this env provides no global state")
-        self.learner = MADDPGLearner(config, self.group, state_dim)
+        self.learner = MADDPGLearner(config, groups, state_dim)
+        self.joint = len(groups) > 1
+        """Several groups: evaluation and deployment act on every group at once."""
         # Acting runs on the CPU with a copy of the weights, whatever the learner's device.
         self.acting = uncompiled_copy(self.learner.core.actor).requires_grad_(False)
-        n = self.group.size
-        obs_dim, action_dim = self.learner.obs_dim, self.learner.action_dim
-        row_dim = n * obs_dim + (state_dim if config.critic_input == "state" else 0)
-        self.replay = ReplayBuffer(
-            config.replay.buffer_size,
-            self.env.num_envs,
-            gym.spaces.Box(-np.inf, np.inf, (row_dim,), np.float32),
-            gym.spaces.Box(-np.inf, np.inf, (n,) if self.acting.discrete else (n, action_dim)),
-            n_step=config.replay.n_step,
-            priorities=make_priorities(config.replay, self.env.num_envs),
-            seed=derive_seed(config.run.seed, "replay", 0),
-            reward_shape=(n,),
+        self.runner = MultiAgentRunner(
+            env,
+            MADDPGActing(self.acting),
+            config.rollout_steps,
+            seed=derive_seed(config.run.seed, "env", 0),
         )
-        self.obs, self.state = self.env.reset(seed=derive_seed(config.run.seed, "env", 0))
+        seed = derive_seed(config.run.seed, "replay", 0)
+        self.replay = make_replay(config, self.acting, state_dim, seed)
         self.env_steps = 0
         self.iteration = 0
-
-    def _collect(self) -> EpisodeStats:
-        self.obs, self.state, episodes = collect_steps(
-            self.config, self.env, self.group, self.acting, self.obs, self.state, self.replay
-        )
-        self.env_steps += self.config.rollout_steps * self.env.num_envs
-        return episodes
 
     def train_iteration(self) -> dict[str, float]:
         cfg = self.config
         self.learner.set_random_actions(self.env_steps < cfg.replay.learning_starts)
-        self.acting.load_state_dict(self.learner.get_weights())
-        episodes = self._collect()
+        self.runner.set_weights(self.learner.get_weights())
+        rollout = self._collect()
         self.iteration += 1
         metrics: dict[str, float] = {}
         if self.env_steps > cfg.replay.learning_starts and self.replay.num_sampleable() > 0:
             metrics.update(self._learn())
-        metrics.update(episodes.metrics())
+        metrics.update(rollout.episodes.metrics())
         return metrics
+
+    def _collect(self) -> MultiAgentRollout:
+        """A rollout with the acting actors, stored in replay."""
+        rollout = self.runner.sample()
+        actions = self.acting.stored_actions(rollout.actions)
+        self.replay.extend(*replay_steps(rollout, actions, self.config.critic_input == "state"))
+        self.env_steps += rollout.num_steps * rollout.num_envs
+        return rollout
 
     def _learn(self) -> dict[str, float]:
         return learn_from_replay(self.config, self.replay, self.learner, self.env_steps)
 
-    def policy(self) -> ActorPolicy:
-        return ActorPolicy(uncompiled_copy(self.learner.core.actor))
+    def policy(self) -> ActorPolicy | JointPolicy:
+        return deployed_policy(self.learner.core.actor)
 
     def state_dict(self) -> dict[str, Any]:
         return {
             "learner": self.learner.state_dict(),
-            "env": self._env_state(),
-            "obs": copy.deepcopy(self.obs),
-            "state": None if self.state is None else self.state.copy(),
-            "exploration": self.acting.exploration_state(),
+            "runner": self.runner.get_state(),
             "replay": self.replay.state_dict() if self.config.replay.save else None,
-            "policy": {"model": self.learner.core.actor.state_dict(), "obs_stats": None},
+            "policy": {
+                "model": deployable(self.learner.core.actor).state_dict(),
+                "obs_stats": None,
+            },
             "counters": {"env_steps": self.env_steps, "iteration": self.iteration},
         }
-
-    def _env_state(self) -> dict[str, Any] | None:
-        try:
-            return self.env.get_state()
-        except EnvStateUnsupported:  # e.g. PettingZoo envs: episodes restart on resume
-            return None
 
     def load_state_dict(self, state: dict[str, Any]) -> bool:
         """Restore; returns False when the envs restarted or the replay was not saved."""
         self.learner.load_state_dict(state["learner"])
-        self.acting.load_state_dict(self.learner.get_weights())
-        self.acting.load_exploration_state(state["exploration"])
+        self.runner.set_weights(self.learner.get_weights())
         self.env_steps = state["counters"]["env_steps"]
         self.iteration = state["counters"]["iteration"]
-        env_restored = state["env"] is not None
-        if env_restored:
-            self.env.set_state(state["env"])
-            self.obs = copy.deepcopy(state["obs"])
-            self.state = None if state["state"] is None else state["state"].copy()
-        else:
-            seed = derive_seed(self.config.run.seed, "env-restart", self.iteration)
-            self.obs, self.state = self.env.reset(seed=seed)
+        seed = derive_seed(self.config.run.seed, "env-restart", self.iteration)
+        env_restored = self.runner.set_state(state["runner"], seed)
         replay_restored = state.get("replay") is not None
         if replay_restored:
             self.replay.load_state_dict(state["replay"])
         return env_restored and replay_restored
 
     def close(self) -> None:
-        self.env.close()
+        self.runner.close()

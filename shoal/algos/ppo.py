@@ -32,6 +32,7 @@ from shoal.config import (
     ModelConfig,
     OptimConfig,
     RunConfig,
+    SelfPlayConfig,
     check,
     check_choices,
     check_positive,
@@ -84,6 +85,13 @@ class PPOConfig:
     """Initial coefficient of the KL penalty to the rollout policy (0 disables it)."""
     kl_target: float = 0.01
     """KL the adaptive penalty steers toward: coefficient x1.5 above 2x, x0.5 below 0.5x."""
+    policies: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """MAPPO and IPPO with several policies (`shoal.algos.multi_policy`): settings of single
+    policies over the run's, {policy: {field: value}} in YAML or the Python API, e.g.
+    {"adversary": {"optim": {"lr": 3e-4}, "ent_coef": 0.01}}; {"frozen": true} keeps a
+    policy at its initial weights (it acts, and never learns)."""
+    self_play: SelfPlayConfig = field(default_factory=SelfPlayConfig)
+    """MAPPO and IPPO: self-play against a pool of past snapshots (off by default)."""
     bptt_chunk: int | None = None
     """Recurrent models (model.lstm_hidden): truncated backpropagation through time over
     pieces of this many steps per env (None: the whole rollout, num_steps). It must divide

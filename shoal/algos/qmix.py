@@ -26,6 +26,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from shoal.backend import place, uncompiled_copy
+from shoal.collect.multi_agent import JointObs, MultiAgentRunner
 from shoal.config import (
     REPLAY_RENAMES,
     EnvConfig,
@@ -41,8 +42,8 @@ from shoal.config import (
 )
 from shoal.data.episode_replay import EpisodeBatch, EpisodeBuilder, EpisodeReplay
 from shoal.device import check_precision, resolve_device, to_device
-from shoal.envs.multi_agent import MultiAgentVectorEnv, make_multi_agent_env
-from shoal.envs.snapshot import EnvStateUnsupported
+from shoal.envs.multi_agent import MultiAgentStep, MultiAgentVectorEnv, make_multi_agent_env
+from shoal.envs.opponents import make_opponents
 from shoal.errors import ConfigError, UnsupportedSpaceError
 from shoal.losses.q_learning import masked_argmax
 from shoal.losses.value_decomposition import double_q_next_values, masked_td_loss, td_targets
@@ -113,7 +114,7 @@ class QMIXConfig:
     def __post_init__(self) -> None:
         check_choices(self)
         check_positive(self, "rnn_hidden", "mixing_embed_dim", "hypernet_embed")
-        check_multi_agent_learner(self, "QMIX")
+        check_multi_agent_learner(self, "QMIX", opponents=True)
         check_positive(self, "episode_limit", "rollout_steps")
         check_positive(self, "target_update_every", "exploration_steps")
         check(self, "gamma", 0.0 <= self.gamma <= 1.0, "must be in [0, 1]")
@@ -240,12 +241,18 @@ class QMIXLearner:
 
 
 def _group(env: MultiAgentVectorEnv, config: QMIXConfig) -> str:
+    """The cooperative team QMIX trains: the env's only group without a fixed policy."""
     names = list(env.groups)
-    group = config.env.group or (names[0] if len(names) == 1 else None)
-    if group is None or group not in names or len(names) != 1:
+    team = [name for name in names if name not in config.env.opponents]
+    group = config.env.group or (team[0] if len(team) == 1 else None)
+    if group is None or group not in team or len(team) != 1:
+        guess = config.env.group if config.env.group in names else names[0]
+        spec = " ".join(f"{name} random" for name in names if name != guess)
         raise ConfigError(
-            f"env.group {config.env.group!r}: qmix/vdn/iql train one group of an env with a "
-            f"single group; this env has {names}"
+            f"env.group {config.env.group!r}: qmix/vdn/iql train one cooperative team, and "
+            f"this env has groups {names}; choose the team with env.group and give the "
+            f"others a fixed policy (--env.group {guess} --env.opponents {spec}, or a "
+            "scripted module:Class), or train every group with mappo, ippo or maddpg"
         )
     spec = env.groups[group]
     if not isinstance(spec.action_space, gym.spaces.Discrete):
@@ -259,24 +266,90 @@ def _group(env: MultiAgentVectorEnv, config: QMIXConfig) -> str:
     return group
 
 
+class QMIXActing:
+    """The acting side of the `MultiAgentRunner`: the recurrent agent network, epsilon-greedy
+    among legal actions. Its GRU state and the last actions run from step to step and restart
+    with each episode."""
+
+    def __init__(self, qmix: QMIX, agent: nn.Module, seed: int, opponents: dict[str, Any]):
+        self.qmix, self.agent = qmix, agent
+        self.group = qmix.group
+        self.opponents = opponents
+        """Fixed policies of the other groups (`shoal.envs.opponents`)."""
+        self.rng = np.random.default_rng(seed)
+        self.epsilon = qmix.config.epsilon_start
+        self.hidden: torch.Tensor | None = None
+        self.last_actions: np.ndarray | None = None
+
+    def begin(self, view: JointObs) -> None:
+        b, n = view.obs[self.group].shape[:2]
+        self.hidden = self.agent.initial_state(b * n)
+        self.last_actions = np.zeros((b, n), np.int64)
+
+    @torch.no_grad()
+    def act(self, view: JointObs) -> dict[str, np.ndarray]:
+        obs = np.asarray(view.obs[self.group], np.float32)
+        b, n = obs.shape[:2]
+        inputs = self.qmix.agent_inputs(torch.from_numpy(obs), torch.from_numpy(self.last_actions))
+        q, self.hidden = self.agent(inputs.reshape(b * n, -1), self.hidden)
+        q = q.view(b, n, -1)
+        masks = view.action_mask
+        mask = None if masks is None else torch.from_numpy(np.asarray(masks[self.group], bool))
+        greedy = masked_argmax(q, mask).numpy()
+        noise = torch.from_numpy(self.rng.random(tuple(q.shape), np.float32))
+        random = masked_argmax(noise, mask).numpy()
+        actions = {self.group: np.where(self.rng.random((b, n)) < self.epsilon, random, greedy)}
+        for group, opponent in self.opponents.items():
+            legal = None if masks is None else masks[group]
+            actions[group] = opponent.act(view.obs[group], legal)
+        return actions
+
+    def observe(self, actions: dict[str, np.ndarray], step: MultiAgentStep) -> None:
+        self.last_actions = actions[self.group].copy()
+        reset = np.repeat(step.autoreset, self.last_actions.shape[1])
+        self.hidden[torch.from_numpy(reset)] = 0.0
+        self.last_actions[step.autoreset] = 0
+
+    def set_weights(self, weights: dict[str, torch.Tensor]) -> None:
+        self.agent.load_state_dict(weights)
+
+    def get_state(self) -> dict[str, Any]:
+        return {
+            "hidden": self.hidden.clone(),
+            "last_actions": self.last_actions.copy(),
+            "rng": self.rng.bit_generator.state,
+            "opponents": {
+                g: o.get_state() for g, o in self.opponents.items() if hasattr(o, "get_state")
+            },
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.hidden = state["hidden"].clone()
+        self.last_actions = np.asarray(state["last_actions"], np.int64).copy()
+        self.rng.bit_generator.state = state["rng"]
+        for group, opponent_state in state.get("opponents", {}).items():
+            self.opponents[group].set_state(opponent_state)
+
+
 class QMIX:
-    """One iteration: act epsilon-greedily for ``rollout_steps`` vector steps, store finished
-    episodes, then take ``gradient_steps`` gradient steps on batches of whole episodes.
-    ``env_steps`` counts world steps (one per env per vector step), not agent steps."""
+    """One iteration: act epsilon-greedily for ``rollout_steps`` vector steps (a
+    `MultiAgentRunner`), store finished episodes, then take ``gradient_steps`` gradient steps
+    on batches of whole episodes. ``env_steps`` counts world steps (one per env per vector
+    step), not agent steps."""
 
     def __init__(self, config: QMIXConfig):
         self.config = cfg = config
-        self.env = make_multi_agent_env(cfg.env)
-        self.group = _group(self.env, cfg)
-        spec = self.env.groups[self.group]
+        env = make_multi_agent_env(cfg.env)
+        self.group = _group(env, cfg)
+        spec = env.groups[self.group]
         self.agents, self.n_agents = spec.agents, spec.size
         self.num_actions = int(spec.action_space.n)
         self.obs_shape = tuple(spec.observation_space.shape)
         obs_dim = int(np.prod(self.obs_shape)) + (self.n_agents if cfg.env.agent_id else 0)
         in_dim = obs_dim + _extra_inputs(cfg, self.num_actions)
-        state_dim = 0 if self.env.state_space is None else int(np.prod(self.env.state_space.shape))
+        state_dim = 0 if env.state_space is None else int(np.prod(env.state_space.shape))
         self.learner = QMIXLearner(cfg, in_dim, self.num_actions, self.n_agents, state_dim)
-        mask_dim = self.num_actions if getattr(self.env, "action_mask", None) is not None else None
+        mask_dim = self.num_actions if getattr(env, "action_mask", None) is not None else None
         self.replay = EpisodeReplay(
             cfg.replay.buffer_size,
             cfg.episode_limit,
@@ -287,27 +360,28 @@ class QMIX:
             seed=derive_seed(cfg.run.seed, "replay", 0),
         )
         self.builder = EpisodeBuilder(cfg.env.num_envs, self.replay, self.group)
-        self.rng = np.random.default_rng(derive_seed(cfg.run.seed, "explore", 0))
         # Acting runs on the CPU: the learner's agent network there, a copy synchronized
         # every iteration where the learner computes elsewhere.
         agent = self.learner.online.agent
-        on_cpu = self.learner.device.type == "cpu"
-        self.acting = agent if on_cpu else uncompiled_copy(agent).requires_grad_(False)
-        self._restart(derive_seed(cfg.run.seed, "env", 0))
+        self.on_cpu = self.learner.device.type == "cpu"
+        acting_agent = agent if self.on_cpu else uncompiled_copy(agent).requires_grad_(False)
+        opponents = make_opponents(cfg.env.opponents, env.groups, self.group)
+        for index, opponent in enumerate(opponents.values()):
+            if hasattr(opponent, "reset"):
+                opponent.reset(derive_seed(cfg.run.seed, "opponent", index))
+        self.acting = QMIXActing(
+            self, acting_agent, derive_seed(cfg.run.seed, "explore", 0), opponents
+        )
+        self.runner = MultiAgentRunner(
+            env, self.acting, cfg.rollout_steps, derive_seed(cfg.run.seed, "env", 0)
+        )
+        self._start_episodes()
         self.env_steps = 0
         self.iteration = 0
 
-    def _restart(self, seed: int) -> None:
-        obs, state = self.env.reset(seed=seed)
-        self._set_obs(obs[self.group], getattr(self.env, "action_mask", None))
-        self.builder.start(obs, state, getattr(self.env, "action_mask", None))
-        rows = self.config.env.num_envs * self.n_agents
-        self.hidden = self.acting.initial_state(rows)
-        self.last_actions = np.zeros((self.config.env.num_envs, self.n_agents), np.int64)
-
-    def _set_obs(self, obs: np.ndarray, mask: dict | None) -> None:
-        self.obs = np.asarray(obs, np.float32)
-        self.mask = None if mask is None else np.asarray(mask[self.group], bool)
+    def _start_episodes(self) -> None:
+        view = self.runner.view
+        self.builder.start(view.obs, view.state, view.action_mask)
 
     def agent_inputs(self, obs: torch.Tensor, last_actions: torch.Tensor | None) -> torch.Tensor:
         """``[..., N, in_dim]``: flat own observation, agent one-hot (``env.agent_id``), last
@@ -326,43 +400,20 @@ class QMIX:
         progress = min(1.0, self.env_steps / cfg.exploration_steps)
         return linear(cfg.epsilon_start, cfg.epsilon_end, progress)
 
-    @torch.no_grad()
-    def _act(self, epsilon: float) -> np.ndarray:
-        b, n = self.obs.shape[:2]
-        x = self.agent_inputs(torch.from_numpy(self.obs), torch.from_numpy(self.last_actions))
-        q, self.hidden = self.acting(x.reshape(b * n, -1), self.hidden)
-        q = q.view(b, n, -1)
-        mask = None if self.mask is None else torch.from_numpy(self.mask)
-        greedy = masked_argmax(q, mask).numpy()
-        noise = torch.from_numpy(self.rng.random((b, n, self.num_actions), np.float32))
-        random = masked_argmax(noise, mask).numpy()
-        return np.where(self.rng.random((b, n)) < epsilon, random, greedy)
-
     def train_iteration(self) -> dict[str, float]:
         cfg = self.config
-        epsilon = self.epsilon()
-        if self.acting is not self.learner.online.agent:
-            self.acting.load_state_dict(self.learner.online.agent.state_dict())
-        returns: dict[str, list[np.ndarray]] = {agent: [] for agent in self.agents}
-        lengths = []
-        for _ in range(cfg.rollout_steps):
-            actions = self._act(epsilon)
-            step = self.env.step({self.group: actions})
-            self.builder.add(actions, step)
-            self.last_actions = actions
-            reset = np.repeat(step.autoreset, self.n_agents)
-            self.hidden[torch.from_numpy(reset)] = 0.0
-            self.last_actions[step.autoreset] = 0
-            self._set_obs(step.obs[self.group], step.action_mask)
-            for agent in self.agents:
-                returns[agent].append(step.episode_returns[agent])
-            lengths.append(step.episode_lengths)
-        self.env_steps += cfg.rollout_steps * cfg.env.num_envs
+        self.acting.epsilon = epsilon = self.epsilon()
+        if not self.on_cpu:
+            self.runner.set_weights(self.learner.online.agent.state_dict())
+        rollout = self.runner.sample()
+        for t in range(rollout.num_steps):
+            self.builder.add(rollout.actions[self.group][t], rollout.step(t))
+        self.env_steps += rollout.num_steps * rollout.num_envs
         self.iteration += 1
         metrics: dict[str, float] = {"train/epsilon": epsilon}
         if len(self.replay) >= max(cfg.replay.batch_size, cfg.replay.learning_starts):
             metrics.update(self._learn())
-        metrics.update(_episode_metrics(returns, np.concatenate(lengths)))
+        metrics.update(rollout.episodes.metrics([self.group]))
         return metrics
 
     def _learn(self) -> dict[str, float]:
@@ -389,62 +440,31 @@ class QMIX:
         return ActorPolicy(self._policy_network(), None, self.config.env.clip_obs)
 
     def state_dict(self) -> dict[str, Any]:
-        try:
-            env_state = self.env.get_state()
-        except EnvStateUnsupported:
-            env_state = None
         return {
             "learner": self.learner.state_dict(),
             "replay": self.replay.state_dict() if self.config.replay.save else None,
             "policy": {"model": self._policy_network().state_dict(), "obs_stats": None},
-            "acting": {
-                "env": env_state,
-                "builder": self.builder.state_dict(),
-                "obs": self.obs.copy(),
-                "mask": None if self.mask is None else self.mask.copy(),
-                "hidden": self.hidden.clone(),
-                "last_actions": self.last_actions.copy(),
-                "rng": self.rng.bit_generator.state,
-            },
+            "runner": self.runner.get_state(),
+            "builder": self.builder.state_dict(),
             "counters": {"env_steps": self.env_steps, "iteration": self.iteration},
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> bool:
         """Restore; returns False when envs restarted (or the replay was not saved)."""
         self.learner.load_state_dict(state["learner"])
+        if not self.on_cpu:
+            self.runner.set_weights(self.learner.online.agent.state_dict())
         self.env_steps = int(state["counters"]["env_steps"])
         self.iteration = int(state["counters"]["iteration"])
-        acting = state["acting"]
-        self.rng.bit_generator.state = acting["rng"]
         replay_restored = state.get("replay") is not None
         if replay_restored:
             self.replay.load_state_dict(state["replay"])
-        if acting["env"] is None:
-            self._restart(derive_seed(self.config.run.seed, "env-restart", self.iteration))
+        seed = derive_seed(self.config.run.seed, "env-restart", self.iteration)
+        if not self.runner.set_state(state["runner"], seed):
+            self._start_episodes()
             return False
-        self.env.set_state(acting["env"])
-        self.builder.load_state_dict(acting["builder"])
-        self.obs = np.asarray(acting["obs"], np.float32)
-        self.mask = None if acting["mask"] is None else np.asarray(acting["mask"], bool)
-        self.hidden = acting["hidden"].clone()
-        self.last_actions = np.asarray(acting["last_actions"], np.int64)
+        self.builder.load_state_dict(state["builder"])
         return replay_restored
 
     def close(self) -> None:
-        self.env.close()
-
-
-def _episode_metrics(returns: dict[str, list[np.ndarray]], lengths: np.ndarray) -> dict:
-    """``episode/return`` (mean over agents and episodes), ``episode/return/<agent>``,
-    ``episode/length`` and ``episode/count`` of the episodes that ended."""
-    if not lengths.size:
-        return {}
-    per_agent = {agent: np.concatenate(r) for agent, r in returns.items()}
-    metrics = {
-        "episode/return": float(np.mean(list(per_agent.values()))),
-        "episode/length": float(lengths.mean()),
-        "episode/count": int(lengths.size),
-    }
-    for agent, r in per_agent.items():
-        metrics[f"episode/return/{agent}"] = float(r.mean())
-    return metrics
+        self.runner.close()

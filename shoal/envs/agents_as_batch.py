@@ -39,6 +39,56 @@ def split_observation(space: gym.Space) -> tuple[int, int] | None:
     return None
 
 
+class AgentRows:
+    """The rows a shared policy sees for ``num_agents`` agents with one observation space:
+    each agent's own observation, flat, then its one-hot index (``agent_id``); with
+    ``global_state``, a critic-only part follows: the env's global state (and the one-hot).
+    ``observation_space`` describes one row (a ``Dict(actor=..., critic=...)`` with a critic
+    part, whose arrays are the flat concatenation of the two)."""
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        num_agents: int,
+        state_space: gym.Space | None,
+        agent_id: bool,
+        global_state: bool,
+    ):
+        if not isinstance(observation_space, gym.spaces.Box):
+            raise UnsupportedSpaceError(
+                f"agent observation space {observation_space} is not supported; "
+                "shared-weight learners need Box observations"
+            )
+        if global_state and state_space is None:
+            raise ConfigError("env.global_state is on but this env provides no global state")
+        self.ids = np.eye(num_agents, dtype=np.float32) if agent_id else None
+        self.global_state = global_state
+        id_dim = num_agents if agent_id else 0
+        actor_dim = int(np.prod(observation_space.shape)) + id_dim
+        actor_space = gym.spaces.Box(-np.inf, np.inf, (actor_dim,), np.float32)
+        self.observation_space: gym.Space = actor_space
+        if global_state:
+            critic_dim = int(np.prod(state_space.shape)) + id_dim
+            critic_space = gym.spaces.Box(-np.inf, np.inf, (critic_dim,), np.float32)
+            self.observation_space = gym.spaces.Dict(actor=actor_space, critic=critic_space)
+
+    def rows(self, own: np.ndarray, state: np.ndarray | None) -> np.ndarray:
+        """``[B * N, features]`` rows from the agents' observations ``[B, N, ...]`` and the
+        global state ``[B, S]`` (read only with ``global_state``)."""
+        own = np.asarray(own).astype(np.float32, copy=False)
+        batch, agents = own.shape[:2]
+        parts = [own.reshape(batch, agents, -1)]
+        ids = None
+        if self.ids is not None:
+            ids = np.broadcast_to(self.ids, (batch, agents, agents))
+            parts.append(ids)
+        if self.global_state:
+            parts.append(np.broadcast_to(state[:, None, :], (batch, agents, state.shape[-1])))
+            if ids is not None:
+                parts.append(ids)
+        return np.concatenate(parts, axis=-1).reshape(batch * agents, -1)
+
+
 class AgentsAsBatch:
     """`VectorEnv` over the ``B * N`` (env, agent) pairs of one agent group.
 
@@ -64,9 +114,9 @@ class AgentsAsBatch:
             learners = [name for name in env.groups if name not in opponents]
             if len(learners) != 1:
                 raise ConfigError(
-                    f"this env has agent groups {list(env.groups)}; shared-weight learners "
-                    "train one group: set env.group to one of them (and env.opponents for "
-                    "the others)"
+                    f"this env has agent groups {list(env.groups)}; a single-agent learner on "
+                    "rows of agents trains one group: set env.group to one of them (and "
+                    "env.opponents for the others), or train every group with mappo or ippo"
                 )
             group = learners[0]
         if group not in env.groups:
@@ -82,27 +132,15 @@ class AgentsAsBatch:
             )
         self.opponents = make_opponents(opponents, env.groups, group)
         spec = env.groups[group]
-        if not isinstance(spec.observation_space, gym.spaces.Box):
-            raise UnsupportedSpaceError(
-                f"agent observation space {spec.observation_space} is not supported; "
-                "shared-weight learners need Box observations"
-            )
-        if global_state and env.state_space is None:
-            raise ConfigError("env.global_state is on but this env provides no global state")
+        self.layout = AgentRows(
+            spec.observation_space, spec.size, env.state_space, agent_id, global_state
+        )
         self.env, self.group = env, group
         self.agents_per_env = spec.size
         self.agent_names = spec.agents
         self.num_envs = env.num_envs * spec.size
         self.action_space = spec.action_space
-        self._ids = np.eye(spec.size, dtype=np.float32) if agent_id else None
-        self._global_state = global_state
-        actor_dim = int(np.prod(spec.observation_space.shape)) + (spec.size if agent_id else 0)
-        actor_space = gym.spaces.Box(-np.inf, np.inf, (actor_dim,), np.float32)
-        self.observation_space: gym.Space = actor_space
-        if global_state:
-            critic_dim = int(np.prod(env.state_space.shape)) + (spec.size if agent_id else 0)
-            critic_space = gym.spaces.Box(-np.inf, np.inf, (critic_dim,), np.float32)
-            self.observation_space = gym.spaces.Dict(actor=actor_space, critic=critic_space)
+        self.observation_space: gym.Space = self.layout.observation_space
         self.action_mask: np.ndarray | None = None
         self._raw_obs: dict[str, np.ndarray] = {}
         self._raw_masks: dict[str, np.ndarray] | None = None
@@ -111,19 +149,7 @@ class AgentsAsBatch:
         self._lengths = np.zeros(self.num_envs, np.int64)
 
     def _rows(self, obs: dict[str, np.ndarray], state: np.ndarray | None) -> np.ndarray:
-        """``[B * N, features]`` observations: own observation, agent one-hot, critic part."""
-        own = obs[self.group].astype(np.float32, copy=False)
-        batch, agents = own.shape[:2]
-        parts = [own.reshape(batch, agents, -1)]
-        ids = None
-        if self._ids is not None:
-            ids = np.broadcast_to(self._ids, (batch, agents, agents))
-            parts.append(ids)
-        if self._global_state:
-            parts.append(np.broadcast_to(state[:, None, :], (batch, agents, state.shape[-1])))
-            if ids is not None:
-                parts.append(ids)
-        return np.concatenate(parts, axis=-1).reshape(batch * agents, -1)
+        return self.layout.rows(obs[self.group], state)
 
     def _set_mask(self, mask: dict[str, np.ndarray] | None) -> None:
         self._raw_masks = mask

@@ -278,6 +278,12 @@ def make_env(
                 "EnvConfig.wrappers, vector_wrappers and frame_stack apply to Gymnasium envs, "
                 f"not to the multi-agent env {config.id!r}"
             )
+        if config.policy_map or config.policy_per_agent:
+            raise ConfigError(
+                "env.policy_map and env.policy_per_agent choose the policies of mappo and "
+                "ippo, which train several policies at once; this learner trains one group "
+                "(env.group)"
+            )
         env: VectorEnv = AgentsAsBatch(
             make_multi_agent_env(config, render_mode),
             config.group,
@@ -286,9 +292,10 @@ def make_env(
             config.opponents,
         )
     else:
-        if config.opponents:
+        if config.opponents or config.policy_map or config.policy_per_agent:
             raise ConfigError(
-                f"EnvConfig.opponents applies to multi-agent envs, not to {config.id!r}"
+                "EnvConfig.opponents, policy_map and policy_per_agent apply to multi-agent "
+                f"envs, not to {config.id!r}"
             )
         env = GymVectorEnv(
             make_gym_vector_env(config, render_mode),

@@ -23,7 +23,6 @@ import gymnasium as gym
 import numpy as np
 
 from shoal.errors import ShoalError
-from shoal.types import EpisodeStats
 
 if TYPE_CHECKING:
     from shoal.config import EnvConfig
@@ -149,35 +148,6 @@ class EpisodeTracker:
         for name in self.returns:
             self.returns[name][:] = state["returns"][name]
         self.lengths[:] = state["lengths"]
-
-
-class GroupEpisodes:
-    """The episodes one group's agents finish over several steps, as an `EpisodeStats` with
-    the agent index of every return (for ``episode/return/<agent>``)."""
-
-    def __init__(self, group: AgentGroup):
-        self.group = group
-        self.returns: list[np.ndarray] = []
-        self.agents: list[np.ndarray] = []
-        self.lengths: list[np.ndarray] = []
-
-    def add(self, step: MultiAgentStep) -> None:
-        if not step.episode_lengths.size:
-            return
-        for index, agent in enumerate(self.group.agents):
-            self.returns.append(step.episode_returns[agent])
-            self.agents.append(np.full(step.episode_lengths.size, index))
-            self.lengths.append(step.episode_lengths)
-
-    def stats(self) -> EpisodeStats:
-        if not self.returns:
-            return EpisodeStats(np.zeros(0), np.zeros(0, np.int64))
-        return EpisodeStats(
-            np.concatenate(self.returns),
-            np.concatenate(self.lengths),
-            np.concatenate(self.agents),
-            self.group.agents,
-        )
 
 
 MultiAgentFactory = Callable[["EnvConfig"], MultiAgentVectorEnv]

@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from shoal.envs.base import VectorEnv
+from shoal.envs.multi_agent import MultiAgentVectorEnv
 from shoal.interfaces import Policy
+from shoal.policy import JointPolicy
 
 
 def evaluate(
@@ -38,3 +40,42 @@ def evaluate(
         "eval/return_min": float(returns.min()),
         "eval/length": float(lengths.mean()),
     }
+
+
+def evaluate_joint(
+    policy: JointPolicy, env: MultiAgentVectorEnv, seed: int, deterministic: bool = True
+) -> dict[str, float]:
+    """`evaluate` for the policies of every group of a multi-agent env at once: the first
+    episode of every env. ``eval/return`` is the mean over envs and agents (as `evaluate`
+    reports it on rows of agents); ``eval/return/<group>`` and ``eval/return/<agent>`` break
+    it down."""
+    n = env.num_envs
+    obs, state = env.reset(seed=seed)
+    mask = getattr(env, "action_mask", None)
+    totals = {g: np.zeros((n, group.size)) for g, group in env.groups.items()}
+    lengths = np.zeros(n, np.int64)
+    running = np.ones(n, bool)
+    while running.any():
+        step = env.step(policy.act(obs, deterministic=deterministic, state=state, action_mask=mask))
+        real = running & ~step.autoreset
+        lengths += real
+        done = real.copy()
+        for g, total in totals.items():
+            total[real] += step.rewards[g][real]
+            finished = step.terminated[g] | step.truncated[g] | ~step.active[g]
+            done &= finished.all(axis=1)
+        running &= ~done
+        obs, state, mask = step.obs, step.state, step.action_mask
+    every = np.concatenate(list(totals.values()), axis=1)
+    per_env = every.mean(axis=1)
+    metrics = {
+        "eval/return": float(every.mean()),
+        "eval/return_std": float(per_env.std()),
+        "eval/return_min": float(per_env.min()),
+        "eval/length": float(lengths.mean()),
+    }
+    for g, group in env.groups.items():
+        metrics[f"eval/return/{g}"] = float(totals[g].mean())
+        for index, agent in enumerate(group.agents):
+            metrics[f"eval/return/{agent}"] = float(totals[g][:, index].mean())
+    return metrics

@@ -22,13 +22,15 @@ from typing import Any
 from shoal.config import to_dict
 from shoal.device import check_precision, resolve_device
 from shoal.envs import make_env
+from shoal.envs.multi_agent import make_multi_agent_env
 from shoal.errors import ConfigError, NaNLossError
 from shoal.interfaces import Algorithm, AlgorithmSpec
+from shoal.policy import JointPolicy
 from shoal.seeding import derive_seed, rng_state, seed_torch, set_rng_state
 from shoal.threads import set_compute_threads
 from shoal.train.callbacks import CallbackError, Callbacks, TrainContext, build_callbacks
 from shoal.train.checkpoint import Checkpoint, incompatible, save_checkpoint
-from shoal.train.evaluate import evaluate
+from shoal.train.evaluate import evaluate, evaluate_joint
 from shoal.train.logger import make_loggers
 from shoal.train.run_dir import guarded_write, record_for_deploy, resolve_run_dir
 
@@ -135,8 +137,9 @@ def run(
                 set_rng_state(resume.state["rng"])
             except (KeyError, RuntimeError, TypeError, ValueError) as exc:
                 raise incompatible(resume.path, exc) from exc
-        eval_env = _make_eval_env(config)
-        deploy_meta = record_for_deploy(config, eval_env)
+        joint = getattr(algorithm, "joint", False)  # several groups' policies act together
+        eval_env = _make_eval_env(config, joint)
+        deploy_meta = record_for_deploy(config, eval_env, joint)
         loggers = guarded_write(
             lambda: make_loggers(
                 run_dir,
@@ -263,7 +266,11 @@ def _iteration(algorithm: Algorithm, loop: _LoopState, eval_env: Any, run_cfg: A
 
 
 def _evaluate(algorithm: Algorithm, loop: _LoopState, eval_env: Any, seed: int) -> dict:
-    metrics = evaluate(algorithm.policy(), eval_env, seed)
+    policy = algorithm.policy()
+    if isinstance(policy, JointPolicy):
+        metrics = evaluate_joint(policy, eval_env, seed)
+    else:
+        metrics = evaluate(policy, eval_env, seed)
     loop.eval_return = metrics["eval/return"]
     loop.eval_step = algorithm.env_steps
     return metrics
@@ -352,7 +359,9 @@ class _LoopState:
     eval_step: int | None = None
 
 
-def _make_eval_env(config: Any):
+def _make_eval_env(config: Any, joint: bool = False):
+    """The evaluation envs: one per evaluation episode; a multi-agent env itself when the
+    policies of several groups act together (``joint``)."""
     run_cfg = config.run
     if run_cfg.eval_every_steps == 0 and run_cfg.target_return is None:
         return None
@@ -365,7 +374,7 @@ def _make_eval_env(config: Any):
         normalize_reward=False,
         atari_training=False,
     )
-    return make_env(env_config)
+    return make_multi_agent_env(env_config) if joint else make_env(env_config)
 
 
 @contextmanager

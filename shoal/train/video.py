@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from shoal.envs.base import VectorEnv
+from shoal.envs.multi_agent import MultiAgentVectorEnv
 from shoal.errors import ShoalError
 from shoal.interfaces import Policy
 
@@ -57,12 +58,14 @@ def render_fps(env: Any) -> float:
 
 def record_video(policy: Policy, env: VectorEnv, path: Path, seed: int, episodes: int = 1) -> Video:
     """Render ``episodes`` episodes of the first env (deterministic actions) to ``path``, a
-    .gif or an .mp4 that plays at the env's `render_fps`, and loops (GIF)."""
+    .gif or an .mp4 that plays at the env's `render_fps`, and loops (GIF). ``env`` may also
+    be a multi-agent vector env acted on by a `shoal.policy.JointPolicy`."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in (".gif", ".mp4"):
         raise ShoalError(f"video path {path} must end in .gif or .mp4")
-    obs = env.reset(seed=seed)
+    joint = isinstance(env, MultiAgentVectorEnv)
+    obs = env.reset(seed=seed)[0] if joint else env.reset(seed=seed)
     frames = [env.render()]
     if frames[0] is None:
         raise ShoalError("this environment cannot render rgb_array frames")
@@ -73,7 +76,14 @@ def record_video(policy: Policy, env: VectorEnv, path: Path, seed: int, episodes
         if result.autoreset[0]:
             continue  # the autoreset step shows the first frame of the next episode
         frames.append(env.render())
-        finished += int(result.terminated[0] or result.truncated[0])
+        if joint:
+            done = [
+                (result.terminated[g][0] | result.truncated[g][0] | ~result.active[g][0]).all()
+                for g in result.terminated
+            ]
+            finished += int(all(done))
+        else:
+            finished += int(result.terminated[0] or result.truncated[0])
     fps = render_fps(env)
     path.parent.mkdir(parents=True, exist_ok=True)
     write = write_gif if suffix == ".gif" else write_mp4

@@ -79,7 +79,7 @@ def test_exploration_update_follows_the_advantage_sign():
     """End to end through the learner: a critic that prefers sampled actions widens sigma."""
     algo = CTEDD(replace(CTEDDConfig(), **small()))
     learner = algo.learner
-    state = torch.as_tensor(algo.state, dtype=torch.float32)
+    state = torch.as_tensor(algo.runner.view.state, dtype=torch.float32)
     mean = learner.core.actor(state).detach()
     before = learner.scale(learner.core.actor.features(state)).mean().item()
     far = mean + 2.0 * before  # every sample two scales away: (eps^2 - 1) = 3 > 0

@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from duel_env import Duel
+from duel_env import factory as duel_factory
 from ma_line import factory
 from state_helpers import assert_states_equal, metric_rows
 
@@ -16,11 +18,12 @@ from shoal.algos.maddpg import (
     MADDPGLearner,
     critic_inputs,
     own_action_inputs,
+    replace_own_actions,
 )
 from shoal.config import ModelConfig, ReplayConfig
 from shoal.data.replay import ReplayBuffer
 from shoal.envs.multi_agent import AgentGroup, register_multi_agent_env
-from shoal.errors import ConfigError
+from shoal.errors import ConfigError, ShoalError
 from shoal.train.checkpoint import load_checkpoint
 
 ITERATION = 8  # 4 envs x 2 steps
@@ -74,7 +77,7 @@ def learner(**extra):
     config = MADDPGConfig(
         model=ModelConfig(hidden=(8,)), replay=ReplayConfig(batch_size=4), **extra
     )
-    return MADDPGLearner(config, group, state_dim=5)
+    return MADDPGLearner(config, [group], state_dim=5)
 
 
 def test_critic_inputs_replace_only_the_agents_own_action():
@@ -96,7 +99,7 @@ def test_critic_input_state_reads_the_state_part_of_a_row():
     lrn = learner(critic_input="state")
     rows = torch.arange(11.0).view(1, 11)  # 3 agents x 2 obs, then a 5-dim state
     obs, critic_obs = lrn.split(rows)
-    torch.testing.assert_close(obs, torch.arange(6.0).view(1, 3, 2))
+    torch.testing.assert_close(obs["agent"], torch.arange(6.0).view(1, 3, 2))
     torch.testing.assert_close(critic_obs, torch.arange(6.0, 11.0).view(1, 5))
 
 
@@ -191,3 +194,100 @@ def test_algorithm_runs_without_the_training_loop():
         assert algo.env_steps == 3 * ITERATION
     finally:
         algo.close()
+
+
+# --- several groups: Lowe et al.'s mixed games -------------------------------------------------
+
+register_multi_agent_env("shoal-test/duel-v0", duel_factory)
+
+
+def duel(**extra):
+    return small(**{"env.id": "shoal-test/duel-v0", "env.kwargs": {}, **extra})
+
+
+def test_critics_see_every_agent_across_groups():
+    env = Duel(1)
+    config = MADDPGConfig(model=ModelConfig(hidden=(8,)), replay=ReplayConfig(batch_size=4))
+    lrn = MADDPGLearner(config, list(env.groups.values()), state_dim=3)
+    actor = lrn.core.actor
+    assert actor.num_agents == 3 and actor.obs_size == 3 + 2 * 2
+    assert actor.action_size == 1 + 2 * 3 and actor.stored_size == 1 + 2
+    own = actor.own_columns.int().tolist()  # red's 1 column, then each runner's 3 one-hots
+    assert own == [[1, 0, 0, 0, 0, 0, 0], [0, 1, 1, 1, 0, 0, 0], [0, 0, 0, 0, 1, 1, 1]]
+    stored = torch.tensor([[0.5, 2.0, 0.0]])  # red moves 0.5, blue_0 right, blue_1 left
+    joint = actor.critic_actions(stored)
+    torch.testing.assert_close(joint, torch.tensor([[0.5, 0, 0, 1, 1, 0, 0]]))
+    policy = torch.full((1, 7), -1.0)
+    inputs = replace_own_actions(torch.zeros(1, 2), joint, policy, actor.own_columns)
+    torch.testing.assert_close(inputs[0, 0, 2:], torch.tensor([-1.0, 0, 0, 1, 1, 0, 0]))
+    torch.testing.assert_close(inputs[2, 0, 2:], torch.tensor([0.5, 0, 0, 1, -1, -1, -1]))
+    # Every critic reads every agent's observation and action: red's critic moves when only
+    # a runner's observation or action changes.
+    obs = torch.zeros(1, actor.obs_size)
+    base = lrn.core.critic.evaluate(critic_inputs(obs, joint)).squeeze(-1)
+    moved_obs = obs.clone()
+    moved_obs[0, -1] = 3.0  # blue_1's second feature
+    moved_action = joint.clone()
+    moved_action[0, 4:] = torch.tensor([0.0, 0.0, 1.0])  # blue_1 goes right
+    for changed in (critic_inputs(moved_obs, joint), critic_inputs(obs, moved_action)):
+        q = lrn.core.critic.evaluate(changed).squeeze(-1)
+        assert (q - base).abs().min() > 0, "each critic sees the change"
+
+
+def test_two_groups_learn_at_once_evaluate_and_deploy(tmp_path):
+    seen = []
+    result = shoal.train(
+        "maddpg",
+        run_dir=str(tmp_path / "duel"),
+        total_steps=4 * ITERATION,
+        on_iteration=lambda step, metrics: seen.append(metrics),
+        **duel(**{"run.eval_every_steps": 2 * ITERATION, "run.eval_episodes": 3}),
+    )
+    logged = {key for m in seen for key in m}
+    for group in ("red", "blue"):
+        assert {f"loss/{group}/critic", f"loss/{group}/actor"} <= logged
+        assert {f"episode/return/{group}", f"eval/return/{group}"} <= logged
+    assert {"episode/return/red_0", "episode/return/blue_1", "eval/return/blue_0"} <= logged
+    learned = [m for m in seen if "loss/critic" in m]
+    for m in learned:
+        total = m["loss/red/critic"] + m["loss/blue/critic"]
+        assert m["loss/critic"] == pytest.approx(total, rel=1e-5)
+    policy = shoal.load(result.run_dir)
+    obs, _ = Duel(2).reset(seed=0)
+    actions = policy.act(obs)
+    assert actions["red"].shape == (2, 1, 1) and actions["blue"].shape == (2, 2)
+    assert np.abs(actions["red"]).max() <= 1 and set(np.unique(actions["blue"])) <= {0, 1, 2}
+    one = policy.act({g: o[1] for g, o in obs.items()})  # one env's observations
+    np.testing.assert_array_equal(one["blue"], actions["blue"][1])
+    with pytest.raises(ShoalError, match="missing \\['blue'\\]"):
+        policy.act({"red": obs["red"]})
+
+
+def test_two_group_resume_is_exact(tmp_path):
+    first, total = 3 * ITERATION, 6 * ITERATION
+    overrides = duel(
+        **{"replay.save": True, "run.checkpoint_every_steps": ITERATION, "noise.kind": "ou"}
+    )
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    part = shoal.train("maddpg", seed=4, total_steps=first, run_dir=a, **overrides)
+    resumed = shoal.train(resume=part.run_dir, total_steps=total)
+    straight = shoal.train("maddpg", seed=4, total_steps=total, run_dir=b, **overrides)
+    got = load_checkpoint(resumed.run_dir).state["algorithm"]
+    want = load_checkpoint(straight.run_dir).state["algorithm"]
+    assert_states_equal(got, want)
+    assert metric_rows(resumed.run_dir) == metric_rows(straight.run_dir)
+
+
+@pytest.mark.parametrize("game", ["simple_adversary_v3", "simple_tag_v3"])
+def test_mpe_mixed_games_train_every_group(game, tmp_path):
+    seen = []
+    shoal.train(
+        "maddpg",
+        run_dir=str(tmp_path / game),
+        total_steps=3 * ITERATION,
+        on_iteration=lambda step, metrics: seen.append(metrics),
+        **small(**{"env.id": f"pettingzoo:mpe2.{game}", "env.kwargs": {"max_cycles": 4}}),
+    )
+    logged = {key for m in seen for key in m}
+    for group in ("adversary", "agent"):  # both games' groups learn
+        assert f"loss/{group}/critic" in logged and f"episode/return/{group}" in logged

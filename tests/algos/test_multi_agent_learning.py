@@ -1,12 +1,14 @@
-"""Fixed-seed learning test of multi-agent PPO: MAPPO beats a random policy on the built-in
-cooperative navigation (shoal/spread-v0) by a clear margin within a CI-sized budget."""
+"""Fixed-seed learning tests of multi-agent PPO: MAPPO beats a random policy on the built-in
+cooperative navigation (shoal/spread-v0), and trains both sides of mpe2's simple_adversary at
+once, by clear margins within CI-sized budgets."""
 
 import pytest
 from random_policy import RandomPolicy
 
 import shoal
 from shoal.config import EnvConfig
-from shoal.train.evaluate import evaluate
+from shoal.envs.multi_agent import make_multi_agent_env
+from shoal.train.evaluate import evaluate, evaluate_joint
 
 pytestmark = pytest.mark.learning
 
@@ -32,3 +34,33 @@ def test_mappo_beats_random_on_spread(tmp_path):
     env.close()
     print(f"random {random_return:.2f}, MAPPO after 102k env steps {trained:.2f}")
     assert trained >= random_return + MARGIN, (trained, random_return)
+
+
+TEAM_MARGIN = 4.0
+"""Required gain of the trained agents over random agents, both against the trained adversary,
+in the agents' mean episode return on simple_adversary (64 episodes; measured with seed 0:
+trained 5.8, random agents -3.3 after 32k env steps)."""
+
+
+def test_two_policies_learn_simple_adversary_at_once(tmp_path):
+    """MAPPO trains the adversary and the agents together (one policy per group); the agents
+    it trains beat random agents against the adversary it trains."""
+    result = shoal.train(
+        "mappo",
+        seed=0,
+        run_dir=str(tmp_path / "run"),
+        total_steps=32_768,
+        **{"env.id": "pettingzoo:mpe2.simple_adversary_v3", "env.num_envs": 16,
+           "num_steps": 128, "num_epochs": 4, "minibatch_size": 1024,
+           "model.hidden": (64, 64), "run.eval_every_steps": 0,
+           "run.checkpoint_every_steps": 0, "run.console": False, "run.tensorboard": False},
+    )  # fmt: skip
+    policy = shoal.load(result.run_dir)
+    env = make_multi_agent_env(EnvConfig(id="pettingzoo:mpe2.simple_adversary_v3", num_envs=64))
+    trained = evaluate_joint(policy, env, seed=2024)["eval/return/agent"]
+    random_agents = policy.with_fixed({"agent": "random"}, env.groups)
+    baseline = evaluate_joint(random_agents, env, seed=2024)["eval/return/agent"]
+    env.close()
+    print(f"agents' return against the trained adversary: trained {trained:.2f}, "
+          f"random {baseline:.2f}")  # fmt: skip
+    assert trained >= baseline + TEAM_MARGIN, (trained, baseline)

@@ -3,13 +3,14 @@
 import numpy as np
 import pytest
 import torch
+from duel_env import factory as duel_factory
 from state_helpers import assert_states_equal, metric_rows
 
 import shoal
 from shoal.algos.qmix import QMIXConfig, QMIXNetworks
 from shoal.config import EnvConfig, ReplayConfig
 from shoal.data.episode_replay import EpisodeBuilder, EpisodeReplay
-from shoal.envs.multi_agent import MultiAgentStep
+from shoal.envs.multi_agent import MultiAgentStep, register_multi_agent_env
 from shoal.errors import ConfigError, UnsupportedSpaceError
 from shoal.losses.value_decomposition import double_q_next_values, masked_td_loss, td_targets
 from shoal.nn.mixers import QMixer, RecurrentAgent, RecurrentQPolicy, VDNMixer
@@ -283,3 +284,32 @@ def test_continuous_actions_are_refused(tmp_path):
             total_steps=ITERATION,
             **small(**{"env.id": "shoal/spread-v0", "env.kwargs": {"continuous": True}}),
         )
+
+
+register_multi_agent_env("shoal-test/duel-v0", duel_factory)
+
+
+def test_the_team_trains_against_a_fixed_opponent_and_resumes_exactly(tmp_path):
+    """Duel's two runners (Discrete) are the team; the chaser (continuous) acts at random,
+    from its own generator, which checkpoints carry."""
+    opts = small(**{"env.id": "shoal-test/duel-v0", "env.group": "blue",
+                    "env.opponents": {"red": "random"}, "env.agent_id": True,
+                    "replay.save": True, "episode_limit": 5})  # fmt: skip
+    total = 6 * ITERATION
+    straight = shoal.train("qmix", run_dir=str(tmp_path / "a"), total_steps=total, **opts)
+    part = shoal.train("qmix", run_dir=str(tmp_path / "b"), total_steps=3 * ITERATION, **opts)
+    resumed = shoal.train(resume=part.run_dir, total_steps=total)
+    want = load_checkpoint(straight.run_dir).state["algorithm"]
+    got = load_checkpoint(resumed.run_dir).state["algorithm"]
+    assert_states_equal(got, want)
+    assert "red" in got["runner"]["acting"]["opponents"]
+    assert metric_rows(resumed.run_dir) == metric_rows(straight.run_dir)
+    rows = metric_rows(straight.run_dir)
+    assert any("episode/return/blue_1" in row for row in rows)
+    assert not any("episode/return/red_0" in row for row in rows)  # only the team's returns
+
+
+def test_an_opposing_group_needs_a_fixed_policy(tmp_path):
+    with pytest.raises(ConfigError, match="--env.group red --env.opponents blue random"):
+        shoal.train("vdn", run_dir=str(tmp_path / "x"), total_steps=ITERATION,
+                    **small(**{"env.id": "shoal-test/duel-v0"}))  # fmt: skip

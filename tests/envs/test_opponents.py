@@ -100,10 +100,10 @@ def test_bad_opponents_are_named(opponents, group, message, monkeypatch):
 
 
 def test_opponents_only_where_they_apply(tmp_path):
-    with pytest.raises(ConfigError, match="applies to multi-agent envs"):
+    with pytest.raises(ConfigError, match="apply to multi-agent envs"):
         make_env(EnvConfig(id="CartPole-v1", opponents={"x": "random"}))
-    with pytest.raises(ConfigError, match="QMIX does not take fixed opponents"):
-        shoal.build_config("qmix", env="shoal/spread-v0", **{"env.opponents": {"x": "random"}})
+    with pytest.raises(ConfigError, match="MADDPG trains every agent group of its env"):
+        shoal.build_config("maddpg", env="shoal/spread-v0", **{"env.opponents": {"x": "random"}})
 
 
 def test_mappo_trains_agents_against_a_random_adversary(tmp_path):

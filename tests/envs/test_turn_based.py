@@ -137,3 +137,37 @@ def test_self_play_learns_to_beat_a_random_player(tmp_path, monkeypatch):
 def test_self_play_wins_nine_games_in_ten_as_first_player(tmp_path):
     policy = self_play(tmp_path, 400_000)
     assert (play_against_random(policy, first=True) > 0).mean() >= 0.9
+
+
+@pytest.mark.slow
+def test_pool_self_play_wins_nine_games_in_ten_as_first_player(tmp_path):
+    """The tuned example ippo-tictactoe-selfplay: self-play against a PFSP pool of past
+    snapshots (measured: 92.5% of games won as the first player, 75% as the second)."""
+    result = shoal.train(
+        tuned="ippo-tictactoe-selfplay",
+        seed=0,
+        run_dir=str(tmp_path / "run"),
+        **{"run.console": False, "run.tensorboard": False},
+    )
+    policy = shoal.load(result.run_dir)
+    env = make_multi_agent_env(EnvConfig(id=TICTACTOE, num_envs=200))
+    first = policy.with_fixed({"player_2": "random"}, env.groups)
+    wins = evaluate_wins(first, env, seat=0)
+    env.close()
+    assert wins >= 0.9, wins
+
+
+def evaluate_wins(policy, env, seat: int) -> float:
+    """The share of games (the first of each env) that ``seat`` wins."""
+    obs, state = env.reset(seed=2024)
+    mask = env.action_mask
+    total = np.zeros(env.num_envs)
+    running = np.ones(env.num_envs, bool)
+    while running.any():
+        step = env.step(policy.act(obs, state=state, action_mask=mask))
+        real = running & ~step.autoreset
+        total[real] += step.rewards["player"][real, seat]
+        finished = step.terminated["player"] | step.truncated["player"] | ~step.active["player"]
+        running &= ~(finished.all(1) & real)
+        obs, state, mask = step.obs, step.state, step.action_mask
+    return float(np.mean(total > 0))

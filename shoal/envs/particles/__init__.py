@@ -19,7 +19,12 @@ id                          agents  landmarks  steps  observation per agent
 ``shoal/predator-prey-v0``  3       2 (preys)  50     distances to others and to preys
 ==========================  ======  =========  =====  ==========================================
 
-The last four are the benchmarks of Chen 2019 (CTEDD, section 5.1); see each class for
+``shoal/tag-v0`` (`shoal.envs.particles.tag`) has two groups that learn against each other:
+three predators (``adversary``) and a prey (``agent``) among two obstacles, MPE's
+``simple_tag``. ``shoal/predator-prey-v0`` with ``prey="learned"`` makes its preys a second,
+learning group ``prey``.
+
+The four tasks after spread are the benchmarks of Chen 2019 (CTEDD, section 5.1); see each class for
 the choices made where the paper is vague. Every observation ends with the messages the
 *other* agents sent on the previous step (agent order, ``message_dim`` each; zeros after a
 reset).
@@ -61,6 +66,7 @@ Hand-placing a configuration (tests, demos): write the public arrays ``agent_pos
 observations and state of the current configuration.
 """
 
+from shoal.envs.particles.tag import TagEnv
 from shoal.envs.particles.tasks import (
     ENVS,
     CooperativeNavigationV1Env,
@@ -79,4 +85,5 @@ __all__ = [
     "PredatorPreyEnv",
     "PushForwardEnv",
     "SpreadEnv",
+    "TagEnv",
 ]

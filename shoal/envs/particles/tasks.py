@@ -8,10 +8,16 @@ from __future__ import annotations
 import itertools
 from typing import TYPE_CHECKING, Any
 
+import gymnasium as gym
 import numpy as np
 
-from shoal.envs.multi_agent import register_multi_agent_env
-from shoal.envs.particles.world import F32, ParticleEnv
+from shoal.envs.multi_agent import (
+    AgentGroup,
+    EpisodeTracker,
+    MultiAgentStep,
+    register_multi_agent_env,
+)
+from shoal.envs.particles.world import DIRECTIONS, F32, ParticleEnv
 from shoal.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -177,6 +183,13 @@ class PredatorPreyEnv(ParticleEnv):
     respawns uniformly in ``[-1, 1]^2`` (after the reward is computed). Reward of agent
     ``i``: ``-sum over preys of the distance to the closest agent - 1.0`` per other agent
     overlapping ``i`` ``+ 10.0`` per capture. Preys do not collide.
+
+    ``prey="learned"``: the preys are a second agent group, ``prey`` (``prey_0 ..``), that
+    learns instead of following the rule. A prey moves ``prey_step`` per step in the
+    direction it picks (``Discrete(5)``: no-op, -x, +x, -y, +y; or with ``continuous`` a
+    ``Box(-1, 1, (2,))`` direction, its length capped at 1), inside the arena; it observes its
+    position and its distances to the predators and to the other preys, and gets the distance
+    to its closest predator each step, ``-capture_reward`` when captured.
     """
 
     env_id = "shoal/predator-prey-v0"
@@ -196,10 +209,50 @@ class PredatorPreyEnv(ParticleEnv):
         "arena",
     )
 
-    def __init__(self, num_envs: int = 1, **kwargs: Any):
+    def __init__(self, num_envs: int = 1, *, prey: str = "rule", **kwargs: Any):
         super().__init__(num_envs, **kwargs)
+        if prey not in ("rule", "learned"):
+            raise ConfigError(f"{self.env_id}: prey must be 'rule' or 'learned', not {prey!r}")
         angles = np.arange(self.prey_directions) * (2 * np.pi / self.prey_directions)
         self._moves = (np.stack([np.cos(angles), np.sin(angles)], 1) * self.prey_step).astype(F32)
+        self.learned_prey = prey == "learned"
+        self._prey_actions: np.ndarray | None = None
+        self._caught = np.zeros((self.num_envs, self.num_landmarks), bool)
+        if self.learned_prey:
+            n, m = self.num_agents, self.num_landmarks
+            action: gym.Space = (
+                gym.spaces.Box(-1.0, 1.0, (2,), F32) if self.continuous else gym.spaces.Discrete(5)
+            )
+            obs = gym.spaces.Box(-np.inf, np.inf, (2 + n + m - 1,), F32)
+            agents = tuple(f"prey_{i}" for i in range(m))
+            self.groups["prey"] = AgentGroup("prey", agents, obs, action)
+            self.tracker = EpisodeTracker(self.num_envs, self.groups)
+            self._other_preys = np.array(
+                [[j for j in range(m) if j != i] for i in range(m)], np.intp
+            )
+
+    def step(self, actions: dict[str, np.ndarray]) -> MultiAgentStep:
+        if self.learned_prey:
+            self._prey_actions = np.asarray(actions["prey"])
+        return super().step(actions)
+
+    def reset(self, seed: int | None = None) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        self._caught[:] = False
+        return super().reset(seed)
+
+    def steer(self) -> None:
+        """Move every learned prey ``prey_step`` along the direction it chose."""
+        prey, a = self.landmark_pos, self._prey_actions
+        if self.continuous:
+            direction = np.clip(a.reshape(self.num_envs, -1, 2), -1.0, 1.0).astype(F32)
+            norm = np.sqrt((direction * direction).sum(-1, keepdims=True))
+            direction = direction / np.maximum(norm, F32(1.0))
+        else:
+            direction = DIRECTIONS[a.reshape(self.num_envs, -1).astype(np.intp)]
+        new = np.clip(prey + direction * F32(self.prey_step), -self.arena, self.arena)
+        np.subtract(new, prey, out=self.landmark_vel)
+        self.landmark_vel *= F32(1.0 / self.dt)
+        prey[:] = new
 
     def evade(self) -> None:
         """Move every prey (see the class doc) given the agents' current positions."""
@@ -219,9 +272,14 @@ class PredatorPreyEnv(ParticleEnv):
         return (self._ldist <= F32(self.capture_radius)).all(axis=1)
 
     def _rules(self, old_pos: np.ndarray) -> np.ndarray:
-        self.evade()
+        if self.learned_prey:
+            self.steer()
+        else:
+            self.evade()
         self.refresh()
         caught = self.captured()
+        self._caught = caught
+        self._prey_reward = self._ldist.min(axis=1) - F32(self.capture_reward) * caught
         reward = self._team_reward()
         reward += (F32(self.capture_reward) * caught.sum(axis=1, dtype=F32))[:, None]
         if caught.any():
@@ -229,6 +287,21 @@ class PredatorPreyEnv(ParticleEnv):
             self.landmark_vel[caught] = 0.0
             self.refresh()
         return reward
+
+    def _other_rewards(self) -> dict[str, np.ndarray]:
+        if not self.learned_prey:
+            return {}
+        return {"prey": self._prey_reward.astype(F32)}
+
+    def _other_observations(self) -> dict[str, np.ndarray]:
+        if not self.learned_prey:
+            return {}
+        prey = self.landmark_pos
+        gap = prey[:, :, None, :] - prey[:, None, :, :]
+        prey_dist = np.sqrt((gap * gap).sum(-1))[:, np.arange(self.num_landmarks)[:, None],
+                                                  self._other_preys]  # fmt: skip
+        to_predators = self._ldist.transpose(0, 2, 1)  # [B, L, N]
+        return {"prey": np.concatenate([prey, to_predators, prey_dist], axis=2).astype(F32)}
 
     def _render_circles(self) -> list[tuple[float, float, float, tuple[int, int, int]]]:
         circles = super()._render_circles()

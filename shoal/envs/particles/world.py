@@ -123,7 +123,6 @@ class ParticleEnv:
         self._rows = np.arange(n)[:, None]
         self._not_self = ~np.eye(n, dtype=bool)
         self._table = DIRECTIONS * F32(self.accel)
-        self._false = np.zeros((B, n), bool)
         self._started = False
 
     # ----------------------------------------------------------------- protocol
@@ -141,7 +140,6 @@ class ParticleEnv:
     def step(self, actions: dict[str, np.ndarray]) -> MultiAgentStep:
         if not self._started:
             self.reset()
-        n = self.num_agents
         resetting = self._needs_reset
         force, message = self._decode(actions[GROUP])
         old_pos = self.agent_pos.copy()
@@ -166,24 +164,26 @@ class ParticleEnv:
         self.t += 1
 
         self.refresh()
-        rewards = self._rules(old_pos)
+        rewards = {GROUP: self._rules(old_pos), **self._other_rewards()}
         ended = self.t >= self.max_episode_steps
         if resetting.any():
             index = np.flatnonzero(resetting)
             self._reset_envs(index)
-            rewards[index] = 0.0
+            for group_rewards in rewards.values():
+                group_rewards[index] = 0.0
             ended[index] = False
             self.refresh()
         self._needs_reset = ended
         counted = ~resetting
-        returns, lengths = self.tracker.update({GROUP: rewards}, counted, ended)
+        returns, lengths = self.tracker.update(rewards, counted, ended)
         obs, state = self.observe()
+        sizes = {name: group.size for name, group in self.groups.items()}
         return MultiAgentStep(
             obs=obs,
-            rewards={GROUP: rewards},
-            terminated={GROUP: self._false.copy()},
-            truncated={GROUP: np.repeat(ended[:, None], n, axis=1)},
-            active={GROUP: np.repeat(counted[:, None], n, axis=1)},
+            rewards=rewards,
+            terminated={g: np.zeros((self.num_envs, k), bool) for g, k in sizes.items()},
+            truncated={g: np.repeat(ended[:, None], k, axis=1) for g, k in sizes.items()},
+            active={g: np.repeat(counted[:, None], k, axis=1) for g, k in sizes.items()},
             autoreset=resetting.copy(),
             state=state,
             episode_returns=returns,
@@ -286,7 +286,7 @@ class ParticleEnv:
             ],
             axis=1,
         )
-        return {GROUP: obs}, state
+        return {GROUP: obs, **self._other_observations()}, state
 
     def collisions(self) -> np.ndarray:
         """``[B, N]`` number of other agents each agent overlaps (distance < 2 * size)."""
@@ -335,6 +335,15 @@ class ParticleEnv:
         before the step), call `refresh` if anything moved, and return rewards ``[B, N]``
         float32 (a fresh array)."""
         raise NotImplementedError
+
+    def _other_rewards(self) -> dict[str, np.ndarray]:
+        """Rewards ``[B, N_g]`` of groups beside ``"agent"`` (a learning prey), after
+        `_rules`."""
+        return {}
+
+    def _other_observations(self) -> dict[str, np.ndarray]:
+        """Observations of groups beside ``"agent"``."""
+        return {}
 
     def _team_reward(self) -> np.ndarray:
         """The paper tasks' base reward: minus the landmark cover distance (shared), minus
