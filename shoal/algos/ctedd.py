@@ -50,7 +50,12 @@ from shoal.algos.actor_critic_replay import (
 from shoal.algos.maddpg import critic_inputs, own_action_inputs, replay_steps
 from shoal.algos.off_policy import learn_from_replay, make_priorities
 from shoal.backend import place, uncompiled_copy
-from shoal.collect.multi_agent import JointObs, MultiAgentEpisodes, MultiAgentRunner
+from shoal.collect.multi_agent import (
+    FixedGroups,
+    JointObs,
+    MultiAgentEpisodes,
+    MultiAgentRunner,
+)
 from shoal.config import (
     EnvConfig,
     ModelConfig,
@@ -153,7 +158,7 @@ class CTEDDConfig(ActorCriticReplayConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_positive(self, "distill_every", "distill_batch_size", "distill_repeats")
-        check_multi_agent_learner(self, "CTEDD")
+        check_multi_agent_learner(self, "CTEDD", opponents=True)
         check_positive(self, "distill_lr", "exploration_lr")
         check(self, "message_dim", self.message_dim >= 0, "must be >= 0")
         check(
@@ -180,15 +185,20 @@ class CTEDDConfig(ActorCriticReplayConfig):
             )
 
 
-def _group(env: MultiAgentVectorEnv) -> AgentGroup:
+def _group(env: MultiAgentVectorEnv, opponents: dict[str, str] | None = None) -> AgentGroup:
+    """The cooperative team CTEDD trains: the env's one group without a fixed policy
+    (``env.opponents``)."""
     if env.state_space is None:
         raise ConfigError("CTEDD trains one agent group of an env with a global state")
-    if len(env.groups) != 1:
+    team = [g for g in env.groups.values() if g.name not in (opponents or {})]
+    if len(team) != 1:
+        others = " ".join(f"{g} random" for g in list(env.groups)[1:])
         raise ConfigError(
-            f"CTEDD trains one cooperative agent group; this env has groups {list(env.groups)}: "
-            "train every group with maddpg, mappo or ippo"
+            f"CTEDD trains one cooperative team; this env has groups {list(env.groups)}: give "
+            f"the others a fixed policy (--env.opponents {others}, or a scripted "
+            "module:Class), or train every group with maddpg, mappo or ippo"
         )
-    group = next(iter(env.groups.values()))
+    group = team[0]
     space = group.action_space
     if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
         raise ConfigError(
@@ -206,7 +216,7 @@ def build_model(config: CTEDDConfig, obs_space: gym.Space, action_space: gym.Spa
     """The deployable local policies (``message_dim``) for `shoal.load`."""
     probe = make_multi_agent_env(dataclasses.replace(config.env, num_envs=1))
     try:
-        group = _group(probe)
+        group = _group(probe, config.env.opponents)
     finally:
         probe.close()
     return build_local(config, group, config.message_dim)
@@ -346,8 +356,8 @@ class CTEDDActing:
     sampling around their means with the learned exploration scales; keeps the states and
     the samples of the real steps for the exploration update (Eq. (5))."""
 
-    def __init__(self, learner: CTEDDLearner, group: str):
-        self.learner, self.group = learner, group
+    def __init__(self, learner: CTEDDLearner, group: str, opponents: FixedGroups):
+        self.learner, self.group, self.opponents = learner, group, opponents
         self.states: list[torch.Tensor] = []
         self.sampled: list[torch.Tensor] = []
         self._pending: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -357,13 +367,19 @@ class CTEDDActing:
         state = torch.as_tensor(view.state, dtype=torch.float32)
         raw, actions = self.learner.act(state)
         self._pending = (state, raw)
-        return {self.group: actions.numpy()}
+        return {self.group: actions.numpy(), **self.opponents.act(view)}
 
     def observe(self, actions: dict[str, np.ndarray], step: MultiAgentStep) -> None:
         state, raw = self._pending
         valid = torch.from_numpy(~step.autoreset)
         self.states.append(state[valid])
         self.sampled.append(raw[valid])
+
+    def get_state(self) -> dict[str, Any]:
+        return {"opponents": self.opponents.get_state()}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.opponents.set_state(state["opponents"])
 
     def drain(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The states and samples of the real steps since the last call."""
@@ -380,7 +396,7 @@ class CTEDD:
     def __init__(self, config: CTEDDConfig):
         self.config = config
         self.env = make_multi_agent_env(config.env)
-        self.group = _group(self.env)
+        self.group = _group(self.env, config.env.opponents)
         n, num_envs = self.group.size, self.env.num_envs
         self.obs_dim = self.group.observation_space.shape[0]
         self.action_dim = self.group.action_space.shape[0]
@@ -406,7 +422,8 @@ class CTEDD:
             seed=derive_seed(config.run.seed, "replay", 0),
             reward_shape=(n,),
         )
-        self.acting = CTEDDActing(self.learner, self.group.name)
+        opponents = FixedGroups(config.env.opponents, self.env.groups, config.run.seed)
+        self.acting = CTEDDActing(self.learner, self.group.name, opponents)
         self.runner = MultiAgentRunner(
             self.env, self.acting, config.rollout_steps, derive_seed(config.run.seed, "env", 0)
         )
@@ -427,8 +444,9 @@ class CTEDD:
 
     def _collect(self) -> tuple[MultiAgentEpisodes, torch.Tensor, torch.Tensor]:
         rollout = self.runner.sample()
-        actions = rollout.actions[self.group.name].astype(np.float32)
-        self.replay.extend(*replay_steps(rollout, actions, with_state=True))
+        name = self.group.name
+        actions = rollout.actions[name].astype(np.float32)
+        self.replay.extend(*replay_steps(rollout, actions, with_state=True, groups=[name]))
         self.env_steps += rollout.num_steps * rollout.num_envs
         return (rollout.episodes, *self.acting.drain())
 
@@ -448,7 +466,7 @@ class CTEDD:
         if self.env_steps >= self.next_distill or self.env_steps >= cfg.run.total_steps:
             metrics.update(self.distill())
             self.next_distill = (self.env_steps // cfg.distill_every + 1) * cfg.distill_every
-        metrics.update(episodes.metrics())
+        metrics.update(episodes.metrics([self.group.name]))
         return metrics
 
     def _learn(self) -> dict[str, float]:
@@ -516,13 +534,15 @@ class CTEDD:
             self._eval_env = make_multi_agent_env(env_config)
         env, name = self._eval_env, self.group.name
         obs, state = env.reset(seed=seed)
+        opponents = FixedGroups(self.config.env.opponents, env.groups, seed)
         total = np.zeros((episodes, self.group.size))
         done = np.zeros(episodes, bool)
         while not done.all():
             device = self.learner.device
             obs_t = torch.as_tensor(obs[name]).float().to(device)
             actions = act(obs_t, torch.as_tensor(state).float().to(device)).cpu()
-            step = env.step({name: actions.numpy()})
+            view = JointObs(obs, state, getattr(env, "action_mask", None))
+            step = env.step({name: actions.numpy(), **opponents.act(view)})
             total[~done] += step.rewards[name][~done]
             done |= (step.terminated[name] | step.truncated[name]).all(axis=1)
             obs, state = step.obs, step.state

@@ -153,20 +153,27 @@ class ReplaySteps(NamedTuple):
     valid: np.ndarray
 
 
-def replay_steps(rollout: MultiAgentRollout, actions: np.ndarray, with_state: bool) -> ReplaySteps:
-    """``rollout``'s steps as replay rows: every agent's observation, flattened group by
-    group, then the global state when ``with_state`` (the critics' input, or CTEDD's);
-    ``actions`` ``[T, B, ...]`` are the joint actions as the replay stores them."""
+def replay_steps(
+    rollout: MultiAgentRollout,
+    actions: np.ndarray,
+    with_state: bool,
+    groups: list[str] | None = None,
+) -> ReplaySteps:
+    """``rollout``'s steps as replay rows: the observation of every agent of ``groups`` (all
+    by default; CTEDD's team), flattened group by group, then the global state when
+    ``with_state`` (the critics' input, or CTEDD's); ``actions`` ``[T, B, ...]`` are the
+    joint actions as the replay stores them."""
     steps, envs = rollout.num_steps, rollout.num_envs
-    parts = [o[:-1].reshape(steps, envs, -1).astype(np.float32) for o in rollout.obs.values()]
+    groups = groups or list(rollout.obs)
+    parts = [rollout.obs[g][:-1].reshape(steps, envs, -1).astype(np.float32) for g in groups]
     if with_state:
         parts.append(rollout.state[:-1].astype(np.float32))
-    terminated = np.concatenate(list(rollout.terminated.values()), axis=-1)
-    truncated = np.concatenate(list(rollout.truncated.values()), axis=-1)
+    terminated = np.concatenate([rollout.terminated[g] for g in groups], axis=-1)
+    truncated = np.concatenate([rollout.truncated[g] for g in groups], axis=-1)
     return ReplaySteps(
         np.concatenate(parts, axis=-1),
         actions,
-        np.concatenate(list(rollout.rewards.values()), axis=-1),
+        np.concatenate([rollout.rewards[g] for g in groups], axis=-1),
         terminated.all(-1),
         truncated.any(-1),
         ~rollout.autoreset,

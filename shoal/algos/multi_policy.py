@@ -24,7 +24,7 @@ import numpy as np
 from shoal.algos.on_policy import check_masks, make_batch
 from shoal.algos.ppo import PPO, PPOConfig, PPOLearner, build_model
 from shoal.backend import uncompiled_copy
-from shoal.collect.multi_agent import MultiAgentRunner
+from shoal.collect.multi_agent import FixedGroups, MultiAgentRunner
 from shoal.collect.multi_policy import MultiPolicyActing, policy_rows
 from shoal.collect.self_play import SelfPlaySeats, SnapshotPool
 from shoal.config import replace
@@ -175,9 +175,9 @@ class MultiPolicyPPO:
             self.learners[name] = PPOLearner(
                 settings, rows.observation_space, self.policies[name].action_space
             )
-        for index, opponent in enumerate(policy_set.opponents.values()):
-            if hasattr(opponent, "reset"):
-                opponent.reset(derive_seed(config.run.seed, "opponent", index))
+        # The acting side's fixed opponents are its own (the deployable policy set has
+        # others): evaluation never draws from the generators that training draws from.
+        opponents = FixedGroups(cfg.opponents, env.groups, config.run.seed)
         models = {}
         for name, learner in self.learners.items():
             models[name] = uncompiled_copy(learner.model).requires_grad_(False)
@@ -187,7 +187,7 @@ class MultiPolicyPPO:
             self.policies,
             policy_set.rows,
             models,
-            policy_set.opponents,
+            opponents,
             config.num_steps,
             cfg.num_envs,
             self.masked,

@@ -26,7 +26,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from shoal.backend import place, uncompiled_copy
-from shoal.collect.multi_agent import JointObs, MultiAgentRunner
+from shoal.collect.multi_agent import FixedGroups, JointObs, MultiAgentRunner
 from shoal.config import (
     REPLAY_RENAMES,
     EnvConfig,
@@ -43,7 +43,6 @@ from shoal.config import (
 from shoal.data.episode_replay import EpisodeBatch, EpisodeBuilder, EpisodeReplay
 from shoal.device import check_precision, resolve_device, to_device
 from shoal.envs.multi_agent import MultiAgentStep, MultiAgentVectorEnv, make_multi_agent_env
-from shoal.envs.opponents import make_opponents
 from shoal.errors import ConfigError, UnsupportedSpaceError
 from shoal.losses.q_learning import masked_argmax
 from shoal.losses.value_decomposition import double_q_next_values, masked_td_loss, td_targets
@@ -271,7 +270,7 @@ class QMIXActing:
     among legal actions. Its GRU state and the last actions run from step to step and restart
     with each episode."""
 
-    def __init__(self, qmix: QMIX, agent: nn.Module, seed: int, opponents: dict[str, Any]):
+    def __init__(self, qmix: QMIX, agent: nn.Module, seed: int, opponents: FixedGroups):
         self.qmix, self.agent = qmix, agent
         self.group = qmix.group
         self.opponents = opponents
@@ -299,9 +298,7 @@ class QMIXActing:
         noise = torch.from_numpy(self.rng.random(tuple(q.shape), np.float32))
         random = masked_argmax(noise, mask).numpy()
         actions = {self.group: np.where(self.rng.random((b, n)) < self.epsilon, random, greedy)}
-        for group, opponent in self.opponents.items():
-            legal = None if masks is None else masks[group]
-            actions[group] = opponent.act(view.obs[group], legal)
+        actions.update(self.opponents.act(view))
         return actions
 
     def observe(self, actions: dict[str, np.ndarray], step: MultiAgentStep) -> None:
@@ -318,17 +315,14 @@ class QMIXActing:
             "hidden": self.hidden.clone(),
             "last_actions": self.last_actions.copy(),
             "rng": self.rng.bit_generator.state,
-            "opponents": {
-                g: o.get_state() for g, o in self.opponents.items() if hasattr(o, "get_state")
-            },
+            "opponents": self.opponents.get_state(),
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
         self.hidden = state["hidden"].clone()
         self.last_actions = np.asarray(state["last_actions"], np.int64).copy()
         self.rng.bit_generator.state = state["rng"]
-        for group, opponent_state in state.get("opponents", {}).items():
-            self.opponents[group].set_state(opponent_state)
+        self.opponents.set_state(state.get("opponents", {}))
 
 
 class QMIX:
@@ -365,10 +359,7 @@ class QMIX:
         agent = self.learner.online.agent
         self.on_cpu = self.learner.device.type == "cpu"
         acting_agent = agent if self.on_cpu else uncompiled_copy(agent).requires_grad_(False)
-        opponents = make_opponents(cfg.env.opponents, env.groups, self.group)
-        for index, opponent in enumerate(opponents.values()):
-            if hasattr(opponent, "reset"):
-                opponent.reset(derive_seed(cfg.run.seed, "opponent", index))
+        opponents = FixedGroups(cfg.env.opponents, env.groups, cfg.run.seed)
         self.acting = QMIXActing(
             self, acting_agent, derive_seed(cfg.run.seed, "explore", 0), opponents
         )

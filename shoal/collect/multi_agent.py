@@ -23,8 +23,10 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 
 from shoal.envs.multi_agent import AgentGroup, MultiAgentStep, MultiAgentVectorEnv
+from shoal.envs.opponents import make_opponents
 from shoal.envs.snapshot import EnvStateUnsupported
 from shoal.errors import ConfigError
+from shoal.seeding import derive_seed
 from shoal.types import EpisodeStats
 
 
@@ -307,3 +309,33 @@ def _copy_step(step: MultiAgentStep) -> MultiAgentStep:
         state=None if step.state is None else np.array(step.state, copy=True),
         action_mask=_copy(step.action_mask),
     )
+
+
+class FixedGroups:
+    """The groups of a multi-agent run that act by fixed policies (``env.opponents``:
+    random or scripted, `shoal.envs.opponents`), each seeded from the run's ``seed`` with a
+    generator of its own; their state goes into the acting side's checkpoint state."""
+
+    def __init__(self, specs: Mapping[str, str], groups: Mapping[str, AgentGroup], seed: int):
+        self.players = make_opponents(specs, groups, None)
+        for index, player in enumerate(self.players.values()):
+            if hasattr(player, "reset"):
+                player.reset(derive_seed(seed, "opponent", index))
+
+    def __len__(self) -> int:
+        return len(self.players)
+
+    def act(self, view: JointObs) -> dict[str, np.ndarray]:
+        """Actions ``[B, N, ...]`` of every fixed group (legal ones, where masks are known)."""
+        masks = view.action_mask
+        return {
+            group: player.act(view.obs[group], None if masks is None else masks[group])
+            for group, player in self.players.items()
+        }
+
+    def get_state(self) -> dict[str, Any]:
+        return {g: p.get_state() for g, p in self.players.items() if hasattr(p, "get_state")}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        for group, player_state in state.items():
+            self.players[group].set_state(player_state)

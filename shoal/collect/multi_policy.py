@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from shoal import backend
-from shoal.collect.multi_agent import JointObs
+from shoal.collect.multi_agent import FixedGroups, JointObs
 from shoal.collect.self_play import SelfPlaySeats
 from shoal.data.rollout import RolloutStorage
 from shoal.envs.agents_as_batch import AgentRows
@@ -51,7 +51,7 @@ class MultiPolicyActing:
         policies: the learned policies' agents.
         rows: each policy's row layout (`policy_rows`).
         models: each policy's acting network (a CPU copy; `set_weights` loads into it).
-        opponents: fixed policies of the other groups (`shoal.envs.opponents`).
+        opponents: the fixed policies of the other groups.
         num_steps, num_envs: the rollout's ``T`` and ``B``.
         masked: the env reports legal actions (stored with the rollouts, used in acting).
         acting: the ``model.backend`` the networks act with (`shoal.backend.actor`).
@@ -63,7 +63,7 @@ class MultiPolicyActing:
         policies: Mapping[str, PolicyAgents],
         rows: Mapping[str, AgentRows],
         models: Mapping[str, torch.nn.Module],
-        opponents: Mapping[str, Any],
+        opponents: FixedGroups,
         num_steps: int,
         num_envs: int,
         masked: bool,
@@ -116,8 +116,7 @@ class MultiPolicyActing:
                         legal = policy.gather(masks).reshape(obs.shape[0], -1)
                     chosen = self._snapshot_moves(chosen, obs, legal)
                 policy.scatter(chosen, actions)
-        for group, opponent in self.opponents.items():
-            actions[group] = opponent.act(view.obs[group], None if masks is None else masks[group])
+        actions.update(self.opponents.act(view))
         return actions
 
     def _snapshot_moves(
@@ -189,18 +188,13 @@ class MultiPolicyActing:
             self.models[name].load_state_dict(state)
 
     def get_state(self) -> dict[str, Any]:
-        state: dict[str, Any] = {
-            "opponents": {
-                g: o.get_state() for g, o in self.opponents.items() if hasattr(o, "get_state")
-            }
-        }
+        state: dict[str, Any] = {"opponents": self.opponents.get_state()}
         if self.self_play is not None:
             state["self_play"] = self.self_play[1].state_dict()
         return state
 
     def set_state(self, state: dict[str, Any]) -> None:
-        for group, opponent_state in state["opponents"].items():
-            self.opponents[group].set_state(opponent_state)
+        self.opponents.set_state(state["opponents"])
         if self.self_play is not None:
             self.self_play[1].load_state_dict(state["self_play"])
 

@@ -213,3 +213,33 @@ def test_bad_configs_are_refused():
         shoal.build_config("ctedd", message_dim=1, extra_message_dims=(1,))
     with pytest.raises(ConfigError, match="continuous"):
         CTEDD(replace(CTEDDConfig(), **small(**{"env.kwargs": {}})))
+
+
+def test_the_team_trains_against_fixed_preys_and_resumes_exactly(tmp_path):
+    """Predator and Prey with learning-capable preys (a second group) that act at random:
+    CTEDD trains the predators, evaluates with the same fixed preys, and resumes exactly."""
+    overrides = small(
+        alpha_anneal_steps=48,
+        evaluate_rounds=True,
+        **{"env.id": "shoal/predator-prey-v0",
+           "env.kwargs": {"continuous": True, "prey": "learned"},
+           "env.opponents": {"prey": "random"}, "env.max_episode_steps": 4, "replay.save": True,
+           "run.checkpoint_every_steps": 4 * ITERATION},
+    )  # fmt: skip
+    seen = []
+    full = shoal.train("ctedd", run_dir=str(tmp_path / "full"), total_steps=6 * ITERATION,
+                       on_iteration=lambda step, metrics: seen.append(metrics),
+                       **overrides)  # fmt: skip
+    part = tmp_path / "part"
+    shoal.train("ctedd", run_dir=str(part), total_steps=4 * ITERATION, **overrides)
+    resumed = shoal.train(resume=str(part), total_steps=6 * ITERATION)
+    a = load_checkpoint(full.checkpoint).state["algorithm"]
+    b = load_checkpoint(resumed.checkpoint).state["algorithm"]
+    assert_states_equal(a, b)
+    logged = {key for m in seen for key in m}
+    assert "eval/global_return" in logged and "episode/return/agent_0" in logged
+    assert not any(key.startswith("episode/return/prey") for key in logged)  # the team's only
+    with pytest.raises(ConfigError, match="--env.opponents prey random"):
+        shoal.train("ctedd", run_dir=str(tmp_path / "x"), total_steps=ITERATION,
+                    **small(**{"env.id": "shoal/predator-prey-v0",
+                               "env.kwargs": {"continuous": True, "prey": "learned"}}))  # fmt: skip

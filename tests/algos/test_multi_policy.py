@@ -247,3 +247,19 @@ def test_each_player_of_a_board_game_trains_its_own_policy_with_masks(tmp_path):
     assert ended and all(m["episode/length"] >= 5 for m in ended)  # no game ends before move 5
     for m in ended:  # zero-sum, win/draw/loss: returns in [-1, 1] and opposite
         assert m["episode/return/player_1"] == pytest.approx(-m["episode/return/player_2"])
+
+
+def test_evaluation_leaves_training_alone(tmp_path):
+    """Evaluating (with its own fixed opponents and seeds) changes nothing in training."""
+    extra = {"env.policy_map": {"blue_0": "a", "blue_1": "b"}, "env.opponents": {"red": "random"}}
+    rows = []
+    for every in (0, ITERATION):
+        run = shoal.train("mappo", seed=2, run_dir=str(tmp_path / f"e{every}"),
+                          total_steps=3 * ITERATION,
+                          **small(**extra, **{"run.eval_every_steps": every,
+                                              "run.eval_episodes": 2}))  # fmt: skip
+        train_keys = lambda row: {k: v for k, v in row.items()  # noqa: E731
+                                  if not k.startswith(("eval/", "perf/", "time/"))}  # fmt: skip
+        rows.append([train_keys(row) for row in metric_rows(run.run_dir)])
+    assert rows[0] == rows[1]
+    assert "loss/a/policy" in rows[0][-1] and "episode/return/red_0" not in rows[0][-1]

@@ -246,8 +246,9 @@ def test_tuned_example_builds():
 @pytest.mark.learning
 def test_learns_cartpole_with_two_workers(ray_session, tmp_path):
     """The tuned example with 2 Ray workers, seed 0, reaches an evaluation mean of 475 on
-    CartPole-v1 within its 200k env steps (8k-123k on seeds 0-5; gradients arrive in
-    timing-dependent order, so the figure varies between runs)."""
+    CartPole-v1 within its 400k env steps (8k-123k on seeds 0-5 on a quiet machine; gradients
+    arrive in timing-dependent order, so the figure varies between runs, and once took more
+    than 200k beside the rest of the test suite)."""
     result = shoal.train(
         tuned="a3c-cartpole",
         seed=0,
