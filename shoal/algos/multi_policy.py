@@ -155,10 +155,14 @@ class MultiPolicyPPO:
             )
         env = make_multi_agent_env(cfg)
         try:
-            policy_set = build_policy_set(config, env)
-        except BaseException:
+            self._build(env)
+        except BaseException:  # a run that fails to start leaves no env process behind
             env.close()
             raise
+
+    def _build(self, env: MultiAgentVectorEnv) -> None:
+        config, cfg = self.config, self.config.env
+        policy_set = build_policy_set(config, env)
         self.policies = policy_set.policies
         self.masked = getattr(env, "action_mask", None) is not None
         self.settings: dict[str, PPOConfig] = {}
