@@ -1,0 +1,468 @@
+"""``shoal/intersection-v0``: four autonomous vehicles cross a 4-lane intersection among
+background traffic, batched over ``[num_envs, ...]`` (the scenario of Biswas and Biswas,
+"Autonomous driving using Multi-Agent RL", built in instead of SMARTS).
+
+The layout is `shoal.envs.intersection.geometry`'s: four arms with two lanes each way,
+a signal-free box. Agent ``i`` enters on arm ``i`` (south, east, north, west) 15 m into the
+arm, at 8 m/s, on a route drawn at each reset (``routes="random"``: lane and turn, right
+turns from the kerb lane, left turns from the left lane) or the fixed one of its arm
+(``routes="fixed"``: south straight, east left, north right, west straight).
+
+**Dynamics** (`shoal.envs.intersection.dynamics`): agents move by the kinematic bicycle
+model at 0.1 s steps. With discrete actions (the paper's lane-following controls: 0 keep
+lane, 1 slow down, 2 change right, 3 change left) a Stanley steering law (Thrun et al. 2006)
+tracks the route's centreline shifted by the chosen lane offset, and the speed goes toward
+10 m/s (keep lane) or brakes at 4 m/s^2 (slow down); lane changes shift the target by one
+lane within the road. With ``continuous=True`` an action is ``(throttle, brake, steering)``
+in ``[0, 1] x [0, 1] x [-1, 1]``: acceleration ``2 throttle - 6 brake`` m/s^2 and steering
+``0.6 steering`` rad. Background vehicles follow their routes exactly under IDM; their
+leader is the closest vehicle ahead within 2.5 m of their heading line (the car in their
+lane, or one crossing their path in the box), which makes them yield. They enter the
+arms' ends at ``traffic`` vehicles per minute over the eight entry lanes ("low" 10, "high"
+30, or a number), when the entry is clear and a slot of the ``background`` ones is free, and
+leave at their route's end.
+
+**Observations** (per agent, in its own frame, the paper's list without the bird's-eye
+image): the goal (its route's end) relative to it (2, /50 m), the distance to its target lane
+centre (1, m), speed (1, /10 m/s), steering (1, rad), heading errors to the route 5, 10 and
+20 m ahead (3, rad), and the 8 closest vehicles within 50 m: relative position (2, /50 m),
+distance (1, /50 m), speed (1, /10 m/s), a presence flag (1), nearest first, zeros past the
+last. The global state holds every vehicle's position (/50), heading (cos, sin), speed (/10)
+and presence.
+
+**Rewards** per agent and step: 0.1 per metre of progress along its route, +10 on
+completing it (within 3 m of its end), -10 on a collision (vehicles are two discs of radius
+1 m, 2.5 m apart), -5 on leaving the road (more than two lanes from its route's centreline).
+An agent that completes, collides or leaves the road is done: it leaves the road and stays
+in the arrays masked (``active`` False) until its env resets, which happens when all four
+are done (terminated) or after ``max_episode_steps`` (300, 30 s; truncated).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+
+from shoal.config import EnvConfig
+from shoal.envs.intersection.dynamics import IDMParams, bicycle_step, idm_acceleration, wrap_angle
+from shoal.envs.intersection.geometry import Layout, build_routes, point_at, project
+from shoal.envs.multi_agent import (
+    AgentGroup,
+    EpisodeTracker,
+    MultiAgentStep,
+    register_multi_agent_env,
+)
+from shoal.errors import ConfigError
+
+GROUP = "agent"
+AGENTS = 4
+TRAFFIC = {"none": 0.0, "low": 10.0, "high": 30.0}
+"""Background vehicles per minute entering over all eight entry lanes."""
+FIXED_ROUTES = ((1, "straight"), (0, "left"), (1, "right"), (1, "straight"))
+"""``routes="fixed"``: (lane, turn) of the agent entering on arm 0, 1, 2, 3."""
+OBS_DIM = 8 + 8 * 5
+SCALE, SPEED_SCALE = 50.0, 10.0
+STATE_ARRAYS = ("route", "pos", "heading", "speed", "present", "s", "steer", "offset", "done",
+                "t", "_s_now", "_lateral", "_path_heading")  # fmt: skip
+"""What `IntersectionEnv.get_state` saves besides the generator, counters and tracker."""
+
+
+class IntersectionEnv:
+    env_id: ClassVar[str] = "shoal/intersection-v0"
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["rgb_array"], "render_fps": 10}
+    dt = 0.1
+    target_speed, brake = 10.0, 4.0
+    disc_radius, disc_offset = 1.0, 1.25
+    neighbours, sensor_range = 8, 50.0
+    lookahead = (5.0, 10.0, 20.0)
+    progress_weight, completion_bonus = 0.1, 10.0
+    collision_penalty, off_road_penalty = 10.0, 5.0
+    stanley_gain = 1.0
+
+    def __init__(
+        self,
+        num_envs: int = 1,
+        *,
+        traffic: str | float = "low",
+        routes: str = "random",
+        continuous: bool = False,
+        background: int = 12,
+        max_episode_steps: int | None = None,
+        seed: int | None = None,
+    ):
+        if isinstance(traffic, str):
+            if traffic not in TRAFFIC:
+                raise ConfigError(
+                    f"{self.env_id}: traffic must be one of {list(TRAFFIC)} or vehicles per "
+                    f"minute, not {traffic!r}"
+                )
+            traffic = TRAFFIC[traffic]
+        if not 0.0 <= float(traffic) <= 120.0:
+            raise ConfigError(
+                f"{self.env_id}: traffic = {traffic} vehicles/min is outside [0, 120]"
+            )
+        if routes not in ("random", "fixed"):
+            raise ConfigError(f"{self.env_id}: routes must be 'random' or 'fixed', not {routes!r}")
+        if num_envs < 1 or background < 0:
+            raise ConfigError(f"{self.env_id}: num_envs >= 1 and background >= 0 needed")
+        self.num_envs = B = int(num_envs)
+        self.vehicles_per_minute = float(traffic)
+        self.fixed_routes, self.continuous = routes == "fixed", bool(continuous)
+        self.max_episode_steps = int(max_episode_steps or 300)
+        self.layout = Layout()
+        self.routes = build_routes(self.layout)
+        self.idm = IDMParams(desired_speed=self.target_speed)
+        agents = tuple(f"agent_{i}" for i in range(AGENTS))
+        obs = gym.spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float32)
+        action: gym.Space = (
+            gym.spaces.Box(np.array([0, 0, -1], np.float32), np.array([1, 1, 1], np.float32))
+            if self.continuous
+            else gym.spaces.Discrete(4)
+        )
+        self.groups = {GROUP: AgentGroup(GROUP, agents, obs, action)}
+        self.V = V = AGENTS + int(background)
+        self.state_space = gym.spaces.Box(-np.inf, np.inf, (V * 6,), np.float32)
+        # Per vehicle (agents first): route, pose, speed, presence.
+        self.route = np.zeros((B, V), np.int64)
+        self.pos = np.zeros((B, V, 2))
+        self.heading = np.zeros((B, V))
+        self.speed = np.zeros((B, V))
+        self.present = np.zeros((B, V), bool)
+        self.s = np.zeros((B, V))
+        """Arc length along the route (background vehicles; agents' last projection)."""
+        self.steer = np.zeros((B, AGENTS))
+        self.offset = np.zeros((B, AGENTS))
+        """Agents' target offset from their route's centreline (lane changes)."""
+        self.done = np.zeros((B, AGENTS), bool)
+        self._s_now = np.zeros((B, AGENTS))
+        self._lateral = np.zeros((B, AGENTS))
+        self._path_heading = np.zeros((B, AGENTS))
+        self.t = np.zeros(B, np.int64)
+        self._needs_reset = np.zeros(B, bool)
+        self._started = False
+        self.rng = np.random.default_rng(seed)
+        self.tracker = EpisodeTracker(B, self.groups)
+        entry = [(arm, lane) for arm in range(4) for lane in (0, 1)]
+        self._entry_routes = [
+            [r for r, key in enumerate(self.routes.keys) if key[:2] == e] for e in entry
+        ]
+        self._entry_points = np.array([self.routes.points[rs[0], 0] for rs in self._entry_routes])
+        self._route_lane = np.array([key[1] for key in self.routes.keys])
+
+    # ----------------------------------------------------------------- protocol
+
+    def reset(self, seed: int | None = None) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        self._reset_envs(np.arange(self.num_envs))
+        self._needs_reset[:] = False
+        self.tracker = EpisodeTracker(self.num_envs, self.groups)
+        self._started = True
+        return self.observe()
+
+    def step(self, actions: dict[str, np.ndarray]) -> MultiAgentStep:
+        if not self._started:
+            self.reset()
+        resetting = self._needs_reset.copy()
+        real = ~resetting
+        acting = ~self.done & real[:, None]
+        s_before = self.s[:, :AGENTS].copy()
+        self._drive_agents(np.asarray(actions[GROUP]), acting)
+        self._drive_background(real)
+        self._update_projection()
+        s_now, lateral, _ = self._project_agents()
+        self.s[:, :AGENTS] = np.where(acting, s_now, s_before)
+        collided = self._collisions() & acting
+        length = self.routes.length[self.route[:, :AGENTS]]
+        completed = (s_now >= length - 3.0) & acting & ~collided
+        off_road = (np.abs(lateral) > 2 * self.layout.lane_width) & acting & ~collided & ~completed
+        reward = self.progress_weight * (s_now - s_before)
+        reward += self.completion_bonus * completed - self.collision_penalty * collided
+        reward -= self.off_road_penalty * off_road
+        reward = np.where(acting, reward, 0.0).astype(np.float32)
+        finished = collided | completed | off_road
+        self.done |= finished
+        self.present[:, :AGENTS] &= ~self.done  # done agents leave the road
+        self.t += real
+        all_done = self.done.all(axis=1) & real
+        timeout = real & (self.t >= self.max_episode_steps) & ~all_done
+        truncated = timeout[:, None] & acting & ~finished
+        self._spawn(real)
+        if resetting.any():
+            self._reset_envs(np.flatnonzero(resetting))
+        ended = all_done | timeout
+        self._needs_reset = ended
+        returns, lengths = self.tracker.update({GROUP: reward}, real, ended)
+        obs, state = self.observe()
+        return MultiAgentStep(
+            obs=obs,
+            rewards={GROUP: reward},
+            terminated={GROUP: finished},
+            truncated={GROUP: truncated},
+            active={GROUP: acting},
+            autoreset=resetting,
+            state=state,
+            episode_returns=returns,
+            episode_lengths=lengths,
+        )
+
+    def observe(self) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        B, A = self.num_envs, AGENTS
+        pos, heading = self.pos[:, :A], self.heading[:, :A]
+        c, s = np.cos(heading), np.sin(heading)
+
+        def ego(v: np.ndarray) -> np.ndarray:  # world vectors [B, A, ..., 2] -> agent frame
+            cc, ss = c.reshape(B, A, *([1] * (v.ndim - 3))), s.reshape(B, A, *([1] * (v.ndim - 3)))
+            return np.stack([cc * v[..., 0] + ss * v[..., 1], -ss * v[..., 0] + cc * v[..., 1]], -1)
+
+        routes = self.route[:, :A]
+        rows = routes.reshape(-1)
+        ends = self.routes.points[rows, self.routes.count[rows] - 1].reshape(B, A, 2)
+        s_now, lateral, _ = self._project_agents()
+        errors = []
+        for ahead in self.lookahead:
+            _, path = point_at(self.routes, rows, (s_now + ahead).reshape(-1))
+            errors.append(wrap_angle(path.reshape(B, A) - heading))
+        rel = self.pos[:, None, :, :] - pos[:, :, None, :]  # [B, A, V, 2]
+        dist = np.sqrt((rel * rel).sum(-1))
+        seen = self.present[:, None, :] & (dist <= self.sensor_range)
+        seen[:, np.arange(A), np.arange(A)] = False
+        order = np.argsort(np.where(seen, dist, np.inf), axis=2)[:, :, : self.neighbours]
+        take = np.take_along_axis
+        n_seen = take(seen, order, 2)
+        n_rel = ego(take(rel, order[..., None], 2)) / SCALE
+        n_dist = take(dist, order, 2) / SCALE
+        n_speed = take(np.broadcast_to(self.speed[:, None, :], dist.shape), order, 2) / SPEED_SCALE
+        neighbours = (
+            np.concatenate([n_rel, n_dist[..., None], n_speed[..., None], n_seen[..., None]], -1)
+            * n_seen[..., None]
+        )
+        own = [
+            ego(ends - pos) / SCALE,
+            (lateral - self.offset)[..., None],
+            self.speed[:, :A, None] / SPEED_SCALE,
+            self.steer[..., None],
+            np.stack(errors, -1),
+            neighbours.reshape(B, A, -1),
+        ]
+        obs = np.concatenate(own, -1).astype(np.float32)
+        state = np.concatenate(
+            [
+                self.pos / SCALE,
+                np.cos(self.heading)[..., None],
+                np.sin(self.heading)[..., None],
+                self.speed[..., None] / SPEED_SCALE,
+                self.present[..., None],
+            ],
+            -1,
+        ).reshape(B, -1)
+        return {GROUP: obs}, state.astype(np.float32)
+
+    def render(self) -> np.ndarray:
+        """A 240x240 RGB frame of env 0: roads grey, agents in colour, other cars dark."""
+        size, extent = 240, self.layout.half + self.layout.arm_length
+        scale = size / (2 * extent)
+        centers = (np.arange(size) + 0.5) / scale - extent
+        xs, ys = centers[None, :], -centers[:, None]
+        frame = np.full((size, size, 3), (96, 160, 96), np.uint8)
+        road = 2 * self.layout.lane_width
+        frame[(np.abs(xs) <= road) | (np.abs(ys) <= road)] = (128, 128, 128)
+        colours = [(220, 60, 60), (60, 120, 220), (230, 200, 40), (200, 90, 220)]
+        for v in np.flatnonzero(self.present[0]):
+            colour = colours[v] if v < AGENTS else (40, 40, 40)
+            for centre in self._discs(0, v):
+                mask = (xs - centre[0]) ** 2 + (ys - centre[1]) ** 2 <= self.disc_radius**2
+                frame[mask] = colour
+        return frame
+
+    def get_state(self) -> dict[str, Any]:
+        arrays = STATE_ARRAYS
+        state = {name: getattr(self, name).copy() for name in arrays}
+        state.update(
+            needs_reset=self._needs_reset.copy(),
+            started=self._started,
+            rng=self.rng.bit_generator.state,
+            tracker=self.tracker.state_dict(),
+        )
+        return state
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        for name in STATE_ARRAYS:
+            getattr(self, name)[:] = state[name]
+        self._needs_reset = np.array(state["needs_reset"], bool)
+        self._started = bool(state["started"])
+        self.rng = np.random.default_rng()
+        self.rng.bit_generator.state = state["rng"]
+        self.tracker.load_state_dict(state["tracker"])
+
+    def close(self) -> None:
+        pass
+
+    # ----------------------------------------------------------------- internals
+
+    def _project_agents(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The agents' arc length, lateral offset and route heading, ``[B, A]`` each, as
+        projected when they last moved (`_update_projection`)."""
+        return self._s_now, self._lateral, self._path_heading
+
+    def _update_projection(self, envs: np.ndarray | None = None) -> None:
+        """Project the agents of ``envs`` (all by default) onto their routes, searching
+        near their last arc length."""
+        A = AGENTS
+        rows = slice(None) if envs is None else envs
+        route = self.route[rows, :A]
+        shape = route.shape
+        s, d, h = project(
+            self.routes,
+            route.reshape(-1),
+            self.pos[rows, :A].reshape(-1, 2),
+            near=self.s[rows, :A].reshape(-1),
+        )
+        self._s_now[rows] = s.reshape(shape)
+        self._lateral[rows] = d.reshape(shape)
+        self._path_heading[rows] = h.reshape(shape)
+
+    def _drive_agents(self, actions: np.ndarray, acting: np.ndarray) -> None:
+        B, A = self.num_envs, AGENTS
+        speed, heading = self.speed[:, :A], self.heading[:, :A]
+        if self.continuous:
+            a = np.clip(actions.reshape(B, A, 3), [0, 0, -1], [1, 1, 1])
+            accel = 2.0 * a[..., 0] - 6.0 * a[..., 1]
+            steer = 0.6 * a[..., 2]
+        else:
+            a = actions.reshape(B, A).astype(np.int64)
+            w = self.layout.lane_width
+            own_lane = self._route_lane[self.route[:, :A]]  # 0: left lane (may go right)
+            low, high = np.where(own_lane == 0, -w, 0.0), np.where(own_lane == 0, 0.0, w)
+            shift = np.where(a == 2, -w, np.where(a == 3, w, 0.0))
+            self.offset = np.where(acting, np.clip(self.offset + shift, low, high), self.offset)
+            accel = np.where(a == 1, -self.brake, np.clip(self.target_speed - speed, -3.0, 2.0))
+            _, lateral, path = self._project_agents()
+            cross = np.arctan(self.stanley_gain * (lateral - self.offset) / (speed + 1.0))
+            steer = wrap_angle(path - heading) - cross
+        x, y, h, v = bicycle_step(
+            self.pos[:, :A, 0], self.pos[:, :A, 1], heading, speed, accel, steer, self.dt
+        )
+        keep = ~acting
+        self.pos[:, :A, 0] = np.where(keep, self.pos[:, :A, 0], x)
+        self.pos[:, :A, 1] = np.where(keep, self.pos[:, :A, 1], y)
+        self.heading[:, :A] = np.where(keep, heading, h)
+        self.speed[:, :A] = np.where(keep, speed, v)
+        self.steer = np.where(keep, self.steer, np.clip(steer, -0.6, 0.6))
+
+    def _drive_background(self, real: np.ndarray) -> None:
+        A = AGENTS
+        moving = self.present[:, A:] & real[:, None]
+        if not moving.any():
+            return
+        c, s = np.cos(self.heading[:, A:]), np.sin(self.heading[:, A:])
+        rel = self.pos[:, None, :, :] - self.pos[:, A:, None, :]  # [B, M, V, 2]
+        ahead = c[..., None] * rel[..., 0] + s[..., None] * rel[..., 1]
+        side = -s[..., None] * rel[..., 0] + c[..., None] * rel[..., 1]
+        blocking = self.present[:, None, :] & (ahead > 0.1) & (np.abs(side) < 2.5)
+        gap_to = np.where(blocking, ahead, np.inf)
+        leader = np.argmin(gap_to, axis=2)
+        gap = np.take_along_axis(gap_to, leader[..., None], 2)[..., 0] - 2 * self.disc_offset - 2.0
+        lead_speed = np.take_along_axis(self.speed, leader, 1)
+        approach = np.where(np.isinf(gap), 0.0, self.speed[:, A:] - lead_speed)
+        accel = idm_acceleration(self.speed[:, A:], gap, approach, self.idm)
+        speed = np.clip(self.speed[:, A:] + accel * self.dt, 0.0, self.target_speed * 1.2)
+        s_new = self.s[:, A:] + speed * self.dt
+        routes = self.route[:, A:]
+        point, heading = point_at(self.routes, routes.reshape(-1), s_new.reshape(-1))
+        shape = routes.shape
+        self.speed[:, A:] = np.where(moving, speed, self.speed[:, A:])
+        self.s[:, A:] = np.where(moving, s_new, self.s[:, A:])
+        self.pos[:, A:] = np.where(moving[..., None], point.reshape(*shape, 2), self.pos[:, A:])
+        self.heading[:, A:] = np.where(moving, heading.reshape(shape), self.heading[:, A:])
+        arrived = moving & (s_new >= self.routes.length[routes] - 0.5)
+        self.present[:, A:] &= ~arrived
+
+    def _spawn(self, real: np.ndarray) -> None:
+        """New background vehicles at clear entries, ``vehicles_per_minute`` in all."""
+        if self.vehicles_per_minute <= 0 or self.V == AGENTS:
+            return
+        chance = self.vehicles_per_minute / 60.0 * self.dt / len(self._entry_routes)
+        draws = self.rng.random((self.num_envs, len(self._entry_routes)))
+        for e, candidates in enumerate(self._entry_routes):
+            envs = np.flatnonzero((draws[:, e] < chance) & real)
+            if not envs.size:
+                continue
+            gap = self.pos[envs] - self._entry_points[e]
+            clear = ~((np.sqrt((gap * gap).sum(-1)) < 10.0) & self.present[envs]).any(1)
+            free = ~self.present[envs, AGENTS:]
+            envs, free = envs[clear & free.any(1)], free[clear & free.any(1)]
+            if not envs.size:
+                continue
+            slot = AGENTS + np.argmax(free, axis=1)
+            route = np.array(candidates)[self.rng.integers(len(candidates), size=envs.size)]
+            self._place(envs, slot, route, np.zeros(envs.size), 8.0)
+
+    def _place(
+        self, envs: np.ndarray, slots: np.ndarray, route: np.ndarray, s, speed, fresh: bool = True
+    ) -> None:
+        """Put vehicles ``slots`` of ``envs`` on ``route`` at arc length ``s``; ``fresh``:
+        update the agents' projections now (a reset does it once for all four)."""
+        point, heading = point_at(self.routes, route, np.asarray(s, np.float64))
+        self.route[envs, slots] = route
+        self.pos[envs, slots] = point
+        self.heading[envs, slots] = heading
+        self.speed[envs, slots] = speed
+        self.s[envs, slots] = s
+        self.present[envs, slots] = True
+        agents = slots < AGENTS
+        if fresh and agents.any():
+            self._update_projection(np.unique(envs[agents]))
+
+    def _reset_envs(self, envs: np.ndarray) -> None:
+        k = envs.size
+        self.present[envs] = False
+        for i in range(AGENTS):
+            if self.fixed_routes:
+                lane, turn = FIXED_ROUTES[i]
+                route = np.full(k, self.routes.index(i, lane, turn))
+            else:
+                options = [r for r, key in enumerate(self.routes.keys) if key[0] == i]
+                route = np.array(options)[self.rng.integers(len(options), size=k)]
+            self._place(envs, np.full(k, i), route, np.full(k, 15.0), 8.0, fresh=False)
+        self.steer[envs] = 0.0
+        self.offset[envs] = 0.0
+        self.done[envs] = False
+        self.t[envs] = 0
+        self._update_projection(envs)
+
+    def _discs(self, env: int, vehicle: int) -> np.ndarray:
+        direction = np.array(
+            [np.cos(self.heading[env, vehicle]), np.sin(self.heading[env, vehicle])]
+        )
+        return self.pos[env, vehicle] + np.outer([-1.0, 1.0], direction) * self.disc_offset
+
+    def _collisions(self) -> np.ndarray:
+        """``[B, A]``: an agent's discs overlap another present vehicle's."""
+        A = AGENTS
+        direction = np.stack([np.cos(self.heading), np.sin(self.heading)], -1)
+        discs = self.pos[:, :, None, :] + np.array([-1.0, 1.0])[None, None, :, None] * (
+            self.disc_offset * direction[:, :, None, :]
+        )  # [B, V, 2, 2]
+        mine = discs[:, :A, None, :, None, :]  # [B, A, 1, 2, 1, 2]
+        theirs = discs[:, None, :, None, :, :]  # [B, 1, V, 1, 2, 2]
+        gap = np.sqrt(((mine - theirs) ** 2).sum(-1)).min(axis=(3, 4))  # [B, A, V]
+        touching = (gap < 2 * self.disc_radius) & self.present[:, None, :]
+        touching[:, np.arange(A), np.arange(A)] = False
+        return touching.any(axis=2) & self.present[:, :A]
+
+
+def _make(config: EnvConfig) -> IntersectionEnv:
+    try:
+        return IntersectionEnv(
+            config.num_envs, max_episode_steps=config.max_episode_steps, **config.kwargs
+        )
+    except TypeError as error:
+        raise ConfigError(
+            f"{IntersectionEnv.env_id}: bad env.kwargs {config.kwargs}: {error}"
+        ) from None
+
+
+register_multi_agent_env(IntersectionEnv.env_id, _make)

@@ -1,0 +1,143 @@
+"""``shoal/intersection-v0``: spaces and observation layout, completion, collision and
+leaving the road with their masking, batch rows equal to single envs, exact state round
+trips, and MAPPO on it."""
+
+import numpy as np
+import pytest
+
+import shoal
+from shoal.envs.intersection import IntersectionEnv
+from shoal.envs.intersection.env import OBS_DIM
+from shoal.errors import ConfigError
+
+KEEP = 0
+
+
+def keep_lane(n):
+    return {"agent": np.full((n, 4), KEEP)}
+
+
+def test_spaces_and_observations():
+    env = IntersectionEnv(3, traffic="high", background=8, seed=0)
+    obs, state = env.reset(seed=0)
+    assert obs["agent"].shape == (3, 4, OBS_DIM) and state.shape == (3, 12 * 6)
+    for _ in range(40):
+        step = env.step(keep_lane(3))
+    o = step.obs["agent"]
+    neighbours = o[..., 8:].reshape(3, 4, 8, 5)
+    seen = neighbours[..., 4] > 0
+    distances = neighbours[..., 2]
+    for b in range(3):
+        for i in range(4):
+            d = distances[b, i][seen[b, i]]
+            assert (np.diff(d) >= 0).all()  # nearest first
+            assert not neighbours[b, i][~seen[b, i]].any()  # zeros past the last
+            rel = neighbours[b, i, seen[b, i], :2] * 50.0
+            np.testing.assert_allclose(np.hypot(rel[:, 0], rel[:, 1]), d * 50.0, rtol=1e-4)
+    with pytest.raises(ConfigError, match="traffic must be one of"):
+        IntersectionEnv(1, traffic="rush hour")
+    with pytest.raises(ConfigError, match="outside"):
+        IntersectionEnv(1, traffic=500.0)
+
+
+def test_completion_is_rewarded_and_then_masked():
+    env = IntersectionEnv(1, traffic="none", seed=0)
+    env.reset(seed=0)
+    right_turns = np.array([env.routes.index(i, 1, "right") for i in range(4)])
+    env._place(np.zeros(4, np.int64), np.arange(4), right_turns, np.full(4, 15.0), 8.0)
+    total, finished_at = np.zeros(4), {}
+    for t in range(250):
+        step = env.step(keep_lane(1))
+        total += step.rewards["agent"][0]
+        for i in np.flatnonzero(step.terminated["agent"][0]):
+            finished_at[i] = t
+            assert step.rewards["agent"][0, i] > 9.0  # the completion bonus
+        for i, t_done in finished_at.items():
+            if t > t_done and not step.autoreset[0]:
+                assert not step.active["agent"][0, i] and step.rewards["agent"][0, i] == 0
+        if step.autoreset[0]:
+            break
+    assert set(finished_at) == {0, 1, 2, 3}  # right turns never cross: all complete
+    # Progress (0.1 per metre from 15 m into the arm to within 3 m of the end) plus the bonus.
+    lengths = env.routes.length[right_turns]
+    assert ((total > 0.1 * (lengths - 18.0) + 10.0) & (total < 0.1 * (lengths - 15.0) + 10.0)).all()
+
+
+def test_collisions_end_both_agents_and_leaving_the_road_is_penalised():
+    env = IntersectionEnv(1, traffic="none", routes="fixed", continuous=True, seed=0)
+    env.reset(seed=0)
+    route = env.route[0, :1]  # agent 1 moved onto agent 0's route, 1 m ahead of it
+    env._place(np.zeros(1, np.int64), np.ones(1, np.int64), route, np.full(1, 16.0), 8.0)
+    hard_left = np.zeros((1, 4, 3))
+    hard_left[0, 3] = [1.0, 0.0, 1.0]  # agent 3: full throttle, full left steering
+    collided = np.zeros(4, bool)
+    off = False
+    for _ in range(60):
+        step = env.step({"agent": hard_left})
+        r = step.rewards["agent"][0]
+        crash = (r < -9.0) & step.terminated["agent"][0]
+        if crash.any():
+            assert not env.present[0, np.flatnonzero(crash)].any()  # off the road at once
+        collided |= crash
+        off |= bool(step.terminated["agent"][0, 3] and r[3] < -4.0)
+    assert collided[0] and collided[1] and not collided[3]
+    assert off
+
+
+def test_batch_rows_equal_single_envs():
+    """Without traffic nothing is random after the reset: env b of a batch steps as a
+    one-env batch with env b's routes does."""
+    batch = IntersectionEnv(3, traffic="none", seed=5)
+    batch.reset(seed=5)
+    rng = np.random.default_rng(0)
+    actions = [rng.integers(4, size=(3, 4)) for _ in range(80)]
+    singles = []
+    for b in range(3):
+        single = IntersectionEnv(1, traffic="none", seed=5)
+        single.reset(seed=5)
+        single.route[0] = batch.route[b]
+        single._place(
+            np.zeros(4, np.int64), np.arange(4), batch.route[b, :4], np.full(4, 15.0), 8.0
+        )
+        singles.append(single)
+    for a in actions:
+        got = batch.step({"agent": a})
+        for b, single in enumerate(singles):
+            want = single.step({"agent": a[b : b + 1]})
+            np.testing.assert_allclose(got.obs["agent"][b], want.obs["agent"][0], atol=1e-5)
+            np.testing.assert_array_equal(got.rewards["agent"][b], want.rewards["agent"][0])
+
+
+def test_state_round_trip_is_exact():
+    env = IntersectionEnv(4, traffic="high", seed=3)
+    env.reset(seed=3)
+    rng = np.random.default_rng(1)
+    for _ in range(30):
+        env.step({"agent": rng.integers(4, size=(4, 4))})
+    saved = env.get_state()
+    actions = [rng.integers(4, size=(4, 4)) for _ in range(120)]
+    first = [env.step({"agent": a}) for a in actions]
+    env.set_state(saved)
+    second = [env.step({"agent": a}) for a in actions]
+    for a, b in zip(first, second, strict=True):
+        np.testing.assert_array_equal(a.obs["agent"], b.obs["agent"])
+        np.testing.assert_array_equal(a.rewards["agent"], b.rewards["agent"])
+        np.testing.assert_array_equal(a.state, b.state)
+
+
+def test_mappo_trains_on_it(tmp_path):
+    seen = []
+    shoal.train(
+        "mappo",
+        run_dir=str(tmp_path / "x"),
+        total_steps=2 * 8 * 32,
+        on_iteration=lambda step, metrics: seen.append(metrics),
+        **{"env.id": "shoal/intersection-v0", "env.num_envs": 8, "num_steps": 32,
+           "minibatch_size": 256, "num_epochs": 1, "model.hidden": (16,),
+           "run.eval_every_steps": 0, "run.console": False, "run.tensorboard": False},
+    )  # fmt: skip
+    assert "loss/policy" in seen[-1]
+    frame = IntersectionEnv(1, traffic="high", seed=0)
+    frame.reset(seed=0)
+    image = frame.render()
+    assert image.shape == (240, 240, 3) and image.dtype == np.uint8
