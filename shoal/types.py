@@ -35,6 +35,10 @@ class StepResult(NamedTuple):
     episode_agents: np.ndarray | None = None
     """Multi-agent envs seen as a batch of agents (`shoal.envs.agents_as_batch`): the agent
     index of each entry of ``episode_returns`` (else None)."""
+    episode_info: dict[str, np.ndarray] | None = None
+    """Statistics of the env episodes that ended on this step, ``{name: [k]}`` (a traffic
+    env's collision and completion rates), logged as ``episode/<name>`` means; None when the
+    env has none."""
 
 
 class ActOutput(NamedTuple):
@@ -95,6 +99,8 @@ class EpisodeStats(NamedTuple):
     agents: np.ndarray | None = None
     """Agent index of each episode when the env's batch rows are agents (else None)."""
     agent_names: tuple[str, ...] | None = None
+    info: dict[str, np.ndarray] | None = None
+    """The envs' own episode statistics (`StepResult.episode_info`), concatenated."""
 
     def metrics(self) -> dict[str, float]:
         """``episode/return``, ``episode/length`` (means) and ``episode/count``; empty when no
@@ -112,7 +118,29 @@ class EpisodeStats(NamedTuple):
                 mine = self.returns[self.agents == index]
                 if mine.size:
                     metrics[f"episode/return/{name}"] = float(mine.mean())
+        metrics.update(info_metrics(self.info))
         return metrics
+
+
+def info_metrics(info: dict[str, np.ndarray] | None) -> dict[str, float]:
+    """``episode/<name>``: the mean of each env episode statistic (NaNs, e.g. the time to
+    complete of episodes where nobody did, left out)."""
+    out = {}
+    for name, values in (info or {}).items():
+        values = np.asarray(values, np.float64)
+        if values.size and not np.isnan(values).all():
+            out[f"episode/{name}"] = float(np.nanmean(values))
+    return out
+
+
+def merge_info(parts: list[dict[str, np.ndarray] | None]) -> dict[str, np.ndarray] | None:
+    """Episode statistics of several steps or runners, concatenated by name."""
+    parts = [p for p in parts if p]
+    if not parts:
+        return None
+    names = {name for p in parts for name in p}
+    return {n: np.concatenate([np.asarray(p[n], np.float64) for p in parts if n in p])
+            for n in sorted(names)}  # fmt: skip
 
 
 class ReplayBatch(NamedTuple):

@@ -24,7 +24,7 @@ from shoal.errors import ConfigError
 from shoal.interfaces import Weights
 from shoal.nn.recurrent import is_recurrent
 from shoal.threads import set_compute_threads
-from shoal.types import ActOutput, EpisodeStats, Rollout
+from shoal.types import ActOutput, EpisodeStats, Rollout, merge_info
 
 
 class ActingModel(Protocol):
@@ -132,7 +132,7 @@ class EnvRunner:
         if self.recurrent:
             return self._sample_recurrent()
         storage, env, model, actor = self.storage, self.env, self.model, self.actor
-        returns, lengths, agents = [], [], []
+        returns, lengths, agents, infos = [], [], [], []
         masked = storage.action_mask is not None
         for t in range(self.num_steps):
             if masked:
@@ -149,9 +149,11 @@ class EnvRunner:
                 lengths.append(result.episode_lengths)
                 if result.episode_agents is not None:
                     agents.append(result.episode_agents)
+            if result.episode_info is not None:
+                infos.append(result.episode_info)
         last_obs = np.asarray(self.obs, dtype=storage.obs_dtype)
         rollout = storage.rollout(last_values=_tensor(actor.value(last_obs)))
-        return rollout, self._episodes(returns, lengths, agents)
+        return rollout, self._episodes(returns, lengths, agents, infos)
 
     def _sample_recurrent(self) -> tuple[Rollout, EpisodeStats]:
         """`sample` for recurrent models: the state goes from step to step and is zeroed for
@@ -159,7 +161,7 @@ class EnvRunner:
         episode, starts from zeros. (The autoreset step itself still sees the old episode's
         state: its observation is that episode's final one, whose value bootstraps it.)"""
         storage, env, model = self.storage, self.env, self.model
-        returns, lengths, agents = [], [], []
+        returns, lengths, agents, infos = [], [], [], []
         initial = state = self.policy_state
         for t in range(self.num_steps):
             out, state = model.step(storage.write_obs(t, self.obs), state)
@@ -174,12 +176,14 @@ class EnvRunner:
                 lengths.append(result.episode_lengths)
                 if result.episode_agents is not None:
                     agents.append(result.episode_agents)
+            if result.episode_info is not None:
+                infos.append(result.episode_info)
         self.policy_state = state
         last_obs = torch.as_tensor(self.obs, dtype=storage.obs.dtype)
         rollout = storage.rollout(model.step_value(last_obs, state), policy_state=initial)
-        return rollout, self._episodes(returns, lengths, agents)
+        return rollout, self._episodes(returns, lengths, agents, infos)
 
-    def _episodes(self, returns: list, lengths: list, agents: list) -> EpisodeStats:
+    def _episodes(self, returns: list, lengths: list, agents: list, infos: list) -> EpisodeStats:
         """The finished episodes of a rollout; per agent when the env's rows are agents."""
         names = getattr(self.env, "agent_names", None)
         return EpisodeStats(
@@ -187,6 +191,7 @@ class EnvRunner:
             _concat(lengths, np.int64),
             _concat(agents, np.int64) if names is not None else None,
             names,
+            merge_info(infos),
         )
 
     def get_state(self) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from shoal.envs.opponents import make_opponents
 from shoal.envs.snapshot import EnvStateUnsupported
 from shoal.errors import ConfigError
 from shoal.seeding import derive_seed
-from shoal.types import EpisodeStats
+from shoal.types import EpisodeStats, info_metrics, merge_info
 
 
 class JointObs(NamedTuple):
@@ -58,8 +58,11 @@ class MultiAgentEpisodes:
         groups: Mapping[str, AgentGroup],
         returns: dict[str, np.ndarray] | None = None,
         lengths: np.ndarray | None = None,
+        info: dict[str, np.ndarray] | None = None,
     ):
         self.groups = dict(groups)
+        self.info = info
+        """The env's own episode statistics (`MultiAgentStep.episode_info`)."""
         agents = [a for g in self.groups.values() for a in g.agents]
         self.returns = returns or {agent: np.zeros(0) for agent in agents}
         self.lengths = np.zeros(0, np.int64) if lengths is None else lengths
@@ -76,6 +79,7 @@ class MultiAgentEpisodes:
                 for agent in episodes.returns
             }
             episodes.lengths = np.concatenate([s.episode_lengths for s in ended]).astype(np.int64)
+        episodes.info = merge_info([s.episode_info for s in ended])
         return episodes
 
     @classmethod
@@ -83,7 +87,8 @@ class MultiAgentEpisodes:
         """Several runners' episodes as one."""
         first = parts[0]
         returns = {a: np.concatenate([p.returns[a] for p in parts]) for a in first.returns}
-        return cls(first.groups, returns, np.concatenate([p.lengths for p in parts]))
+        lengths = np.concatenate([p.lengths for p in parts])
+        return cls(first.groups, returns, lengths, merge_info([p.info for p in parts]))
 
     @property
     def count(self) -> int:
@@ -116,6 +121,7 @@ class MultiAgentEpisodes:
         episode ended."""
         groups = groups or list(self.groups)
         metrics = self.stats(groups).metrics()
+        metrics.update(info_metrics(self.info))
         if metrics and len(groups) > 1:
             for name in groups:
                 metrics[f"episode/return/{name}"] = float(self.group_returns(name).mean())

@@ -31,7 +31,7 @@ from shoal.config import EnvConfig
 from shoal.distributed import require_ray
 from shoal.errors import ConfigError
 from shoal.interfaces import Weights
-from shoal.types import EpisodeStats, Rollout
+from shoal.types import EpisodeStats, Rollout, merge_info
 
 
 class RaySampler:
@@ -185,4 +185,5 @@ def concat_episodes(parts: list[EpisodeStats]) -> EpisodeStats:
         np.concatenate([p.lengths for p in parts]),
         None if agents[0] is None else np.concatenate(agents),
         parts[0].agent_names,
+        merge_info([p.info for p in parts]),
     )

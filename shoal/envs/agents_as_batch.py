@@ -198,6 +198,7 @@ class AgentsAsBatch:
             episode_lengths=lengths,
             action_mask=self.action_mask,
             episode_agents=done % agents,
+            episode_info=result.episode_info,
         )
 
     def get_state(self) -> dict[str, Any]:

@@ -68,6 +68,9 @@ class MultiAgentStep(NamedTuple):
     """``[k]`` lengths (env steps) of the episodes that ended on this step."""
     action_mask: dict[str, np.ndarray] | None = None
     """``[B, N, A]`` bool legal actions at ``obs`` per group, or None."""
+    episode_info: dict[str, np.ndarray] | None = None
+    """Statistics of the env episodes that ended on this step, ``{name: [k]}`` aligned with
+    ``episode_lengths`` (e.g. the share of agents that collided), or None."""
 
 
 @runtime_checkable

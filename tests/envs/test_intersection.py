@@ -55,9 +55,15 @@ def test_completion_is_rewarded_and_then_masked():
         for i, t_done in finished_at.items():
             if t > t_done and not step.autoreset[0]:
                 assert not step.active["agent"][0, i] and step.rewards["agent"][0, i] == 0
+        if step.episode_info is not None:
+            step_info = step.episode_info
         if step.autoreset[0]:
             break
     assert set(finished_at) == {0, 1, 2, 3}  # right turns never cross: all complete
+    info = step_info  # the step that ended the episode reports its statistics
+    assert info["completion_rate"].tolist() == [1.0] and info["collision_rate"].tolist() == [0.0]
+    finish = np.array([finished_at[i] + 1 for i in range(4)]) * 0.1
+    assert info["time_to_complete"][0] == pytest.approx(finish.mean())
     # Progress (0.1 per metre from 15 m into the arm to within 3 m of the end) plus the bonus.
     lengths = env.routes.length[right_turns]
     assert ((total > 0.1 * (lengths - 18.0) + 10.0) & (total < 0.1 * (lengths - 15.0) + 10.0)).all()
@@ -125,18 +131,24 @@ def test_state_round_trip_is_exact():
         np.testing.assert_array_equal(a.state, b.state)
 
 
-def test_mappo_trains_on_it(tmp_path):
+@pytest.mark.parametrize("algo", ["mappo", "maddpg"])
+def test_learners_train_on_it_and_log_the_traffic_statistics(algo, tmp_path):
     seen = []
+    settings = {"num_steps": 32, "minibatch_size": 256, "num_epochs": 1}
+    if algo == "maddpg":
+        settings = {"rollout_steps": 8, "replay.batch_size": 64, "replay.learning_starts": 64}
     shoal.train(
-        "mappo",
-        run_dir=str(tmp_path / "x"),
+        algo,
+        run_dir=str(tmp_path / algo),
         total_steps=2 * 8 * 32,
         on_iteration=lambda step, metrics: seen.append(metrics),
-        **{"env.id": "shoal/intersection-v0", "env.num_envs": 8, "num_steps": 32,
-           "minibatch_size": 256, "num_epochs": 1, "model.hidden": (16,),
-           "run.eval_every_steps": 0, "run.console": False, "run.tensorboard": False},
+        **{"env.id": "shoal/intersection-v0", "env.num_envs": 8, "env.max_episode_steps": 20,
+           "model.hidden": (16,), "run.eval_every_steps": 0, "run.console": False,
+           "run.tensorboard": False, **settings},
     )  # fmt: skip
-    assert "loss/policy" in seen[-1]
+    logged = {key for m in seen for key in m}
+    assert {"episode/completion_rate", "episode/collision_rate", "episode/off_road_rate"} <= logged
+    assert any(key.startswith("loss/") for key in logged)
     frame = IntersectionEnv(1, traffic="high", seed=0)
     frame.reset(seed=0)
     image = frame.render()

@@ -65,7 +65,7 @@ FIXED_ROUTES = ((1, "straight"), (0, "left"), (1, "right"), (1, "straight"))
 OBS_DIM = 8 + 8 * 5
 SCALE, SPEED_SCALE = 50.0, 10.0
 STATE_ARRAYS = ("route", "pos", "heading", "speed", "present", "s", "steer", "offset", "done",
-                "t", "_s_now", "_lateral", "_path_heading")  # fmt: skip
+                "outcome", "finish_time", "t", "_s_now", "_lateral", "_path_heading")  # fmt: skip
 """What `IntersectionEnv.get_state` saves besides the generator, counters and tracker."""
 
 
@@ -136,6 +136,10 @@ class IntersectionEnv:
         self.offset = np.zeros((B, AGENTS))
         """Agents' target offset from their route's centreline (lane changes)."""
         self.done = np.zeros((B, AGENTS), bool)
+        self.outcome = np.zeros((B, AGENTS), np.int64)
+        """How each agent's episode went so far: 0 driving, 1 completed, 2 collided, 3 off
+        the road (`episode_info`)."""
+        self.finish_time = np.full((B, AGENTS), np.nan)
         self._s_now = np.zeros((B, AGENTS))
         self._lateral = np.zeros((B, AGENTS))
         self._path_heading = np.zeros((B, AGENTS))
@@ -183,6 +187,10 @@ class IntersectionEnv:
         reward -= self.off_road_penalty * off_road
         reward = np.where(acting, reward, 0.0).astype(np.float32)
         finished = collided | completed | off_road
+        self.outcome = np.where(
+            completed, 1, np.where(collided, 2, np.where(off_road, 3, self.outcome))
+        )
+        self.finish_time = np.where(completed, (self.t + 1)[:, None] * self.dt, self.finish_time)
         self.done |= finished
         self.present[:, :AGENTS] &= ~self.done  # done agents leave the road
         self.t += real
@@ -190,6 +198,7 @@ class IntersectionEnv:
         timeout = real & (self.t >= self.max_episode_steps) & ~all_done
         truncated = timeout[:, None] & acting & ~finished
         self._spawn(real)
+        info = self._episode_info(all_done | timeout)
         if resetting.any():
             self._reset_envs(np.flatnonzero(resetting))
         ended = all_done | timeout
@@ -206,7 +215,25 @@ class IntersectionEnv:
             state=state,
             episode_returns=returns,
             episode_lengths=lengths,
+            episode_info=info,
         )
+
+    def _episode_info(self, ended: np.ndarray) -> dict[str, np.ndarray] | None:
+        """Per ended env: the share of its agents that completed, collided or left the
+        road, and the mean time (s) the completing ones took (NaN if none did)."""
+        if not ended.any():
+            return None
+        outcome = self.outcome[ended]
+        times = self.finish_time[ended]
+        some = ~np.isnan(times).all(axis=1)
+        time_to_complete = np.full(len(times), np.nan)
+        time_to_complete[some] = np.nanmean(times[some], axis=1)
+        return {
+            "completion_rate": (outcome == 1).mean(axis=1),
+            "collision_rate": (outcome == 2).mean(axis=1),
+            "off_road_rate": (outcome == 3).mean(axis=1),
+            "time_to_complete": time_to_complete,
+        }
 
     def observe(self) -> tuple[dict[str, np.ndarray], np.ndarray]:
         B, A = self.num_envs, AGENTS
@@ -430,6 +457,8 @@ class IntersectionEnv:
         self.steer[envs] = 0.0
         self.offset[envs] = 0.0
         self.done[envs] = False
+        self.outcome[envs] = 0
+        self.finish_time[envs] = np.nan
         self.t[envs] = 0
         self._update_projection(envs)
 
