@@ -27,7 +27,7 @@ from shoal.backend import uncompiled_copy
 from shoal.collect.multi_agent import FixedGroups, MultiAgentRunner
 from shoal.collect.multi_policy import MultiPolicyActing, policy_rows
 from shoal.collect.self_play import SelfPlaySeats, SnapshotPool
-from shoal.config import replace
+from shoal.config import from_dict
 from shoal.envs.multi_agent import MultiAgentVectorEnv, is_multi_agent_id, make_multi_agent_env
 from shoal.envs.opponents import make_opponents
 from shoal.envs.policy_map import PolicyAgents, resolve_policies
@@ -74,23 +74,14 @@ def policy_config(config: PPOConfig, name: str) -> tuple[PPOConfig, bool]:
     it is frozen."""
     overrides = dict(config.policies.get(name, {}))
     frozen = bool(overrides.pop("frozen", False))
-    dotted = _dotted(overrides)
-    shared = [key for key in dotted if key.split(".")[0] in ("run", "env", "policies")]
+    shared = sorted(set(overrides) & {"run", "env", "policies", "self_play"})
     if shared:
         raise ConfigError(
-            f"policies.{name} sets {shared}: run and env settings are the run's, not a policy's"
+            f"policies.{name} sets {shared}: run, env and self-play settings are the run's, "
+            "not a policy's"
         )
-    return replace(config, policies={}, **dotted), frozen
-
-
-def _dotted(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict) and key not in ("kwargs",):
-            out.update(_dotted(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
+    base = dataclasses.replace(config, policies={})
+    return from_dict(PPOConfig, overrides, path=f"policies.{name}", base=base), frozen
 
 
 def build_policy_set(config: PPOConfig, env: MultiAgentVectorEnv) -> PolicySet:

@@ -175,15 +175,6 @@ class MultiAgentRollout(NamedTuple):
             action_mask=after.action_mask,
         )
 
-    def ended(self) -> np.ndarray:
-        """``[T, B]``: the env's episode ended on step ``t`` (every agent of every group done
-        and the step real)."""
-        done = [
-            (self.terminated[g] | self.truncated[g] | ~self.active[g]).all(-1)
-            for g in self.terminated
-        ]
-        return np.logical_and.reduce(done) & ~self.autoreset
-
 
 class MultiAgentRunner:
     """Steps ``env`` ``num_steps`` times per `sample` with ``acting``'s actions.

@@ -23,7 +23,7 @@ from shoal.collect.multi_agent import FixedGroups, JointObs
 from shoal.collect.self_play import SelfPlaySeats
 from shoal.data.rollout import RolloutStorage
 from shoal.envs.agents_as_batch import AgentRows
-from shoal.envs.multi_agent import AgentGroup, MultiAgentStep
+from shoal.envs.multi_agent import AgentGroup, MultiAgentStep, episode_ended
 from shoal.envs.policy_map import PolicyAgents, empty_actions
 from shoal.types import Rollout, StepResult
 
@@ -160,13 +160,8 @@ class MultiPolicyActing:
             self.storage[name].write_step(self.t, self._pending[name], result)
         if self.self_play is not None:
             name, seats = self.self_play
-            done = [
-                (step.terminated[g] | step.truncated[g] | ~step.active[g]).all(-1)
-                for g in step.terminated
-            ]
-            real = ~step.autoreset
-            ended = np.logical_and.reduce(done) & real
-            seats.finish(self.policies[name].gather(step.rewards), real, ended)
+            rewards = self.policies[name].gather(step.rewards)
+            seats.finish(rewards, ~step.autoreset, episode_ended(step))
         self.t += 1
 
     def rollouts(self, view: JointObs) -> dict[str, Rollout]:

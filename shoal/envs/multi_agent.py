@@ -107,6 +107,16 @@ class MultiAgentVectorEnv(Protocol):
     def close(self) -> None: ...
 
 
+def episode_ended(step: MultiAgentStep) -> np.ndarray:
+    """``[B]`` bool: the env's episode ended on ``step``: a real step (not an autoreset)
+    after which every agent of every group is terminated, truncated or inactive."""
+    done = [
+        (step.terminated[g] | step.truncated[g] | ~step.active[g]).all(axis=-1)
+        for g in step.terminated
+    ]
+    return np.logical_and.reduce(done) & ~step.autoreset
+
+
 def agent_names(env: MultiAgentVectorEnv) -> list[str]:
     """Every agent id, group by group."""
     return [agent for group in env.groups.values() for agent in group.agents]

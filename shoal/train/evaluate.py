@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from shoal.envs.base import VectorEnv
-from shoal.envs.multi_agent import MultiAgentVectorEnv
+from shoal.envs.multi_agent import MultiAgentVectorEnv, episode_ended
 from shoal.interfaces import Policy
 from shoal.policy import JointPolicy
 
@@ -59,12 +59,9 @@ def evaluate_joint(
         step = env.step(policy.act(obs, deterministic=deterministic, state=state, action_mask=mask))
         real = running & ~step.autoreset
         lengths += real
-        done = real.copy()
         for g, total in totals.items():
             total[real] += step.rewards[g][real]
-            finished = step.terminated[g] | step.truncated[g] | ~step.active[g]
-            done &= finished.all(axis=1)
-        running &= ~done
+        running &= ~episode_ended(step)
         obs, state, mask = step.obs, step.state, step.action_mask
     every = np.concatenate(list(totals.values()), axis=1)
     per_env = every.mean(axis=1)

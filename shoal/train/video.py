@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from shoal.envs.base import VectorEnv
-from shoal.envs.multi_agent import MultiAgentVectorEnv
+from shoal.envs.multi_agent import MultiAgentVectorEnv, episode_ended
 from shoal.errors import ShoalError
 from shoal.interfaces import Policy
 
@@ -77,11 +77,7 @@ def record_video(policy: Policy, env: VectorEnv, path: Path, seed: int, episodes
             continue  # the autoreset step shows the first frame of the next episode
         frames.append(env.render())
         if joint:
-            done = [
-                (result.terminated[g][0] | result.truncated[g][0] | ~result.active[g][0]).all()
-                for g in result.terminated
-            ]
-            finished += int(all(done))
+            finished += int(episode_ended(result)[0])
         else:
             finished += int(result.terminated[0] or result.truncated[0])
     fps = render_fps(env)

@@ -201,8 +201,11 @@ def test_two_policy_resume_is_exact(tmp_path):
     ("extra", "message"),
     [
         ({"policies": {"green": {"ent_coef": 0.1}}}, r"policies names \['green'\]"),
-        ({"policies": {"red": {"env": {"num_envs": 2}}}}, "run and env settings are the run's"),
-        ({"policies": {"red": {"optim": {"lrr": 0.1}}}}, "unknown config field 'lrr'"),
+        ({"policies": {"red": {"env": {"num_envs": 2}}}}, "settings are the run's, not a polic"),
+        (
+            {"policies": {"red": {"optim": {"lrr": 0.1}}}},
+            "unknown config field 'policies.red.optim.lrr'",
+        ),
         ({"env.normalize_obs": True}, "normalize_obs is not supported with several policies"),
     ],
 )

@@ -8,7 +8,7 @@ import pytest
 import shoal
 from shoal.config import EnvConfig
 from shoal.envs import make_env
-from shoal.envs.multi_agent import make_multi_agent_env
+from shoal.envs.multi_agent import episode_ended, make_multi_agent_env
 
 pytest.importorskip("pettingzoo.classic", reason="needs pettingzoo[classic]")
 from pettingzoo.classic import tictactoe_v3  # noqa: E402
@@ -167,7 +167,6 @@ def evaluate_wins(policy, env, seat: int) -> float:
         step = env.step(policy.act(obs, state=state, action_mask=mask))
         real = running & ~step.autoreset
         total[real] += step.rewards["player"][real, seat]
-        finished = step.terminated["player"] | step.truncated["player"] | ~step.active["player"]
-        running &= ~(finished.all(1) & real)
+        running &= ~episode_ended(step)
         obs, state, mask = step.obs, step.state, step.action_mask
     return float(np.mean(total > 0))

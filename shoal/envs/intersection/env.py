@@ -45,7 +45,7 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
-from shoal.config import EnvConfig
+from shoal.envs.batched import BatchedWorld, disc_frame, factory
 from shoal.envs.intersection.dynamics import IDMParams, bicycle_step, idm_acceleration, wrap_angle
 from shoal.envs.intersection.geometry import Layout, build_routes, point_at, project
 from shoal.envs.multi_agent import (
@@ -64,12 +64,9 @@ FIXED_ROUTES = ((1, "straight"), (0, "left"), (1, "right"), (1, "straight"))
 """``routes="fixed"``: (lane, turn) of the agent entering on arm 0, 1, 2, 3."""
 OBS_DIM = 8 + 8 * 5
 SCALE, SPEED_SCALE = 50.0, 10.0
-STATE_ARRAYS = ("route", "pos", "heading", "speed", "present", "s", "steer", "offset", "done",
-                "outcome", "finish_time", "t", "_s_now", "_lateral", "_path_heading")  # fmt: skip
-"""What `IntersectionEnv.get_state` saves besides the generator, counters and tracker."""
 
 
-class IntersectionEnv:
+class IntersectionEnv(BatchedWorld):
     env_id: ClassVar[str] = "shoal/intersection-v0"
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["rgb_array"], "render_fps": 10}
     dt = 0.1
@@ -80,6 +77,9 @@ class IntersectionEnv:
     progress_weight, completion_bonus = 0.1, 10.0
     collision_penalty, off_road_penalty = 10.0, 5.0
     stanley_gain = 1.0
+    state_arrays = ("route", "pos", "heading", "speed", "present", "s", "steer", "offset",
+                    "done", "outcome", "finish_time", "t", "_s_now", "_lateral",
+                    "_path_heading")  # fmt: skip
 
     def __init__(
         self,
@@ -156,15 +156,6 @@ class IntersectionEnv:
         self._route_lane = np.array([key[1] for key in self.routes.keys])
 
     # ----------------------------------------------------------------- protocol
-
-    def reset(self, seed: int | None = None) -> tuple[dict[str, np.ndarray], np.ndarray]:
-        if seed is not None:
-            self.rng = np.random.default_rng(seed)
-        self._reset_envs(np.arange(self.num_envs))
-        self._needs_reset[:] = False
-        self.tracker = EpisodeTracker(self.num_envs, self.groups)
-        self._started = True
-        return self.observe()
 
     def step(self, actions: dict[str, np.ndarray]) -> MultiAgentStep:
         if not self._started:
@@ -248,10 +239,9 @@ class IntersectionEnv:
         rows = routes.reshape(-1)
         ends = self.routes.points[rows, self.routes.count[rows] - 1].reshape(B, A, 2)
         s_now, lateral, _ = self._project_agents()
-        errors = []
-        for ahead in self.lookahead:
-            _, path = point_at(self.routes, rows, (s_now + ahead).reshape(-1))
-            errors.append(wrap_angle(path.reshape(B, A) - heading))
+        ahead = s_now[..., None] + np.array(self.lookahead)  # [B, A, 3], one lookup
+        _, path = point_at(self.routes, np.repeat(rows, len(self.lookahead)), ahead.reshape(-1))
+        errors = wrap_angle(path.reshape(ahead.shape) - heading[..., None])
         rel = self.pos[:, None, :, :] - pos[:, :, None, :]  # [B, A, V, 2]
         dist = np.sqrt((rel * rel).sum(-1))
         seen = self.present[:, None, :] & (dist <= self.sensor_range)
@@ -271,7 +261,7 @@ class IntersectionEnv:
             (lateral - self.offset)[..., None],
             self.speed[:, :A, None] / SPEED_SCALE,
             self.steer[..., None],
-            np.stack(errors, -1),
+            errors,
             neighbours.reshape(B, A, -1),
         ]
         obs = np.concatenate(own, -1).astype(np.float32)
@@ -289,43 +279,20 @@ class IntersectionEnv:
 
     def render(self) -> np.ndarray:
         """A 240x240 RGB frame of env 0: roads grey, agents in colour, other cars dark."""
-        size, extent = 240, self.layout.half + self.layout.arm_length
-        scale = size / (2 * extent)
-        centers = (np.arange(size) + 0.5) / scale - extent
-        xs, ys = centers[None, :], -centers[:, None]
-        frame = np.full((size, size, 3), (96, 160, 96), np.uint8)
         road = 2 * self.layout.lane_width
-        frame[(np.abs(xs) <= road) | (np.abs(ys) <= road)] = (128, 128, 128)
+
+        def roads(frame: np.ndarray, xs: np.ndarray, ys: np.ndarray) -> None:
+            frame[(np.abs(xs) <= road) | (np.abs(ys) <= road)] = (128, 128, 128)
+
         colours = [(220, 60, 60), (60, 120, 220), (230, 200, 40), (200, 90, 220)]
-        for v in np.flatnonzero(self.present[0]):
-            colour = colours[v] if v < AGENTS else (40, 40, 40)
-            for centre in self._discs(0, v):
-                mask = (xs - centre[0]) ** 2 + (ys - centre[1]) ** 2 <= self.disc_radius**2
-                frame[mask] = colour
-        return frame
-
-    def get_state(self) -> dict[str, Any]:
-        arrays = STATE_ARRAYS
-        state = {name: getattr(self, name).copy() for name in arrays}
-        state.update(
-            needs_reset=self._needs_reset.copy(),
-            started=self._started,
-            rng=self.rng.bit_generator.state,
-            tracker=self.tracker.state_dict(),
-        )
-        return state
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        for name in STATE_ARRAYS:
-            getattr(self, name)[:] = state[name]
-        self._needs_reset = np.array(state["needs_reset"], bool)
-        self._started = bool(state["started"])
-        self.rng = np.random.default_rng()
-        self.rng.bit_generator.state = state["rng"]
-        self.tracker.load_state_dict(state["tracker"])
-
-    def close(self) -> None:
-        pass
+        discs = self._discs()[0]
+        cars = [
+            (x, y, self.disc_radius, colours[v] if v < AGENTS else (40, 40, 40))
+            for v in np.flatnonzero(self.present[0])
+            for x, y in discs[v]
+        ]
+        extent = self.layout.half + self.layout.arm_length
+        return disc_frame(cars, 240, extent, background=(96, 160, 96), paint=roads)
 
     # ----------------------------------------------------------------- internals
 
@@ -462,36 +429,24 @@ class IntersectionEnv:
         self.t[envs] = 0
         self._update_projection(envs)
 
-    def _discs(self, env: int, vehicle: int) -> np.ndarray:
-        direction = np.array(
-            [np.cos(self.heading[env, vehicle]), np.sin(self.heading[env, vehicle])]
+    def _discs(self) -> np.ndarray:
+        """``[B, V, 2, 2]``: the centres of each vehicle's rear and front disc."""
+        direction = np.stack([np.cos(self.heading), np.sin(self.heading)], -1)
+        return self.pos[:, :, None, :] + np.array([-1.0, 1.0])[None, None, :, None] * (
+            self.disc_offset * direction[:, :, None, :]
         )
-        return self.pos[env, vehicle] + np.outer([-1.0, 1.0], direction) * self.disc_offset
 
     def _collisions(self) -> np.ndarray:
         """``[B, A]``: an agent's discs overlap another present vehicle's."""
         A = AGENTS
-        direction = np.stack([np.cos(self.heading), np.sin(self.heading)], -1)
-        discs = self.pos[:, :, None, :] + np.array([-1.0, 1.0])[None, None, :, None] * (
-            self.disc_offset * direction[:, :, None, :]
-        )  # [B, V, 2, 2]
+        discs = self._discs()
         mine = discs[:, :A, None, :, None, :]  # [B, A, 1, 2, 1, 2]
         theirs = discs[:, None, :, None, :, :]  # [B, 1, V, 1, 2, 2]
-        gap = np.sqrt(((mine - theirs) ** 2).sum(-1)).min(axis=(3, 4))  # [B, A, V]
-        touching = (gap < 2 * self.disc_radius) & self.present[:, None, :]
+        diff = mine - theirs
+        gap2 = np.einsum("...k,...k->...", diff, diff).min(axis=(3, 4))  # [B, A, V], squared
+        touching = (gap2 < (2 * self.disc_radius) ** 2) & self.present[:, None, :]
         touching[:, np.arange(A), np.arange(A)] = False
         return touching.any(axis=2) & self.present[:, :A]
 
 
-def _make(config: EnvConfig) -> IntersectionEnv:
-    try:
-        return IntersectionEnv(
-            config.num_envs, max_episode_steps=config.max_episode_steps, **config.kwargs
-        )
-    except TypeError as error:
-        raise ConfigError(
-            f"{IntersectionEnv.env_id}: bad env.kwargs {config.kwargs}: {error}"
-        ) from None
-
-
-register_multi_agent_env(IntersectionEnv.env_id, _make)
+register_multi_agent_env(IntersectionEnv.env_id, factory(IntersectionEnv))

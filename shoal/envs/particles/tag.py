@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
-from shoal.config import EnvConfig
+from shoal.envs.batched import BatchedWorld, disc_frame, factory
 from shoal.envs.multi_agent import (
     AgentGroup,
     EpisodeTracker,
@@ -50,7 +50,7 @@ def bound(v: np.ndarray) -> np.ndarray:
     ).astype(F32)
 
 
-class TagEnv:
+class TagEnv(BatchedWorld):
     env_id: ClassVar[str] = "shoal/tag-v0"
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["rgb_array"], "render_fps": 10}
     dt, damping, contact_force, contact_margin = 0.1, 0.25, 1e2, 1e-3
@@ -59,6 +59,7 @@ class TagEnv:
     max_speed = {PREDATORS: 1.0, PREY: 1.3}
     obstacle_size = 0.2
     tag_reward = 10.0
+    state_arrays = ("pos", "vel", "t")
 
     def __init__(
         self,
@@ -116,15 +117,6 @@ class TagEnv:
 
     # ----------------------------------------------------------------- protocol
 
-    def reset(self, seed: int | None = None) -> tuple[dict[str, np.ndarray], np.ndarray]:
-        if seed is not None:
-            self.rng = np.random.default_rng(seed)
-        self._reset_envs(np.arange(self.num_envs))
-        self._needs_reset[:] = False
-        self.tracker = EpisodeTracker(self.num_envs, self.groups)
-        self._started = True
-        return self.observe()
-
     def step(self, actions: dict[str, np.ndarray]) -> MultiAgentStep:
         if not self._started:
             self.reset()
@@ -166,44 +158,13 @@ class TagEnv:
     def render(self) -> np.ndarray:
         """A 250x250 RGB frame of env 0: predators red, preys green, obstacles grey; the
         view covers ``[-1, 1]^2`` and grows to keep every entity in sight."""
-        size = 250
-        n = self.num_agents
-        colors = [(217, 89, 89) if not p else (89, 217, 89) for p in self.is_prey]
-        colors += [(64, 64, 64)] * self.num_obstacles
-        radii = np.concatenate([self.size, np.full(self.num_obstacles, self.obstacle_size)])
-        pos = self.pos[0]
-        extent = max(1.0, float((np.abs(pos) + radii[:, None]).max()))
-        scale = size / (2 * extent)
-        frame = np.full((size, size, 3), 255, np.uint8)
-        centers = (np.arange(size, dtype=F32) + 0.5) / scale - extent
-        xs, ys = centers[None, :], -centers[:, None]
-        order = list(range(n, n + self.num_obstacles)) + list(range(n))  # agents on top
-        for e in order:
-            (x, y), r = pos[e], max(float(radii[e]), 1.5 / scale)
-            frame[(xs - x) ** 2 + (ys - y) ** 2 <= r * r] = colors[e]
-        return frame
-
-    def get_state(self) -> dict[str, Any]:
-        return {
-            "pos": self.pos.copy(),
-            "vel": self.vel.copy(),
-            "t": self.t.copy(),
-            "needs_reset": self._needs_reset.copy(),
-            "started": self._started,
-            "rng": self.rng.bit_generator.state,
-            "tracker": self.tracker.state_dict(),
-        }
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        self.pos[:], self.vel[:], self.t[:] = state["pos"], state["vel"], state["t"]
-        self._needs_reset = np.array(state["needs_reset"], bool)
-        self._started = bool(state["started"])
-        self.rng = np.random.default_rng()
-        self.rng.bit_generator.state = state["rng"]
-        self.tracker.load_state_dict(state["tracker"])
-
-    def close(self) -> None:
-        pass
+        n, pos = self.num_agents, self.pos[0]
+        obstacles = [(x, y, self.obstacle_size, (64, 64, 64)) for x, y in pos[n:]]
+        agents = [
+            (x, y, r, (89, 217, 89) if prey else (217, 89, 89))
+            for (x, y), r, prey in zip(pos[:n], self.size, self.is_prey, strict=True)
+        ]
+        return disc_frame(obstacles + agents, 250)  # agents drawn on top
 
     # ----------------------------------------------------------------- physics and rules
 
@@ -282,11 +243,4 @@ class TagEnv:
         self.t[index] = 0
 
 
-def _make(config: EnvConfig) -> TagEnv:
-    try:
-        return TagEnv(config.num_envs, max_episode_steps=config.max_episode_steps, **config.kwargs)
-    except TypeError as error:
-        raise ConfigError(f"{TagEnv.env_id}: bad env.kwargs {config.kwargs}: {error}") from None
-
-
-register_multi_agent_env(TagEnv.env_id, _make)
+register_multi_agent_env(TagEnv.env_id, factory(TagEnv))

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
+from shoal.envs.batched import factory
 from shoal.envs.multi_agent import (
     AgentGroup,
     EpisodeTracker,
@@ -21,7 +22,7 @@ from shoal.envs.particles.world import DIRECTIONS, F32, ParticleEnv
 from shoal.errors import ConfigError
 
 if TYPE_CHECKING:
-    from shoal.config import EnvConfig
+    pass
 
 
 class SpreadEnv(ParticleEnv):
@@ -321,15 +322,5 @@ ENVS: dict[str, type[ParticleEnv]] = {
 }
 
 
-def _factory(cls: type[ParticleEnv]):
-    def make(config: EnvConfig) -> ParticleEnv:
-        try:
-            return cls(config.num_envs, max_episode_steps=config.max_episode_steps, **config.kwargs)
-        except TypeError as error:
-            raise ConfigError(f"{cls.env_id}: bad env.kwargs {config.kwargs}: {error}") from None
-
-    return make
-
-
 for _id, _cls in ENVS.items():
-    register_multi_agent_env(_id, _factory(_cls))
+    register_multi_agent_env(_id, factory(_cls))

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
+from shoal.envs.batched import BatchedWorld, disc_frame
 from shoal.envs.multi_agent import AgentGroup, EpisodeTracker, MultiAgentStep
 from shoal.errors import ConfigError
 
@@ -20,7 +21,7 @@ F32 = np.float32
 DIRECTIONS = np.array([[0, 0], [-1, 0], [1, 0], [0, -1], [0, 1]], F32)
 
 
-class ParticleEnv:
+class ParticleEnv(BatchedWorld):
     """Base particle world: physics, spaces, episodes, autoreset, snapshots and rendering.
 
     Subclasses set the defaults and implement `_rules` (landmark motion and rewards) and
@@ -49,6 +50,7 @@ class ParticleEnv:
     """Subtracted from an agent's reward for every other agent it overlaps."""
     options: ClassVar[tuple[str, ...]] = ("collision_penalty",)
     """Task constants a config may override through ``env.kwargs``."""
+    state_arrays = ("agent_pos", "agent_vel", "landmark_pos", "landmark_vel", "messages", "t")
 
     def __init__(
         self,
@@ -127,16 +129,6 @@ class ParticleEnv:
 
     # ----------------------------------------------------------------- protocol
 
-    def reset(self, seed: int | None = None) -> tuple[dict[str, np.ndarray], np.ndarray]:
-        if seed is not None:
-            self.rng = np.random.default_rng(seed)
-        self._reset_envs(np.arange(self.num_envs))
-        self._needs_reset[:] = False
-        self.tracker = EpisodeTracker(self.num_envs, self.groups)
-        self._started = True
-        self.refresh()
-        return self.observe()
-
     def step(self, actions: dict[str, np.ndarray]) -> MultiAgentStep:
         if not self._started:
             self.reset()
@@ -194,47 +186,10 @@ class ParticleEnv:
         """A 250x250 RGB frame of env 0: agents blue (with their collision radius), landmarks
         dark grey (preys red, push zones light green); the view covers ``[-1, 1]^2`` and grows
         to keep every entity in sight."""
-        size = 250
-        circles = self._render_circles()
-        extent = max(
-            1.0, max(abs(x) + r for x, _, r, _ in circles), *(abs(y) + r for _, y, r, _ in circles)
-        )
-        scale = size / (2 * extent)
-        frame = np.full((size, size, 3), 255, np.uint8)
-        centers = (np.arange(size, dtype=F32) + 0.5) / scale - extent
-        xs, ys = centers[None, :], -centers[:, None]  # image rows go down, y goes up
-        for x, y, r, color in circles:
-            r = max(r, 1.5 / scale)
-            mask = (xs - x) ** 2 + (ys - y) ** 2 <= r * r
-            frame[mask] = color
-        return frame
+        return disc_frame(self._render_circles(), 250)
 
-    def get_state(self) -> dict[str, Any]:
-        return {
-            "agent_pos": self.agent_pos.copy(),
-            "agent_vel": self.agent_vel.copy(),
-            "landmark_pos": self.landmark_pos.copy(),
-            "landmark_vel": self.landmark_vel.copy(),
-            "messages": self.messages.copy(),
-            "t": self.t.copy(),
-            "needs_reset": self._needs_reset.copy(),
-            "started": self._started,
-            "rng": self.rng.bit_generator.state,
-            "tracker": self.tracker.state_dict(),
-        }
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        for name in ("agent_pos", "agent_vel", "landmark_pos", "landmark_vel", "messages", "t"):
-            getattr(self, name)[:] = state[name]
-        self._needs_reset = np.array(state["needs_reset"], bool)
-        self._started = bool(state["started"])
-        self.rng = np.random.default_rng()
-        self.rng.bit_generator.state = state["rng"]
-        self.tracker.load_state_dict(state["tracker"])
+    def _derive(self) -> None:
         self.refresh()
-
-    def close(self) -> None:
-        pass
 
     # ----------------------------------------------------------------- helpers
 
