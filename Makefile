@@ -11,18 +11,18 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.shoal-installed
 BENCH_STAMP := $(VENV)/.shoal-bench-installed
 
-.PHONY: install train test test-slow lint bench bench-scaling bench-marl clean
+.PHONY: install train test test-slow lint bench bench-scaling bench-marl bench-intersection clean
 
 install: $(STAMP)
 
 # constraints.txt pins torch to the CPU build this project is developed against.
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,video,mujoco,pettingzoo,atari,ray]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,video,mujoco,pettingzoo,atari,ray,sumo]'
 	touch $(STAMP)
 
 $(BENCH_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,video,mujoco,pettingzoo,atari,ray,bench]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,video,mujoco,pettingzoo,atari,ray,sumo,bench]'
 	touch $(BENCH_STAMP)
 
 train: $(STAMP)
@@ -65,5 +65,16 @@ $(BENCHMARL_VENV)/.installed:
 bench-marl: $(BENCH_STAMP) $(BENCHMARL_VENV)/.installed
 	$(BIN)/python benchmarks/marl.py --seeds 3 --benchmarl-python $(BENCHMARL_VENV)/bin/python
 
+# highway-env needs pygame-ce, which replaces the pygame shoal's video extra installs, so its
+# intersection (a speed row of benchmarks/intersection.py) gets its own environment.
+HIGHWAY_VENV ?= .venv-highway
+$(HIGHWAY_VENV)/.installed:
+	$(PYTHON) -m venv $(HIGHWAY_VENV)
+	$(HIGHWAY_VENV)/bin/python -m pip install --quiet --disable-pip-version-check 'highway-env==1.12.1' 'gymnasium==1.4.0'
+	touch $(HIGHWAY_VENV)/.installed
+
+bench-intersection: $(BENCH_STAMP) $(HIGHWAY_VENV)/.installed
+	$(BIN)/python benchmarks/intersection.py --speed --validate --highway-python $(HIGHWAY_VENV)/bin/python
+
 clean:
-	rm -rf $(VENV) $(RLLIB_VENV) $(BENCHMARL_VENV) runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(RLLIB_VENV) $(BENCHMARL_VENV) $(HIGHWAY_VENV) runs .pytest_cache .ruff_cache

@@ -39,6 +39,10 @@ class StepResult(NamedTuple):
     """Statistics of the env episodes that ended on this step, ``{name: [k]}`` (a traffic
     env's collision and completion rates), logged as ``episode/<name>`` means; None when the
     env has none."""
+    episode_info_rows: np.ndarray | None = None
+    """``[k]``: a row of ``obs`` that belongs to each env whose episode ``episode_info``
+    describes (multi-agent envs seen as a batch of agents; None: the statistics are not tied
+    to rows), so that evaluation counts each env's first episode only."""
 
 
 class ActOutput(NamedTuple):

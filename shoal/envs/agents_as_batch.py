@@ -25,7 +25,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from shoal.envs.multi_agent import MultiAgentStep, MultiAgentVectorEnv
+from shoal.envs.multi_agent import MultiAgentStep, MultiAgentVectorEnv, episode_ended
 from shoal.envs.opponents import make_opponents
 from shoal.errors import ConfigError, UnsupportedSpaceError
 from shoal.types import StepResult
@@ -199,6 +199,9 @@ class AgentsAsBatch:
             action_mask=self.action_mask,
             episode_agents=done % agents,
             episode_info=result.episode_info,
+            episode_info_rows=None
+            if result.episode_info is None
+            else np.flatnonzero(episode_ended(result)) * agents,
         )
 
     def get_state(self) -> dict[str, Any]:

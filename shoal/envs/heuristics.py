@@ -69,3 +69,42 @@ class TicTacToeHeuristic:
 
     def set_state(self, state: dict[str, Any]) -> None:
         self.rng.bit_generator.state = state["rng"]
+
+
+class IntersectionHeuristic:
+    """Keep lane, and slow down while another vehicle is in the cone ahead: closer than
+    ``gap`` metres ahead and within ``width + spread * ahead`` metres to either side (the
+    car in the lane ahead, and vehicles crossing the path in the box). Plays
+    ``shoal/intersection-v0``'s discrete actions (0 keep lane, 1 slow down) from its vector
+    observations (no ``grid``, one frame), on either backend: the yardstick that validates the
+    built-in simulator against SUMO (``benchmarks/intersection.py --validate``) and that
+    trained agents must beat."""
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        seed: int = 0,
+        gap: float = 12.0,
+        width: float = 2.0,
+        spread: float = 0.5,
+    ):
+        if tuple(observation_space.shape) != (48,) or int(getattr(action_space, "n", 0)) != 4:
+            raise ValueError(
+                "IntersectionHeuristic plays shoal/intersection-v0's 48 vector observations "
+                f"(no grid, one frame) with 4 discrete actions, not {observation_space} -> "
+                f"{action_space}"
+            )
+        self.gap, self.width, self.spread = gap, width, spread
+
+    def reset(self, seed: int | None) -> None:
+        pass
+
+    def act(self, obs: np.ndarray, action_mask: np.ndarray | None = None) -> np.ndarray:
+        obs = np.asarray(obs)
+        neighbours = obs[..., 8:48].reshape(*obs.shape[:-1], 8, 5)
+        ahead, left = neighbours[..., 0] * 50.0, neighbours[..., 1] * 50.0
+        seen = neighbours[..., 4] > 0
+        blocking = seen & (ahead > 0) & (ahead < self.gap)
+        blocking &= np.abs(left) < self.width + self.spread * ahead
+        return blocking.any(-1).astype(np.int64)

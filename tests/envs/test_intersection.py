@@ -4,6 +4,7 @@ trips, and MAPPO on it."""
 
 import numpy as np
 import pytest
+from traffic import entering_on_red
 
 import shoal
 from shoal.envs.intersection import IntersectionEnv
@@ -38,6 +39,67 @@ def test_spaces_and_observations():
         IntersectionEnv(1, traffic="rush hour")
     with pytest.raises(ConfigError, match="outside"):
         IntersectionEnv(1, traffic=500.0)
+
+
+def test_occupancy_grid_marks_road_and_the_vehicle_ahead():
+    env = IntersectionEnv(1, traffic="none", routes="fixed", grid=8, grid_cell=2.0, seed=0)
+    obs, _ = env.reset(seed=0)
+    assert obs["agent"].shape == (1, 4, OBS_DIM + 2 * 64)
+    # Agent 0 drives north in the kerb lane at x = 5.25, 15 m into the south arm (y = -47).
+    env.present[0, 1:] = False
+    env.pos[0, 4], env.heading[0, 4], env.present[0, 4] = (
+        env.pos[0, 0] + [0.0, 5.0],
+        np.pi / 2,
+        True,
+    )
+    grid = env.observe()[0]["agent"][0, 0, OBS_DIM:].reshape(2, 8, 8)
+    # A vehicle 5 m ahead: its discs 3.75 and 6.25 m ahead, cells 5 and 7 ahead, lateral 0 (4).
+    assert grid[1].sum() == 2 and grid[1, 5, 4] == 1 and grid[1, 7, 4] == 1
+    # Road: the arm is 7 m wide each side of x = 0; the agent at x = 5.25 sees its right
+    # kerb 1.75 m to its right (cells j < 3 at 3 m and more are off the road), the rest is road.
+    assert grid[0][:, 3:].all() and not grid[0][:, :3].any()
+
+
+def test_frames_stack_the_last_observations():
+    env = IntersectionEnv(2, traffic="low", frames=3, seed=1)
+    plain = IntersectionEnv(2, traffic="low", seed=1)
+    obs, _ = env.reset(seed=1)
+    single, _ = plain.reset(seed=1)
+    history = [single["agent"]] * 3  # a new episode repeats its first observation
+    rng = np.random.default_rng(0)
+    for _ in range(400):
+        np.testing.assert_allclose(obs["agent"], np.concatenate(history[-3:], -1), atol=1e-6)
+        a = {"agent": rng.integers(2, size=(2, 4))}
+        step, want = env.step(a), plain.step(a)
+        obs = step.obs
+        history.append(want.obs["agent"])
+        for b in np.flatnonzero(want.autoreset):
+            for k in (-3, -2):
+                history[k] = history[k].copy()
+                history[k][b] = want.obs["agent"][b]
+    with pytest.raises(ConfigError, match="frames"):
+        IntersectionEnv(1, frames=0)
+    with pytest.raises(ConfigError, match="grid"):
+        IntersectionEnv(1, grid=2)
+
+
+def test_signals_stop_the_traffic_on_red_and_cost_agents_that_run_it():
+    env = IntersectionEnv(16, traffic="high", signals=True, seed=0)
+    obs, state = env.reset(seed=0)
+    assert obs["agent"].shape == (16, 4, OBS_DIM + 1) and state.shape == (16, 16 * 6 + 4)
+    lights = env.lights()
+    assert ((lights[:, 0] == lights[:, 2]) & (lights[:, 1] == lights[:, 3])).all()
+    assert (np.minimum(lights[:, 0], lights[:, 1]) == 0).all()  # never both roads open
+    arm = env._route_arm[env.route[:, :4]]
+    np.testing.assert_array_equal(obs["agent"][..., -1], np.take_along_axis(lights, arm, 1) / 2)
+    on_red, entered = entering_on_red(env, 400, {"agent": np.ones((16, 4), np.int64)})
+    assert entered > 50 and on_red == 0
+    # An agent alone, its light red, driving on: -5 once as it enters the box.
+    env = IntersectionEnv(1, traffic="none", routes="fixed", signals=True, seed=0)
+    env.reset(seed=0)
+    env.signal_offset[:] = 16.0  # east-west green for 15 s: the south arm's light is red
+    rewards = [env.step(keep_lane(1)).rewards["agent"][0, 0] for _ in range(45)]
+    assert sum(r < -4.0 for r in rewards) == 1
 
 
 def test_completion_is_rewarded_and_then_masked():

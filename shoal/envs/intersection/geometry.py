@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shoal.envs.intersection.dynamics import clip
+
 TURNS = ("straight", "left", "right")
 ARMS = ("south", "east", "north", "west")
 
@@ -148,10 +150,10 @@ def project(
         arc = routes.arc[route]
     else:
         last = routes.segment_at.shape[1] - 1
-        metre = np.clip(np.floor(near - 6.0), 0, last).astype(np.int64)
+        metre = clip(np.floor(near - 6.0), 0, last).astype(np.int64)
         first = routes.segment_at[route, metre]
         k = routes.points.shape[1]
-        first = np.clip(first, 0, max(k - 1 - window, 0))
+        first = clip(first, 0, max(k - 1 - window, 0))
         index = first[:, None] + np.arange(min(window, k - 1))  # [V, W]
         rows = route[:, None]
         a, b = routes.points[rows, index], routes.points[rows, index + 1]
@@ -159,7 +161,7 @@ def project(
     seg = b - a
     seg_len2 = (seg * seg).sum(-1)
     rel = position[:, None, :] - a
-    t = np.clip((rel * seg).sum(-1) / np.maximum(seg_len2, 1e-12), 0.0, 1.0)
+    t = clip((rel * seg).sum(-1) / np.maximum(seg_len2, 1e-12), 0.0, 1.0)
     closest = a + t[..., None] * seg
     dist2 = ((position[:, None, :] - closest) ** 2).sum(-1)
     dist2 = np.where(seg_len2 > 0, dist2, np.inf)  # padding segments never win
@@ -179,10 +181,10 @@ def point_at(routes: Routes, route: np.ndarray, s: np.ndarray) -> tuple[np.ndarr
     arc = routes.arc[route]  # [V, K]
     count = routes.count[route]
     rows = np.arange(len(route))
-    s = np.clip(s, 0.0, arc[rows, count - 1])
-    i = np.clip((arc <= s[:, None]).sum(1) - 1, 0, np.maximum(count - 2, 0))
+    s = clip(s, 0.0, arc[rows, count - 1])
+    i = clip((arc <= s[:, None]).sum(1) - 1, 0, np.maximum(count - 2, 0))
     a, b = routes.points[route, i], routes.points[route, i + 1]
     seg = np.maximum(arc[rows, i + 1] - arc[rows, i], 1e-12)
-    t = np.clip((s - arc[rows, i]) / seg, 0.0, 1.0)
+    t = clip((s - arc[rows, i]) / seg, 0.0, 1.0)
     direction = b - a
     return a + t[:, None] * direction, np.arctan2(direction[:, 1], direction[:, 0])

@@ -1,0 +1,307 @@
+"""The SUMO backend of ``shoal/intersection-v0`` (``--env.kwargs backend sumo``): the same
+scenario, spaces, rewards and metrics as the built-in simulator, with the vehicles driven by
+Eclipse SUMO (Lopez et al. 2018, "Microscopic traffic simulation using SUMO") through libsumo.
+
+* **Network.** ``netconvert`` builds it once (cached under ``~/.cache/shoal/sumo``) from the
+  node, edge and connection files in ``shoal/envs/intersection/sumo/``: the built-in layout
+  exactly (lanes 3.5 m wide, 1.75 and 5.25 m from the centre line, the box 24 m across with
+  5 m kerb radii), the north-south road with priority over the east-west one; with
+  ``signals=True`` the box has traffic lights, set every step to the built-in cycle's
+  lights (left turns on green yield to oncoming traffic).
+* **Background traffic.** SUMO's IDM (the built-in parameters: 10 m/s, 1.5 s headway, 2 m
+  standstill gap, 1 and 1.5 m/s^2) with SUMO's junction model (minor-road vehicles yield).
+  Vehicles arrive by the built-in arrival process (the same generator, rate and entry
+  check, `IntersectionEnv._spawn`) and enter with ``vehicle.add``.
+* **Agents.** Discrete actions: SUMO moves them along their lanes at the speed the action
+  asks for (keep lane: toward 10 m/s at +2/-3 m/s^2; slow down: -4 m/s^2), ignoring safe
+  speeds and right of way (``speedMode 0``), and changes lanes on the entry arm of a
+  straight route when asked (turns need their lane). Their steering observation is the
+  bicycle-model angle of their yaw rate. Continuous actions: the built-in bicycle model
+  moves them and SUMO places them (``moveToXY``) so its traffic reacts.
+* **Collisions, completions, leaving the road, rewards** are the built-in definitions on
+  SUMO's positions (SUMO's own collision checks are off).
+
+Each env is one SUMO simulation in a worker process (`shoal.envs.intersection.sumo_worker`),
+stepped in parallel; one env alone runs in-process. SUMO's state cannot be captured
+exactly, so runs on this backend restart their episodes on resume (`EnvStateUnsupported`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shoal.envs.intersection import sumo_worker
+from shoal.envs.intersection.dynamics import clip
+from shoal.envs.intersection.env import AGENTS, IntersectionEnv
+from shoal.envs.intersection.geometry import TURNS, point_at
+from shoal.envs.snapshot import EnvStateUnsupported
+from shoal.errors import ConfigError
+
+INSTALL = "pip install 'shoal[sumo]'"
+FILES = Path(__file__).parent / "sumo"
+ARM_NAMES = ("S", "E", "N", "W")
+EXIT_ARM = {"straight": 2, "left": 3, "right": 1}
+"""Quarter turns counter-clockwise from the entry arm to the exit arm."""
+_IN_PROCESS = {"taken": False}
+
+
+def require_sumo() -> Path:
+    """The ``netconvert`` binary of the installed Eclipse SUMO, or a `ConfigError` that
+    names the install command."""
+    if importlib.util.find_spec("libsumo") is None or importlib.util.find_spec("sumo") is None:
+        raise ConfigError(f"the SUMO backend needs Eclipse SUMO and libsumo: {INSTALL}")
+    import sumo
+
+    binary = Path(sumo.SUMO_HOME) / "bin" / "netconvert"
+    if not binary.exists():
+        raise ConfigError(f"no netconvert in {binary.parent}; reinstall SUMO: {INSTALL}")
+    return binary
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(root) / "shoal" / "sumo"
+
+
+def build_network(env: IntersectionEnv) -> tuple[Path, Path]:
+    """The network (``netconvert`` on the shipped files) and a routes file for ``env``'s
+    routes and vehicle types, built once per content into `cache_dir`."""
+    netconvert = require_sumo()
+    sources = {p.name.split(".")[1]: p.read_text() for p in FILES.glob("intersection.*.xml")}
+    if env.signals:  # the same box with traffic lights (their states come from shoal)
+        centre = 'id="C" x="0" y="0" type='
+        sources["nod"] = sources["nod"].replace(centre + '"priority"', centre + '"traffic_light"')
+    routes = routes_xml(env)
+    key = hashlib.sha256(
+        "".join(sources[k] for k in sorted(sources)).encode() + routes.encode()
+        + str(netconvert).encode()
+    ).hexdigest()[:16]  # fmt: skip
+    target = cache_dir() / key
+    net, rou = target / "intersection.net.xml", target / "intersection.rou.xml"
+    if net.exists() and rou.exists():
+        return net, rou
+    target.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(dir=target.parent))
+    for kind, text in sources.items():
+        (work / f"intersection.{kind}.xml").write_text(text)
+    files = {kind: str(work / f"intersection.{kind}.xml") for kind in sources}
+    command = [
+        str(netconvert), "--node-files", files["nod"], "--edge-files", files["edg"],
+        "--connection-files", files["con"], "--offset.disable-normalization", "true",
+        "--no-turnarounds", "true", "-o", str(work / net.name),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        shutil.rmtree(work, ignore_errors=True)
+        raise RuntimeError(f"netconvert failed:\n{done.stderr[-2000:]}")
+    (work / rou.name).write_text(routes)
+    try:
+        os.replace(work, target)
+    except OSError:  # another process built it first
+        shutil.rmtree(work, ignore_errors=True)
+    return net, rou
+
+
+def routes_xml(env: IntersectionEnv) -> str:
+    """Vehicle types ``agent`` and ``background`` (4.5 x 2 m, the built-in discs' extent;
+    the background one with the built-in IDM) and route ``r<k>`` for the built-in route
+    ``k``."""
+    p = env.idm
+    lines = [
+        "<routes>",
+        '  <vType id="agent" length="4.5" width="2.0" minGap="0" maxSpeed="12" accel="6" '
+        'decel="6" emergencyDecel="9" speedDev="0"/>',
+        f'  <vType id="background" length="4.5" width="2.0" minGap="{p.min_gap}" '
+        f'maxSpeed="{p.desired_speed}" carFollowModel="IDM" accel="{p.max_accel}" '
+        f'decel="{p.comfort_decel}" tau="{p.time_headway}" delta="{p.exponent}" '
+        'speedDev="0"/>',
+    ]
+    for k, (arm, _, turn) in enumerate(env.routes.keys):
+        exit_arm = (arm + EXIT_ARM[TURNS[turn]]) % 4
+        lines.append(f'  <route id="r{k}" edges="{ARM_NAMES[arm]}_in {ARM_NAMES[exit_arm]}_out"/>')
+    return "\n".join(lines + ["</routes>", ""])
+
+
+class _Worker:
+    """A `sumo_worker.Simulation` in a process of its own (``send`` then ``receive``)."""
+
+    def __init__(self, arguments: dict[str, Any]) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, sumo_worker.__file__],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        self.send(arguments)
+        self.receive()
+
+    def send(self, request: Any) -> None:
+        sumo_worker._write(self.process.stdin, request)
+
+    def receive(self) -> Any:
+        try:
+            answer = sumo_worker._read(self.process.stdout)
+        except EOFError:
+            raise RuntimeError(f"SUMO worker exited with code {self.process.wait()}") from None
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            try:
+                self.send("close")
+                self.process.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                self.process.kill()
+
+
+class _Local:
+    """A `sumo_worker.Simulation` in this process (libsumo allows one per process)."""
+
+    def __init__(self, arguments: dict[str, Any]) -> None:
+        self.sim = sumo_worker.Simulation(**arguments)
+        self.answer: Any = None
+
+    def send(self, request: Any) -> None:
+        self.answer = self.sim.step(request)
+
+    def receive(self) -> Any:
+        return self.answer
+
+    def close(self) -> None:
+        self.sim.close()
+        _IN_PROCESS["taken"] = False
+
+
+class SumoIntersectionEnv(IntersectionEnv):
+    """`IntersectionEnv` with SUMO moving the vehicles; ``processes`` (default: one env
+    alone runs in-process when no other SUMO simulation does) puts every env's simulation in
+    a worker process."""
+
+    def __init__(self, num_envs: int = 1, *, processes: bool | None = None, **kwargs: Any):
+        super().__init__(num_envs, **kwargs)
+        net, routes = build_network(self)
+        if processes is None:
+            processes = num_envs > 1 or _IN_PROCESS["taken"]
+        if not processes and _IN_PROCESS["taken"]:
+            raise ConfigError("libsumo runs one simulation per process: use processes=True")
+        seeds = self.rng.integers(2**31 - 1, size=self.num_envs)
+        self._sims: list[_Worker | _Local] = []
+        for b in range(self.num_envs):
+            arguments = dict(
+                net=str(net), routes=str(routes), slots=self.V, agents=AGENTS,
+                length=2 * (self.disc_offset + self.disc_radius), seed=int(seeds[b]),
+                signals=self.signals,
+            )  # fmt: skip
+            if processes:
+                self._sims.append(_Worker(arguments))
+            else:
+                _IN_PROCESS["taken"] = True
+                self._sims.append(_Local(arguments))
+        self._requests: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
+
+    # The built-in step calls these in turn: agents' commands, then one SUMO step per env.
+
+    def _drive_agents(self, actions: np.ndarray, acting: np.ndarray) -> None:
+        B, A = self.num_envs, AGENTS
+        if self.continuous:
+            super()._drive_agents(actions, acting)
+            move = np.concatenate(
+                [self.pos[:, :A], self.heading[:, :A, None], self.speed[:, :A, None]], -1
+            )
+            move[~acting] = np.nan
+            for b in range(B):
+                self._requests[b]["move"] = move[b]
+            return
+        a = actions.reshape(B, A).astype(np.int64)
+        speed = self.speed[:, :A]
+        target = clip(speed + self._lane_accel(a, speed) * self.dt, 0.0, 12.0)
+        target = np.where(acting, target, np.nan)
+        turn = np.array([key[2] for key in self.routes.keys])[self.route[:, :A]]
+        entry = self._s_now < self.layout.arm_length - 4.0
+        change = acting & (turn == TURNS.index("straight")) & entry & ((a == 2) | (a == 3))
+        # "Change right" is toward the kerb (SUMO lane 0), "change left" away from it.
+        lane = np.where(change, np.where(a == 2, 0, 1), -1)
+        self._heading_before = self.heading[:, :A].copy()
+        for b in range(B):
+            self._requests[b].update(speed=target[b], lane=lane[b])
+
+    def _drive_background(self, real: np.ndarray) -> None:
+        A = AGENTS
+        lights = self.lights()
+        for b in np.flatnonzero(real):
+            request = self._requests[b]
+            request["remove"] = np.flatnonzero(self.done[b]).tolist()
+            if self.signals:
+                request["lights"] = lights[b].tolist()
+            self._sims[b].send(request)
+        for b in np.flatnonzero(real):
+            got = self._sims[b].receive()
+            self._requests[b] = {}
+            slots = slice(A, None) if self.continuous else slice(None)
+            self.pos[b, slots] = got["pos"][slots]
+            self.heading[b, slots] = got["heading"][slots]
+            self.speed[b, slots] = got["speed"][slots]
+            present = got["present"]
+            if self.continuous:
+                present[:A] = self.present[b, :A]
+            else:  # an agent SUMO took off at its route's end completed it: put it there
+                for i in np.flatnonzero(got["arrived"][:A]):
+                    route = self.route[b, i : i + 1]
+                    end, heading = point_at(self.routes, route, self.routes.length[route])
+                    self.pos[b, i], self.heading[b, i], present[i] = end[0], heading[0], True
+            present[:A] &= ~self.done[b]
+            self.present[b] = present
+        if not self.continuous:
+            yaw_rate = (self.heading[:, :A] - self._heading_before) / self.dt
+            yaw_rate = np.arctan2(np.sin(yaw_rate * self.dt), np.cos(yaw_rate * self.dt)) / self.dt
+            wheelbase = 2 * self.disc_offset
+            steer = np.arctan(wheelbase * yaw_rate / np.maximum(self.speed[:, :A], 0.5))
+            moved = real[:, None] & ~self.done
+            self.steer = np.where(moved, clip(steer, -0.6, 0.6), self.steer)
+
+    def _place(self, envs, slots, route, s, speed, fresh: bool = True) -> None:
+        super()._place(envs, slots, route, s, speed, fresh)
+        lanes = 1 - self._route_lane[np.asarray(route)]
+        front = np.asarray(s, np.float64) + self.disc_offset + self.disc_radius
+        speeds = np.broadcast_to(np.asarray(speed, np.float64), np.shape(envs))
+        for b, slot, r, lane, pos, v in zip(envs, slots, route, lanes, front, speeds, strict=True):
+            self._requests[b].setdefault("add", []).append(
+                (int(slot), int(r), int(lane), float(pos), float(v))
+            )
+
+    def _reset_envs(self, envs: np.ndarray) -> None:
+        for b in envs:
+            self._requests[b] = {"clear": True}
+        super()._reset_envs(envs)
+        for b in envs:  # put the agents on the road now: the first step moves them
+            self._sims[b].send({**self._requests[b], "advance": False})
+        for b in envs:
+            self._sims[b].receive()
+            self._requests[b] = {}
+
+    def get_state(self) -> dict[str, Any]:
+        raise EnvStateUnsupported("SUMO's simulation state cannot be captured exactly")
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        raise EnvStateUnsupported("SUMO's simulation state cannot be captured exactly")
+
+    def close(self) -> None:
+        for sim in self._sims:
+            sim.close()
+        self._sims = []
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
