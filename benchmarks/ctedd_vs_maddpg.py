@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import tempfile
 import time
@@ -43,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from common import mean_ci
 
 import shoal
 
@@ -58,25 +58,6 @@ CTEDD_KEYS = {
     "CTEDD-L-1": "eval/local_return_m1",
     "CTEDD-L-3": "eval/local_return_m3",
 }
-# Two-sided 95% t quantiles by degrees of freedom (scipy-free fallback).
-T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
-
-
-def t_quantile(dof: int) -> float:
-    try:
-        from scipy import stats
-
-        return float(stats.t.ppf(0.975, dof))
-    except ImportError:
-        return T95.get(dof, 1.96)
-
-
-def mean_ci(values: list[float]) -> tuple[float, float]:
-    """Mean and the half-width of its 95% t confidence interval (nan for one value)."""
-    x = np.asarray(values, float)
-    if len(x) < 2:
-        return float(x.mean()), math.nan
-    return float(x.mean()), t_quantile(len(x) - 1) * float(x.std(ddof=1)) / math.sqrt(len(x))
 
 
 def common(args: argparse.Namespace, env_id: str, seed: int, run_dir: Path) -> dict[str, Any]:

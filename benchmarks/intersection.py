@@ -5,7 +5,8 @@ validation.
 lane-following actions, heavy background traffic (``traffic high``), resets included, each
 figure the median of ``--repeats`` timed blocks of ``--seconds`` after 20 untimed steps:
 the built-in simulator at 1, 64 and 1024 envs on one CPU thread; the SUMO backend with one
-env in-process and with 4 envs in 4 worker processes; highway-env's
+env in-process and with 4 envs in 4 worker processes; the SMARTS adapter with one env;
+highway-env's
 ``intersection-multi-agent-v1`` with 4 controlled vehicles at 0.1 s steps when
 ``--highway-python`` names a Python with highway-env (``make bench-intersection`` makes
 one). Targets: >= 100,000 agent-steps/s built in at 1024 envs, >= 2,000 env-steps/s for a
@@ -19,26 +20,50 @@ differ by at most ``TOLERANCE`` under both traffic settings. Keeping the lane bl
 reported beside it as a diagnostic: it measures how the two traffic models treat an agent
 that never yields.
 
-Usage: ``python benchmarks/intersection.py [--speed] [--validate] [--repeats 3]
-[--seconds 3] [--episodes 800] [--highway-python PY] [--json F]``.
+``--experiments``: the four comparisons of Biswas and Biswas ("Autonomous driving using
+Multi-Agent RL"), on the built-in intersection at low traffic with random routes, each
+variant ``--seeds`` times for ``--steps`` env steps (the 2-core budget; the paper trained
+far longer, pass ``--steps`` for more): (a) MADDPG against MAPPO with shared weights, (b)
+MADDPG with rank-based prioritized replay against uniform replay, (c) MADDPG with batch 64
+against 1024, (d) distributed MADDPG (one collector, two asynchronous learners, Ray) against
+single-process MADDPG. Each variant is a tuned example (`VARIANTS`): MADDPG as the paper,
+64-64 ReLU networks, critic lr 1e-3, actor lr 1e-4, batch 1024 (16 envs, one gradient step
+per 4 steps of each env); MAPPO as ``mappo-intersection``. Reports each agent's mean
+training-episode return against env steps with 95% t intervals over seeds (one PNG per
+comparison, four panels), completion and collision rates of each final deterministic policy
+on 10 evaluation episodes at low and at high traffic, training wall-clock, and the
+MAPPO/MADDPG wall-clock ratio (the paper saw 3-3.5).
+
+Usage: ``python benchmarks/intersection.py [--speed] [--validate] [--experiments]
+[--repeats 3] [--seconds 3] [--episodes 800] [--seeds 3] [--steps 150000]
+[--highway-python PY] [--results DIR] [--json F]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from common import mean_ci
 
-from shoal.config import EnvConfig
+import shoal
+from shoal.config import EnvConfig, replace
+from shoal.envs import make_env
 from shoal.envs.heuristics import IntersectionHeuristic
 from shoal.envs.intersection.env import make_intersection
+from shoal.envs.multi_agent import make_multi_agent_env
+from shoal.policy import JointPolicy
 from shoal.threads import set_compute_threads
+from shoal.train.evaluate import evaluate, evaluate_joint
 
 TARGET = 100_000
 """Agent-steps/s of the built-in intersection at 1024 envs."""
@@ -49,6 +74,10 @@ TOLERANCE = 0.05
 
 
 def make(backend: str, num_envs: int, seed: int = 0, **kwargs):
+    if backend == "smarts":
+        config = EnvConfig(id="shoal/smarts-intersection-v0", num_envs=num_envs,
+                           kwargs={"seed": seed, **kwargs})  # fmt: skip
+        return make_multi_agent_env(config)
     kwargs = {"backend": backend, "seed": seed, **kwargs}
     return make_intersection(
         EnvConfig(id="shoal/intersection-v0", num_envs=num_envs, kwargs=kwargs)
@@ -75,6 +104,10 @@ def rate(backend: str, num_envs: int, seconds: float, seed: int = 0) -> float:
 def speed(args) -> dict:
     rows = {}
     cases = [("builtin", 1), ("builtin", 64), ("builtin", 1024), ("sumo", 1), ("sumo", 4)]
+    if importlib.util.find_spec("smarts") is not None:
+        cases.append(("smarts", 1))
+    else:
+        print("SMARTS is not installed (pip install 'shoal[smarts]'): no SMARTS row")
     for backend, n in cases:
         rates = [rate(backend, n, args.seconds, seed) for seed in range(args.repeats)]
         rows[f"{backend}/{n}"] = r = statistics.median(rates)
@@ -150,6 +183,146 @@ def validate(args) -> dict:
     return {"rows": rows, "met": agree}
 
 
+VARIANTS = {
+    "MADDPG": "maddpg-intersection",
+    "MAPPO (shared weights)": "mappo-intersection",
+    "MADDPG + rank PER": "maddpg-per-intersection",
+    "MADDPG, batch 64": "maddpg-batch64-intersection",
+    "distributed MADDPG": "maddpg-distributed-intersection",
+}
+"""Each comparison's variants: tuned examples (their settings and the 2-core budget)."""
+EXPERIMENTS = {
+    "a_maddpg_vs_mappo": ("MADDPG", "MAPPO (shared weights)"),
+    "b_per_vs_uniform": ("MADDPG + rank PER", "MADDPG"),
+    "c_batch_64_vs_1024": ("MADDPG, batch 64", "MADDPG"),
+    "d_distributed_vs_single": ("distributed MADDPG", "MADDPG"),
+}
+AGENTS = tuple(f"agent_{i}" for i in range(4))
+
+
+def train_variant(name: str, seed: int, steps: int, root: Path) -> dict:
+    """One training run: per-agent training-episode returns against env steps, the final
+    policy's rates at both traffic settings, and the training wall-clock."""
+    curves: dict[str, list[tuple[int, float]]] = {a: [] for a in AGENTS}
+
+    def record(step: int, metrics: dict[str, float]) -> None:
+        for agent in AGENTS:
+            if f"episode/return/{agent}" in metrics:
+                curves[agent].append((step, metrics[f"episode/return/{agent}"]))
+
+    run_dir = root / f"{VARIANTS[name]}-{seed}"
+    result = shoal.train(
+        tuned=VARIANTS[name], seed=seed, run_dir=str(run_dir), total_steps=steps,
+        on_iteration=record,
+        **{"run.eval_every_steps": 0, "run.console": False, "run.tensorboard": False},
+    )  # fmt: skip
+    policy = shoal.load(result.run_dir)
+    rates = {}
+    for traffic in ("low", "high"):
+        rates[traffic] = final_rates(policy, traffic, seed)
+    return {"curves": curves, "rates": rates, "train_s": result.train_s, "wall_s": result.wall_s}
+
+
+def final_rates(policy, traffic: str, seed: int, episodes: int = 10) -> dict[str, float]:
+    """Completion and collision rates of the deterministic ``policy`` on the first episode of
+    ``episodes`` envs at ``traffic``."""
+    config = policy.config.env
+    config = replace(config, num_envs=episodes, kwargs={**config.kwargs, "traffic": traffic})
+    joint = isinstance(policy, JointPolicy)
+    env = (make_multi_agent_env if joint else make_env)(config)
+    try:
+        metrics = (evaluate_joint if joint else evaluate)(policy, env, seed=10_000 + seed)
+    finally:
+        env.close()
+    return {k: metrics[f"eval/{k}"] for k in ("completion_rate", "collision_rate")}
+
+
+def binned(curve: list[tuple[int, float]], edges: np.ndarray) -> np.ndarray:
+    """The mean of ``curve``'s values in each bin of env steps (NaN where none)."""
+    steps = np.array([s for s, _ in curve])
+    values = np.array([v for _, v in curve])
+    out = np.full(len(edges) - 1, np.nan)
+    for i in range(len(out)):
+        inside = (steps > edges[i]) & (steps <= edges[i + 1])
+        if inside.any():
+            out[i] = values[inside].mean()
+    return out
+
+
+def summarize_variant(runs: list[dict], edges: np.ndarray) -> dict:
+    per_agent = {}
+    for agent in AGENTS:
+        rows = np.stack([binned(r["curves"][agent], edges) for r in runs])  # [seeds, bins]
+        stats = [mean_ci([v for v in col if not np.isnan(v)]) if (~np.isnan(col)).any()
+                 else (np.nan, np.nan) for col in rows.T]  # fmt: skip
+        per_agent[agent] = {"mean": [m for m, _ in stats], "ci95": [h for _, h in stats],
+                            "final": mean_ci(list(rows[:, -1]))}  # fmt: skip
+    rates = {
+        traffic: {k: mean_ci([r["rates"][traffic][k] for r in runs])
+                  for k in ("completion_rate", "collision_rate")}
+        for traffic in ("low", "high")
+    }  # fmt: skip
+    train_s = mean_ci([r["train_s"] for r in runs])
+    return {"per_agent": per_agent, "rates": rates, "train_s": train_s}
+
+
+def plot(experiment: str, names: tuple[str, str], summary: dict, edges, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    centres = (edges[:-1] + edges[1:]) / 2
+    fig, axes = plt.subplots(1, 4, figsize=(16, 3.6), sharey=True)
+    for ax, agent in zip(axes, AGENTS, strict=True):
+        for name in names:
+            curve = summary[name]["per_agent"][agent]
+            mean, half = np.array(curve["mean"]), np.nan_to_num(np.array(curve["ci95"]))
+            ax.plot(centres, mean, label=name)
+            ax.fill_between(centres, mean - half, mean + half, alpha=0.2)
+        ax.set_title(agent)
+        ax.set_xlabel("env steps")
+        ax.xaxis.set_major_formatter(lambda x, _: f"{x / 1000:.0f}k")
+    axes[0].set_ylabel("mean episode return (95% CI)")
+    axes[0].legend(fontsize=8)
+    fig.suptitle(experiment.replace("_", " "))
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def experiments(args) -> dict:
+    root = Path(tempfile.mkdtemp(prefix="intersection-experiments-"))
+    edges = np.linspace(0, args.steps, 16)
+    names = [n for n in VARIANTS if any(n in pair for pair in EXPERIMENTS.values())]
+    runs: dict[str, list[dict]] = {}
+    for name in names:
+        for seed in range(args.seeds):
+            start = time.perf_counter()
+            runs.setdefault(name, []).append(train_variant(name, seed, args.steps, root))
+            got = runs[name][-1]["rates"]["low"]
+            print(f"{name}, seed {seed}: {time.perf_counter() - start:.0f} s, completion "
+                  f"{got['completion_rate']:.2f} at low traffic", flush=True)  # fmt: skip
+    summary = {name: summarize_variant(r, edges) for name, r in runs.items()}
+    args.results.mkdir(parents=True, exist_ok=True)
+    for experiment, pair in EXPERIMENTS.items():
+        plot(experiment, pair, summary, edges, args.results / f"intersection_{experiment}.png")
+        print(f"\n{experiment}:")
+        for name in pair:
+            s = summary[name]
+            finals = ", ".join(f"{a} {s['per_agent'][a]['final'][0]:.1f}" for a in AGENTS)
+            print(f"  {name:<24} final returns {finals}; train {s['train_s'][0]:.0f} s")
+            for traffic in ("low", "high"):
+                c, x = (s["rates"][traffic][k] for k in ("completion_rate", "collision_rate"))
+                print(f"    {traffic:>4} traffic: completion {c[0]:.2f} +- {c[1]:.2f}, "
+                      f"collision {x[0]:.2f} +- {x[1]:.2f}")  # fmt: skip
+    ratio = summary["MAPPO (shared weights)"]["train_s"][0] / summary["MADDPG"]["train_s"][0]
+    print(f"\nwall-clock MAPPO / MADDPG at {args.steps:,} env steps: {ratio:.2f}")
+    shutil.rmtree(root, ignore_errors=True)
+    return {"steps": args.steps, "seeds": args.seeds, "bins": edges.tolist(),
+            "summary": summary, "mappo_over_maddpg_wall_clock": ratio, "met": True}  # fmt: skip
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--speed", action="store_true", help="simulation speed")
@@ -158,9 +331,13 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=3.0, help="length of a timed block")
     parser.add_argument("--episodes", type=int, default=800)
     parser.add_argument("--highway-python", help="a Python with highway-env installed")
+    parser.add_argument("--experiments", action="store_true", help="the paper's four")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=150_000, help="env steps per run")
+    parser.add_argument("--results", type=Path, default=Path(__file__).parent / "results")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    if not (args.speed or args.validate):
+    if not (args.speed or args.validate or args.experiments):
         args.speed = True
     set_compute_threads(1)
     results = {}
@@ -168,6 +345,8 @@ def main() -> int:
         results["speed"] = speed(args)
     if args.validate:
         results["validate"] = validate(args)
+    if args.experiments:
+        results["experiments"] = experiments(args)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return 0 if all(r["met"] for r in results.values()) else 1

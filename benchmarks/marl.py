@@ -21,7 +21,6 @@ Usage: ``python benchmarks/marl.py --seeds 3 [--frames 100000] [--quick]``.
 from __future__ import annotations
 
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -29,10 +28,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import base_parser, environment, median
+from common import base_parser, environment, mean_ci, median
 from rich.console import Console
 from rich.table import Table
-from scipy import stats
 
 import shoal
 from shoal.config import EnvConfig
@@ -99,10 +97,7 @@ def benchmarl_side(python: str, seed: int, frames: int) -> dict[str, Any]:
 
 def interval(values: list[float]) -> tuple[float, float, float]:
     """Mean and 95% Student-t confidence interval of the mean."""
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return mean, float("nan"), float("nan")
-    half = stats.t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / len(values) ** 0.5
+    mean, half = mean_ci(values)
     return mean, mean - half, mean + half
 
 

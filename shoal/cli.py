@@ -275,6 +275,10 @@ def _eval(args: argparse.Namespace) -> int:
         f"(min {metrics['eval/return_min']:.2f}), length {metrics['eval/length']:.1f}",
         highlight=False,
     )
+    stats = {k: v for k, v in metrics.items() if not k.startswith(("eval/return", "eval/length"))}
+    if stats:  # the env's own episode statistics (a traffic env's collision rate, ...)
+        each = ", ".join(f"{k.removeprefix('eval/')} {v:.3f}" for k, v in stats.items())
+        console.print(f"episode statistics: {each}", highlight=False)
     if joint:
         groups = ", ".join(f"{g} {metrics[f'eval/return/{g}']:.2f}" for g in policy.groups)
         console.print(f"return per group: {groups}", highlight=False)

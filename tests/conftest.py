@@ -57,7 +57,9 @@ def registered_env():
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (``make test`` runs one worker per core) the tests of
     ``tests/distributed`` (and any other user of the local Ray) run in the same worker, so the
-    session starts one Ray, not one per worker."""
+    session starts one Ray, not one per worker. The traffic simulators' tests that start
+    processes of their own (SUMO, SMARTS) join that group, so they never load the cores under
+    a timing-dependent Ray learning test."""
     distributed = Path(__file__).parent / "distributed"
     for item in items:
         uses_ray = "ray_session" in getattr(item, "fixturenames", ())

@@ -2,13 +2,17 @@
 leaving the road with their masking, batch rows equal to single envs, exact state round
 trips, and MAPPO on it."""
 
+import importlib.util
+
 import numpy as np
 import pytest
 from traffic import entering_on_red
 
 import shoal
+from shoal.config import EnvConfig
 from shoal.envs.intersection import IntersectionEnv
 from shoal.envs.intersection.env import OBS_DIM
+from shoal.envs.multi_agent import make_multi_agent_env
 from shoal.errors import ConfigError
 
 KEEP = 0
@@ -81,6 +85,10 @@ def test_frames_stack_the_last_observations():
         IntersectionEnv(1, frames=0)
     with pytest.raises(ConfigError, match="grid"):
         IntersectionEnv(1, grid=2)
+    assert IntersectionEnv(1, signals="false").signals is False  # text from a command line
+    assert IntersectionEnv(1, continuous="True").continuous is True
+    with pytest.raises(ConfigError, match="true or false"):
+        IntersectionEnv(1, signals="maybe")
 
 
 def test_signals_stop_the_traffic_on_red_and_cost_agents_that_run_it():
@@ -215,3 +223,24 @@ def test_learners_train_on_it_and_log_the_traffic_statistics(algo, tmp_path):
     frame.reset(seed=0)
     image = frame.render()
     assert image.shape == (240, 240, 3) and image.dtype == np.uint8
+
+
+def test_bad_options_backends_and_missing_simulators_are_clear_errors(monkeypatch):
+    def make(env_id="shoal/intersection-v0", **kwargs):
+        return make_multi_agent_env(EnvConfig(id=env_id, kwargs=kwargs))
+
+    with pytest.raises(ConfigError, match="backend must be one of"):
+        make(backend="carla")
+    with pytest.raises(ConfigError, match="bad env.kwargs.*lidar"):
+        make(lidar=True)  # an observation option that does not exist
+    with pytest.raises(ConfigError, match="outside"):
+        make(traffic=-3)
+    real = importlib.util.find_spec
+    missing = {"libsumo", "smarts"}
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name in missing else real(name, *a)
+    )
+    with pytest.raises(ConfigError, match=r"pip install 'shoal\[sumo\]'"):
+        make(backend="sumo")
+    with pytest.raises(ConfigError, match=r"pip install 'shoal\[smarts\]'"):
+        make("shoal/smarts-intersection-v0")

@@ -72,6 +72,7 @@ from shoal.envs.multi_agent import (
     MultiAgentStep,
     register_multi_agent_env,
 )
+from shoal.envs.snapshot import EnvStateUnsupported
 from shoal.errors import ConfigError
 
 GROUP = "agent"
@@ -85,6 +86,18 @@ SIGNAL_CYCLE = ((12.0, 2, 0), (3.0, 1, 0), (1.0, 0, 0), (12.0, 0, 2), (3.0, 0, 1
 """``signals=True``: the phases' (seconds, north-south light, east-west light), lights 0 red,
 1 yellow, 2 green."""
 SCALE, SPEED_SCALE = 50.0, 10.0
+
+
+def flag(value: Any, name: str) -> bool:
+    """A yes/no option given as a bool or as text (``true``/``false`` from a command line)."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    text = str(value).strip().lower()
+    if text in ("true", "yes", "1", "on"):
+        return True
+    if text in ("false", "no", "0", "off"):
+        return False
+    raise ConfigError(f"shoal/intersection-v0: {name} is true or false, not {value!r}")
 
 
 class IntersectionEnv(BatchedWorld):
@@ -140,11 +153,11 @@ class IntersectionEnv(BatchedWorld):
         if not 1 <= frames <= 8:
             raise ConfigError(f"{self.env_id}: frames (observations stacked) is 1..8, not {frames}")
         self.grid, self.grid_cell, self.frames = int(grid), float(grid_cell), int(frames)
-        self.signals = bool(signals)
+        self.signals = flag(signals, "signals")
         self.frame_dim = OBS_DIM + 2 * self.grid**2 + self.signals
         self.num_envs = B = int(num_envs)
         self.vehicles_per_minute = float(traffic)
-        self.fixed_routes, self.continuous = routes == "fixed", bool(continuous)
+        self.fixed_routes, self.continuous = routes == "fixed", flag(continuous, "continuous")
         self.max_episode_steps = int(max_episode_steps or 300)
         self.layout = Layout()
         self.routes = build_routes(self.layout)
@@ -575,6 +588,19 @@ class IntersectionEnv(BatchedWorld):
         touching = (gap2 < (2 * self.disc_radius) ** 2) & self.present[:, None, :]
         touching[:, np.arange(A), np.arange(A)] = False
         return touching.any(axis=2) & self.present[:, :A]
+
+
+class ExternalSimulator(IntersectionEnv):
+    """The intersection with another simulator moving the vehicles (SUMO, SMARTS): its state
+    lives outside these arrays and cannot be saved, so runs restart episodes on resume."""
+
+    simulator: ClassVar[str] = ""
+
+    def get_state(self) -> dict[str, Any]:
+        raise EnvStateUnsupported(f"{self.simulator}'s simulation state cannot be captured")
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        raise EnvStateUnsupported(f"{self.simulator}'s simulation state cannot be captured")
 
 
 BACKENDS = ("builtin", "sumo")

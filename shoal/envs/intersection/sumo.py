@@ -43,9 +43,8 @@ import numpy as np
 
 from shoal.envs.intersection import sumo_worker
 from shoal.envs.intersection.dynamics import clip
-from shoal.envs.intersection.env import AGENTS, IntersectionEnv
+from shoal.envs.intersection.env import AGENTS, ExternalSimulator, IntersectionEnv
 from shoal.envs.intersection.geometry import TURNS, point_at
-from shoal.envs.snapshot import EnvStateUnsupported
 from shoal.errors import ConfigError
 
 INSTALL = "pip install 'shoal[sumo]'"
@@ -184,10 +183,12 @@ class _Local:
         _IN_PROCESS["taken"] = False
 
 
-class SumoIntersectionEnv(IntersectionEnv):
+class SumoIntersectionEnv(ExternalSimulator):
     """`IntersectionEnv` with SUMO moving the vehicles; ``processes`` (default: one env
     alone runs in-process when no other SUMO simulation does) puts every env's simulation in
     a worker process."""
+
+    simulator = "SUMO"
 
     def __init__(self, num_envs: int = 1, *, processes: bool | None = None, **kwargs: Any):
         super().__init__(num_envs, **kwargs)
@@ -290,12 +291,6 @@ class SumoIntersectionEnv(IntersectionEnv):
         for b in envs:
             self._sims[b].receive()
             self._requests[b] = {}
-
-    def get_state(self) -> dict[str, Any]:
-        raise EnvStateUnsupported("SUMO's simulation state cannot be captured exactly")
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        raise EnvStateUnsupported("SUMO's simulation state cannot be captured exactly")
 
     def close(self) -> None:
         for sim in self._sims:
