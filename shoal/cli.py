@@ -8,6 +8,7 @@ fields of its config dataclass (nested blocks with a dot: ``--run.seed 3``, ``--
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import textwrap
@@ -74,6 +75,13 @@ def main(argv: list[str] | None = None) -> int:
     eval_p.add_argument("--seed", type=int, default=12345, help="seed of the evaluation envs")
     eval_p.add_argument("--video", help="also record one episode to this .gif or .mp4")
     eval_p.add_argument("--stochastic", action="store_true", help="sample actions")
+    eval_p.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        metavar="FILE",
+        help="write the statistics as JSON to FILE (or, alone, print them as JSON)",
+    )
     eval_p.add_argument(
         "--fixed",
         nargs=2,
@@ -242,7 +250,8 @@ def _eval(args: argparse.Namespace) -> int:
     from shoal.envs import make_env
     from shoal.envs.multi_agent import make_multi_agent_env
     from shoal.policy import JointPolicy
-    from shoal.train.evaluate import evaluate, evaluate_joint
+    from shoal.stats import summary
+    from shoal.train.evaluate import evaluate_episodes, evaluate_joint_episodes
     from shoal.train.video import record_video
 
     policy = load(args.run_dir)
@@ -265,20 +274,43 @@ def _eval(args: argparse.Namespace) -> int:
         fixed = ", ".join(f"{g} {spec}" for g, spec in args.fixed)
         console.print(f"fixed policies: {fixed}", highlight=False)
     try:
-        run_eval = evaluate_joint if joint else evaluate
-        metrics = run_eval(policy, env, args.seed, deterministic=not args.stochastic)
+        run_eval = evaluate_joint_episodes if joint else evaluate_episodes
+        episodes = run_eval(policy, env, args.seed, deterministic=not args.stochastic)
     finally:
         env.close()
+    metrics = episodes.metrics()
+    report = {
+        "run": str(args.run_dir),
+        "env": env_config.id,
+        "episodes": args.episodes,
+        "deterministic": not args.stochastic,
+        "return": summary(episodes.returns),
+        "length": summary(episodes.lengths),
+        "groups": {name: summary(v) for name, v in episodes.groups.items()},
+        "agents": {name: summary(v) for name, v in episodes.agents.items()},
+        "env_statistics": {k.removeprefix("eval/"): v for k, v in episodes.info.items()},
+    }
+    if args.json == "-":
+        print(json.dumps(report, indent=2))
+        return 0
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    r = report["return"]
     console.print(
-        f"{args.episodes} episodes on {env_config.id}: return "
-        f"{metrics['eval/return']:.2f} ± {metrics['eval/return_std']:.2f} "
-        f"(min {metrics['eval/return_min']:.2f}), length {metrics['eval/length']:.1f}",
+        f"{args.episodes} episodes on {env_config.id}: return {r['mean']:.2f} ± {r['std']:.2f} "
+        f"(95% CI {r['ci_low']:.2f} to {r['ci_high']:.2f}; median {r['median']:.2f}, "
+        f"min {r['min']:.2f}, max {r['max']:.2f}), length {metrics['eval/length']:.1f}",
         highlight=False,
     )
-    stats = {k: v for k, v in metrics.items() if not k.startswith(("eval/return", "eval/length"))}
-    if stats:  # the env's own episode statistics (a traffic env's collision rate, ...)
-        each = ", ".join(f"{k.removeprefix('eval/')} {v:.3f}" for k, v in stats.items())
+    if episodes.info:  # the env's own episode statistics (a traffic env's collision rate, ...)
+        each = ", ".join(f"{k.removeprefix('eval/')} {v:.3f}" for k, v in episodes.info.items())
         console.print(f"episode statistics: {each}", highlight=False)
+    if not joint and 1 < len(episodes.agents) <= 12:  # rows of agents: each agent's returns
+        each = ", ".join(
+            f"{a} {s['mean']:.2f} [{s['ci_low']:.2f}, {s['ci_high']:.2f}]"
+            for a, s in report["agents"].items()
+        )
+        console.print(f"return per agent (95% CI): {each}", highlight=False)
     if joint:
         groups = ", ".join(f"{g} {metrics[f'eval/return/{g}']:.2f}" for g in policy.groups)
         console.print(f"return per group: {groups}", highlight=False)

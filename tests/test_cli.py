@@ -101,6 +101,23 @@ def test_eval_and_video(suffix, tmp_path, capsys):
     assert len(frames) > 2 and frames[0].ndim == 3  # RGB frames of the rendered episode
 
 
+def test_eval_statistics_with_a_bootstrap_interval_and_json(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert main(train_args(run_dir, 64)) == 0
+    capsys.readouterr()
+    assert main(["eval", str(run_dir), "--episodes", "6", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    r = report["return"]
+    assert report["episodes"] == 6 and r["n"] == 6 and report["deterministic"] is True
+    assert r["min"] <= r["ci_low"] <= r["mean"] <= r["ci_high"] <= r["max"]
+    assert r["min"] <= r["median"] <= r["max"] and r["std"] >= 0
+    saved = tmp_path / "eval.json"
+    assert main(["eval", str(run_dir), "--episodes", "6", "--json", str(saved)]) == 0
+    out = capsys.readouterr().out
+    assert "95% CI" in out and "median" in out
+    assert json.loads(saved.read_text())["return"] == r  # same seed, same episodes
+
+
 def test_list_shows_algorithms_and_tuned_examples(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out

@@ -4,6 +4,8 @@ and lengths of the first episode of every env, and the env's own episode statist
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from shoal.envs.base import VectorEnv
@@ -11,6 +13,36 @@ from shoal.envs.multi_agent import MultiAgentVectorEnv, episode_ended
 from shoal.interfaces import Policy
 from shoal.policy import JointPolicy
 from shoal.types import info_metrics
+
+
+@dataclass
+class Episodes:
+    """The first episode of every env of an evaluation: ``returns`` and ``lengths`` ``[n]``
+    (for several groups, the mean over all agents), each agent's and group's returns
+    ``{name: [n]}`` where the env has agents, and the env's own statistics (``eval/<name>``
+    means)."""
+
+    returns: np.ndarray
+    lengths: np.ndarray
+    agents: dict[str, np.ndarray] = field(default_factory=dict)
+    groups: dict[str, np.ndarray] = field(default_factory=dict)
+    info: dict[str, float] = field(default_factory=dict)
+
+    def metrics(self) -> dict[str, float]:
+        """What the loop logs: ``eval/return`` (mean), ``_std``, ``_min``, ``eval/length``,
+        ``eval/return/<group>`` and ``eval/return/<agent>`` of several groups, and the env's
+        statistics."""
+        metrics = {
+            "eval/return": float(self.returns.mean()),
+            "eval/return_std": float(self.returns.std()),
+            "eval/return_min": float(self.returns.min()),
+            "eval/length": float(self.lengths.mean()),
+            **self.info,
+        }
+        if self.groups:
+            for name, values in {**self.groups, **self.agents}.items():
+                metrics[f"eval/return/{name}"] = float(values.mean())
+        return metrics
 
 
 def evaluate(
@@ -21,6 +53,14 @@ def evaluate(
     Taking exactly the first episode of each env avoids the bias of counting whichever episodes
     finish first, which would favour short (often bad) episodes.
     """
+    return evaluate_episodes(policy, env, seed, deterministic).metrics()
+
+
+def evaluate_episodes(
+    policy: Policy, env: VectorEnv, seed: int, deterministic: bool = True
+) -> Episodes:
+    """`evaluate`'s episodes themselves. Rows of agents (`AgentsAsBatch`) give each row's
+    first episode, and each agent's returns over the envs."""
     n = env.num_envs
     returns = np.full(n, np.nan)
     lengths = np.zeros(n, np.int64)
@@ -40,13 +80,12 @@ def evaluate(
         if result.episode_info is not None and result.episode_info_rows is not None:
             info.add(result.episode_info, result.episode_info_rows)
         obs = result.obs
-    return {
-        "eval/return": float(returns.mean()),
-        "eval/return_std": float(returns.std()),
-        "eval/return_min": float(returns.min()),
-        "eval/length": float(lengths.mean()),
-        **info.metrics(),
-    }
+    agents = {}
+    names = getattr(env, "agent_names", None)
+    if names is not None:  # rows of agents: row r is agent r % agents_per_env
+        per_env = returns.reshape(-1, len(names))
+        agents = {name: per_env[:, i] for i, name in enumerate(names)}
+    return Episodes(returns, lengths.astype(np.float64), agents=agents, info=info.metrics())
 
 
 class FirstEpisodeInfo:
@@ -75,6 +114,14 @@ def evaluate_joint(
     episode of every env. ``eval/return`` is the mean over envs and agents (as `evaluate`
     reports it on rows of agents); ``eval/return/<group>`` and ``eval/return/<agent>`` break
     it down."""
+    return evaluate_joint_episodes(policy, env, seed, deterministic).metrics()
+
+
+def evaluate_joint_episodes(
+    policy: JointPolicy, env: MultiAgentVectorEnv, seed: int, deterministic: bool = True
+) -> Episodes:
+    """`evaluate_joint`'s episodes themselves: per env, the mean return over all agents, and
+    each group's (mean over its agents) and agent's returns."""
     n = env.num_envs
     obs, state = env.reset(seed=seed)
     mask = getattr(env, "action_mask", None)
@@ -94,16 +141,10 @@ def evaluate_joint(
         running &= ~ended
         obs, state, mask = step.obs, step.state, step.action_mask
     every = np.concatenate(list(totals.values()), axis=1)
-    per_env = every.mean(axis=1)
-    metrics = {
-        "eval/return": float(every.mean()),
-        "eval/return_std": float(per_env.std()),
-        "eval/return_min": float(per_env.min()),
-        "eval/length": float(lengths.mean()),
-        **info.metrics(),
+    groups = {g: total.mean(axis=1) for g, total in totals.items()}
+    agents = {
+        agent: totals[g][:, index]
+        for g, group in env.groups.items()
+        for index, agent in enumerate(group.agents)
     }
-    for g, group in env.groups.items():
-        metrics[f"eval/return/{g}"] = float(totals[g].mean())
-        for index, agent in enumerate(group.agents):
-            metrics[f"eval/return/{agent}"] = float(totals[g][:, index].mean())
-    return metrics
+    return Episodes(every.mean(axis=1), lengths.astype(np.float64), agents, groups, info.metrics())

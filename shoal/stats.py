@@ -1,0 +1,93 @@
+"""Statistics of returns: summaries with bootstrap confidence intervals, for evaluations and
+for comparing runs over seeds.
+
+The aggregate scores follow Agarwal, Schwarzer, Castro, Courville and Bellemare 2021 ("Deep
+Reinforcement Learning at the Edge of the Statistical Precipice"): the interquartile mean
+(`iqm`, the mean of the middle 50% of scores) beside the mean and median, with
+percentile-bootstrap 95% confidence intervals (`bootstrap_ci`; their stratified bootstrap
+resamples runs within each task: `stratified_bootstrap_ci`). Computed with NumPy, the same
+computation as the ``rliable`` package's percentile intervals, without its dependencies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+Statistic = Callable[[np.ndarray], float]
+
+
+def iqm(values: Sequence[float] | np.ndarray) -> float:
+    """Interquartile mean: the mean after cutting ``floor(n / 4)`` of the ``n`` values from
+    each end of the sorted sample (``scipy.stats.trim_mean(values, 0.25)``, as rliable
+    computes it)."""
+    x = np.sort(np.asarray(values, np.float64).ravel())
+    if len(x) == 0:
+        return float("nan")
+    cut = len(x) // 4
+    return float(x[cut : len(x) - cut].mean())
+
+
+def bootstrap_ci(
+    values: Sequence[float] | np.ndarray,
+    statistic: Statistic = np.mean,
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of ``statistic``: resample the values with replacement
+    ``resamples`` times and take the ``(1 - confidence) / 2`` and ``(1 + confidence) / 2``
+    quantiles of the statistic. One value gives a zero-width interval at it."""
+    x = np.asarray(values, np.float64).ravel()
+    if len(x) == 0:
+        return float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    index = rng.integers(len(x), size=(resamples, len(x)))
+    stats = np.array([statistic(x[row]) for row in index])
+    tail = (1.0 - confidence) / 2.0
+    low, high = np.quantile(stats, [tail, 1.0 - tail])
+    return float(low), float(high)
+
+
+def stratified_bootstrap_ci(
+    scores: np.ndarray,
+    statistic: Statistic = iqm,
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of ``statistic`` over ``scores [runs, tasks]``: each
+    resample draws runs with replacement within every task (column) separately, then applies
+    ``statistic`` to all the drawn scores."""
+    x = np.asarray(scores, np.float64)
+    if x.ndim == 1:
+        x = x[:, None]
+    runs, tasks = x.shape
+    rng = np.random.default_rng(seed)
+    stats = np.empty(resamples)
+    columns = np.arange(tasks)[None, :]
+    for r in range(resamples):
+        rows = rng.integers(runs, size=(runs, tasks))
+        stats[r] = statistic(x[rows, columns])
+    tail = (1.0 - confidence) / 2.0
+    low, high = np.quantile(stats, [tail, 1.0 - tail])
+    return float(low), float(high)
+
+
+def summary(values: Sequence[float] | np.ndarray, seed: int = 0) -> dict[str, float]:
+    """``n``, ``mean``, ``std``, ``median``, ``min``, ``max``, ``iqm`` and the mean's 95%
+    percentile-bootstrap interval (``ci_low``, ``ci_high``) of a sample."""
+    x = np.asarray(values, np.float64).ravel()
+    low, high = bootstrap_ci(x, seed=seed)
+    return {
+        "n": int(len(x)),
+        "mean": float(x.mean()) if len(x) else float("nan"),
+        "std": float(x.std()) if len(x) else float("nan"),
+        "median": float(np.median(x)) if len(x) else float("nan"),
+        "min": float(x.min()) if len(x) else float("nan"),
+        "max": float(x.max()) if len(x) else float("nan"),
+        "iqm": iqm(x),
+        "ci_low": low,
+        "ci_high": high,
+    }

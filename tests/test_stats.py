@@ -1,0 +1,53 @@
+"""Return statistics against hand-computed values: the interquartile mean, percentile
+bootstrap intervals (plain and stratified over runs x tasks) and evaluation summaries."""
+
+import numpy as np
+import pytest
+from scipy import stats as scipy_stats
+
+from shoal.stats import bootstrap_ci, iqm, stratified_bootstrap_ci, summary
+
+
+def test_iqm_cuts_a_quarter_from_each_end():
+    # 8 values: drop the 2 smallest and the 2 largest, mean of 3, 4, 5, 6.
+    assert iqm([8, 1, 7, 2, 6, 3, 5, 4]) == pytest.approx(4.5)
+    assert iqm([10, 1, 2, 3, 100]) == pytest.approx(5.0)  # 5 values: cut 1 each end
+    assert iqm([3.0]) == 3.0 and np.isnan(iqm([]))
+    x = np.random.default_rng(0).normal(size=37)
+    assert iqm(x) == pytest.approx(scipy_stats.trim_mean(x, 0.25))  # rliable's definition
+
+
+def test_bootstrap_interval_matches_a_hand_computed_resampling():
+    values = np.array([1.0, 2.0, 4.0, 8.0])
+    low, high = bootstrap_ci(values, resamples=500, seed=3)
+    rng = np.random.default_rng(3)
+    means = values[rng.integers(4, size=(500, 4))].mean(axis=1)
+    assert (low, high) == pytest.approx(tuple(np.quantile(means, [0.025, 0.975])))
+    assert values.min() <= low < values.mean() < high <= values.max()
+    assert bootstrap_ci([5.0]) == (5.0, 5.0)
+    # A tighter sample gives a tighter interval; the interval shrinks like 1/sqrt(n).
+    wide = np.random.default_rng(1).normal(size=100)
+    narrow = np.random.default_rng(1).normal(size=1600)
+    w, n = np.subtract(*bootstrap_ci(wide)[::-1]), np.subtract(*bootstrap_ci(narrow)[::-1])
+    assert n == pytest.approx(w / 4, rel=0.25)
+
+
+def test_stratified_bootstrap_resamples_runs_within_each_task():
+    # Task 0's runs all score 0, task 1's all 10: any within-task resample keeps half zeros and
+    # half tens, so the mean is exactly 5 in every resample (a plain bootstrap would vary).
+    scores = np.array([[0.0, 10.0]] * 5)
+    assert stratified_bootstrap_ci(scores, statistic=np.mean) == (5.0, 5.0)
+    low, high = bootstrap_ci(scores.ravel())
+    assert low < 5.0 < high
+    rng = np.random.default_rng(0)
+    scores = rng.normal(size=(10, 3))
+    low, high = stratified_bootstrap_ci(scores, resamples=300, seed=7)
+    assert low < iqm(scores) < high
+
+
+def test_summary_of_an_evaluation():
+    s = summary([1.0, 2.0, 3.0, 10.0])
+    assert s["n"] == 4 and s["mean"] == 4.0 and s["median"] == 2.5
+    assert s["min"] == 1.0 and s["max"] == 10.0 and s["iqm"] == 2.5
+    assert s["std"] == pytest.approx(np.std([1.0, 2.0, 3.0, 10.0]))
+    assert s["ci_low"] < s["mean"] < s["ci_high"]
