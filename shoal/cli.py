@@ -91,6 +91,14 @@ def main(argv: list[str] | None = None) -> int:
         help="runs that trained several agent groups: let GROUP (or one agent) act by a fixed "
         "POLICY (random, or module:Class) instead of its trained one; repeatable",
     )
+    export_p = commands.add_parser(
+        "export", help="write a run's policy as a standalone ONNX or TorchScript file"
+    )
+    export_p.add_argument("run_dir", help="run directory or checkpoint directory")
+    export_p.add_argument("--format", choices=["onnx", "torchscript"], default="onnx")
+    export_p.add_argument(
+        "--output", help="file to write (default: RUN/policy.onnx or RUN/policy.pt)"
+    )
     list_p = commands.add_parser("list", help="algorithms and tuned examples")
     list_p.add_argument(
         "--envs", action="store_true", help="environment ids that work here, grouped"
@@ -103,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         if args.command == "eval":
             return _eval(args)
+        if args.command == "export":
+            return _export(args)
         return _list(args)
     except ShoalError as exc:
         console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
@@ -242,6 +252,25 @@ def _eval_text(result) -> str:
         if result.eval_step != result.env_steps:
             text += f" (the run ended at {result.env_steps:,})"
     return text
+
+
+def _export(args: argparse.Namespace) -> int:
+    from shoal.api import load
+    from shoal.export import SUFFIX, export
+
+    policy = load(args.run_dir)
+    run_dir = Path(args.run_dir)
+    output = args.output or (run_dir if run_dir.is_dir() else run_dir.parent) / (
+        "policy" + SUFFIX[args.format]
+    )
+    files = export(policy, output, args.format)
+    for path in files:
+        console.print(
+            f"exported: {path} ({args.format}; its actions equal shoal.load(RUN).act's on 64 "
+            "observations)",
+            highlight=False,
+        )
+    return 0
 
 
 def _eval(args: argparse.Namespace) -> int:
