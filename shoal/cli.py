@@ -91,6 +91,13 @@ def main(argv: list[str] | None = None) -> int:
         help="runs that trained several agent groups: let GROUP (or one agent) act by a fixed "
         "POLICY (random, or module:Class) instead of its trained one; repeatable",
     )
+    experiment_p = commands.add_parser(
+        "experiment", help="a grid of configs x seeds, run in parallel (resumable)"
+    )
+    experiment_p.add_argument("file", help="the experiment's YAML file")
+    experiment_p.add_argument("--dir", help="experiment directory (default runs/experiments/NAME)")
+    experiment_p.add_argument("--jobs", type=int, help="runs at a time (default: the cores)")
+    experiment_p.add_argument("--plan", action="store_true", help="list the runs, run nothing")
     export_p = commands.add_parser(
         "export", help="write a run's policy as a standalone ONNX or TorchScript file"
     )
@@ -113,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
             return _eval(args)
         if args.command == "export":
             return _export(args)
+        if args.command == "experiment":
+            return _experiment(args)
         return _list(args)
     except ShoalError as exc:
         console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
@@ -252,6 +261,42 @@ def _eval_text(result) -> str:
         if result.eval_step != result.env_steps:
             text += f" (the run ended at {result.env_steps:,})"
     return text
+
+
+def _experiment(args: argparse.Namespace) -> int:
+    from rich.live import Live
+
+    from shoal.experiment import plan, read_spec, run_experiment
+
+    experiment = plan(read_spec(args.file), args.dir)
+    console.print(
+        f"experiment [bold]{escape(experiment.name)}[/]: {len(experiment.runs)} runs in "
+        f"{experiment.directory}",
+        highlight=False,
+    )
+    if args.plan:
+        for run in experiment.runs:
+            console.print(f"  {run.name}  ({run.algo}, seed {run.seed})", highlight=False)
+        return 0
+
+    def table(status: dict) -> Table:
+        view = Table("run", "state", Column("env steps", justify="right"),
+                     Column("wall", justify="right"))  # fmt: skip
+        for run in experiment.runs:
+            entry = status.get(run.name, {})
+            steps = f"{entry.get('steps', 0):,} / {entry.get('total_steps', 0):,}"
+            view.add_row(run.name, entry.get("state", ""), steps, f"{entry.get('wall_s', 0):.0f} s")
+        return view
+
+    with Live(table({}), console=console, refresh_per_second=2, transient=False) as live:
+        status = run_experiment(experiment, args.jobs, on_update=lambda s: live.update(table(s)))
+    failed = [name for name, entry in status.items() if entry["state"] == "failed"]
+    for name in failed:
+        error = status[name].get("error", "").strip().splitlines()[-3:]
+        console.print(f"[red]failed[/] {name}: {' / '.join(error)}", highlight=False)
+    console.print(f"\nruns: {experiment.directory}  (shoal report {experiment.directory})",
+                  highlight=False)  # fmt: skip
+    return 1 if failed else 0
 
 
 def _export(args: argparse.Namespace) -> int:

@@ -1,0 +1,309 @@
+"""Experiments: a grid of configs times seeds, each run a ``shoal train`` process of its
+own, ``--jobs`` at a time (``shoal experiment FILE.yaml``, ``shoal.experiment(...)``).
+
+The file::
+
+    name: lr-sweep                  # default: the file's name
+    base: ppo-cartpole              # a tuned example (name or YAML path); or `algo: ppo`
+    config:                         # overrides of the base, for every run
+      run: {total_steps: 50000}
+    axes:                           # one variant per combination of the values
+      optim.lr: [0.001, 0.0003]
+      num_epochs: [4, 10]
+    seeds: 3                        # runs per variant
+    seed: 0                         # the runs' seeds derive from it
+
+An axis names a config field with dots (the close matches are listed when none exists), or
+``algo`` / ``base`` to vary the algorithm or the tuned example. Every config is built and
+checked before any run starts. Run ``k`` of a variant trains with
+``derive_seed(seed, variant, k)``: distinct seeds, and the same file gives the same runs.
+
+Runs land in the experiment directory (default ``runs/experiments/<name>``), one run
+directory each in the usual layout, with ``experiment.json`` (the plan) and ``status.json``
+(each run's state, wall-clock and error). Starting the same file on the same directory
+resumes: finished runs are kept, interrupted ones resume from their last checkpoint (or
+start again when they had none); a directory that holds another experiment is refused. A
+run that fails is recorded with the end of its error output and the others go on.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from shoal.config import from_dict
+from shoal.errors import ConfigError, ShoalError
+from shoal.registry import find_tuned, get_algorithm
+from shoal.seeding import derive_seed
+
+SPECIAL_AXES = ("algo", "base")
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One run of an experiment: its name (``<variant>-s<k>``), variant, axis values, seed,
+    algorithm and full config (a dict, as ``config.json`` holds it)."""
+
+    name: str
+    variant: str
+    values: dict[str, Any]
+    seed: int
+    algo: str
+    config: dict[str, Any]
+
+
+@dataclass
+class Experiment:
+    name: str
+    directory: Path
+    runs: list[PlannedRun]
+    source: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def fingerprint(self) -> str:
+        """A hash of every run's name and config: what makes two plans the same."""
+        text = json.dumps([(r.name, r.algo, r.config) for r in self.runs], sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def read_spec(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"experiment file {path} does not exist")
+    spec = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(spec, dict):
+        raise ConfigError(f"{path}: an experiment file is a mapping (name, base, axes, seeds)")
+    spec.setdefault("name", path.stem)
+    return spec
+
+
+def variant_name(values: dict[str, Any]) -> str:
+    if not values:
+        return "base"
+    parts = [f"{key}={value}" for key, value in values.items()]
+    text = ",".join(parts).replace("/", "_").replace(" ", "")
+    return text if len(text) <= 80 else hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def plan(spec: dict[str, Any], directory: str | Path | None = None) -> Experiment:
+    """Expand ``spec`` (an experiment file's contents) into its runs, building and checking
+    every config."""
+    known = {"name", "base", "algo", "config", "axes", "seeds", "seed", "description"}
+    unknown = sorted(set(spec) - known)
+    if unknown:
+        raise ConfigError(f"experiment: unknown keys {unknown}; the keys are {sorted(known)}")
+    name = str(spec["name"])
+    axes = spec.get("axes") or {}
+    if not isinstance(axes, dict) or any(not isinstance(v, list) or not v for v in axes.values()):
+        raise ConfigError("experiment: axes map a field to a non-empty list of values")
+    seeds = int(spec.get("seeds", 1))
+    if seeds < 1:
+        raise ConfigError(f"experiment: seeds must be >= 1, not {seeds}")
+    root = Path(directory) if directory else Path("runs") / "experiments" / name
+    runs = []
+    keys = list(axes)
+    for combination in itertools.product(*(axes[k] for k in keys)):
+        values = dict(zip(keys, combination, strict=True))
+        variant = variant_name(values)
+        for k in range(seeds):
+            seed = derive_seed(int(spec.get("seed", 0)), variant, k)
+            run_name = f"{variant}-s{k}"
+            algo, config = build(spec, values, seed, root / run_name)
+            runs.append(PlannedRun(run_name, variant, values, seed, algo, config))
+    return Experiment(name, root, runs, spec)
+
+
+def build(spec: dict[str, Any], values: dict[str, Any], seed: int, run_dir: Path):
+    """The algorithm and full config dict of one run."""
+    base = values.get("base", spec.get("base"))
+    algo = values.get("algo", spec.get("algo"))
+    if base is not None:
+        example = find_tuned(str(base))
+        if algo is not None and algo != example.algo:
+            raise ConfigError(
+                f"experiment: {example.name} configures {example.algo!r}, not {algo!r}"
+            )
+        algo, config = example.algo, example.build_config()
+    elif algo is not None:
+        config = get_algorithm(str(algo)).default_config()
+    else:
+        raise ConfigError("experiment: give a base (tuned example) or an algo, or vary one")
+    spec_cls = get_algorithm(str(algo)).config_cls
+    overrides = copy.deepcopy(spec.get("config") or {})  # the axes' values go in: not the file's
+    for key, value in values.items():
+        if key not in SPECIAL_AXES:
+            nested: dict[str, Any] = overrides
+            *heads, last = key.split(".")
+            for head in heads:
+                nested = nested.setdefault(head, {})
+            nested[last] = value
+    run = dict(overrides.get("run") or {})
+    run.update(seed=seed, run_dir=str(run_dir), console=False)
+    overrides["run"] = run
+    config = from_dict(spec_cls, overrides, path=f"experiment {spec['name']}", base=config)
+    return str(algo), json.loads(json.dumps(dataclasses.asdict(config), default=list))
+
+
+def _status(experiment: Experiment) -> dict[str, dict[str, Any]]:
+    path = experiment.directory / "status.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _save_status(experiment: Experiment, status: dict[str, dict[str, Any]]) -> None:
+    path = experiment.directory / "status.json"
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(status, indent=2))
+    os.replace(temporary, path)
+
+
+def prepare(experiment: Experiment) -> dict[str, dict[str, Any]]:
+    """Create the directory and its plan, or check that it holds this experiment; the runs'
+    status (running ones from an interrupted start become pending)."""
+    directory = experiment.directory
+    plan_file = directory / "experiment.json"
+    if plan_file.exists():
+        held = json.loads(plan_file.read_text())
+        if held.get("fingerprint") != experiment.fingerprint:
+            raise ShoalError(
+                f"{directory} holds the runs of another experiment ({held.get('name')!r}, "
+                f"{len(held.get('runs', []))} runs); give this one another directory (--dir)"
+            )
+    elif directory.exists() and any(directory.iterdir()):
+        raise ShoalError(f"{directory} is not empty and holds no experiment; use another --dir")
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "configs").mkdir(exist_ok=True)
+    plan_file.write_text(json.dumps({
+        "name": experiment.name, "fingerprint": experiment.fingerprint,
+        "spec": experiment.source,
+        "runs": [{"name": r.name, "variant": r.variant, "values": r.values, "seed": r.seed,
+                  "algo": r.algo} for r in experiment.runs],
+    }, indent=2, default=str))  # fmt: skip
+    status = _status(experiment)
+    for run in experiment.runs:
+        entry = status.setdefault(run.name, {"state": "pending"})
+        if entry["state"] in ("running", "interrupted"):
+            entry["state"] = "pending"
+        (directory / "configs" / f"{run.name}.yaml").write_text(
+            yaml.safe_dump(
+                {
+                    "algo": run.algo,
+                    "description": f"{experiment.name}: {run.name}",
+                    "config": run.config,
+                },
+                sort_keys=False,
+            )  # fmt: skip
+        )
+    _save_status(experiment, status)
+    return status
+
+
+def command(experiment: Experiment, run: PlannedRun, threads: int) -> list[str]:
+    """The ``shoal train`` command of one run: resume from its checkpoint when it has one."""
+    run_dir = experiment.directory / run.name
+    train = [sys.executable, "-m", "shoal.cli", "train"]
+    if (run_dir / "checkpoints" / "latest").exists():
+        return [*train, "--resume", str(run_dir)]
+    if run_dir.exists():  # started, but stopped before its first checkpoint: start again
+        shutil.rmtree(run_dir)
+    config = experiment.directory / "configs" / f"{run.name}.yaml"
+    return [*train, "--config", str(config), "--run.torch-threads", str(threads)]
+
+
+def progress(run_dir: Path) -> int:
+    """Env steps the run has logged (its last metrics row)."""
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return 0
+    try:
+        with path.open("rb") as handle:
+            handle.seek(max(0, path.stat().st_size - 4096))
+            last = handle.read().splitlines()[-1]
+        return int(json.loads(last).get("step", 0))
+    except (IndexError, ValueError, OSError):
+        return 0
+
+
+def run_experiment(
+    experiment: Experiment,
+    jobs: int | None = None,
+    on_update: Callable[[dict[str, dict[str, Any]]], None] | None = None,
+    poll: float = 0.5,
+) -> dict[str, dict[str, Any]]:
+    """Run every unfinished run of ``experiment``, ``jobs`` at a time (default: the cores),
+    each in its own process; returns the runs' status."""
+    status = prepare(experiment)
+    jobs = max(1, jobs or os.cpu_count() or 1)
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    pending = [r for r in experiment.runs if status[r.name]["state"] != "done"]
+    active: dict[str, tuple[subprocess.Popen, float, Any]] = {}
+    totals = {r.name: int(r.config["run"]["total_steps"]) for r in experiment.runs}
+    try:
+        while pending or active:
+            while pending and len(active) < jobs:
+                run = pending.pop(0)
+                log = (experiment.directory / "configs" / f"{run.name}.log").open("ab")
+                process = subprocess.Popen(
+                    command(experiment, run, threads), stdout=log, stderr=subprocess.STDOUT
+                )
+                active[run.name] = (process, time.time(), log)
+                status[run.name].update(state="running", error=None)
+            for name, (process, started, log) in list(active.items()):
+                entry = status[name]
+                entry["steps"] = progress(experiment.directory / name)
+                entry["total_steps"] = totals[name]
+                entry["wall_s"] = entry.get("wall_before_s", 0.0) + time.time() - started
+                code = process.poll()
+                if code is None:
+                    continue
+                log.close()
+                del active[name]
+                entry["wall_before_s"] = entry["wall_s"]
+                if code == 0:
+                    entry["state"] = "done"
+                else:
+                    entry["state"] = "interrupted" if code == 130 else "failed"
+                    tail = (experiment.directory / "configs" / f"{name}.log").read_text(
+                        errors="replace"
+                    )
+                    entry["error"] = tail[-2000:]
+                    entry["exit_code"] = code
+            _save_status(experiment, status)
+            if on_update is not None:
+                on_update(status)
+            if active:
+                time.sleep(poll)
+    except KeyboardInterrupt:
+        for name, (process, _, log) in active.items():
+            process.wait()  # the run got the Ctrl-C too: it saves a checkpoint and exits
+            log.close()
+            status[name]["state"] = "interrupted"
+        _save_status(experiment, status)
+        raise
+    return status
+
+
+def experiment(
+    file_or_spec: str | Path | dict[str, Any],
+    directory: str | Path | None = None,
+    jobs: int | None = None,
+    on_update: Callable[[dict[str, dict[str, Any]]], None] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Plan and run an experiment (a file's path or its contents as a dict); returns each
+    run's status (``state`` done, failed or interrupted, ``wall_s``, ``error``)."""
+    spec = read_spec(file_or_spec) if not isinstance(file_or_spec, dict) else dict(file_or_spec)
+    spec.setdefault("name", "experiment")
+    return run_experiment(plan(spec, directory), jobs=jobs, on_update=on_update)

@@ -1,0 +1,104 @@
+"""``shoal experiment``: grid expansion and seeding, bad files refused before any run, runs
+in parallel processes, a failing run recorded while the others finish, resume after the
+whole experiment was killed mid-way, and a directory of another experiment refused."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+import shoal
+from shoal.errors import ConfigError, ShoalError
+from shoal.experiment import plan, run_experiment
+
+SMALL = {"run": {"total_steps": 1024, "eval_every_steps": 0, "checkpoint_every_steps": 256},
+         "env": {"num_envs": 8}, "num_steps": 32, "minibatch_size": 64,
+         "model": {"hidden": [8]}}  # fmt: skip
+
+
+def spec(**extra):
+    return {"name": "grid", "base": "ppo-cartpole", "config": SMALL, **extra}
+
+
+def test_grid_times_seeds_with_distinct_reproducible_seeds(tmp_path):
+    axes = {"optim.lr": [1e-3, 3e-4], "num_epochs": [2, 4, 8]}
+    experiment = plan(spec(axes=axes, seeds=3), tmp_path / "grid")
+    assert len(experiment.runs) == 2 * 3 * 3
+    assert len({r.seed for r in experiment.runs}) == 18  # every run its own seed
+    assert [r.seed for r in plan(spec(axes=axes, seeds=3), tmp_path / "x").runs] == [
+        r.seed for r in experiment.runs
+    ]  # the same file gives the same runs
+    first = experiment.runs[0]
+    assert first.name == "optim.lr=0.001,num_epochs=2-s0"
+    assert first.config["optim"]["lr"] == 1e-3 and first.config["num_epochs"] == 2
+    assert first.config["run"]["seed"] == first.seed
+    assert first.config["run"]["run_dir"] == str(tmp_path / "grid" / first.name)
+    # Varying the algorithm: each variant is that algorithm's config.
+    both = plan({"name": "algos", "config": {"env": {"id": "CartPole-v1"}},
+                 "axes": {"algo": ["ppo", "a2c"]}}, tmp_path / "algos")  # fmt: skip
+    assert [r.algo for r in both.runs] == ["ppo", "a2c"]
+
+
+def test_bad_files_are_refused_before_any_run(tmp_path):
+    with pytest.raises(ConfigError, match="did you mean lr"):
+        plan(spec(axes={"optim.lrr": [1e-3]}), tmp_path / "a")
+    with pytest.raises(ConfigError, match="must be a number"):
+        plan(spec(axes={"optim.lr": ["fast"]}), tmp_path / "b")
+    with pytest.raises(ConfigError, match="non-empty list"):
+        plan(spec(axes={"optim.lr": []}), tmp_path / "c")
+    with pytest.raises(ConfigError, match="unknown keys"):
+        plan(spec(axis={"optim.lr": [1e-3]}), tmp_path / "d")
+    assert not (tmp_path / "a").exists()
+
+
+def test_runs_in_parallel_and_records_a_failure(tmp_path):
+    bad = spec(axes={"env.id": ["CartPole-v1", "NoSuchEnv-v0"]})
+    experiment = plan(bad, tmp_path / "exp")
+    status = run_experiment(experiment, jobs=2)
+    good, failed = (status[r.name] for r in experiment.runs)
+    assert good["state"] == "done" and good["steps"] == 1024
+    assert failed["state"] == "failed" and "NoSuchEnv" in failed["error"]
+    assert (tmp_path / "exp" / experiment.runs[0].name / "checkpoints" / "latest").exists()
+    saved = json.loads((tmp_path / "exp" / "status.json").read_text())
+    assert saved[experiment.runs[1].name]["state"] == "failed"
+    other = plan({**spec(axes={"optim.lr": [1e-2]}), "name": "other"}, tmp_path / "exp")
+    with pytest.raises(ShoalError, match="holds the runs of another experiment"):
+        run_experiment(other)
+
+
+def test_resumes_after_the_whole_experiment_was_killed(tmp_path):
+    """Kill the experiment and its runs mid-way; starting it again keeps the finished run
+    and resumes the one that was cut off from its checkpoint, to the same final weights as a
+    run that was never stopped."""
+    settings = {**SMALL, "run": {**SMALL["run"], "total_steps": 8192}}
+    file = tmp_path / "exp.yaml"
+    file.write_text(json.dumps({"name": "kill", "base": "ppo-cartpole", "config": settings,
+                                "seeds": 2}))  # fmt: skip
+    directory = tmp_path / "exp"
+    code = "import shoal, sys; shoal.experiment(sys.argv[1], sys.argv[2], jobs=1)"
+    parent = subprocess.Popen([sys.executable, "-c", code, str(file), str(directory)],
+                              start_new_session=True)  # fmt: skip
+    second = directory / "base-s1" / "checkpoints" / "latest"
+    deadline = time.time() + 240
+    while not second.exists() and time.time() < deadline:  # run 2 has saved a checkpoint
+        time.sleep(0.2)
+    os.killpg(parent.pid, signal.SIGKILL)
+    parent.wait()
+    status = json.loads((directory / "status.json").read_text())
+    assert status["base-s0"]["state"] == "done" and status["base-s1"]["state"] == "running"
+    done_at = (directory / "base-s0" / "metrics.jsonl").stat().st_mtime
+    status = shoal.experiment(file, directory, jobs=1)
+    assert all(entry["state"] == "done" for entry in status.values())
+    assert (directory / "base-s0" / "metrics.jsonl").stat().st_mtime == done_at  # kept
+    log = (directory / "configs" / "base-s1.log").read_text()
+    assert "resum" in log.lower()  # the cut-off run resumed from its checkpoint
+    straight = shoal.train(tuned=str(directory / "configs" / "base-s1.yaml"),
+                           run_dir=str(tmp_path / "straight"))  # fmt: skip
+    resumed = shoal.load(directory / "base-s1").model.state_dict()
+    for name, value in shoal.load(straight.run_dir).model.state_dict().items():
+        assert torch.equal(value, resumed[name]), name
