@@ -37,6 +37,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -250,6 +251,14 @@ def run_experiment(
     threads = max(1, (os.cpu_count() or 1) // jobs)
     pending = [r for r in experiment.runs if status[r.name]["state"] != "done"]
     active: dict[str, tuple[subprocess.Popen, float, Any]] = {}
+    ended: dict[str, float] = {}
+    changed = threading.Event()  # a run ended: schedule the next one at once
+
+    def wait(name: str, process: subprocess.Popen) -> None:
+        process.wait()
+        ended[name] = time.time()
+        changed.set()
+
     totals = {r.name: int(r.config["run"]["total_steps"]) for r in experiment.runs}
     try:
         while pending or active:
@@ -260,17 +269,21 @@ def run_experiment(
                     command(experiment, run, threads), stdout=log, stderr=subprocess.STDOUT
                 )
                 active[run.name] = (process, time.time(), log)
+                threading.Thread(target=wait, args=(run.name, process), daemon=True).start()
                 status[run.name].update(state="running", error=None)
+            finished = False
             for name, (process, started, log) in list(active.items()):
                 entry = status[name]
                 entry["steps"] = progress(experiment.directory / name)
                 entry["total_steps"] = totals[name]
-                entry["wall_s"] = entry.get("wall_before_s", 0.0) + time.time() - started
-                code = process.poll()
+                code = process.poll() if name in ended else None
+                now = ended.get(name, time.time())
+                entry["wall_s"] = entry.get("wall_before_s", 0.0) + now - started
                 if code is None:
                     continue
                 log.close()
                 del active[name]
+                finished = True
                 entry["wall_before_s"] = entry["wall_s"]
                 if code == 0:
                     entry["state"] = "done"
@@ -284,8 +297,9 @@ def run_experiment(
             _save_status(experiment, status)
             if on_update is not None:
                 on_update(status)
-            if active:
-                time.sleep(poll)
+            if active and not finished:  # (a run that ended frees a job: fill it at once)
+                changed.wait(poll)
+                changed.clear()
     except KeyboardInterrupt:
         for name, (process, _, log) in active.items():
             process.wait()  # the run got the Ctrl-C too: it saves a checkpoint and exits

@@ -102,3 +102,14 @@ def test_resumes_after_the_whole_experiment_was_killed(tmp_path):
     resumed = shoal.load(directory / "base-s1").model.state_dict()
     for name, value in shoal.load(straight.run_dir).model.state_dict().items():
         assert torch.equal(value, resumed[name]), name
+
+
+def test_command_line_plan(tmp_path, capsys):
+    from shoal.cli import main
+
+    file = tmp_path / "sweep.yaml"
+    file.write_text(json.dumps({**spec(axes={"optim.lr": [1e-3, 3e-4]}), "seeds": 2}))
+    assert main(["experiment", str(file), "--dir", str(tmp_path / "d"), "--plan"]) == 0
+    out = capsys.readouterr().out
+    assert "4 runs" in out and "optim.lr=0.0003-s1" in out
+    assert not (tmp_path / "d").exists()  # --plan runs nothing
