@@ -98,6 +98,11 @@ def main(argv: list[str] | None = None) -> int:
     experiment_p.add_argument("--dir", help="experiment directory (default runs/experiments/NAME)")
     experiment_p.add_argument("--jobs", type=int, help="runs at a time (default: the cores)")
     experiment_p.add_argument("--plan", action="store_true", help="list the runs, run nothing")
+    report_p = commands.add_parser(
+        "report", help="aggregate runs by variant: scores with 95% CIs, curves, comparisons"
+    )
+    report_p.add_argument("dir", help="an experiment directory, or a directory of runs")
+    report_p.add_argument("--out", help="where to write (default DIR/report)")
     export_p = commands.add_parser(
         "export", help="write a run's policy as a standalone ONNX or TorchScript file"
     )
@@ -122,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
             return _export(args)
         if args.command == "experiment":
             return _experiment(args)
+        if args.command == "report":
+            return _report(args)
         return _list(args)
     except ShoalError as exc:
         console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
@@ -297,6 +304,20 @@ def _experiment(args: argparse.Namespace) -> int:
     console.print(f"\nruns: {experiment.directory}  (shoal report {experiment.directory})",
                   highlight=False)  # fmt: skip
     return 1 if failed else 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from shoal.report import markdown, report
+
+    tables = report(args.dir, args.out)
+    console.print(markdown(tables["scores"]), highlight=False, markup=False)
+    for row in tables["improvement"]:
+        if row["x"] < row["y"]:
+            console.print(f"P({row['x']} > {row['y']}) = {row['p_x_better']:.2f}",
+                          highlight=False, markup=False)  # fmt: skip
+    console.print(f"report: {tables['out']} (scores.md, scores.csv, improvement.csv, curves)",
+                  highlight=False)  # fmt: skip
+    return 0
 
 
 def _export(args: argparse.Namespace) -> int:

@@ -1,0 +1,80 @@
+"""``shoal report``: final-score tables (mean, median, IQM with bootstrap intervals,
+optimality gap), probabilities of improvement and curves, on hand-made runs with known
+scores, for an experiment directory and a plain directory of runs."""
+
+import csv
+import json
+
+import pytest
+
+from shoal.cli import main
+from shoal.report import probability_of_improvement, report
+from shoal.stats import bootstrap_ci
+
+FINALS = {"fast": [10.0, 12.0, 14.0, 40.0], "slow": [5.0, 6.0, 12.0, 8.0]}
+
+
+def write_run(run_dir, finals, target=None, agents=False):
+    run_dir.mkdir(parents=True)
+    rows = []
+    for i, step in enumerate((1000, 2000, 3000)):
+        score = finals * (i + 1) / 3
+        rows.append({"step": step, "perf/iteration_s": 2.0})
+        row = {"step": step, "eval/return": score}
+        if agents:
+            row.update({"eval/return/agent_0": score + 1, "eval/return/agent_1": score - 1})
+        rows.append(row)
+    (run_dir / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    (run_dir / "config.json").write_text(json.dumps({"run": {"target_return": target},
+                                                     "env": {"id": "Toy-v0"}}))  # fmt: skip
+
+
+def make_experiment(root, agents=False):
+    runs = []
+    for variant, finals in FINALS.items():
+        for k, final in enumerate(finals):
+            name = f"{variant}-s{k}"
+            write_run(root / name, final, target=20.0, agents=agents)
+            runs.append({"name": name, "variant": variant, "values": {}, "seed": k, "algo": "ppo"})
+    (root / "experiment.json").write_text(json.dumps({"name": "toy", "runs": runs}))
+
+
+def test_scores_and_improvement_against_hand_computed_values(tmp_path):
+    make_experiment(tmp_path / "exp")
+    tables = report(tmp_path / "exp")
+    fast, slow = tables["scores"]
+    assert fast["variant"] == "fast" and fast["runs"] == 4
+    assert fast["mean"] == pytest.approx(19.0) and fast["median"] == pytest.approx(13.0)
+    assert fast["iqm"] == pytest.approx(13.0)  # 12 and 14, the middle of 10, 12, 14, 40
+    assert (fast["mean_low"], fast["mean_high"]) == pytest.approx(bootstrap_ci(FINALS["fast"]))
+    # Optimality gap to the target 20: mean of max(20 - score, 0) = (10 + 8 + 6 + 0) / 4.
+    assert fast["optimality_gap"] == pytest.approx(6.0)
+    assert fast["wall_s"] == pytest.approx(6.0) and fast["steps"] == 3000
+    # P(fast > slow): of the 16 pairs fast wins 14 (all but 10 < 12) and ties one (12, 12).
+    pairs = {(r["x"], r["y"]): r["p_x_better"] for r in tables["improvement"]}
+    assert pairs["fast", "slow"] == pytest.approx(14.5 / 16)
+    assert pairs["fast", "slow"] + pairs["slow", "fast"] == pytest.approx(1.0)
+    assert probability_of_improvement([1, 2], [1, 2]) == 0.5
+    out = tmp_path / "exp" / "report"
+    for name in ("curves_steps.png", "curves_wall.png", "curves_steps.svg", "scores.md"):
+        assert (out / name).stat().st_size > 0
+    rows = list(csv.DictReader((out / "scores.csv").open()))
+    assert [r["variant"] for r in rows] == ["fast", "slow"] and float(rows[1]["mean"]) == 7.75
+
+
+def test_per_agent_tables_and_curves_of_multi_agent_runs(tmp_path):
+    make_experiment(tmp_path / "exp", agents=True)
+    tables = report(tmp_path / "exp")
+    assert set(tables["agents"]) == {"agent_0", "agent_1"}
+    assert tables["agents"]["agent_0"][0]["mean"] == pytest.approx(20.0)
+    assert (tmp_path / "exp" / "report" / "curves_steps_agent_1.png").stat().st_size > 0
+
+
+def test_a_plain_directory_of_runs_and_the_command_line(tmp_path, capsys):
+    for k, final in enumerate(FINALS["slow"]):
+        write_run(tmp_path / "runs" / f"run{k}", final)
+    assert main(["report", str(tmp_path / "runs"), "--out", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    assert "Toy-v0" in out and "7.75" in out
+    assert main(["report", str(tmp_path / "nothing")]) == 2  # no runs: a clear error
+    assert "no runs with evaluations" in capsys.readouterr().out
