@@ -18,11 +18,11 @@ install: $(STAMP)
 # constraints.txt pins torch to the CPU build this project is developed against.
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,video,mujoco,pettingzoo,atari,ray,sumo,smarts,export,report]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,video,mujoco,pettingzoo,atari,ray,sumo,smarts,export,report,tune]'
 	touch $(STAMP)
 
 $(BENCH_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,video,mujoco,pettingzoo,atari,ray,sumo,smarts,export,report,bench]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,video,mujoco,pettingzoo,atari,ray,sumo,smarts,export,report,tune,bench]'
 	touch $(BENCH_STAMP)
 
 train: $(STAMP)

@@ -98,6 +98,10 @@ def main(argv: list[str] | None = None) -> int:
     experiment_p.add_argument("--dir", help="experiment directory (default runs/experiments/NAME)")
     experiment_p.add_argument("--jobs", type=int, help="runs at a time (default: the cores)")
     experiment_p.add_argument("--plan", action="store_true", help="list the runs, run nothing")
+    tune_p = commands.add_parser("tune", help="hyperparameter search with Optuna (resumable)")
+    tune_p.add_argument("file", help="the search's YAML file")
+    tune_p.add_argument("--dir", help="study directory (default runs/tune/NAME)")
+    tune_p.add_argument("--jobs", type=int, default=1, help="worker processes on the study")
     report_p = commands.add_parser(
         "report", help="aggregate runs by variant: scores with 95% CIs, curves, comparisons"
     )
@@ -129,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
             return _experiment(args)
         if args.command == "report":
             return _report(args)
+        if args.command == "tune":
+            return _tune(args)
         return _list(args)
     except ShoalError as exc:
         console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
@@ -304,6 +310,24 @@ def _experiment(args: argparse.Namespace) -> int:
     console.print(f"\nruns: {experiment.directory}  (shoal report {experiment.directory})",
                   highlight=False)  # fmt: skip
     return 1 if failed else 0
+
+
+def _tune(args: argparse.Namespace) -> int:
+    from shoal.experiment import read_spec
+    from shoal.tune import tune
+
+    tuner = tune(read_spec(args.file), args.dir, args.jobs)
+    study = tuner.study()
+    best = study.best_trial
+    console.print(
+        f"{len(study.trials)} trials; best: trial {best.number}, final evaluation return "
+        f"{best.value:.2f}, {best.user_attrs['values']}",
+        highlight=False,
+        markup=False,
+    )
+    console.print(f"\n# {tuner.directory / 'best.yaml'}", highlight=False, markup=False)
+    console.print((tuner.directory / "best.yaml").read_text(), highlight=False, markup=False)
+    return 0
 
 
 def _report(args: argparse.Namespace) -> int:

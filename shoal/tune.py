@@ -1,0 +1,270 @@
+"""``shoal tune FILE.yaml``: hyperparameter search with Optuna (Akiba et al. 2019, "Optuna:
+A Next-generation Hyperparameter Optimization Framework").
+
+The file::
+
+    name: ppo-cartpole-search
+    base: ppo-cartpole              # a tuned example, or `algo:` and `config:` overrides
+    config: {run: {total_steps: 50000}}
+    search:
+      optim.lr: loguniform(1e-5, 1e-2)
+      num_epochs: int(1, 20)
+      gae_lambda: uniform(0.9, 1.0)
+      model.hidden: choice([64, 64], [256, 256])
+    trials: 20
+    sampler: tpe                    # or random
+    pruner: median                  # or halving, or none
+    seed: 0
+
+Distributions: ``uniform(low, high)``, ``loguniform(low, high)``, ``int(low, high)``,
+``logint(low, high)`` and ``choice(a, b, ...)``. Every trial trains in this process with the
+sampled values; its intermediate values are its evaluations (``eval/return``), which the
+pruner reads to stop unpromising trials early (median: below the median of earlier trials
+at the same step; halving: Li et al.'s asynchronous successive halving); its value is the
+final evaluation return (maximized). The study lives in ``DIR/study.db`` (SQLite, default
+``DIR = runs/tune/<name>``), so starting the same file again resumes it up to ``trials``
+finished trials; ``--jobs N`` runs N worker processes on that study. The best trial's
+config is written as a ready tuned-example file, ``DIR/best.yaml``.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import importlib.util
+import multiprocessing
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from shoal.errors import ConfigError, ShoalError
+from shoal.experiment import build
+
+DISTRIBUTIONS = ("uniform", "loguniform", "int", "logint", "choice")
+_CALL = re.compile(r"^\s*(\w+)\s*\((.*)\)\s*$", re.S)
+
+
+def parse_distribution(field: str, text: Any) -> tuple[str, tuple]:
+    """``"loguniform(1e-5, 1e-2)"`` -> ``("loguniform", (1e-5, 1e-2))``, checked."""
+    match = _CALL.match(str(text))
+    if not match or match.group(1) not in DISTRIBUTIONS:
+        raise ConfigError(
+            f"search: {field}: {text!r} is not a distribution; use one of "
+            + ", ".join(f"{d}(...)" for d in DISTRIBUTIONS)
+        )
+    kind = match.group(1)
+    try:
+        args = ast.literal_eval(f"({match.group(2)},)") if match.group(2).strip() else ()
+    except (ValueError, SyntaxError) as exc:
+        raise ConfigError(f"search: {field}: cannot read the arguments of {text!r}") from exc
+    if kind == "choice":
+        if not args:
+            raise ConfigError(f"search: {field}: choice() needs at least one value")
+        return kind, tuple(args)
+    if len(args) != 2 or not all(isinstance(a, (int, float)) for a in args):
+        raise ConfigError(f"search: {field}: {kind}(low, high) takes two numbers, not {text!r}")
+    low, high = args
+    if not low < high or (kind in ("loguniform", "logint") and low <= 0):
+        raise ConfigError(
+            f"search: {field}: {text!r} needs low < high"
+            + (" and low > 0" if "log" in kind else "")
+        )
+    if kind in ("int", "logint") and not all(float(a).is_integer() for a in args):
+        raise ConfigError(f"search: {field}: {kind}() takes whole numbers, not {text!r}")
+    return kind, (low, high)
+
+
+def suggest(trial: Any, field: str, kind: str, args: tuple) -> Any:
+    if kind == "uniform":
+        return trial.suggest_float(field, *args)
+    if kind == "loguniform":
+        return trial.suggest_float(field, *args, log=True)
+    if kind in ("int", "logint"):
+        return trial.suggest_int(field, int(args[0]), int(args[1]), log=kind == "logint")
+    index = trial.suggest_categorical(field, list(range(len(args))))  # values may be lists
+    return args[index]
+
+
+def nested(values: dict[str, Any]) -> dict[str, Any]:
+    """``{"optim.lr": x}`` -> ``{"optim": {"lr": x}}``."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        node = out
+        *heads, last = key.split(".")
+        for head in heads:
+            node = node.setdefault(head, {})
+        node[last] = value
+    return out
+
+
+def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+class Tuner:
+    """A search file's study: the space, the sampler and pruner, and trials that train."""
+
+    def __init__(self, spec: dict[str, Any], directory: str | Path | None = None):
+        if importlib.util.find_spec("optuna") is None:
+            raise ShoalError("shoal tune needs Optuna: pip install 'shoal[tune]'")
+        known = {"name", "base", "algo", "config", "search", "trials", "sampler", "pruner",
+                 "seed", "description"}  # fmt: skip
+        unknown = sorted(set(spec) - known)
+        if unknown:
+            raise ConfigError(f"tune: unknown keys {unknown}; the keys are {sorted(known)}")
+        self.spec = spec
+        self.name = str(spec["name"])
+        self.directory = Path(directory) if directory else Path("runs") / "tune" / self.name
+        search = spec.get("search") or {}
+        if not search:
+            raise ConfigError("tune: the file has no search space (search: {field: dist(...)})")
+        self.space = {field: parse_distribution(field, text) for field, text in search.items()}
+        self.trials = int(spec.get("trials", 20))
+        self.sampler = str(spec.get("sampler", "tpe"))
+        self.pruner = str(spec.get("pruner", "median"))
+        if self.sampler not in ("tpe", "random"):
+            raise ConfigError(f"tune: sampler is tpe or random, not {self.sampler!r}")
+        if self.pruner not in ("median", "halving", "none"):
+            raise ConfigError(f"tune: pruner is median, halving or none, not {self.pruner!r}")
+        for field, (kind, args) in self.space.items():  # every field exists and takes values
+            for value in args if kind == "choice" else args:
+                self.config({field: int(value) if "int" in kind else value}, seed=0)
+
+    def config(self, values: dict[str, Any], seed: int, run_dir: Path | None = None):
+        """The algorithm and config dict of a trial with ``values``."""
+        spec = {**self.spec, "config": merge(self.spec.get("config") or {}, nested(values))}
+        spec.pop("search", None)
+        return build(spec, {}, seed, run_dir or self.directory / "trial")
+
+    def study(self) -> Any:
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        seed = int(self.spec.get("seed", 0))
+        sampler = (optuna.samplers.TPESampler(seed=seed) if self.sampler == "tpe"
+                   else optuna.samplers.RandomSampler(seed=seed))  # fmt: skip
+        pruner = {"median": optuna.pruners.MedianPruner(n_startup_trials=3),
+                  "halving": optuna.pruners.SuccessiveHalvingPruner(),
+                  "none": optuna.pruners.NopPruner()}[self.pruner]  # fmt: skip
+        self.directory.mkdir(parents=True, exist_ok=True)
+        return optuna.create_study(
+            study_name=self.name, storage=f"sqlite:///{self.directory / 'study.db'}",
+            sampler=sampler, pruner=pruner, direction="maximize", load_if_exists=True,
+        )  # fmt: skip
+
+    def finished(self, study: Any) -> int:
+        import optuna
+
+        done = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+        return len(study.get_trials(deepcopy=False, states=done))
+
+    def run(self, objective: Callable[[Any, Callable[[int, float], bool]], float] | None = None):
+        """Run trials until the study has ``trials`` finished ones; ``objective(config,
+        report)`` (default: train) returns a trial's value, calling ``report(step, value)``
+        with intermediate values (True: prune)."""
+        import optuna
+
+        study = self.study()
+        objective = objective or train_objective
+
+        def trial_fn(trial: Any) -> float:
+            values = {f: suggest(trial, f, kind, args) for f, (kind, args) in self.space.items()}
+            trial.set_user_attr("values", values)
+            run_dir = self.directory / f"trial-{trial.number}"
+            algo, config = self.config(values, int(self.spec.get("seed", 0)), run_dir)
+            pruned = []
+
+            def report(step: int, value: float) -> bool:
+                trial.report(value, step)
+                if trial.should_prune():
+                    pruned.append(step)
+                    return True
+                return False
+
+            value = objective((algo, config), report)
+            if pruned:
+                raise optuna.TrialPruned(f"pruned at step {pruned[0]}")
+            return value
+
+        remaining = self.trials - self.finished(study)
+        if remaining > 0:
+            study.optimize(
+                trial_fn, n_trials=remaining,
+                callbacks=[optuna.study.MaxTrialsCallback(
+                    self.trials, states=(optuna.trial.TrialState.COMPLETE,
+                                         optuna.trial.TrialState.PRUNED))],
+            )  # fmt: skip
+        return study
+
+    def best_yaml(self, study: Any) -> str:
+        """The best trial's config as a tuned-example file."""
+        best = study.best_trial
+        values = best.user_attrs["values"]
+        base = {k: v for k, v in self.spec.items() if k in ("base", "algo")}
+        config = merge(self.spec.get("config") or {}, nested(values))
+        text = {
+            **base, "description": f"Found by shoal tune ({self.name}, trial {best.number} of "
+            f"{len(study.trials)}).",
+            "expected": f"Final evaluation return {best.value:.2f} in the search.",
+            "config": config,
+        }  # fmt: skip
+        if "base" in text:  # a tuned example's algorithm and settings, as a standalone file
+            from shoal.registry import find_tuned
+
+            example = find_tuned(str(text.pop("base")))
+            text = {"algo": example.algo, **text, "config": merge(example.config, config)}
+        return yaml.safe_dump(text, sort_keys=False)
+
+
+def train_objective(config: tuple[str, dict[str, Any]], report: Callable[[int, float], bool]):
+    """Train one trial's config; its evaluations are the intermediate values."""
+    from shoal.api import train
+    from shoal.config import from_dict
+    from shoal.registry import get_algorithm
+    from shoal.train.callbacks import Callback
+
+    algo, data = config
+    spec = get_algorithm(algo)
+    built = from_dict(spec.config_cls, data, base=spec.default_config())
+
+    class Report(Callback):
+        def on_evaluation(self, result: dict[str, float]) -> bool:
+            return report(self.context.env_steps, result["eval/return"])
+
+    result = train(built, callbacks=[Report()])
+    if result.eval_return is None:
+        raise ShoalError("a trial ended without an evaluation: set run.eval_every_steps")
+    return float(result.eval_return)
+
+
+def _worker(spec: dict[str, Any], directory: str) -> None:
+    Tuner(spec, directory).run()
+
+
+def tune(spec: dict[str, Any], directory: str | Path | None = None, jobs: int = 1) -> Tuner:
+    """Run the search ``spec`` (a search file's contents), ``jobs`` processes at once on its
+    SQLite study; writes and returns ``best.yaml``'s tuner."""
+    tuner = Tuner(spec, directory)
+    tuner.study()  # created once, before the workers open it
+    if jobs > 1:
+        context = multiprocessing.get_context("spawn")
+        workers = [context.Process(target=_worker, args=(spec, str(tuner.directory)))
+                   for _ in range(jobs)]  # fmt: skip
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+    else:
+        tuner.run()
+    study = tuner.study()
+    (tuner.directory / "best.yaml").write_text(tuner.best_yaml(study))
+    return tuner

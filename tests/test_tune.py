@@ -1,0 +1,81 @@
+"""``shoal tune``: the search space's distributions and their errors, Optuna finding a known
+optimum on a toy objective, resuming its SQLite study, pruning, the best config as a tuned
+example, and a real (tiny) PPO search from the command line."""
+
+import math
+
+import numpy as np
+import pytest
+
+from shoal.cli import main
+from shoal.errors import ConfigError
+from shoal.registry import find_tuned
+from shoal.tune import Tuner, parse_distribution
+
+BASE = {"name": "toy", "base": "ppo-cartpole", "seed": 0}
+
+
+def toy(config, report):
+    """Best at lr = 3e-3 (value 0), worse the further away in log scale."""
+    _, data = config
+    return -((math.log10(data["optim"]["lr"]) - math.log10(3e-3)) ** 2)
+
+
+def test_distributions_and_their_errors():
+    assert parse_distribution("x", "loguniform(1e-5, 1e-2)") == ("loguniform", (1e-5, 1e-2))
+    assert parse_distribution("x", "int(1, 20)") == ("int", (1, 20))
+    assert parse_distribution("x", "choice([64, 64], [256, 256])") == (
+        "choice", ([64, 64], [256, 256]))  # fmt: skip
+    for bad, message in [("normal(0, 1)", "not a distribution"), ("uniform(2, 1)", "low < high"),
+                         ("loguniform(0, 1)", "low > 0"), ("int(1.5, 3)", "whole numbers"),
+                         ("uniform(1)", "two numbers"), ("choice()", "at least one")]:  # fmt: skip
+        with pytest.raises(ConfigError, match=message):
+            parse_distribution("x", bad)
+    with pytest.raises(ConfigError, match="did you mean lr"):
+        Tuner({**BASE, "search": {"optim.lrr": "uniform(0.1, 0.2)"}})
+    with pytest.raises(ConfigError, match="no search space"):
+        Tuner(BASE)
+
+
+def test_finds_a_known_optimum_and_resumes_its_study(tmp_path):
+    spec = {**BASE, "search": {"optim.lr": "loguniform(1e-5, 1e-1)"}, "trials": 30}
+    tuner = Tuner(spec, tmp_path / "study")
+    study = tuner.run(toy)
+    best = study.best_trial.user_attrs["values"]["optim.lr"]
+    assert abs(math.log10(best) - math.log10(3e-3)) < 0.25  # within a factor of 1.8
+    first = [t.params for t in study.trials]
+    more = Tuner({**spec, "trials": 40}, tmp_path / "study").run(toy)  # the same SQLite study
+    assert len(more.trials) == 40 and [t.params for t in more.trials[:30]] == first
+
+
+def test_pruning_stops_trials_below_the_median(tmp_path):
+    def curve(config, report):
+        lr = config[1]["optim"]["lr"]
+        for step in range(1, 11):
+            if report(step * 1000, -abs(math.log10(lr) + 2.5) * step):
+                return -abs(math.log10(lr) + 2.5) * step
+        return -abs(math.log10(lr) + 2.5) * 10
+
+    spec = {**BASE, "search": {"optim.lr": "loguniform(1e-5, 1e-1)"}, "trials": 20,
+            "sampler": "random"}  # fmt: skip
+    study = Tuner(spec, tmp_path / "s").run(curve)
+    states = [t.state.name for t in study.trials]
+    assert "PRUNED" in states and "COMPLETE" in states
+
+
+def test_a_ppo_search_writes_a_ready_tuned_example(tmp_path, capsys):
+    file = tmp_path / "search.yaml"
+    file.write_text(
+        "name: cp\nbase: ppo-cartpole\n"
+        "config: {run: {total_steps: 4096, eval_every_steps: 2048, eval_episodes: 3,"
+        " target_return: null}, env: {num_envs: 16}, minibatch_size: 256}\n"
+        "search: {optim.lr: 'loguniform(1e-4, 1e-2)', model.hidden: 'choice([16], [32])'}\n"
+        "trials: 3\n"
+    )
+    assert main(["tune", str(file), "--dir", str(tmp_path / "study")]) == 0
+    out = capsys.readouterr().out
+    assert "3 trials; best: trial" in out and "algo: ppo" in out
+    example = find_tuned(str(tmp_path / "study" / "best.yaml"))
+    config = example.build_config()
+    assert config.env.id == "CartPole-v1" and config.model.hidden in ((16,), (32,))
+    assert 1e-4 <= config.optim.lr <= 1e-2 and np.isfinite(config.optim.lr)
