@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import importlib.util
 import types
 import typing
 import warnings
@@ -132,12 +133,23 @@ class RunConfig:
     """Show the live progress line."""
     tensorboard: bool = True
     """Write TensorBoard event files under <run_dir>/tb."""
+    wandb: str | None = None
+    """Also log to Weights & Biases, in this project (offline unless WANDB_MODE or an API key
+    says otherwise; extra shoal[wandb])."""
+    mlflow: str | None = None
+    """Also log to MLflow at this tracking URI ('local': a file store beside the run
+    directory; extra shoal[mlflow])."""
 
     def __post_init__(self) -> None:
         check(self, "seed", self.seed >= 0, "must be >= 0")
         check_positive(self, "total_steps", "eval_episodes", "keep_checkpoints", "torch_threads")
         check(self, "eval_every_steps", self.eval_every_steps >= 0, "must be >= 0")
         check(self, "runners", self.runners >= 0, "must be >= 0 (0: no Ray)")
+        for tracker, module, extra in (("wandb", "wandb", "wandb"), ("mlflow", "mlflow", "mlflow")):
+            if getattr(self, tracker) is not None and importlib.util.find_spec(module) is None:
+                raise ConfigError(
+                    f"RunConfig.{tracker} needs the {module} package: pip install 'shoal[{extra}]'"
+                )
         check(self, "max_worker_restarts", self.max_worker_restarts >= 0, "must be >= 0")
         check(self, "checkpoint_every_steps", self.checkpoint_every_steps >= 0, "must be >= 0")
         if self.max_wall_s is not None:

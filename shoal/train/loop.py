@@ -147,6 +147,12 @@ def run(
                 run_cfg.console,
                 run_cfg.tensorboard,
                 resume_step=resumed_from,
+                wandb=run_cfg.wandb,
+                mlflow=run_cfg.mlflow,
+                config=json.loads((run_dir / "config.json").read_text())
+                if (run_cfg.wandb or run_cfg.mlflow is not None)
+                and (run_dir / "config.json").exists()
+                else None,
             )
         )
         if resume is not None:
@@ -200,6 +206,7 @@ def run(
                     loggers.log({**final, "eval/final": 1}, algorithm.env_steps)
                     hooks.call("on_evaluation", _eval_part(final))
             checkpoint = save()
+            loggers.artifacts(run_dir / "config.json", checkpoint)
     except CallbackError as exc:
         # Between iterations the algorithm's state is whole: keep it before reporting.
         saved = save(notify=False)
