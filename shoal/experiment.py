@@ -14,8 +14,10 @@ The file::
     seed: 0                         # the runs' seeds derive from it
 
 An axis names a config field with dots (the close matches are listed when none exists), or
-``algo`` / ``base`` to vary the algorithm or the tuned example. Every config is built and
-checked before any run starts. Run ``k`` of a variant trains with
+``algo`` / ``base`` to vary the algorithm or the tuned example. ``variants`` (a mapping of
+names to their own ``base`` or ``algo`` and ``config``, merged over the file's) lists
+configs that differ in more than one field; the axes then cross every variant. Every config
+is built and checked before any run starts. Run ``k`` of a variant trains with
 ``derive_seed(seed, variant, k)``: distinct seeds, and the same file gives the same runs.
 
 Runs land in the experiment directory (default ``runs/experiments/<name>``), one run
@@ -103,7 +105,7 @@ def variant_name(values: dict[str, Any]) -> str:
 def plan(spec: dict[str, Any], directory: str | Path | None = None) -> Experiment:
     """Expand ``spec`` (an experiment file's contents) into its runs, building and checking
     every config."""
-    known = {"name", "base", "algo", "config", "axes", "seeds", "seed", "description"}
+    known = {"name", "base", "algo", "config", "axes", "variants", "seeds", "seed", "description"}
     unknown = sorted(set(spec) - known)
     if unknown:
         raise ConfigError(f"experiment: unknown keys {unknown}; the keys are {sorted(known)}")
@@ -115,17 +117,40 @@ def plan(spec: dict[str, Any], directory: str | Path | None = None) -> Experimen
     if seeds < 1:
         raise ConfigError(f"experiment: seeds must be >= 1, not {seeds}")
     root = Path(directory) if directory else Path("runs") / "experiments" / name
+    variants = spec.get("variants") or {"": {}}
+    if not isinstance(variants, dict) or any(not isinstance(v, dict) for v in variants.values()):
+        raise ConfigError("experiment: variants map a name to {base or algo, config}")
     runs = []
     keys = list(axes)
-    for combination in itertools.product(*(axes[k] for k in keys)):
-        values = dict(zip(keys, combination, strict=True))
-        variant = variant_name(values)
-        for k in range(seeds):
-            seed = derive_seed(int(spec.get("seed", 0)), variant, k)
-            run_name = f"{variant}-s{k}"
-            algo, config = build(spec, values, seed, root / run_name)
-            runs.append(PlannedRun(run_name, variant, values, seed, algo, config))
+    for label, own in variants.items():
+        unknown = sorted(set(own) - {"base", "algo", "config"})
+        if unknown:
+            raise ConfigError(f"experiment: variant {label!r}: unknown keys {unknown}")
+        local = {**spec, **{k: v for k, v in own.items() if k != "config"}}
+        if own.get("base") and "algo" not in own:
+            local.pop("algo", None)  # the variant's tuned example says its algorithm
+        local["config"] = merge_dicts(spec.get("config") or {}, own.get("config") or {})
+        for combination in itertools.product(*(axes[k] for k in keys)):
+            values = dict(zip(keys, combination, strict=True))
+            variant = ",".join(p for p in (label, variant_name(values) if values else "") if p)
+            variant = variant or "base"
+            for k in range(seeds):
+                seed = derive_seed(int(spec.get("seed", 0)), variant, k)
+                run_name = f"{variant}-s{k}"
+                algo, config = build(local, values, seed, root / run_name)
+                runs.append(PlannedRun(run_name, variant, values, seed, algo, config))
     return Experiment(name, root, runs, spec)
+
+
+def merge_dicts(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """``extra`` over ``base``, nested blocks merged key by key."""
+    out = copy.deepcopy(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge_dicts(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
 
 
 def build(spec: dict[str, Any], values: dict[str, Any], seed: int, run_dir: Path):

@@ -30,7 +30,6 @@ config is written as a ready tuned-example file, ``DIR/best.yaml``.
 from __future__ import annotations
 
 import ast
-import copy
 import importlib.util
 import multiprocessing
 import re
@@ -42,6 +41,7 @@ import yaml
 
 from shoal.errors import ConfigError, ShoalError
 from shoal.experiment import build
+from shoal.experiment import merge_dicts as merge
 
 DISTRIBUTIONS = ("uniform", "loguniform", "int", "logint", "choice")
 _CALL = re.compile(r"^\s*(\w+)\s*\((.*)\)\s*$", re.S)
@@ -97,16 +97,6 @@ def nested(values: dict[str, Any]) -> dict[str, Any]:
         for head in heads:
             node = node.setdefault(head, {})
         node[last] = value
-    return out
-
-
-def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(base)
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merge(out[key], value)
-        else:
-            out[key] = value
     return out
 
 

@@ -113,3 +113,29 @@ def test_command_line_plan(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "4 runs" in out and "optim.lr=0.0003-s1" in out
     assert not (tmp_path / "d").exists()  # --plan runs nothing
+
+
+def test_the_references_experiment_files_plan(tmp_path):
+    """Every file in experiments/ names fields and tuned examples that exist."""
+    from pathlib import Path
+
+    from shoal.experiment import read_spec
+
+    files = sorted((Path(__file__).parent.parent / "experiments").glob("*.yaml"))
+    assert len(files) >= 4
+    for file in files:
+        experiment = plan(read_spec(file), tmp_path / file.stem)
+        assert experiment.runs and len({r.seed for r in experiment.runs}) == len(experiment.runs)
+
+
+def test_variants_merge_their_own_config_over_the_files(tmp_path):
+    spec = {"name": "v", "config": {"env": {"id": "CartPole-v1", "num_envs": 4}},
+            "variants": {"ppo-small": {"algo": "ppo", "config": {"model": {"hidden": [8]}}},
+                         "a2c": {"algo": "a2c"}},
+            "axes": {"run.seed": [0]}}  # fmt: skip
+    runs = plan(spec, tmp_path / "v").runs
+    assert [r.algo for r in runs] == ["ppo", "a2c"]
+    assert runs[0].config["model"]["hidden"] == [8] and runs[0].config["env"]["num_envs"] == 4
+    assert runs[1].config["env"]["num_envs"] == 4
+    with pytest.raises(ConfigError, match="unknown keys"):
+        plan({**spec, "variants": {"x": {"algo": "ppo", "optim": {}}}}, tmp_path / "w")
