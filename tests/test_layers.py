@@ -13,7 +13,7 @@ import shoal
 ROOT = Path(shoal.__file__).parent
 
 LAYERS: list[tuple[str, ...]] = [
-    ("__init__", "__main__", "cli", "api"),
+    ("__init__", "__main__", "cli", "api", "experiment", "tune", "report", "export"),
     ("registry",),
     ("train",),
     ("algos",),
@@ -31,9 +31,11 @@ LAYERS: list[tuple[str, ...]] = [
         "schedules",
         "threads",
         "imports",
+        "stats",
     ),
 ]
-"""Top to bottom: cli/api -> registry -> train -> algos -> collect / data -> the backend
+"""Top to bottom: cli/api (with the experiment runner, search, reports and export that
+drive runs) -> registry -> train -> algos -> collect / data -> the backend
 seam -> nn / losses -> envs -> config / types. Parts on one line may import each other."""
 
 RANK = {part: rank for rank, parts in enumerate(LAYERS) for part in parts}

@@ -18,19 +18,21 @@ MARGIN = 5.0
 episode of 64 evaluation envs (measured: random -25.2, MAPPO -18.7 after 102k env steps)."""
 
 
+def train_tuned(name, tmp_path, total_steps=102_400):
+    """The tuned example ``name`` with seed 0 for ``total_steps``, quietly, no evaluations."""
+    return shoal.train(
+        tuned=name, seed=0, run_dir=str(tmp_path / "run"), total_steps=total_steps,
+        **{"run.eval_every_steps": 0, "run.checkpoint_every_steps": 0, "run.console": False,
+           "run.tensorboard": False},
+    )  # fmt: skip
+
+
 def test_mappo_beats_random_on_spread(tmp_path):
     env_config = EnvConfig(id="shoal/spread-v0", num_envs=64, agent_id=True, global_state=True)
     env = shoal.make_env(env_config)
     random_return = evaluate(RandomPolicy(5, seed=1), env, seed=2024)["eval/return"]
 
-    result = shoal.train(
-        tuned="mappo-spread",
-        seed=0,
-        run_dir=str(tmp_path / "run"),
-        total_steps=102_400,
-        **{"run.eval_every_steps": 0, "run.checkpoint_every_steps": 0, "run.console": False,
-           "run.tensorboard": False},
-    )  # fmt: skip
+    result = train_tuned("mappo-spread", tmp_path)
     trained = evaluate(shoal.load(result.run_dir), env, seed=2024)["eval/return"]
     env.close()
     print(f"random {random_return:.2f}, MAPPO after 102k env steps {trained:.2f}")
@@ -77,14 +79,7 @@ def test_mappo_crosses_the_intersection_better_than_the_heuristic(tmp_path):
     policy completes 0.05 more often than the heuristic (measured 0.71), the stochastic one
     0.15 more (measured 0.80: sampling breaks the ties of agents that reach the box
     together, which the argmax of a shared policy repeats)."""
-    result = shoal.train(
-        tuned="mappo-intersection",
-        seed=0,
-        run_dir=str(tmp_path / "run"),
-        total_steps=102_400,
-        **{"run.eval_every_steps": 0, "run.checkpoint_every_steps": 0, "run.console": False,
-           "run.tensorboard": False},
-    )  # fmt: skip
+    result = train_tuned("mappo-intersection", tmp_path)
     env = shoal.make_env(
         EnvConfig(id="shoal/intersection-v0", num_envs=256, kwargs={"traffic": "low"},
                   agent_id=True, global_state=True)  # as MAPPO trained
