@@ -98,6 +98,11 @@ def main(argv: list[str] | None = None) -> int:
     experiment_p.add_argument("--dir", help="experiment directory (default runs/experiments/NAME)")
     experiment_p.add_argument("--jobs", type=int, help="runs at a time (default: the cores)")
     experiment_p.add_argument("--plan", action="store_true", help="list the runs, run nothing")
+    experiment_p.add_argument(
+        "--ray-address",
+        help="run each run as a Ray task: 'auto' or HOST:PORT joins a cluster (the directory "
+        "must be shared storage), 'local' starts a Ray here",
+    )
     tune_p = commands.add_parser("tune", help="hyperparameter search with Optuna (resumable)")
     tune_p.add_argument("file", help="the search's YAML file")
     tune_p.add_argument("--dir", help="study directory (default runs/tune/NAME)")
@@ -302,7 +307,12 @@ def _experiment(args: argparse.Namespace) -> int:
         return view
 
     with Live(table({}), console=console, refresh_per_second=2, transient=False) as live:
-        status = run_experiment(experiment, args.jobs, on_update=lambda s: live.update(table(s)))
+        status = run_experiment(
+            experiment,
+            args.jobs,
+            on_update=lambda s: live.update(table(s)),
+            ray_address=args.ray_address,
+        )
     failed = [name for name, entry in status.items() if entry["state"] == "failed"]
     for name in failed:
         error = status[name].get("error", "").strip().splitlines()[-3:]

@@ -268,18 +268,40 @@ def run_experiment(
     jobs: int | None = None,
     on_update: Callable[[dict[str, dict[str, Any]]], None] | None = None,
     poll: float = 0.5,
+    ray_address: str | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Run every unfinished run of ``experiment``, ``jobs`` at a time (default: the cores),
-    each in its own process; returns the runs' status."""
+    each in its own process; returns the runs' status. With ``ray_address`` (``auto``, or
+    HOST:PORT; ``local`` starts a Ray here) each run is a Ray task on whichever node has a
+    CPU free, ``jobs`` (default: the cluster's CPUs) at a time: the experiment directory
+    must then be on storage every node shares, and every node needs shoal installed at the
+    same Python path."""
     status = prepare(experiment)
-    jobs = max(1, jobs or os.cpu_count() or 1)
-    threads = max(1, (os.cpu_count() or 1) // jobs)
+    launch: Callable[[list[str], Path], Any]
+    if ray_address is not None:
+        from shoal.distributed import require_ray
+
+        workers = require_ray()
+        workers.connect(None if ray_address == "local" else ray_address)
+        jobs = max(1, jobs or int(workers.cluster_cpus()))
+        threads = 1
+
+        def launch(command: list[str], log: Path) -> Any:
+            return workers.RemoteCommand(command, str(log), cpus=threads)
+    else:
+        jobs = max(1, jobs or os.cpu_count() or 1)
+        threads = max(1, (os.cpu_count() or 1) // jobs)
+
+        def launch(command: list[str], log: Path) -> Any:
+            with log.open("ab") as handle:  # the child keeps its own copy of the descriptor
+                return subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT)
+
     pending = [r for r in experiment.runs if status[r.name]["state"] != "done"]
-    active: dict[str, tuple[subprocess.Popen, float, Any]] = {}
+    active: dict[str, tuple[Any, float]] = {}
     ended: dict[str, float] = {}
     changed = threading.Event()  # a run ended: schedule the next one at once
 
-    def wait(name: str, process: subprocess.Popen) -> None:
+    def wait(name: str, process: Any) -> None:
         process.wait()
         ended[name] = time.time()
         changed.set()
@@ -289,15 +311,13 @@ def run_experiment(
         while pending or active:
             while pending and len(active) < jobs:
                 run = pending.pop(0)
-                log = (experiment.directory / "configs" / f"{run.name}.log").open("ab")
-                process = subprocess.Popen(
-                    command(experiment, run, threads), stdout=log, stderr=subprocess.STDOUT
-                )
-                active[run.name] = (process, time.time(), log)
+                log = experiment.directory / "configs" / f"{run.name}.log"
+                process = launch(command(experiment, run, threads), log)
+                active[run.name] = (process, time.time())
                 threading.Thread(target=wait, args=(run.name, process), daemon=True).start()
                 status[run.name].update(state="running", error=None)
             finished = False
-            for name, (process, started, log) in list(active.items()):
+            for name, (process, started) in list(active.items()):
                 entry = status[name]
                 entry["steps"] = progress(experiment.directory / name)
                 entry["total_steps"] = totals[name]
@@ -306,7 +326,6 @@ def run_experiment(
                 entry["wall_s"] = entry.get("wall_before_s", 0.0) + now - started
                 if code is None:
                     continue
-                log.close()
                 del active[name]
                 finished = True
                 entry["wall_before_s"] = entry["wall_s"]
@@ -326,9 +345,11 @@ def run_experiment(
                 changed.wait(poll)
                 changed.clear()
     except KeyboardInterrupt:
-        for name, (process, _, log) in active.items():
-            process.wait()  # the run got the Ctrl-C too: it saves a checkpoint and exits
-            log.close()
+        for name, (process, _) in active.items():
+            if hasattr(process, "cancel"):  # a Ray task: stopped where it is
+                process.cancel()
+            else:
+                process.wait()  # the run got the Ctrl-C too: it saves a checkpoint and exits
             status[name]["state"] = "interrupted"
         _save_status(experiment, status)
         raise
@@ -340,9 +361,10 @@ def experiment(
     directory: str | Path | None = None,
     jobs: int | None = None,
     on_update: Callable[[dict[str, dict[str, Any]]], None] | None = None,
+    ray_address: str | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Plan and run an experiment (a file's path or its contents as a dict); returns each
     run's status (``state`` done, failed or interrupted, ``wall_s``, ``error``)."""
     spec = read_spec(file_or_spec) if not isinstance(file_or_spec, dict) else dict(file_or_spec)
     spec.setdefault("name", "experiment")
-    return run_experiment(plan(spec, directory), jobs=jobs, on_update=on_update)
+    return run_experiment(plan(spec, directory), jobs, on_update, ray_address=ray_address)

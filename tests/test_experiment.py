@@ -139,3 +139,13 @@ def test_variants_merge_their_own_config_over_the_files(tmp_path):
     assert runs[1].config["env"]["num_envs"] == 4
     with pytest.raises(ConfigError, match="unknown keys"):
         plan({**spec, "variants": {"x": {"algo": "ppo", "optim": {}}}}, tmp_path / "w")
+
+
+def test_runs_as_ray_tasks(ray_session, tmp_path):
+    """The same experiment with each run a Ray task (here the local Ray of the tests; on a
+    cluster, any node): runs finish, a failing one is recorded."""
+    experiment = plan(spec(axes={"env.id": ["CartPole-v1", "NoSuchEnv-v0"]}), tmp_path / "ray")
+    status = run_experiment(experiment, jobs=2, ray_address="local")
+    good, failed = (status[r.name] for r in experiment.runs)
+    assert good["state"] == "done" and good["steps"] == 1024
+    assert failed["state"] == "failed" and "NoSuchEnv" in failed["error"]

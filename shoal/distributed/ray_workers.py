@@ -107,6 +107,11 @@ def gpu_share(device: str, learners: int) -> float:
     return min(1.0, gpus / learners)
 
 
+def cluster_cpus() -> float:
+    """The CPUs of the Ray cluster this process is connected to."""
+    return float(ray.cluster_resources().get("CPU", 1.0))
+
+
 def shutdown() -> None:
     ray.shutdown()
 
@@ -290,3 +295,36 @@ def wait_first(refs: Iterable[Any]) -> Any:
 
 def get(ref: Any) -> Any:
     return ray.get(ref)
+
+
+@ray.remote
+def _run_command(command: list[str], log_path: str) -> int:
+    import subprocess
+
+    with open(log_path, "ab") as log:
+        return subprocess.run(command, stdout=log, stderr=subprocess.STDOUT).returncode
+
+
+class RemoteCommand:
+    """A command run as a Ray task, on whichever node has ``cpus`` free, with its output in
+    ``log_path`` (a path every node can write: shared storage on a cluster); ``poll`` and
+    ``wait`` as `subprocess.Popen`'s (`shoal.experiment` runs its runs through either)."""
+
+    def __init__(self, command: list[str], log_path: str, cpus: float = 1.0) -> None:
+        self.ref = _run_command.options(num_cpus=cpus).remote(command, log_path)
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            ready, _ = ray.wait([self.ref], timeout=0)
+            if ready:
+                self.returncode = ray.get(ready[0])
+        return self.returncode
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            self.returncode = ray.get(self.ref)
+        return self.returncode
+
+    def cancel(self) -> None:
+        ray.cancel(self.ref, force=True)
