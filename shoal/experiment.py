@@ -142,6 +142,18 @@ def plan(spec: dict[str, Any], directory: str | Path | None = None) -> Experimen
     return Experiment(name, root, runs, spec)
 
 
+def nested(values: dict[str, Any]) -> dict[str, Any]:
+    """``{"optim.lr": x}`` -> ``{"optim": {"lr": x}}``."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        node = out
+        *heads, last = key.split(".")
+        for head in heads:
+            node = node.setdefault(head, {})
+        node[last] = value
+    return out
+
+
 def merge_dicts(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     """``extra`` over ``base``, nested blocks merged key by key."""
     out = copy.deepcopy(base)
@@ -169,14 +181,8 @@ def build(spec: dict[str, Any], values: dict[str, Any], seed: int, run_dir: Path
     else:
         raise ConfigError("experiment: give a base (tuned example) or an algo, or vary one")
     spec_cls = get_algorithm(str(algo)).config_cls
-    overrides = copy.deepcopy(spec.get("config") or {})  # the axes' values go in: not the file's
-    for key, value in values.items():
-        if key not in SPECIAL_AXES:
-            nested: dict[str, Any] = overrides
-            *heads, last = key.split(".")
-            for head in heads:
-                nested = nested.setdefault(head, {})
-            nested[last] = value
+    fields = {k: v for k, v in values.items() if k not in SPECIAL_AXES}
+    overrides = merge_dicts(spec.get("config") or {}, nested(fields))  # a copy: not the file's
     run = dict(overrides.get("run") or {})
     run.update(seed=seed, run_dir=str(run_dir), console=False)
     overrides["run"] = run

@@ -79,15 +79,12 @@ def summary(values: Sequence[float] | np.ndarray, seed: int = 0) -> dict[str, fl
     """``n``, ``mean``, ``std``, ``median``, ``min``, ``max``, ``iqm`` and the mean's 95%
     percentile-bootstrap interval (``ci_low``, ``ci_high``) of a sample."""
     x = np.asarray(values, np.float64).ravel()
+    if len(x) == 0:
+        names = ("mean", "std", "median", "min", "max", "iqm", "ci_low", "ci_high")
+        return {"n": 0, **dict.fromkeys(names, float("nan"))}
     low, high = bootstrap_ci(x, seed=seed)
     return {
-        "n": int(len(x)),
-        "mean": float(x.mean()) if len(x) else float("nan"),
-        "std": float(x.std()) if len(x) else float("nan"),
-        "median": float(np.median(x)) if len(x) else float("nan"),
-        "min": float(x.min()) if len(x) else float("nan"),
-        "max": float(x.max()) if len(x) else float("nan"),
-        "iqm": iqm(x),
-        "ci_low": low,
-        "ci_high": high,
-    }
+        "n": int(len(x)), "mean": float(x.mean()), "std": float(x.std()),
+        "median": float(np.median(x)), "min": float(x.min()), "max": float(x.max()),
+        "iqm": iqm(x), "ci_low": low, "ci_high": high,
+    }  # fmt: skip

@@ -40,7 +40,7 @@ from typing import Any
 import yaml
 
 from shoal.errors import ConfigError, ShoalError
-from shoal.experiment import build
+from shoal.experiment import build, nested
 from shoal.experiment import merge_dicts as merge
 
 DISTRIBUTIONS = ("uniform", "loguniform", "int", "logint", "choice")
@@ -88,18 +88,6 @@ def suggest(trial: Any, field: str, kind: str, args: tuple) -> Any:
     return args[index]
 
 
-def nested(values: dict[str, Any]) -> dict[str, Any]:
-    """``{"optim.lr": x}`` -> ``{"optim": {"lr": x}}``."""
-    out: dict[str, Any] = {}
-    for key, value in values.items():
-        node = out
-        *heads, last = key.split(".")
-        for head in heads:
-            node = node.setdefault(head, {})
-        node[last] = value
-    return out
-
-
 class Tuner:
     """A search file's study: the space, the sampler and pruner, and trials that train."""
 
@@ -126,7 +114,7 @@ class Tuner:
         if self.pruner not in ("median", "halving", "none"):
             raise ConfigError(f"tune: pruner is median, halving or none, not {self.pruner!r}")
         for field, (kind, args) in self.space.items():  # every field exists and takes values
-            for value in args if kind == "choice" else args:
+            for value in args:
                 self.config({field: int(value) if "int" in kind else value}, seed=0)
 
     def config(self, values: dict[str, Any], seed: int, run_dir: Path | None = None):

@@ -1,5 +1,5 @@
 """Experiment trackers beside TensorBoard: a run with ``run.wandb`` (offline, no network)
-and ``run.mlflow`` (a local file store) holds the metrics the loop logs, the config, and the
+and ``run.mlflow`` (a local SQLite store) holds the metrics the loop logs, the config, and the
 final checkpoint as an artifact; a missing tracker package is a clear error before training."""
 
 import importlib.util
@@ -20,7 +20,7 @@ WANDB = importlib.util.find_spec("wandb") is None
 @pytest.mark.skipif(
     importlib.util.find_spec("mlflow") is None, reason="pip install 'shoal[mlflow]'"
 )
-def test_mlflow_file_store_holds_metrics_config_and_checkpoint(tmp_path):
+def test_mlflow_local_store_holds_metrics_config_and_checkpoint(tmp_path):
     result = shoal.train("ppo", env="CartPole-v1", total_steps=512, run_dir=str(tmp_path / "run"),
                          **{**QUIET, "run.mlflow": "local"})  # fmt: skip
     import mlflow

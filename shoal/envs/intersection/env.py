@@ -72,7 +72,6 @@ from shoal.envs.multi_agent import (
     MultiAgentStep,
     register_multi_agent_env,
 )
-from shoal.envs.snapshot import EnvStateUnsupported
 from shoal.errors import ConfigError
 
 GROUP = "agent"
@@ -208,6 +207,7 @@ class IntersectionEnv(BatchedWorld):
         self._entry_points = np.array([self.routes.points[rs[0], 0] for rs in self._entry_routes])
         self._route_lane = np.array([key[1] for key in self.routes.keys])
         self._route_arm = np.array([key[0] for key in self.routes.keys])
+        self._route_turn = np.array([key[2] for key in self.routes.keys])
         self._phase_ends = np.cumsum([p[0] for p in SIGNAL_CYCLE])
         self._phase_lights = np.array([p[1:] for p in SIGNAL_CYCLE])[:, [0, 1, 0, 1]]
 
@@ -588,19 +588,6 @@ class IntersectionEnv(BatchedWorld):
         touching = (gap2 < (2 * self.disc_radius) ** 2) & self.present[:, None, :]
         touching[:, np.arange(A), np.arange(A)] = False
         return touching.any(axis=2) & self.present[:, :A]
-
-
-class ExternalSimulator(IntersectionEnv):
-    """The intersection with another simulator moving the vehicles (SUMO, SMARTS): its state
-    lives outside these arrays and cannot be saved, so runs restart episodes on resume."""
-
-    simulator: ClassVar[str] = ""
-
-    def get_state(self) -> dict[str, Any]:
-        raise EnvStateUnsupported(f"{self.simulator}'s simulation state cannot be captured")
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        raise EnvStateUnsupported(f"{self.simulator}'s simulation state cannot be captured")
 
 
 BACKENDS = ("builtin", "sumo")

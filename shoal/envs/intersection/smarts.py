@@ -34,7 +34,6 @@ import hashlib
 import importlib.util
 import shutil
 import sys
-import tempfile
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,9 +42,15 @@ from typing import Any
 import numpy as np
 
 from shoal.envs.batched import factory
-from shoal.envs.intersection.env import AGENTS, ExternalSimulator, IntersectionEnv
-from shoal.envs.intersection.geometry import TURNS, point_at
-from shoal.envs.intersection.sumo import ARM_NAMES, EXIT_ARM, build_network, cache_dir
+from shoal.envs.intersection.env import AGENTS, IntersectionEnv
+from shoal.envs.intersection.external import (
+    ExternalSimulator,
+    build_once,
+    cache_dir,
+    route_edges,
+)
+from shoal.envs.intersection.geometry import point_at
+from shoal.envs.intersection.sumo import build_network
 from shoal.envs.multi_agent import register_multi_agent_env
 from shoal.errors import ConfigError
 
@@ -85,29 +90,21 @@ def write_scenario(env: IntersectionEnv) -> Path:
     net, _ = build_network(env)
     per_hour = env.vehicles_per_minute * 60.0 / len(env._entry_routes)
     flows = []
-    for arm, lane, turn in env.routes.keys:
-        turns = sum(1 for a, ln, _ in env.routes.keys if (a, ln) == (arm, lane))
-        exit_arm = (arm + EXIT_ARM[TURNS[turn]]) % 4
-        sumo_lane = 1 - lane
-        route = t.Route(begin=(f"{ARM_NAMES[arm]}_in", sumo_lane, 0),
-                        end=(f"{ARM_NAMES[exit_arm]}_out", sumo_lane, "max"))  # fmt: skip
+    for key in env.routes.keys:
+        turns = sum(1 for other in env.routes.keys if other[:2] == key[:2])
+        entry, exit_, sumo_lane = route_edges(key)
+        route = t.Route(begin=(entry, sumo_lane, 0), end=(exit_, sumo_lane, "max"))
         if per_hour > 0:
             flows.append(t.Flow(route=route, rate=per_hour / turns,
                                 actors={t.TrafficActor("car"): 1.0}))  # fmt: skip
     key = hashlib.sha256(net.read_bytes() + repr(flows).encode()).hexdigest()[:16]
-    target = Path(str(cache_dir()).replace("sumo", "smarts")) / key
-    if (target / "scenario_metadata.yaml").exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(dir=target.parent))
-    shutil.copy(net, work / "map.net.xml")
-    traffic = {"background": t.Traffic(flows=flows)} if flows else None
-    gen_scenario(t.Scenario(traffic=traffic), output_dir=str(work))
-    try:
-        work.rename(target)
-    except OSError:  # another process wrote it first
-        shutil.rmtree(work, ignore_errors=True)
-    return target
+
+    def make(work: Path) -> None:
+        shutil.copy(net, work / "map.net.xml")
+        traffic = {"background": t.Traffic(flows=flows)} if flows else None
+        gen_scenario(t.Scenario(traffic=traffic), output_dir=str(work))
+
+    return build_once(cache_dir("smarts") / key, make)
 
 
 class SmartsIntersectionEnv(ExternalSimulator):
@@ -215,9 +212,7 @@ class SmartsIntersectionEnv(ExternalSimulator):
                 self.steer[b, i] = float(ego.steering)
             self._collided[b, i] |= len(obs.events.collisions) > 0
             if obs.events.reached_goal:  # SMARTS takes it off at its goal: it completed
-                route = self.route[b, i : i + 1]
-                end, heading = point_at(self.routes, route, self.routes.length[route])
-                self.pos[b, i], self.heading[b, i] = end[0], heading[0]
+                self._finished_route(b, i)
             for vehicle in obs.neighborhood_vehicle_states or ():
                 if not vehicle.id.startswith("Agent"):
                     neighbours[vehicle.id] = vehicle

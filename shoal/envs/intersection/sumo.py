@@ -31,27 +31,27 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.util
-import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from shoal.envs.intersection import sumo_worker
-from shoal.envs.intersection.dynamics import clip
-from shoal.envs.intersection.env import AGENTS, ExternalSimulator, IntersectionEnv
-from shoal.envs.intersection.geometry import TURNS, point_at
+from shoal.envs.intersection.dynamics import clip, wrap_angle
+from shoal.envs.intersection.env import AGENTS, IntersectionEnv
+from shoal.envs.intersection.external import (
+    ExternalSimulator,
+    build_once,
+    cache_dir,
+    route_edges,
+)
+from shoal.envs.intersection.geometry import TURNS
 from shoal.errors import ConfigError
 
 INSTALL = "pip install 'shoal[sumo]'"
 FILES = Path(__file__).parent / "sumo"
-ARM_NAMES = ("S", "E", "N", "W")
-EXIT_ARM = {"straight": 2, "left": 3, "right": 1}
-"""Quarter turns counter-clockwise from the entry arm to the exit arm."""
 _IN_PROCESS = {"taken": False}
 
 
@@ -68,11 +68,6 @@ def require_sumo() -> Path:
     return binary
 
 
-def cache_dir() -> Path:
-    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(root) / "shoal" / "sumo"
-
-
 def build_network(env: IntersectionEnv) -> tuple[Path, Path]:
     """The network (``netconvert`` on the shipped files) and a routes file for ``env``'s
     routes and vehicle types, built once per content into `cache_dir`."""
@@ -86,30 +81,23 @@ def build_network(env: IntersectionEnv) -> tuple[Path, Path]:
         "".join(sources[k] for k in sorted(sources)).encode() + routes.encode()
         + str(netconvert).encode()
     ).hexdigest()[:16]  # fmt: skip
-    target = cache_dir() / key
-    net, rou = target / "intersection.net.xml", target / "intersection.rou.xml"
-    if net.exists() and rou.exists():
-        return net, rou
-    target.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(dir=target.parent))
-    for kind, text in sources.items():
-        (work / f"intersection.{kind}.xml").write_text(text)
-    files = {kind: str(work / f"intersection.{kind}.xml") for kind in sources}
-    command = [
-        str(netconvert), "--node-files", files["nod"], "--edge-files", files["edg"],
-        "--connection-files", files["con"], "--offset.disable-normalization", "true",
-        "--no-turnarounds", "true", "-o", str(work / net.name),
-    ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
-        shutil.rmtree(work, ignore_errors=True)
-        raise RuntimeError(f"netconvert failed:\n{done.stderr[-2000:]}")
-    (work / rou.name).write_text(routes)
-    try:
-        os.replace(work, target)
-    except OSError:  # another process built it first
-        shutil.rmtree(work, ignore_errors=True)
-    return net, rou
+
+    def make(work: Path) -> None:
+        for kind, text in sources.items():
+            (work / f"intersection.{kind}.xml").write_text(text)
+        files = {kind: str(work / f"intersection.{kind}.xml") for kind in sources}
+        command = [
+            str(netconvert), "--node-files", files["nod"], "--edge-files", files["edg"],
+            "--connection-files", files["con"], "--offset.disable-normalization", "true",
+            "--no-turnarounds", "true", "-o", str(work / "intersection.net.xml"),
+        ]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"netconvert failed:\n{done.stderr[-2000:]}")
+        (work / "intersection.rou.xml").write_text(routes)
+
+    target = build_once(cache_dir("sumo") / key, make)
+    return target / "intersection.net.xml", target / "intersection.rou.xml"
 
 
 def routes_xml(env: IntersectionEnv) -> str:
@@ -126,9 +114,9 @@ def routes_xml(env: IntersectionEnv) -> str:
         f'decel="{p.comfort_decel}" tau="{p.time_headway}" delta="{p.exponent}" '
         'speedDev="0"/>',
     ]
-    for k, (arm, _, turn) in enumerate(env.routes.keys):
-        exit_arm = (arm + EXIT_ARM[TURNS[turn]]) % 4
-        lines.append(f'  <route id="r{k}" edges="{ARM_NAMES[arm]}_in {ARM_NAMES[exit_arm]}_out"/>')
+    for k, key in enumerate(env.routes.keys):
+        entry, exit_, _ = route_edges(key)
+        lines.append(f'  <route id="r{k}" edges="{entry} {exit_}"/>')
     return "\n".join(lines + ["</routes>", ""])
 
 
@@ -229,7 +217,7 @@ class SumoIntersectionEnv(ExternalSimulator):
         speed = self.speed[:, :A]
         target = clip(speed + self._lane_accel(a, speed) * self.dt, 0.0, 12.0)
         target = np.where(acting, target, np.nan)
-        turn = np.array([key[2] for key in self.routes.keys])[self.route[:, :A]]
+        turn = self._route_turn[self.route[:, :A]]
         entry = self._s_now < self.layout.arm_length - 4.0
         change = acting & (turn == TURNS.index("straight")) & entry & ((a == 2) | (a == 3))
         # "Change right" is toward the kerb (SUMO lane 0), "change left" away from it.
@@ -259,14 +247,12 @@ class SumoIntersectionEnv(ExternalSimulator):
                 present[:A] = self.present[b, :A]
             else:  # an agent SUMO took off at its route's end completed it: put it there
                 for i in np.flatnonzero(got["arrived"][:A]):
-                    route = self.route[b, i : i + 1]
-                    end, heading = point_at(self.routes, route, self.routes.length[route])
-                    self.pos[b, i], self.heading[b, i], present[i] = end[0], heading[0], True
+                    self._finished_route(b, i)
+                    present[i] = True
             present[:A] &= ~self.done[b]
             self.present[b] = present
         if not self.continuous:
-            yaw_rate = (self.heading[:, :A] - self._heading_before) / self.dt
-            yaw_rate = np.arctan2(np.sin(yaw_rate * self.dt), np.cos(yaw_rate * self.dt)) / self.dt
+            yaw_rate = wrap_angle(self.heading[:, :A] - self._heading_before) / self.dt
             wheelbase = 2 * self.disc_offset
             steer = np.arctan(wheelbase * yaw_rate / np.maximum(self.speed[:, :A], 0.5))
             moved = real[:, None] & ~self.done
@@ -274,7 +260,7 @@ class SumoIntersectionEnv(ExternalSimulator):
 
     def _place(self, envs, slots, route, s, speed, fresh: bool = True) -> None:
         super()._place(envs, slots, route, s, speed, fresh)
-        lanes = 1 - self._route_lane[np.asarray(route)]
+        lanes = [route_edges(self.routes.keys[r])[2] for r in np.asarray(route)]
         front = np.asarray(s, np.float64) + self.disc_offset + self.disc_radius
         speeds = np.broadcast_to(np.asarray(speed, np.float64), np.shape(envs))
         for b, slot, r, lane, pos, v in zip(envs, slots, route, lanes, front, speeds, strict=True):
