@@ -42,6 +42,11 @@ def test_wandb_offline_run_holds_metrics_config_and_checkpoint(tmp_path, monkeyp
     run_dir = tmp_path / "run"
     shoal.train("ppo", env="CartPole-v1", total_steps=512, run_dir=str(run_dir),
                 **{**QUIET, "run.wandb": "shoal-tests"})  # fmt: skip
+    import wandb
+
+    # finish() returns before wandb's service process has flushed and closed the run's
+    # transaction log; teardown waits for that (at process exit it happens on its own).
+    wandb.teardown()
     [records] = list((run_dir / "wandb").glob("offline-run-*/*.wandb"))  # for `wandb sync`
     data = records.read_bytes()
     for recorded in (b"eval/return", b"loss/policy", b"total_steps", b"state.pt", b"meta.json"):
