@@ -14,7 +14,6 @@ model is timed; imports are not (untimed warm-up).
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import platform
 import statistics
@@ -386,25 +385,3 @@ def environment() -> dict[str, Any]:
         "stable_baselines3": stable_baselines3.__version__,
         "numpy": np.__version__,
     }
-
-
-# Two-sided 95% t quantiles by degrees of freedom (scipy-free fallback).
-T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
-
-
-def t_quantile(dof: int) -> float:
-    try:
-        from scipy import stats
-
-        return float(stats.t.ppf(0.975, dof))
-    except ImportError:
-        return T95.get(dof, 1.96)
-
-
-def mean_ci(values: list[float]) -> tuple[float, float]:
-    """Mean and the half-width of its 95% Student-t confidence interval (nan for one
-    value): the seed aggregation the benchmark scripts share."""
-    x = np.asarray(values, float)
-    if len(x) < 2:
-        return float(x.mean()), math.nan
-    return float(x.mean()), t_quantile(len(x) - 1) * float(x.std(ddof=1)) / math.sqrt(len(x))

@@ -42,9 +42,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from common import mean_ci
 
 import shoal
+from shoal.stats import t_interval
 
 TASKS = {
     "CN-V1": "shoal/cn-v1-v0",
@@ -124,7 +124,7 @@ def summarize(curves: dict[str, dict[str, list[list[tuple[int, float]]]]]) -> di
         row = {}
         for name, runs in series.items():
             finals = [run[-1][1] for run in runs if run]
-            mean, half = mean_ci(finals)
+            mean, half = t_interval(finals)
             row[name] = {"mean": mean, "ci95": half, "finals": finals}
         ordering = {
             f"m{m}": row["CTEDD-G"]["mean"] >= row[f"CTEDD-L-{m}"]["mean"]
@@ -152,7 +152,7 @@ def plot(curves, path: Path) -> bool:
                 continue
             steps = [step for step, _ in runs[0][:length]]
             values = np.array([[v for _, v in run[:length]] for run in runs])
-            stats = [mean_ci(list(values[:, i])) for i in range(length)]
+            stats = [t_interval(list(values[:, i])) for i in range(length)]
             mean = np.array([s[0] for s in stats])
             half = np.nan_to_num(np.array([s[1] for s in stats]))
             ax.plot(steps, mean, label=name)

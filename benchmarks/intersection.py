@@ -53,7 +53,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-from common import mean_ci
 
 import shoal
 from shoal.config import EnvConfig, replace
@@ -62,6 +61,7 @@ from shoal.envs.heuristics import IntersectionHeuristic
 from shoal.envs.intersection.env import make_intersection
 from shoal.envs.multi_agent import make_multi_agent_env
 from shoal.policy import JointPolicy
+from shoal.stats import t_interval
 from shoal.threads import set_compute_threads
 from shoal.train.evaluate import evaluate, evaluate_joint
 
@@ -253,16 +253,16 @@ def summarize_variant(runs: list[dict], edges: np.ndarray) -> dict:
     per_agent = {}
     for agent in AGENTS:
         rows = np.stack([binned(r["curves"][agent], edges) for r in runs])  # [seeds, bins]
-        stats = [mean_ci([v for v in col if not np.isnan(v)]) if (~np.isnan(col)).any()
+        stats = [t_interval([v for v in col if not np.isnan(v)]) if (~np.isnan(col)).any()
                  else (np.nan, np.nan) for col in rows.T]  # fmt: skip
         per_agent[agent] = {"mean": [m for m, _ in stats], "ci95": [h for _, h in stats],
-                            "final": mean_ci(list(rows[:, -1]))}  # fmt: skip
+                            "final": t_interval(list(rows[:, -1]))}  # fmt: skip
     rates = {
-        traffic: {k: mean_ci([r["rates"][traffic][k] for r in runs])
+        traffic: {k: t_interval([r["rates"][traffic][k] for r in runs])
                   for k in ("completion_rate", "collision_rate")}
         for traffic in ("low", "high")
     }  # fmt: skip
-    train_s = mean_ci([r["train_s"] for r in runs])
+    train_s = t_interval([r["train_s"] for r in runs])
     return {"per_agent": per_agent, "rates": rates, "train_s": train_s}
 
 

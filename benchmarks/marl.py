@@ -28,12 +28,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import base_parser, environment, mean_ci, median
+from common import base_parser, environment, median
 from rich.console import Console
 from rich.table import Table
 
 import shoal
 from shoal.config import EnvConfig
+from shoal.stats import t_interval
 from shoal.threads import set_compute_threads
 from shoal.train.evaluate import evaluate
 
@@ -97,7 +98,7 @@ def benchmarl_side(python: str, seed: int, frames: int) -> dict[str, Any]:
 
 def interval(values: list[float]) -> tuple[float, float, float]:
     """Mean and 95% Student-t confidence interval of the mean."""
-    mean, half = mean_ci(values)
+    mean, half = t_interval(values)
     return mean, mean - half, mean + half
 
 

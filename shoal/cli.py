@@ -106,7 +106,19 @@ def main(argv: list[str] | None = None) -> int:
     tune_p = commands.add_parser("tune", help="hyperparameter search with Optuna (resumable)")
     tune_p.add_argument("file", help="the search's YAML file")
     tune_p.add_argument("--dir", help="study directory (default runs/tune/NAME)")
-    tune_p.add_argument("--jobs", type=int, default=1, help="worker processes on the study")
+    tune_p.add_argument(
+        "--jobs", type=int, help="workers on the study (default 1; with --ray-address the CPUs)"
+    )
+    tune_p.add_argument(
+        "--ray-address",
+        help="run the workers as Ray tasks: 'auto' or HOST:PORT joins a cluster, 'local' "
+        "starts a Ray here (the study must be reachable from every node: see --storage)",
+    )
+    tune_p.add_argument(
+        "--storage",
+        help="Optuna storage URL for the study (default sqlite in --dir; e.g. postgresql://"
+        "user@host/db on a cluster)",
+    )
     report_p = commands.add_parser(
         "report", help="aggregate runs by variant: scores with 95% CIs, curves, comparisons"
     )
@@ -326,7 +338,7 @@ def _tune(args: argparse.Namespace) -> int:
     from shoal.experiment import read_spec
     from shoal.tune import tune
 
-    tuner = tune(read_spec(args.file), args.dir, args.jobs)
+    tuner = tune(read_spec(args.file), args.dir, args.jobs, args.ray_address, args.storage)
     study = tuner.study()
     best = study.best_trial
     console.print(

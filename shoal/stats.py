@@ -7,10 +7,13 @@ Reinforcement Learning at the Edge of the Statistical Precipice"): the interquar
 percentile-bootstrap 95% confidence intervals (`bootstrap_ci`; their stratified bootstrap
 resamples runs within each task: `stratified_bootstrap_ci`). Computed with NumPy, the same
 computation as the ``rliable`` package's percentile intervals, without its dependencies.
+For a handful of seeds the benchmarks also give the mean's Student-t interval
+(`t_interval`), which a bootstrap of three values cannot.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -88,3 +91,37 @@ def summary(values: Sequence[float] | np.ndarray, seed: int = 0) -> dict[str, fl
         "median": float(np.median(x)), "min": float(x.min()), "max": float(x.max()),
         "iqm": iqm(x), "ci_low": low, "ci_high": high,
     }  # fmt: skip
+
+
+# Two-sided 95% quantiles of Student's t by degrees of freedom, for when SciPy is absent.
+_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
+        9: 2.262, 10: 2.228, 15: 2.131, 20: 2.086, 30: 2.042}  # fmt: skip
+
+
+def t_quantile(dof: int, confidence: float = 0.95) -> float:
+    """The two-sided ``confidence`` quantile of Student's t with ``dof`` degrees of freedom
+    (SciPy's; without SciPy, 95% only, from a table rounded down to the nearest listed
+    ``dof``, so the interval errs wide, and the normal 1.96 past 30)."""
+    try:
+        from scipy import stats
+    except ImportError:
+        if confidence != 0.95:
+            raise ValueError("t_quantile without SciPy knows 95% only") from None
+        if dof > 30:
+            return 1.96
+        return _T95[max(d for d in _T95 if d <= dof)]
+    return float(stats.t.ppf((1.0 + confidence) / 2.0, dof))
+
+
+def t_interval(
+    values: Sequence[float] | np.ndarray, confidence: float = 0.95
+) -> tuple[float, float]:
+    """The mean of ``values`` and the half-width of its Student-t confidence interval, the
+    usual interval over a few seeds (nan half-width for fewer than two values)."""
+    x = np.asarray(values, np.float64).ravel()
+    if len(x) == 0:
+        return float("nan"), float("nan")
+    if len(x) < 2:
+        return float(x.mean()), float("nan")
+    half = t_quantile(len(x) - 1, confidence) * float(x.std(ddof=1)) / math.sqrt(len(x))
+    return float(x.mean()), half

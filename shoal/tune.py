@@ -25,6 +25,15 @@ final evaluation return (maximized). The study lives in ``DIR/study.db`` (SQLite
 ``DIR = runs/tune/<name>``), so starting the same file again resumes it up to ``trials``
 finished trials; ``--jobs N`` runs N worker processes on that study. The best trial's
 config is written as a ready tuned-example file, ``DIR/best.yaml``.
+
+On a Ray cluster (``--ray-address auto`` or ``HOST:PORT``) the N workers are Ray tasks on
+whichever nodes have a CPU free, each running trials against the one study: Optuna with Ray
+workers rather than Ray Tune's Optuna searcher, so that the search is the same code, the same
+SQLite (or other) study, and resumes the same way whether it ran on a laptop or a cluster,
+and Ray Tune's own trial runner, checkpointing and results layout stay out of shoal's. The
+study must then be reachable from every node: ``DIR`` on shared storage, or ``storage:`` in
+the file (or ``--storage``) naming an Optuna database URL such as
+``postgresql://user@host/db``, which Optuna recommends over SQLite for many writers.
 """
 
 from __future__ import annotations
@@ -32,7 +41,9 @@ from __future__ import annotations
 import ast
 import importlib.util
 import multiprocessing
+import os
 import re
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -91,17 +102,20 @@ def suggest(trial: Any, field: str, kind: str, args: tuple) -> Any:
 class Tuner:
     """A search file's study: the space, the sampler and pruner, and trials that train."""
 
-    def __init__(self, spec: dict[str, Any], directory: str | Path | None = None):
+    def __init__(
+        self, spec: dict[str, Any], directory: str | Path | None = None, storage: str | None = None
+    ):
         if importlib.util.find_spec("optuna") is None:
             raise ShoalError("shoal tune needs Optuna: pip install 'shoal[tune]'")
         known = {"name", "base", "algo", "config", "search", "trials", "sampler", "pruner",
-                 "seed", "description"}  # fmt: skip
+                 "seed", "description", "storage"}  # fmt: skip
         unknown = sorted(set(spec) - known)
         if unknown:
             raise ConfigError(f"tune: unknown keys {unknown}; the keys are {sorted(known)}")
         self.spec = spec
         self.name = str(spec["name"])
         self.directory = Path(directory) if directory else Path("runs") / "tune" / self.name
+        self.storage = storage or spec.get("storage") or None
         search = spec.get("search") or {}
         if not search:
             raise ConfigError("tune: the file has no search space (search: {field: dist(...)})")
@@ -135,7 +149,8 @@ class Tuner:
                   "none": optuna.pruners.NopPruner()}[self.pruner]  # fmt: skip
         self.directory.mkdir(parents=True, exist_ok=True)
         return optuna.create_study(
-            study_name=self.name, storage=f"sqlite:///{self.directory / 'study.db'}",
+            study_name=self.name,
+            storage=self.storage or f"sqlite:///{self.directory / 'study.db'}",
             sampler=sampler, pruner=pruner, direction="maximize", load_if_exists=True,
         )  # fmt: skip
 
@@ -145,10 +160,15 @@ class Tuner:
         done = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
         return len(study.get_trials(deepcopy=False, states=done))
 
-    def run(self, objective: Callable[[Any, Callable[[int, float], bool]], float] | None = None):
-        """Run trials until the study has ``trials`` finished ones; ``objective(config,
-        report)`` (default: train) returns a trial's value, calling ``report(step, value)``
-        with intermediate values (True: prune)."""
+    def run(
+        self,
+        objective: Callable[[Any, Callable[[int, float], bool]], float] | None = None,
+        share: int | None = None,
+    ):
+        """Run trials until the study has ``trials`` finished ones (or this worker has run
+        its ``share`` of them); ``objective(config, report)`` (default: train) returns a
+        trial's value, calling ``report(step, value)`` with intermediate values (True:
+        prune)."""
         import optuna
 
         study = self.study()
@@ -157,6 +177,7 @@ class Tuner:
         def trial_fn(trial: Any) -> float:
             values = {f: suggest(trial, f, kind, args) for f, (kind, args) in self.space.items()}
             trial.set_user_attr("values", values)
+            trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
             run_dir = self.directory / f"trial-{trial.number}"
             algo, config = self.config(values, int(self.spec.get("seed", 0)), run_dir)
             pruned = []
@@ -174,6 +195,8 @@ class Tuner:
             return value
 
         remaining = self.trials - self.finished(study)
+        if share is not None:
+            remaining = min(remaining, share)
         if remaining > 0:
             study.optimize(
                 trial_fn, n_trials=remaining,
@@ -224,25 +247,51 @@ def train_objective(config: tuple[str, dict[str, Any]], report: Callable[[int, f
     return float(result.eval_return)
 
 
-def _worker(spec: dict[str, Any], directory: str) -> None:
-    Tuner(spec, directory).run()
+def _worker(
+    spec: dict[str, Any], directory: str, storage: str | None, objective: Any, share: int
+) -> int:
+    Tuner(spec, directory, storage).run(objective, share)
+    return os.getpid()
 
 
-def tune(spec: dict[str, Any], directory: str | Path | None = None, jobs: int = 1) -> Tuner:
+def tune(
+    spec: dict[str, Any],
+    directory: str | Path | None = None,
+    jobs: int | None = 1,
+    ray_address: str | None = None,
+    storage: str | None = None,
+    objective: Callable[[Any, Callable[[int, float], bool]], float] | None = None,
+) -> Tuner:
     """Run the search ``spec`` (a search file's contents), ``jobs`` processes at once on its
-    SQLite study; writes and returns ``best.yaml``'s tuner."""
-    tuner = Tuner(spec, directory)
-    tuner.study()  # created once, before the workers open it
-    if jobs > 1:
+    study; writes and returns ``best.yaml``'s tuner. With ``ray_address`` (``auto``,
+    HOST:PORT, or ``local`` for a Ray started here) the ``jobs`` workers (default: the
+    cluster's CPUs) are Ray tasks; ``storage`` is an Optuna storage URL (default: SQLite in
+    the directory); ``objective`` replaces training (a module-level function on Ray)."""
+    tuner = Tuner(spec, directory, storage)
+    remaining = max(0, tuner.trials - tuner.finished(tuner.study()))  # created before workers
+
+    def calls(jobs: int) -> list[tuple]:
+        """Each worker's arguments, the remaining trials split between them: workers that
+        each ran until the study had enough would start one trial too many between them."""
+        jobs = max(1, min(jobs, remaining))
+        shares = [remaining // jobs + (i < remaining % jobs) for i in range(jobs)]
+        return [(spec, str(tuner.directory), storage, objective, n) for n in shares]
+
+    if ray_address is not None:
+        from shoal.distributed import require_ray
+
+        ray_workers = require_ray()
+        ray_workers.connect(None if ray_address == "local" else ray_address)
+        ray_workers.run_tasks(_worker, calls(jobs or int(ray_workers.cluster_cpus())))
+    elif (jobs or 1) > 1:
         context = multiprocessing.get_context("spawn")
-        workers = [context.Process(target=_worker, args=(spec, str(tuner.directory)))
-                   for _ in range(jobs)]  # fmt: skip
+        workers = [context.Process(target=_worker, args=args) for args in calls(jobs or 1)]
         for w in workers:
             w.start()
         for w in workers:
             w.join()
     else:
-        tuner.run()
+        tuner.run(objective)
     study = tuner.study()
     (tuner.directory / "best.yaml").write_text(tuner.best_yaml(study))
     return tuner

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
+from shoal import stats
 from shoal.stats import bootstrap_ci, iqm, stratified_bootstrap_ci, summary
 
 
@@ -51,3 +52,22 @@ def test_summary_of_an_evaluation():
     assert s["min"] == 1.0 and s["max"] == 10.0 and s["iqm"] == 2.5
     assert s["std"] == pytest.approx(np.std([1.0, 2.0, 3.0, 10.0]))
     assert s["ci_low"] < s["mean"] < s["ci_high"]
+
+
+def test_t_interval_by_hand(monkeypatch):
+    # [1, 2, 3]: mean 2, sample std 1, t(0.975, 2) = 4.3027 -> half-width 4.3027 / sqrt(3)
+    mean, half = stats.t_interval([1.0, 2.0, 3.0])
+    assert mean == 2.0 and half == pytest.approx(4.302653 / 3**0.5, rel=1e-5)
+    assert np.isnan(stats.t_interval([5.0])[1]) and stats.t_interval([5.0])[0] == 5.0
+    import builtins
+
+    real = builtins.__import__
+
+    def no_scipy(name, *args, **kwargs):
+        if name.startswith("scipy"):
+            raise ImportError(name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_scipy)  # the table, rounded down: wider
+    assert stats.t_interval([1.0, 2.0, 3.0])[1] == pytest.approx(4.303 / 3**0.5)
+    assert stats.t_quantile(12) == 2.228 and stats.t_quantile(100) == 1.96

@@ -3,6 +3,7 @@ optimum on a toy objective, resuming its SQLite study, pruning, the best config 
 example, and a real (tiny) PPO search from the command line."""
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -79,3 +80,26 @@ def test_a_ppo_search_writes_a_ready_tuned_example(tmp_path, capsys):
     config = example.build_config()
     assert config.env.id == "CartPole-v1" and config.model.hidden in ((16,), (32,))
     assert 1e-4 <= config.optim.lr <= 1e-2 and np.isfinite(config.optim.lr)
+
+
+def test_workers_as_ray_tasks_share_one_study(ray_session, tmp_path):
+    """``--ray-address``: the workers are Ray tasks (here the tests' local Ray; on a cluster,
+    any node) running trials against one study, which a later local run resumes."""
+    from shoal.tune import tune
+
+    spec = {**BASE, "search": {"optim.lr": "loguniform(1e-5, 1e-1)"}, "trials": 12}
+    tuner = tune(spec, tmp_path / "study", jobs=2, ray_address="local", objective=toy)
+    study = tuner.study()
+    assert len(study.trials) == 12 and (tmp_path / "study" / "best.yaml").exists()
+    workers = {t.user_attrs["worker"] for t in study.trials}
+    assert len(workers) == 2 and not any(w.endswith(f":{os.getpid()}") for w in workers)
+    more = tune({**spec, "trials": 14}, tmp_path / "study", objective=toy).study()
+    assert len(more.trials) == 14
+
+
+def test_worker_processes_run_exactly_the_trials_asked_for(tmp_path):
+    from shoal.tune import tune
+
+    spec = {**BASE, "search": {"optim.lr": "loguniform(1e-5, 1e-1)"}, "trials": 7}
+    study = tune(spec, tmp_path / "study", jobs=2, objective=toy).study()
+    assert len(study.trials) == 7 and len({t.user_attrs["worker"] for t in study.trials}) == 2

@@ -328,3 +328,15 @@ class RemoteCommand:
 
     def cancel(self) -> None:
         ray.cancel(self.ref, force=True)
+
+
+@ray.remote
+def _call(function: Callable[..., Any], args: tuple) -> Any:
+    return function(*args)
+
+
+def run_tasks(function: Callable[..., Any], calls: list[tuple], cpus: float = 1.0) -> list:
+    """``function(*args)`` for each ``args`` of ``calls`` as Ray tasks of ``cpus`` each, on
+    whichever nodes have them free; their results in order (a task's error is raised here).
+    ``function`` must be importable by name on every node (a module-level function)."""
+    return ray.get([_call.options(num_cpus=cpus).remote(function, args) for args in calls])
