@@ -11,7 +11,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.shoal-installed
 BENCH_STAMP := $(VENV)/.shoal-bench-installed
 
-.PHONY: install train test test-slow lint bench bench-scaling bench-marl bench-intersection clean
+.PHONY: install train test test-slow lint bench bench-scaling bench-marl bench-intersection bench-tune clean
 
 install: $(STAMP)
 
@@ -76,5 +76,16 @@ $(HIGHWAY_VENV)/.installed:
 bench-intersection: $(BENCH_STAMP) $(HIGHWAY_VENV)/.installed
 	$(BIN)/python benchmarks/intersection.py --speed --validate --highway-python $(HIGHWAY_VENV)/bin/python
 
+# rl-baselines3-zoo (and its Stable-Baselines3 and sb3-contrib) for shoal tune's comparison
+# with the zoo's --optimize; pandas for the zoo's own report of a search.
+ZOO_VENV ?= .venv-zoo
+$(ZOO_VENV)/.installed:
+	$(PYTHON) -m venv $(ZOO_VENV)
+	$(ZOO_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt 'rl-zoo3==2.9.2' 'gymnasium==1.4.0' pandas torch
+	touch $(ZOO_VENV)/.installed
+
+bench-tune: $(STAMP) $(ZOO_VENV)/.installed
+	$(BIN)/python benchmarks/tune_cartpole.py --seeds 3 --zoo-python $(ZOO_VENV)/bin/python --json benchmarks/results/tune_cartpole.json
+
 clean:
-	rm -rf $(VENV) $(RLLIB_VENV) $(BENCHMARL_VENV) $(HIGHWAY_VENV) runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(RLLIB_VENV) $(BENCHMARL_VENV) $(HIGHWAY_VENV) $(ZOO_VENV) runs .pytest_cache .ruff_cache

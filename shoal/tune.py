@@ -17,11 +17,14 @@ The file::
     seed: 0
 
 Distributions: ``uniform(low, high)``, ``loguniform(low, high)``, ``int(low, high)``,
-``logint(low, high)`` and ``choice(a, b, ...)``. Every trial trains in this process with the
+``logint(low, high)`` and ``choice(a, b, ...)``. A trial whose values make no valid config
+(say a minibatch larger than the rollout) or whose losses turn NaN fails, and the search goes
+on. Every trial trains in this process with the
 sampled values; its intermediate values are its evaluations (``eval/return``), which the
 pruner reads to stop unpromising trials early (median: below the median of earlier trials
-at the same step; halving: Li et al.'s asynchronous successive halving); its value is the
-final evaluation return (maximized). The study lives in ``DIR/study.db`` (SQLite, default
+at the same step, from a third of a trial's steps on and after 5 trials; halving: Li et
+al.'s asynchronous successive halving); its value is the final evaluation return
+(maximized). The study lives in ``DIR/study.db`` (SQLite, default
 ``DIR = runs/tune/<name>``), so starting the same file again resumes it up to ``trials``
 finished trials; ``--jobs N`` runs N worker processes on that study. The best trial's
 config is written as a ready tuned-example file, ``DIR/best.yaml``.
@@ -50,7 +53,7 @@ from typing import Any
 
 import yaml
 
-from shoal.errors import ConfigError, ShoalError
+from shoal.errors import ConfigError, NaNLossError, ShoalError
 from shoal.experiment import build, nested
 from shoal.experiment import merge_dicts as merge
 
@@ -127,9 +130,31 @@ class Tuner:
             raise ConfigError(f"tune: sampler is tpe or random, not {self.sampler!r}")
         if self.pruner not in ("median", "halving", "none"):
             raise ConfigError(f"tune: pruner is median, halving or none, not {self.pruner!r}")
-        for field, (kind, args) in self.space.items():  # every field exists and takes values
-            for value in args:
-                self.config({field: int(value) if "int" in kind else value}, seed=0)
+        candidates = {field: [int(v) if "int" in kind else v for v in args]
+                      for field, (kind, args) in self.space.items()}  # fmt: skip
+        for field, values in candidates.items():  # every field exists and takes its values
+            for value in values:
+                self._check(field, value, candidates)
+
+    def _check(self, field: str, value: Any, candidates: dict[str, list[Any]]) -> None:
+        """``value`` of ``field`` is valid with the base config, or with one other field at
+        one of its searched values (a minibatch size may need a longer rollout); an unknown
+        field fails at once."""
+        try:
+            self.config({field: value}, seed=0)
+            return
+        except ConfigError as exc:
+            if "unknown config field" in str(exc):
+                raise
+            error = exc
+        for other, values in candidates.items():
+            for other_value in values if other != field else ():
+                try:
+                    self.config({field: value, other: other_value}, seed=0)
+                    return
+                except ConfigError:
+                    pass
+        raise error
 
     def config(self, values: dict[str, Any], seed: int, run_dir: Path | None = None):
         """The algorithm and config dict of a trial with ``values``."""
@@ -144,7 +169,12 @@ class Tuner:
         seed = int(self.spec.get("seed", 0))
         sampler = (optuna.samplers.TPESampler(seed=seed) if self.sampler == "tpe"
                    else optuna.samplers.RandomSampler(seed=seed))  # fmt: skip
-        pruner = {"median": optuna.pruners.MedianPruner(n_startup_trials=3),
+        # Evaluations early in a run say little of where it ends (on CartPole, the first of
+        # five is noise): trials are compared from a third of their steps on, once 5 have
+        # finished (Optuna's default start-up), as rl-baselines3-zoo does with its own 10.
+        warmup = int(self.config({}, seed)[1]["run"]["total_steps"]) // 3
+        pruner = {"median": optuna.pruners.MedianPruner(n_startup_trials=5,
+                                                        n_warmup_steps=warmup),
                   "halving": optuna.pruners.SuccessiveHalvingPruner(),
                   "none": optuna.pruners.NopPruner()}[self.pruner]  # fmt: skip
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -198,8 +228,10 @@ class Tuner:
         if share is not None:
             remaining = min(remaining, share)
         if remaining > 0:
+            # A sampled combination that is no valid config (a minibatch larger than the
+            # rollout) or diverges to a NaN loss fails its trial; the search goes on.
             study.optimize(
-                trial_fn, n_trials=remaining,
+                trial_fn, n_trials=remaining, catch=(ConfigError, NaNLossError),
                 callbacks=[optuna.study.MaxTrialsCallback(
                     self.trials, states=(optuna.trial.TrialState.COMPLETE,
                                          optuna.trial.TrialState.PRUNED))],

@@ -58,10 +58,13 @@ def test_pruning_stops_trials_below_the_median(tmp_path):
         return -abs(math.log10(lr) + 2.5) * 10
 
     spec = {**BASE, "search": {"optim.lr": "loguniform(1e-5, 1e-1)"}, "trials": 20,
-            "sampler": "random"}  # fmt: skip
+            "sampler": "random", "config": {"run": {"total_steps": 10_000}}}  # fmt: skip
     study = Tuner(spec, tmp_path / "s").run(curve)
     states = [t.state.name for t in study.trials]
     assert "PRUNED" in states and "COMPLETE" in states
+    assert all(t.state.name == "COMPLETE" for t in study.trials[:5])  # the start-up trials
+    for trial in study.trials:  # never on the first third of a trial's steps
+        assert trial.state.name != "PRUNED" or max(trial.intermediate_values) > 10_000 // 3
 
 
 def test_a_ppo_search_writes_a_ready_tuned_example(tmp_path, capsys):
@@ -103,3 +106,19 @@ def test_worker_processes_run_exactly_the_trials_asked_for(tmp_path):
     spec = {**BASE, "search": {"optim.lr": "loguniform(1e-5, 1e-1)"}, "trials": 7}
     study = tune(spec, tmp_path / "study", jobs=2, objective=toy).study()
     assert len(study.trials) == 7 and len({t.user_attrs["worker"] for t in study.trials}) == 2
+
+
+def test_a_sampled_invalid_config_fails_its_trial_and_the_search_goes_on(tmp_path):
+    """num_steps 8 with 128 envs is a 1,024-step rollout, too short for a 4,096 minibatch:
+    each value is valid with some other, so the space is accepted; the trials that draw the
+    bad pair fail and the others run."""
+    spec = {**BASE, "search": {"num_steps": "choice(8, 32)", "minibatch_size": "choice(1024, 4096)"},
+            "trials": 12, "sampler": "random"}  # fmt: skip
+    study = Tuner(spec, tmp_path / "s").run(lambda config, report: 1.0)
+    states = {t.state.name for t in study.trials}
+    assert states == {"FAIL", "COMPLETE"}
+    for trial in study.trials:
+        bad = trial.params["num_steps"] == 0 and trial.params["minibatch_size"] == 1
+        assert (trial.state.name == "FAIL") == bad
+    with pytest.raises(ConfigError, match="minibatch_size"):  # valid with no searched value
+        Tuner({**BASE, "search": {"num_steps": "choice(8, 16)", "minibatch_size": "choice(4096)"}})
