@@ -112,8 +112,8 @@ def test_a_sampled_invalid_config_fails_its_trial_and_the_search_goes_on(tmp_pat
     """num_steps 8 with 128 envs is a 1,024-step rollout, too short for a 4,096 minibatch:
     each value is valid with some other, so the space is accepted; the trials that draw the
     bad pair fail and the others run."""
-    spec = {**BASE, "search": {"num_steps": "choice(8, 32)", "minibatch_size": "choice(1024, 4096)"},
-            "trials": 12, "sampler": "random"}  # fmt: skip
+    search = {"num_steps": "choice(8, 32)", "minibatch_size": "choice(1024, 4096)"}
+    spec = {**BASE, "search": search, "trials": 12, "sampler": "random"}
     study = Tuner(spec, tmp_path / "s").run(lambda config, report: 1.0)
     states = {t.state.name for t in study.trials}
     assert states == {"FAIL", "COMPLETE"}
