@@ -15,6 +15,7 @@ from shoal.algos import (
     a2c,
     a3c,
     apex,
+    appo,
     ctedd,
     d4pg,
     ddpg,
@@ -271,6 +272,15 @@ ALGORITHMS["ddppo"] = AlgorithmSpec(
     ddppo.build_model,
     "DD-PPO: decentralized data-parallel PPO, gradients all-reduced over Ray learner processes",
     "Discrete, Box",
+)
+ALGORITHMS["appo"] = AlgorithmSpec(
+    "appo",
+    appo.APPOConfig,
+    appo.APPO,
+    appo.build_model,
+    "APPO: PPO sampling in a thread during the update, fixed policy lag, clip or V-trace",
+    "Discrete, Box",
+    backends=NUMPY_BACKENDS,
 )
 ALGORITHMS["apex-dqn"] = AlgorithmSpec(
     "apex-dqn",

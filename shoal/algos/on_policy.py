@@ -324,12 +324,16 @@ class OnPolicyAlgorithm:
     def sample(self) -> tuple[Rollout, EpisodeStats]:
         """The next rollout, counted."""
         rollout, episodes = self.sampler.sample()
+        self.count(rollout, episodes)
+        return rollout, episodes
+
+    def count(self, rollout: Rollout, episodes: EpisodeStats) -> None:
+        """Add a rollout's env steps and episodes to the counters, and the iteration."""
         # Multi-agent envs have a row per (env, agent): count env steps and env episodes.
         agents = self.sampler.agents_per_env
         self.env_steps += rollout.rewards.numel() // agents
         self.episodes += episodes.returns.size // agents
         self.iteration += 1
-        return rollout, episodes
 
     def finish_iteration(
         self, metrics: dict[str, float], episodes: EpisodeStats
@@ -355,7 +359,12 @@ class OnPolicyAlgorithm:
             self.temperature = apply_temperature(
                 self.learner.model, self.config.model, self.env_steps, self.episodes
             )
-        self.sampler.set_weights(self.learner.get_weights())
+        self.publish_weights(self.learner.get_weights())
+
+    def publish_weights(self, weights: dict[str, torch.Tensor]) -> None:
+        """Where the learner's weights go after each update (the sampler's policy; APPO's
+        sampler thread takes versioned copies instead)."""
+        self.sampler.set_weights(weights)
 
     def policy(self) -> ActorPolicy:
         return ActorPolicy(

@@ -159,6 +159,9 @@ class PPOLearner(ModelLearner):
         self.step = learner_step(
             self.model, config.model.backend, self.device, config.run.compile, self.scaler
         )
+        self.generator: torch.Generator | None = None
+        """Draws the minibatch order (None: torch's global generator). APPO gives the learner
+        one of its own, so that a sampler thread's action draws cannot interleave with it."""
 
     def objective(self, clip_eps: float, kl_coeff: float) -> Objective:
         cfg = self.config
@@ -210,7 +213,7 @@ class PPOLearner(ModelLearner):
         # minibatch holding the whole batch needs no shuffle: its loss is a mean.
         shuffled = batch
         if size < n:
-            permutation = torch.randperm(n).to(batch.obs.device)
+            permutation = torch.randperm(n, generator=self.generator).to(batch.obs.device)
             shuffled = batch.map(lambda x: x[permutation])
         for start in range(0, n, size):
             minibatch = shuffled.map(lambda x, start=start: x[start : start + size])
@@ -232,7 +235,7 @@ class PPOLearner(ModelLearner):
             self.model, batch.rollout_obs, batch.initial_state, batch.rollout_starts, chunk
         ).flatten(0, 1)
         n, per = states.shape[0], self.config.minibatch_size // chunk
-        order = torch.randperm(n) if per < n else torch.arange(n)
+        order = torch.randperm(n, generator=self.generator) if per < n else torch.arange(n)
         order = order.to(states.device)
         for start in range(0, n, per):
             index = order[start : start + per]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shoal.config import to_dict
+from shoal.config import is_nested, to_dict
 from shoal.device import check_precision, resolve_device
 from shoal.envs import make_env
 from shoal.envs.multi_agent import make_multi_agent_env
@@ -243,6 +243,9 @@ def check_runtime(spec: AlgorithmSpec, config: Any) -> None:
     unavailable ``run.device``, a precision the device lacks, a backend the learner lacks."""
     device = resolve_device(config.run.device)
     model = getattr(config, "model", None)
+    if model is None:  # a variant's model is its nested base block's (DD-PPO's, APPO's ppo)
+        blocks = [getattr(config, f.name) for f in dataclasses.fields(config)]
+        model = next((b.model for b in blocks if is_nested(b) and hasattr(b, "model")), None)
     if model is None:
         return
     check_precision(model.precision, device)

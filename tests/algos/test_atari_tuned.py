@@ -21,6 +21,7 @@ QUICK = {
 SHORTER = {
     "ppo-pong": {},
     "ppo-breakout": {},
+    "appo-pong": {},
     "a2c-pong": {},
     "dqn-pong": {
         "replay.buffer_size": 2000,
