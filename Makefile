@@ -11,7 +11,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.shoal-installed
 BENCH_STAMP := $(VENV)/.shoal-bench-installed
 
-.PHONY: install train test test-slow lint bench bench-scaling bench-marl bench-intersection bench-tune clean
+.PHONY: install train test test-slow lint bench bench-scaling bench-marl bench-intersection bench-tune bench-peers clean
 
 install: $(STAMP)
 
@@ -87,5 +87,30 @@ $(ZOO_VENV)/.installed:
 bench-tune: $(STAMP) $(ZOO_VENV)/.installed
 	$(BIN)/python benchmarks/tune_cartpole.py --seeds 3 --zoo-python $(ZOO_VENV)/bin/python --json benchmarks/results/tune_cartpole.json
 
+# The peers of benchmarks/peers.py, each in its own environment where its pins conflict with
+# shoal's: TorchRL (its TensorDict), Tianshou (its Atari wrappers need NumPy < 2.3), Sample
+# Factory (Gymnasium 0.29, with ale-py 0.9 for the ROMs). SB3 runs in shoal's bench extra.
+TORCHRL_VENV ?= .venv-torchrl
+$(TORCHRL_VENV)/.installed:
+	$(PYTHON) -m venv $(TORCHRL_VENV)
+	$(TORCHRL_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt 'torchrl==0.14.1' 'gymnasium[mujoco,atari]==1.4.0' opencv-python-headless torch
+	touch $(TORCHRL_VENV)/.installed
+
+TIANSHOU_VENV ?= .venv-tianshou
+$(TIANSHOU_VENV)/.installed:
+	$(PYTHON) -m venv $(TIANSHOU_VENV)
+	$(TIANSHOU_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt 'tianshou==2.0.1' 'gymnasium[mujoco,atari]==1.4.0' 'numpy<2.3' opencv-python-headless torch
+	touch $(TIANSHOU_VENV)/.installed
+
+SF_VENV ?= .venv-sf
+$(SF_VENV)/.installed:
+	$(PYTHON) -m venv $(SF_VENV)
+	$(SF_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt 'sample-factory==2.1.1' torch
+	$(SF_VENV)/bin/python -m pip install --quiet --disable-pip-version-check 'ale-py==0.9.1'
+	touch $(SF_VENV)/.installed
+
+bench-peers: $(BENCH_STAMP) $(TORCHRL_VENV)/.installed $(TIANSHOU_VENV)/.installed $(SF_VENV)/.installed
+	$(BIN)/python benchmarks/peers.py --seeds 3 --json benchmarks/results/peers.json
+
 clean:
-	rm -rf $(VENV) $(RLLIB_VENV) $(BENCHMARL_VENV) $(HIGHWAY_VENV) $(ZOO_VENV) runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(RLLIB_VENV) $(BENCHMARL_VENV) $(HIGHWAY_VENV) $(ZOO_VENV) $(TORCHRL_VENV) $(TIANSHOU_VENV) $(SF_VENV) runs .pytest_cache .ruff_cache

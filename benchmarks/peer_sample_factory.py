@@ -72,10 +72,10 @@ def main() -> None:
     if len(points) < 3:
         raise SystemExit(f"Sample Factory reported {len(points)} frame counts; cannot time it")
     (t0, f0), (t1, f1) = points[1], points[-1]
-    import sample_factory
+    from importlib.metadata import version
 
     report({"frames_per_s": (f1 - f0) / (t1 - t0), "env_steps_per_s": (f1 - f0) / (t1 - t0) / 4,
-            "frames": f1 - f0, "version": sample_factory.__version__})  # fmt: skip
+            "frames": f1 - f0, "version": version("sample-factory")})  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -47,11 +47,14 @@ ROWS: dict[str, dict[str, Any]] = {
     },
     # rl-baselines3-zoo's DQN on CartPole-v1 (hyperparams/dqn.yml): 256-256 ReLU, Adam
     # 2.3e-3, batch 64, replay 100k, learning_starts 1000, 128 gradient steps every 256 env
-    # steps, target copied every 10 steps, epsilon 1 -> 0.04 over 16% of 50k steps, Huber loss.
+    # steps, epsilon 1 -> 0.04 over 16% of 50k steps, Huber loss, no double Q. The zoo's
+    # target copy every 10 env steps happens while collecting, so the target is the online
+    # network of each 128-step training phase's start: every 128 gradient steps in the
+    # libraries that count target updates in gradient steps.
     "dqn-cartpole": {
         "env": "CartPole-v1", "hidden": [256, 256], "lr": 2.3e-3, "batch_size": 64,
         "buffer_size": 100_000, "learning_starts": 1_000, "gamma": 0.99,
-        "target_update_interval": 10, "train_freq": 256, "gradient_steps": 128,
+        "target_update_gradient_steps": 128, "train_freq": 256, "gradient_steps": 128,
         "exploration_fraction": 0.16, "exploration_final_eps": 0.04, "max_grad_norm": 10.0,
         "throughput_steps": 50_000, "solve_budget": 50_000, "eval_every": 2_560,
         "solve_return": 475.0,

@@ -46,8 +46,14 @@ def ppo_algorithm(row: dict, env: gym.Env, pixels: bool) -> PPO:
         from tianshou.env.atari.atari_network import DQNet, ScaledObsInputActionReprNet
 
         net = ScaledObsInputActionReprNet(
-            DQNet(c=4, h=84, w=84, action_shape=actions, features_only=True,
-                  output_dim_added_layer=512)  # fmt: skip
+            DQNet(
+                c=4,
+                h=84,
+                w=84,
+                action_shape=actions,
+                features_only=True,
+                output_dim_added_layer=512,
+            )  # fmt: skip
         )
         actor = DiscreteActor(preprocess_net=net, action_shape=actions, softmax_output=False)
         critic = DiscreteCritic(preprocess_net=net)
@@ -158,8 +164,10 @@ def run_dqn(row: dict, seed: int, mode: str) -> dict:
               hidden_sizes=row["hidden"])  # fmt: skip
     policy = DiscreteQLearningPolicy(model=net, action_space=env.action_space,
                                      eps_training=1.0, eps_inference=0.0)  # fmt: skip
-    algorithm = DQN(policy=policy, optim=AdamOptimizerFactory(lr=row["lr"]), gamma=row["gamma"],
-                    target_update_freq=row["target_update_interval"], huber_loss_delta=1.0)  # fmt: skip
+    algorithm = DQN(
+        policy=policy, optim=AdamOptimizerFactory(lr=row["lr"]), gamma=row["gamma"],
+        target_update_freq=row["target_update_gradient_steps"], huber_loss_delta=1.0,
+    )  # fmt: skip
     total = row["solve_budget"] if mode == "solve" else row["throughput_steps"]
     explore = row["exploration_fraction"] * total
     final = row["exploration_final_eps"]

@@ -235,7 +235,7 @@ def run_dqn(row: dict, seed: int, mode: str) -> dict:
     explorer = TensorDictSequential(qnet, greedy)
     loss = DQNLoss(qnet, loss_function="smooth_l1", delay_value=True)
     loss.make_value_estimator(gamma=row["gamma"])
-    target = HardUpdate(loss, value_network_update_interval=row["target_update_interval"])
+    target = HardUpdate(loss, value_network_update_interval=row["target_update_gradient_steps"])
     optim = torch.optim.Adam(loss.parameters(), lr=row["lr"])
     buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(row["buffer_size"]),
                                     batch_size=row["batch_size"])  # fmt: skip
