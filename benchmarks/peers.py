@@ -19,7 +19,7 @@ EnvPool has a wheel (1.2.5) but no library here runs on it, and the rows compare
 their own env pipelines.
 
 Usage: ``python benchmarks/peers.py [--seeds 3] [--rows ppo-cartpole ...] [--libraries
-shoal sb3 ...] [--json F]``.
+shoal sb3 ...] [--modes throughput solve] [--json F]``.
 """
 
 from __future__ import annotations
@@ -94,6 +94,7 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--rows", nargs="*", default=sorted({m[0] for m in MEASURES}))
     parser.add_argument("--libraries", nargs="*", default=list(LIBRARIES))
+    parser.add_argument("--modes", nargs="*", default=["throughput", "solve"])
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     libraries = [lib for lib in args.libraries if (ROOT / LIBRARIES[lib]["python"]).exists()]
@@ -104,7 +105,7 @@ def main() -> int:
     started = time.perf_counter()
     for seed in range(args.seeds):
         for row, mode, metric in MEASURES:
-            if row not in args.rows:
+            if row not in args.rows or mode not in args.modes:
                 continue
             order = entries(libraries, row)
             shift = seed % len(order)

@@ -113,7 +113,8 @@ class RunConfig:
     """How many of the newest checkpoints to keep on disk."""
     torch_threads: int = 1
     """Intra-op threads for torch and NumPy's BLAS (`shoal.threads`); one is fastest for
-    the small networks of control tasks."""
+    the small networks of control tasks. Image encoders on the CPU gain from one per core:
+    ppo-pong trains 1.6-1.8x the frames/s with 2 than with 1 on two cores."""
     device: str = "auto"
     """Where the learner computes: auto (CUDA when this process sees a GPU, else the CPU), cpu,
     cuda or cuda:N. Networks, optimizer state and batches live there; samplers act on the CPU
