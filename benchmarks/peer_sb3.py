@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
 import torch
-from peer_settings import ROWS, Solver, one_thread, report, side_parser
+from peer_settings import Solver, side_main
 from stable_baselines3 import DQN, PPO, SAC
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_atari_env, make_vec_env
@@ -114,23 +113,7 @@ def run_dqn(row: dict, seed: int, mode: str) -> dict:
             "env_steps": model.num_timesteps}  # fmt: skip
 
 
-def main() -> None:
-    args = side_parser(__doc__).parse_args()
-    one_thread()
-    np.random.seed(args.seed)
-    row = ROWS[args.row]
-    if args.row == "ppo-cartpole":
-        result = run_ppo(row, args.seed, args.mode, pixels=False)
-    elif args.row == "ppo-pong":
-        result = run_ppo(row, args.seed, args.mode, pixels=True)
-    elif args.row == "sac-halfcheetah":
-        result = run_sac(row, args.seed)
-    else:
-        result = run_dqn(row, args.seed, args.mode)
-    import stable_baselines3
-
-    report({**result, "version": stable_baselines3.__version__})
-
-
 if __name__ == "__main__":
-    main()
+    side_main(
+        __doc__, run_ppo, run_sac, run_dqn, lambda: __import__("stable_baselines3").__version__
+    )

@@ -154,3 +154,21 @@ def side_parser(doc: str):
     parser.add_argument("--mode", default="throughput", choices=["throughput", "solve"])
     parser.add_argument("--seed", type=int, default=0)
     return parser
+
+
+def side_main(
+    doc: str, run_ppo: Callable, run_sac: Callable, run_dqn: Callable, version: Callable[[], str]
+) -> None:
+    """A side script's command line: the row's run with one compute thread, reported with
+    the library's version. ``run_ppo(row, seed, mode, pixels)``, ``run_sac(row, seed)``,
+    ``run_dqn(row, seed, mode)``."""
+    args = side_parser(doc).parse_args()
+    one_thread()
+    row = ROWS[args.row]
+    if args.row in ("ppo-cartpole", "ppo-pong"):
+        result = run_ppo(row, args.seed, args.mode, pixels=args.row == "ppo-pong")
+    elif args.row == "sac-halfcheetah":
+        result = run_sac(row, args.seed)
+    else:
+        result = run_dqn(row, args.seed, args.mode)
+    report({**result, "version": version()})

@@ -17,7 +17,7 @@ import math
 import gymnasium as gym
 import numpy as np
 import torch
-from peer_settings import EVAL_EPISODES, EVAL_SEED, ROWS, one_thread, report, side_parser
+from peer_settings import EVAL_EPISODES, EVAL_SEED, side_main
 from tianshou.algorithm import DQN, PPO, SAC
 from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
 from tianshou.algorithm.modelfree.reinforce import DiscreteActorPolicy
@@ -203,22 +203,5 @@ def run_dqn(row: dict, seed: int, mode: str) -> dict:
     return {"env_steps_per_s": steps / result.timing.train_time, "env_steps": steps}
 
 
-def main() -> None:
-    args = side_parser(__doc__).parse_args()
-    one_thread()
-    row = ROWS[args.row]
-    if args.row == "ppo-cartpole":
-        result = run_ppo(row, args.seed, args.mode, pixels=False)
-    elif args.row == "ppo-pong":
-        result = run_ppo(row, args.seed, args.mode, pixels=True)
-    elif args.row == "sac-halfcheetah":
-        result = run_sac(row, args.seed)
-    else:
-        result = run_dqn(row, args.seed, args.mode)
-    import tianshou
-
-    report({**result, "version": tianshou.__version__})
-
-
 if __name__ == "__main__":
-    main()
+    side_main(__doc__, run_ppo, run_sac, run_dqn, lambda: __import__("tianshou").__version__)

@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 import torch
-from peer_settings import ROWS, Solver, one_thread, report, side_parser
+from peer_settings import Solver, side_main
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from tensordict.nn.distributions import NormalParamExtractor
 from torch import nn
@@ -272,22 +272,5 @@ def run_dqn(row: dict, seed: int, mode: str) -> dict:
     return {"env_steps_per_s": steps / (time.perf_counter() - start), "env_steps": steps}
 
 
-def main() -> None:
-    args = side_parser(__doc__).parse_args()
-    one_thread()
-    row = ROWS[args.row]
-    if args.row == "ppo-cartpole":
-        result = run_ppo(row, args.seed, args.mode, pixels=False)
-    elif args.row == "ppo-pong":
-        result = run_ppo(row, args.seed, args.mode, pixels=True)
-    elif args.row == "sac-halfcheetah":
-        result = run_sac(row, args.seed)
-    else:
-        result = run_dqn(row, args.seed, args.mode)
-    import torchrl
-
-    report({**result, "version": torchrl.__version__})
-
-
 if __name__ == "__main__":
-    main()
+    side_main(__doc__, run_ppo, run_sac, run_dqn, lambda: __import__("torchrl").__version__)
