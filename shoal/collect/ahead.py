@@ -44,9 +44,10 @@ class Ahead(NamedTuple):
 class AheadSampler:
     """Samples rollouts in a background thread, each with the weight version its index
     allows (module docstring). ``publish`` hands over the learner's weights after each update
-    (copied); ``take`` returns the next rollout, waiting for it; ``stop`` lets the rollout in
-    flight finish and parks the thread (the wrapped sampler may then be read or saved; the
-    next ``take`` starts it again)."""
+    (copied); ``take`` returns the next rollout, waiting for it; ``stop`` parks the thread once
+    it has sampled all that the published versions allow (the wrapped sampler may then be
+    read or saved; the next ``take`` starts it again); ``close`` stops it after the rollout
+    in flight."""
 
     def __init__(self, sampler: Any, max_lag: int) -> None:
         if max_lag < 1:
@@ -59,7 +60,8 @@ class AheadSampler:
         self.ready: collections.deque[Ahead] = collections.deque()
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
-        self._stopping = False
+        self._parking = False  # sample what the published versions allow, then return
+        self._closing = False  # return before the next rollout
         self._error: BaseException | None = None
 
     def version_for(self, index: int) -> int:
@@ -87,16 +89,22 @@ class AheadSampler:
         return item
 
     def stop(self) -> None:
-        """Finish the rollout in flight and park the thread; sampled rollouts are kept."""
+        """Sample every rollout the published versions allow, then park the thread: what is
+        sampled ahead at a stop depends on the versions published, never on timing, so
+        checkpoints taken after a stop are the same in every run. Sampled rollouts are kept."""
+        self._join(closing=False)
+
+    def _join(self, closing: bool) -> None:
         thread = self._thread
         if thread is None:
             return
         with self._cond:
-            self._stopping = True
+            self._parking = True
+            self._closing = closing
             self._cond.notify_all()
         thread.join()
         with self._cond:
-            self._stopping = False
+            self._parking = self._closing = False
             self._thread = None
 
     def _start(self) -> None:
@@ -108,9 +116,11 @@ class AheadSampler:
         while True:
             with self._cond:
                 version = self.version_for(self.next_index)
-                self._cond.wait_for(lambda v=version: self._stopping or v in self.snapshots)
-                if self._stopping:
-                    return
+                self._cond.wait_for(
+                    lambda v=version: self._parking or self._closing or v in self.snapshots
+                )
+                if self._closing or version not in self.snapshots:
+                    return  # closed, or parked with nothing more it may sample
                 weights = self.snapshots[version]
                 for old in [v for v in self.snapshots if v < version]:
                     del self.snapshots[old]  # no later rollout acts with an older version
@@ -162,4 +172,5 @@ class AheadSampler:
         self.snapshots = {int(v): w for v, w in state["snapshots"].items()}
 
     def close(self) -> None:
-        self.stop()
+        """Stop after the rollout in flight, sampling nothing more."""
+        self._join(closing=True)

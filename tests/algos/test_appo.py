@@ -69,6 +69,22 @@ def test_the_sampler_never_acts_with_weights_older_than_the_lag(max_lag):
     assert len(ahead.ready) <= max_lag + 1  # sampled ahead, not beyond what the lag allows
 
 
+@pytest.mark.parametrize("max_lag", [1, 2])
+def test_a_stop_samples_exactly_what_the_published_versions_allow(max_lag):
+    """What is sampled ahead at a checkpoint depends on the versions, never on timing: after
+    rollout n is taken and version n + 1 published, a stop leaves rollouts n + 1 to
+    n + 1 + max_lag sampled, and the state names the next one."""
+    for trial in range(5):
+        ahead = AheadSampler(CountingSampler(trial), max_lag)
+        ahead.publish(0, {"version": torch.tensor(0)})
+        for n in range(3):
+            ahead.take(n)
+            ahead.publish(n + 1, {"version": torch.tensor(n + 1)})
+        ahead.stop()
+        assert [a.index for a in ahead.ready] == list(range(3, 4 + max_lag))
+        assert ahead.get_state()["next_index"] == 4 + max_lag
+
+
 def test_an_error_in_the_sampler_thread_reaches_the_learner():
     class Broken(CountingSampler):
         def sample(self):
