@@ -157,16 +157,23 @@ def side_parser(doc: str):
 
 
 def side_main(
-    doc: str, run_ppo: Callable, run_sac: Callable, run_dqn: Callable, version: Callable[[], str]
+    doc: str,
+    run_ppo: Callable,
+    run_sac: Callable,
+    run_dqn: Callable,
+    version: Callable[[], str],
+    parser: Any = None,
 ) -> None:
     """A side script's command line: the row's run with one compute thread, reported with
-    the library's version. ``run_ppo(row, seed, mode, pixels)``, ``run_sac(row, seed)``,
-    ``run_dqn(row, seed, mode)``."""
-    args = side_parser(doc).parse_args()
+    the library's version. ``run_ppo(row, seed, mode, pixels, **options)``,
+    ``run_sac(row, seed)``, ``run_dqn(row, seed, mode)``; ``options`` are the script's own
+    arguments beyond ``side_parser``'s (``parser``, extended)."""
+    args = (parser or side_parser(doc)).parse_args()
+    options = {k: v for k, v in vars(args).items() if k not in ("row", "mode", "seed")}
     one_thread()
     row = ROWS[args.row]
     if args.row in ("ppo-cartpole", "ppo-pong"):
-        result = run_ppo(row, args.seed, args.mode, pixels=args.row == "ppo-pong")
+        result = run_ppo(row, args.seed, args.mode, pixels=args.row == "ppo-pong", **options)
     elif args.row == "sac-halfcheetah":
         result = run_sac(row, args.seed)
     else:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import tempfile
 from typing import Any
 
-from peer_settings import ROWS, Clock, Solver, one_thread, report, side_parser
+from peer_settings import Solver, side_main, side_parser
 
 import shoal
 from shoal.train.callbacks import Callback
@@ -45,62 +45,49 @@ def throughput(algo: str, row: dict, seed: int, overrides: dict, steps: int) -> 
 
 
 class Solve(Callback):
-    """Evaluates with the peers' evaluator every ``eval_every`` env steps, the clock paused;
-    stops the run once solved. The clock starts with the first iteration (env and model
-    set-up left out, as for the peers)."""
+    """Evaluates the current policy with the peers' evaluator every ``eval_every`` env steps,
+    the clock paused; stops the run once solved. The clock starts with the first iteration
+    (env and model set-up left out, as for the peers)."""
 
     def __init__(self, row: dict) -> None:
-        self.solver = Solver(row, lambda obs: obs)
+        self.row = row
 
     def on_train_start(self, context: Any) -> None:
         super().on_train_start(context)
-        self.solver.clock = Clock()
+        self.solver = Solver(self.row, lambda obs: context.policy().act(obs))
 
     def on_iteration(self, metrics: dict[str, float]) -> bool:
-        algorithm = self.context._algorithm
-        self.solver.act = lambda obs: algorithm.policy().act(obs)
         return self.solver.check(self.context.env_steps)
 
 
-def solve(algo: str, row: dict, seed: int, overrides: dict) -> dict:
-    callback = Solve(row)
-    with tempfile.TemporaryDirectory() as tmp:
-        result = shoal.train(algo, env=row["env"], seed=seed, total_steps=row["solve_budget"],
-                             run_dir=f"{tmp}/run", callbacks=[callback], **QUIET,
-                             **overrides)  # fmt: skip
-    return callback.solver.result(result.env_steps)
+def run(algo: str, row: dict, seed: int, mode: str, overrides: dict) -> dict:
+    """A solve run, or a throughput run of the row's steps (Pong after an untimed one: the
+    ROM, lazy imports, the allocator)."""
+    if mode == "solve":
+        callback = Solve(row)
+        with tempfile.TemporaryDirectory() as tmp:
+            result = shoal.train(algo, env=row["env"], seed=seed, total_steps=row["solve_budget"],
+                                 run_dir=f"{tmp}/run", callbacks=[callback], **QUIET,
+                                 **overrides)  # fmt: skip
+        return callback.solver.result(result.env_steps)
+    if "warmup_steps" in row:
+        throughput(algo, row, seed, overrides, row["warmup_steps"])
+    return throughput(algo, row, seed, overrides, row["throughput_steps"])
 
 
-def main() -> None:
-    parser = side_parser(__doc__)
-    parser.add_argument("--variant", default="ppo", choices=["ppo", "appo", "ppo-2t", "appo-2t"])
-    args = parser.parse_args()
-    one_thread()
-    row = ROWS[args.row]
-    if args.row in ("ppo-cartpole", "ppo-pong"):
-        overrides = ppo_overrides(row, pixels=args.row == "ppo-pong")
-        algo = "appo" if args.variant.startswith("appo") else "ppo"
-        if algo == "appo":
-            overrides = {f"ppo.{k}" if not k.startswith("env.") else k: v
-                         for k, v in overrides.items()}  # fmt: skip
-        if args.variant.endswith("-2t"):
-            overrides["run.torch_threads"] = 2
-        if args.mode == "solve":
-            out = solve(algo, row, args.seed, overrides)
-        else:
-            if args.row == "ppo-pong":  # an untimed run first: the ROM, lazy imports, allocator
-                throughput(algo, row, args.seed, overrides, row["warmup_steps"])
-            out = throughput(algo, row, args.seed, overrides, row["throughput_steps"])
-    elif args.row == "sac-halfcheetah":
-        out = sac(row, args.seed)
-    else:
-        overrides = dqn_overrides(
-            row, row["solve_budget" if args.mode == "solve" else "throughput_steps"]
-        )
-        out = (
-            solve if args.mode == "solve" else lambda *a: throughput(*a, row["throughput_steps"])
-        )("dqn", row, args.seed, overrides)
-    report({**out, "version": "shoal " + getattr(shoal, "__version__", "0.1")})
+def run_ppo(row: dict, seed: int, mode: str, pixels: bool, variant: str) -> dict:
+    overrides = ppo_overrides(row, pixels)
+    algo = "appo" if variant.startswith("appo") else "ppo"
+    if algo == "appo":  # PPO's settings go in APPO's ppo block
+        overrides = {k if k.startswith("env.") else f"ppo.{k}": v for k, v in overrides.items()}
+    if variant.endswith("-2t"):
+        overrides["run.torch_threads"] = 2
+    return run(algo, row, seed, mode, overrides)
+
+
+def run_dqn(row: dict, seed: int, mode: str) -> dict:
+    total = row["solve_budget"] if mode == "solve" else row["throughput_steps"]
+    return run("dqn", row, seed, mode, dqn_overrides(row, total))
 
 
 def dqn_overrides(row: dict, total: int) -> dict[str, Any]:
@@ -118,7 +105,7 @@ def dqn_overrides(row: dict, total: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def sac(row: dict, seed: int) -> dict:
+def run_sac(row: dict, seed: int) -> dict:
     """Updates/s after learning_starts: the time of a run of learning_starts + timed_updates
     steps minus that of a run of learning_starts + 1 steps (the random-action steps and
     set-up), both from ``RunResult.train_s``."""
@@ -138,4 +125,6 @@ def sac(row: dict, seed: int) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    parser = side_parser(__doc__)
+    parser.add_argument("--variant", default="ppo", choices=["ppo", "appo", "ppo-2t", "appo-2t"])
+    side_main(__doc__, run_ppo, run_sac, run_dqn, lambda: f"shoal {shoal.__version__}", parser)

@@ -21,7 +21,7 @@ from typing import Any, Literal, NamedTuple, TypeVar
 import numpy as np
 
 from shoal.device import DEVICE_NAMES, valid_device_name
-from shoal.errors import ConfigError
+from shoal.errors import ConfigError, UnknownFieldError
 
 T = TypeVar("T")
 
@@ -631,7 +631,7 @@ def from_dict(cls: type[T], data: dict[str, Any], path: str = "", base: T | None
         if name not in fields:
             close = difflib.get_close_matches(name, sorted(fields), n=3)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
-            raise ConfigError(f"unknown config field {where!r} for {cls.__name__}{hint}")
+            raise UnknownFieldError(f"unknown config field {where!r} for {cls.__name__}{hint}")
         if dataclasses.is_dataclass(hints[name]):
             block = getattr(base, name) if base is not None else _default(fields[name])
             kwargs[name] = from_dict(hints[name], value, where, base=block)
@@ -773,7 +773,9 @@ def replace(config: T, **changes: Any) -> T:
         if name not in names:
             close = difflib.get_close_matches(name, names, n=3)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
-            raise ConfigError(f"unknown config field {name!r} for {type(config).__name__}{hint}")
+            raise UnknownFieldError(
+                f"unknown config field {name!r} for {type(config).__name__}{hint}"
+            )
     hints = typing.get_type_hints(type(config))
     prefix = type(config).__name__
     for name, value in flat.items():

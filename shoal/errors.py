@@ -11,6 +11,10 @@ class ConfigError(ShoalError, ValueError):
     """A config field has a value outside its allowed range."""
 
 
+class UnknownFieldError(ConfigError):
+    """A config names a field its dataclass does not have (the message lists close matches)."""
+
+
 class UnknownEnvError(ShoalError, ValueError):
     """The environment id is not registered with Gymnasium (or shoal)."""
 

@@ -18,16 +18,15 @@ The file::
 
 Distributions: ``uniform(low, high)``, ``loguniform(low, high)``, ``int(low, high)``,
 ``logint(low, high)`` and ``choice(a, b, ...)``. A trial whose values make no valid config
-(say a minibatch larger than the rollout) or whose losses turn NaN fails, and the search goes
-on. Every trial trains in this process with the
-sampled values; its intermediate values are its evaluations (``eval/return``), which the
-pruner reads to stop unpromising trials early (median: below the median of earlier trials
-at the same step, from a third of a trial's steps on and after 5 trials; halving: Li et
-al.'s asynchronous successive halving); its value is the final evaluation return
-(maximized). The study lives in ``DIR/study.db`` (SQLite, default
-``DIR = runs/tune/<name>``), so starting the same file again resumes it up to ``trials``
-finished trials; ``--jobs N`` runs N worker processes on that study. The best trial's
-config is written as a ready tuned-example file, ``DIR/best.yaml``.
+(say a minibatch larger than the rollout) or whose losses turn NaN fails, and the search
+goes on. Every trial trains in this process with the sampled values; its intermediate values
+are its evaluations (``eval/return``), which the pruner reads to stop unpromising trials
+early (median: below the median of earlier trials at the same step, from a third of a
+trial's steps on and after 5 trials; halving: Li et al.'s asynchronous successive halving);
+its value is the final evaluation return (maximized). The study lives in ``DIR/study.db``
+(SQLite, default ``DIR = runs/tune/<name>``), so starting the same file again resumes it up
+to ``trials`` finished trials; ``--jobs N`` runs N worker processes on that study. The best
+trial's config is written as a ready tuned-example file, ``DIR/best.yaml``.
 
 On a Ray cluster (``--ray-address auto`` or ``HOST:PORT``) the N workers are Ray tasks on
 whichever nodes have a CPU free, each running trials against the one study: Optuna with Ray
@@ -53,7 +52,7 @@ from typing import Any
 
 import yaml
 
-from shoal.errors import ConfigError, NaNLossError, ShoalError
+from shoal.errors import ConfigError, NaNLossError, ShoalError, UnknownFieldError
 from shoal.experiment import build, nested
 from shoal.experiment import merge_dicts as merge
 
@@ -143,9 +142,9 @@ class Tuner:
         try:
             self.config({field: value}, seed=0)
             return
+        except UnknownFieldError:
+            raise
         except ConfigError as exc:
-            if "unknown config field" in str(exc):
-                raise
             error = exc
         for other, values in candidates.items():
             for other_value in values if other != field else ():
@@ -281,9 +280,8 @@ def train_objective(config: tuple[str, dict[str, Any]], report: Callable[[int, f
 
 def _worker(
     spec: dict[str, Any], directory: str, storage: str | None, objective: Any, share: int
-) -> int:
+) -> None:
     Tuner(spec, directory, storage).run(objective, share)
-    return os.getpid()
 
 
 def tune(

@@ -10,8 +10,8 @@ The events, in order:
 
 * ``on_train_start(context)``: once, before the first iteration (also when resuming);
   ``context`` is a `TrainContext`: the config, the run directory, the step counters,
-  `TrainContext.set_env_attr` and `TrainContext.save_checkpoint`. `Callback` keeps it as
-  ``self.context``.
+  `TrainContext.set_env_attr`, `TrainContext.save_checkpoint` and `TrainContext.policy`.
+  `Callback` keeps it as ``self.context``.
 * ``on_iteration(metrics) -> bool | None``: after each iteration's metrics are logged;
   return True to stop the run.
 * ``on_evaluation(result) -> bool | None``: after each evaluation (the periodic ones and the
@@ -101,6 +101,11 @@ class TrainContext:
     def save_checkpoint(self) -> Path:
         """Write a checkpoint of the run as it is now (between iterations) and return it."""
         return self._save()
+
+    def policy(self) -> Any:
+        """The policy as it is now, a copy that ``act``s on observations as ``shoal.load``'s
+        does: for a callback's own evaluation."""
+        return self._algorithm.policy()
 
 
 class Callback:

@@ -75,6 +75,22 @@ def test_every_event_fires_in_order(tmp_path):
     assert returns[256] == result.eval_return
 
 
+def test_a_callback_evaluates_the_current_policy(tmp_path):
+    """`TrainContext.policy` is the policy as it is at that iteration: a copy, whose actions
+    equal those of the run's final policy after the last iteration."""
+
+    class Snapshot(Callback):
+        def on_iteration(self, metrics):
+            self.policy = self.context.policy()
+
+    snapshot = Snapshot()
+    result = shoal.train("ppo", total_steps=2 * ITERATION, run_dir=str(tmp_path / "run"),
+                         callbacks=[snapshot], **{**QUIET, "run.eval_every_steps": 0})  # fmt: skip
+    obs = np.random.default_rng(0).normal(size=(16, 4)).astype(np.float32)
+    final = shoal.load(result.run_dir)
+    assert np.array_equal(snapshot.policy.act(obs), final.act(obs))
+
+
 def test_a_callback_stops_the_run_cleanly(tmp_path):
     class StopAtTwo(Callback):
         stop_reason = "two iterations are enough"
