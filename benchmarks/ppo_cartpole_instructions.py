@@ -41,7 +41,7 @@ def train(library: str, iterations: int) -> None:
 
     set_compute_threads(1)  # torch and NumPy BLAS, as a shoal run sets them
     if library == "shoal":
-        from shoal.algos.ppo import PPO
+        from shoal.algos.policy_gradient.ppo import PPO
         from shoal.api import build_config
 
         torch.manual_seed(0)

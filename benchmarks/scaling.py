@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 
 import shoal
-from shoal.algos.ppo import PPOConfig, build_model
+from shoal.algos.policy_gradient.ppo import PPOConfig, build_model
 from shoal.collect import make_sampler
 from shoal.config import EnvConfig, RunConfig
 from shoal.distributed import require_ray

@@ -11,28 +11,10 @@ from typing import Any
 
 import yaml
 
-from shoal.algos import (
-    a2c,
-    a3c,
-    apex,
-    appo,
-    ctedd,
-    d4pg,
-    ddpg,
-    ddppo,
-    distributed_maddpg,
-    dqn,
-    impala,
-    maddpg,
-    multi_policy,
-    pg,
-    ppo,
-    qmix,
-    sac,
-    tabular,
-    td3,
-    trpo,
-)
+from shoal.algos.continuous import d4pg, ddpg, sac, td3
+from shoal.algos.multi_agent import ctedd, distributed_maddpg, maddpg, multi_policy, qmix
+from shoal.algos.policy_gradient import a2c, a3c, appo, ddppo, impala, pg, ppo, trpo
+from shoal.algos.value import apex, dqn, tabular
 from shoal.config import from_dict, replace
 from shoal.errors import ConfigError, ShoalError
 

@@ -6,7 +6,7 @@ import re
 import gymnasium as gym
 import pytest
 
-from shoal.algos.ppo import PPOConfig
+from shoal.algos.policy_gradient.ppo import PPOConfig
 from shoal.config import (
     EnvConfig,
     ModelConfig,
@@ -232,7 +232,7 @@ def test_tuned_yaml_with_unknown_field_fails(tmp_path):
 def test_yaml_blocks_start_from_the_algorithms_own_block_defaults():
     # DQNConfig's default optim block clips gradients at 10, not OptimConfig's 0.5; a YAML
     # block that sets only the learning rate must keep the rest of DQN's block.
-    from shoal.algos.dqn import DQNConfig
+    from shoal.algos.value.dqn import DQNConfig
 
     config = from_dict(DQNConfig, {"optim": {"lr": 0.01}, "model": {"hidden": [32]}})
     assert config.optim.lr == 0.01
@@ -244,8 +244,8 @@ def test_yaml_blocks_start_from_the_algorithms_own_block_defaults():
 def test_old_flat_replay_fields_land_in_the_replay_block():
     """Config files and overrides written for shoal 0.1's flat replay fields keep working, each
     old name with a warning naming the new one; today's block is not mistaken for one."""
-    from shoal.algos.dqn import DQNConfig
-    from shoal.algos.sac import SACConfig
+    from shoal.algos.continuous.sac import SACConfig
+    from shoal.algos.value.dqn import DQNConfig
 
     old = {"buffer_size": 500, "replay": "uniform", "save_replay": True, "n_step": 3}
     with pytest.warns(RenamedFieldWarning) as caught:

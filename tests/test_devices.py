@@ -12,7 +12,7 @@ from image_env import FakeImageEnv
 from state_helpers import assert_states_equal, metric_rows
 
 import shoal
-from shoal.algos.ppo import PPOBatch
+from shoal.algos.policy_gradient.ppo import PPOBatch
 from shoal.config import RunConfig
 from shoal.device import (
     autocast_dtype,

@@ -42,7 +42,7 @@ RANK = {part: rank for rank, parts in enumerate(LAYERS) for part in parts}
 
 
 def part_of(module: str) -> str:
-    """``shoal.algos.ppo`` -> ``algos``; ``shoal`` -> ``__init__``."""
+    """``shoal.algos.policy_gradient.ppo`` -> ``algos``; ``shoal`` -> ``__init__``."""
     pieces = module.split(".")
     return pieces[1] if len(pieces) > 1 else "__init__"
 

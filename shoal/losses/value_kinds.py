@@ -3,8 +3,8 @@ that trains it (DQN, C51, QR-DQN, REM).
 
 A kind gives ``atoms`` (``M``), ``q_values`` (the expected action values the network acts on)
 and ``loss`` (from the taken actions' outputs and the next state's; returns the loss and new
-replay priorities). The DQN learner (`shoal.algos.dqn`) is the same for all four; only the kind
-differs, which is how QR-DQN and REM reuse it. The networks are in `shoal.nn.q_network`.
+replay priorities). The DQN learner (`shoal.algos.value.dqn`) is the same for all four; only
+the kind differs, which is how QR-DQN and REM reuse it. The networks are in `shoal.nn.q_network`.
 """
 
 from __future__ import annotations

@@ -9,9 +9,9 @@ import torch
 from state_helpers import assert_states_equal, metric_rows
 
 import shoal
-from shoal.algos import a2c
-from shoal.algos.a2c import A2C, A2CConfig, A2CLearner
-from shoal.algos.ppo import make_batch
+from shoal.algos.policy_gradient import a2c
+from shoal.algos.policy_gradient.a2c import A2C, A2CConfig, A2CLearner
+from shoal.algos.policy_gradient.ppo import make_batch
 from shoal.api import build_config
 from shoal.config import EnvConfig, ModelConfig, OptimConfig, replace
 from shoal.errors import ConfigError, NaNLossError

@@ -6,8 +6,8 @@ import torch
 from state_helpers import assert_states_equal, metric_rows
 
 import shoal
-from shoal.algos.a2c import A2C, A2CConfig
-from shoal.algos.ppo import make_sequence_batch
+from shoal.algos.policy_gradient.a2c import A2C, A2CConfig
+from shoal.algos.policy_gradient.ppo import make_sequence_batch
 from shoal.config import EnvConfig, ModelConfig
 from shoal.errors import ConfigError
 from shoal.nn import RecurrentActorCritic

@@ -12,7 +12,7 @@ import torch
 from state_helpers import assert_states_equal, metric_rows
 
 import shoal
-from shoal.algos.appo import APPOConfig, vtrace_batch
+from shoal.algos.policy_gradient.appo import APPOConfig, vtrace_batch
 from shoal.collect.ahead import AheadSampler
 from shoal.config import replace
 from shoal.errors import ConfigError

@@ -8,9 +8,9 @@ import torch
 from state_helpers import assert_states_equal, metric_rows
 
 import shoal
-from shoal.algos.ddpg import DDPG
-from shoal.algos.sac import SAC, SACConfig
-from shoal.algos.td3 import TD3, TD3Config, TD3Learner
+from shoal.algos.continuous.ddpg import DDPG
+from shoal.algos.continuous.sac import SAC, SACConfig
+from shoal.algos.continuous.td3 import TD3, TD3Config, TD3Learner
 from shoal.config import EnvConfig, ModelConfig, ReplayConfig
 from shoal.errors import ConfigError, NaNLossError, UnsupportedSpaceError
 from shoal.train.checkpoint import load_checkpoint

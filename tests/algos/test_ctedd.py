@@ -7,7 +7,7 @@ import torch
 from state_helpers import assert_states_equal
 
 import shoal
-from shoal.algos.ctedd import CTEDD, CTEDDConfig
+from shoal.algos.multi_agent.ctedd import CTEDD, CTEDDConfig
 from shoal.config import replace
 from shoal.errors import ConfigError
 from shoal.losses.distillation import distillation_loss, exploration_scale_loss

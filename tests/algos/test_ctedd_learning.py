@@ -20,7 +20,7 @@ of returns would mislead). Measured at these settings (seeds 0 and 1, 100 evalua
 import pytest
 import torch
 
-from shoal.algos.ctedd import CTEDD, CTEDDConfig
+from shoal.algos.multi_agent.ctedd import CTEDD, CTEDDConfig
 from shoal.config import replace
 from shoal.seeding import seed_torch
 

@@ -7,7 +7,7 @@ import torch
 from state_helpers import assert_states_equal, metric_rows
 
 import shoal
-from shoal.algos.dqn import DQN, DQNConfig, DQNLearner
+from shoal.algos.value.dqn import DQN, DQNConfig, DQNLearner
 from shoal.config import EnvConfig, ModelConfig, ReplayConfig, RunConfig, replace
 from shoal.errors import ConfigError, NaNLossError, UnsupportedSpaceError
 from shoal.losses.value_kinds import make_value_kind
@@ -352,7 +352,7 @@ def test_run_config_defaults_are_used():
 def test_noisy_runner_copies_keep_exploring():
     """Runners put only batch norm in eval mode: a noisy network's acting copy stays in
     training mode, so it acts with fresh noise at every step."""
-    from shoal.algos.dqn import build_model
+    from shoal.algos.value.dqn import build_model
     from shoal.collect.env_runner import EnvRunner
 
     config = DQNConfig(noisy=True, env=EnvConfig(num_envs=2))

@@ -12,7 +12,7 @@ from ma_line import factory
 from state_helpers import assert_states_equal, metric_rows
 
 import shoal
-from shoal.algos.maddpg import (
+from shoal.algos.multi_agent.maddpg import (
     MADDPG,
     MADDPGConfig,
     MADDPGLearner,

@@ -107,7 +107,7 @@ def test_trpo_line_search_keeps_the_old_policy_of_a_product_distribution():
     action's product distribution (a Gaussian part's log_std is a parameter view)."""
     import torch
 
-    from shoal.algos.trpo import _frozen
+    from shoal.algos.policy_gradient.trpo import _frozen
     from shoal.config import ModelConfig
     from shoal.envs.composite import PackedActions
     from shoal.nn.actor_critic import ActorCritic

@@ -9,7 +9,7 @@ from duel_env import factory as duel_factory
 from state_helpers import assert_states_equal, metric_rows
 
 import shoal
-from shoal.algos.multi_policy import MultiPolicyPPO
+from shoal.algos.multi_agent.multi_policy import MultiPolicyPPO
 from shoal.envs.multi_agent import register_multi_agent_env
 from shoal.envs.policy_map import resolve_policies
 from shoal.errors import ConfigError

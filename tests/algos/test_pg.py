@@ -10,8 +10,8 @@ import torch
 from state_helpers import assert_states_equal, metric_rows
 
 import shoal
-from shoal.algos import pg
-from shoal.algos.pg import PG, PGConfig, PGLearner, make_batch
+from shoal.algos.policy_gradient import pg
+from shoal.algos.policy_gradient.pg import PG, PGConfig, PGLearner, make_batch
 from shoal.config import EnvConfig, ModelConfig
 from shoal.errors import ConfigError, NaNLossError
 from shoal.train.checkpoint import load_checkpoint

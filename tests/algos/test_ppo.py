@@ -12,8 +12,8 @@ import torch
 from state_helpers import assert_states_equal, metric_rows
 
 import shoal
-from shoal.algos import ppo
-from shoal.algos.ppo import PPO, PPOConfig, PPOLearner, make_batch
+from shoal.algos.policy_gradient import ppo
+from shoal.algos.policy_gradient.ppo import PPO, PPOConfig, PPOLearner, make_batch
 from shoal.backend import NumpyStep
 from shoal.collect import EnvRunner
 from shoal.config import EnvConfig, ModelConfig, RunConfig, replace

@@ -5,7 +5,7 @@ import torch
 from state_helpers import assert_states_equal, metric_rows
 
 import shoal
-from shoal.algos.ppo import PPO, PPOConfig, PPOLearner, make_sequence_batch
+from shoal.algos.policy_gradient.ppo import PPO, PPOConfig, PPOLearner, make_sequence_batch
 from shoal.backend import evaluate_objective
 from shoal.config import EnvConfig, ModelConfig
 from shoal.errors import ConfigError

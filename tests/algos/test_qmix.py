@@ -7,7 +7,7 @@ from duel_env import factory as duel_factory
 from state_helpers import assert_states_equal, metric_rows
 
 import shoal
-from shoal.algos.qmix import QMIXConfig, QMIXNetworks
+from shoal.algos.multi_agent.qmix import QMIXConfig, QMIXNetworks
 from shoal.config import EnvConfig, ReplayConfig
 from shoal.data.episode_replay import EpisodeBuilder, EpisodeReplay
 from shoal.envs.multi_agent import MultiAgentStep, register_multi_agent_env

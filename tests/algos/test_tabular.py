@@ -9,8 +9,8 @@ import torch
 from state_helpers import assert_states_equal, metric_rows
 
 import shoal
-from shoal.algos import tabular
-from shoal.algos.tabular import (
+from shoal.algos.value import tabular
+from shoal.algos.value.tabular import (
     EpsilonGreedy,
     QTable,
     Tabular,

@@ -10,9 +10,9 @@ import torch
 from state_helpers import assert_states_equal, metric_rows
 
 import shoal
-from shoal.algos import trpo
-from shoal.algos.ppo import make_batch
-from shoal.algos.trpo import TRPOConfig, TRPOLearner
+from shoal.algos.policy_gradient import trpo
+from shoal.algos.policy_gradient.ppo import make_batch
+from shoal.algos.policy_gradient.trpo import TRPOConfig, TRPOLearner
 from shoal.collect import EnvRunner
 from shoal.config import EnvConfig, ModelConfig
 from shoal.errors import ConfigError, NaNLossError

@@ -8,7 +8,7 @@ from duel_env import race_factory
 from state_helpers import assert_states_equal, metric_rows
 
 import shoal
-from shoal.algos.multi_policy import MultiPolicyPPO
+from shoal.algos.multi_agent.multi_policy import MultiPolicyPPO
 from shoal.collect.self_play import SelfPlaySeats, SnapshotPool
 from shoal.config import SelfPlayConfig
 from shoal.envs.multi_agent import register_multi_agent_env

@@ -9,10 +9,10 @@ import torch
 from state_helpers import assert_states_equal, metric_rows
 
 import shoal
-from shoal.algos import a3c
-from shoal.algos.a2c import A2CConfig, A2CLearner
-from shoal.algos.a3c import A3C, A2CBlock, A3CConfig, A3CWorker
-from shoal.algos.on_policy import PPOBatch, make_batch
+from shoal.algos.cores.on_policy import PPOBatch, make_batch
+from shoal.algos.policy_gradient import a3c
+from shoal.algos.policy_gradient.a2c import A2CConfig, A2CLearner
+from shoal.algos.policy_gradient.a3c import A3C, A2CBlock, A3CConfig, A3CWorker
 from shoal.backend import evaluate_objective
 from shoal.collect import EnvRunner
 from shoal.config import (

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import shoal
-from shoal.algos.apex import (
+from shoal.algos.value.apex import (
     Apex,
     ApexActor,
     ApexDDPGConfig,

@@ -14,7 +14,8 @@ import torch.multiprocessing as mp
 from state_helpers import assert_states_equal, metric_rows
 
 import shoal
-from shoal.algos.ddppo import (
+from shoal.algos.cores.on_policy import PPOBatch
+from shoal.algos.policy_gradient.ddppo import (
     DDPPO,
     DDPPOConfig,
     PPOBlock,
@@ -23,8 +24,7 @@ from shoal.algos.ddppo import (
     equal_size,
     synchronize,
 )
-from shoal.algos.on_policy import PPOBatch
-from shoal.algos.ppo import PPOConfig, PPOLearner
+from shoal.algos.policy_gradient.ppo import PPOConfig, PPOLearner
 from shoal.config import EnvConfig, ModelConfig, RenamedFieldWarning, RunConfig, replace
 from shoal.distributed import DistributedError
 from shoal.errors import ConfigError, NaNLossError

@@ -11,7 +11,7 @@ from random_policy import RandomPolicy
 from state_helpers import assert_states_equal
 
 import shoal
-from shoal.algos.distributed_maddpg import (
+from shoal.algos.multi_agent.distributed_maddpg import (
     NETWORKS,
     Collector,
     DistributedMADDPG,
@@ -20,7 +20,7 @@ from shoal.algos.distributed_maddpg import (
     Trained,
     network_state,
 )
-from shoal.algos.maddpg import MADDPG, MADDPGConfig
+from shoal.algos.multi_agent.maddpg import MADDPG, MADDPGConfig
 from shoal.config import EnvConfig
 from shoal.errors import ConfigError
 from shoal.train.checkpoint import load_checkpoint

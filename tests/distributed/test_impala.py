@@ -9,8 +9,8 @@ import torch
 from state_helpers import assert_states_equal, metric_rows
 
 import shoal
-from shoal.algos import impala
-from shoal.algos.impala import IMPALA, IMPALAConfig, IMPALALearner
+from shoal.algos.policy_gradient import impala
+from shoal.algos.policy_gradient.impala import IMPALA, IMPALAConfig, IMPALALearner
 from shoal.config import EnvConfig, ModelConfig, replace
 from shoal.errors import ConfigError, NaNLossError
 from shoal.losses import gae, vtrace

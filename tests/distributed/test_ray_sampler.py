@@ -14,7 +14,7 @@ import torch
 import shoal
 import shoal.api
 import shoal.distributed
-from shoal.algos.ppo import PPO, PPOConfig, build_model
+from shoal.algos.policy_gradient.ppo import PPO, PPOConfig, build_model
 from shoal.collect import EnvRunner, make_sampler
 from shoal.collect.ray import RaySampler, concat_rollouts
 from shoal.config import EnvConfig, RunConfig
@@ -190,7 +190,7 @@ def test_one_killed_worker_counts_as_one_restart_when_a_call_finds_it_first():
 
 def test_impala_counts_a_killed_runner_once():
     """IMPALA over 2 Ray runners, one killed mid-run: exactly one restart is reported."""
-    from shoal.algos.impala import IMPALA, IMPALAConfig
+    from shoal.algos.policy_gradient.impala import IMPALA, IMPALAConfig
 
     config = IMPALAConfig(
         run=RunConfig(seed=0, runners=2, total_steps=10_000),

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from shoal import backend
-from shoal.algos.a2c import A2CConfig, A2CLearner
-from shoal.algos.on_policy import PPOBatch
-from shoal.algos.ppo import PPOConfig, PPOLearner
+from shoal.algos.cores.on_policy import PPOBatch
+from shoal.algos.policy_gradient.a2c import A2CConfig, A2CLearner
+from shoal.algos.policy_gradient.ppo import PPOConfig, PPOLearner
 from shoal.config import ModelConfig, OptimConfig, replace
 from shoal.errors import ConfigError
 from shoal.fast import NumpyActor, NumpyLearner, unsupported

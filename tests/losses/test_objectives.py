@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from shoal.algos.on_policy import PPOBatch
+from shoal.algos.cores.on_policy import PPOBatch
 from shoal.losses.objectives import (
     ClippedSurrogate,
     EntropyBonus,

@@ -10,7 +10,8 @@ from image_env import FakeImageEnv
 from torch import nn
 
 import shoal
-from shoal.algos import a2c, dqn, ppo
+from shoal.algos.policy_gradient import a2c, ppo
+from shoal.algos.value import dqn
 from shoal.config import ModelConfig
 from shoal.errors import ConfigError, UnsupportedSpaceError
 from shoal.nn import ActorCritic, RecurrentActorCritic

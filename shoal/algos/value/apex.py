@@ -8,8 +8,8 @@ replay shards (`shoal.data.replay_shard`). The learner, in the driver process, t
 batches from whichever shard answers first while further requests stay queued (so the next
 batches are on their way while it trains), sends the new priorities back to the batch's
 shard, and pushes its weights to the actors every ``weight_sync_every`` steps. The learners,
-networks, losses and exploration noise are DQN's and DDPG's own (`shoal.algos.dqn`,
-`shoal.algos.ddpg`). ``training_intensity`` (not in the paper, whose learner had a GPU to
+networks, losses and exploration noise are DQN's and DDPG's own (`shoal.algos.value.dqn`,
+`shoal.algos.continuous.ddpg`). ``training_intensity`` (not in the paper, whose learner had a GPU to
 itself) holds the ratio of replayed transitions to env steps where actors and learner share
 a few cores.
 
@@ -30,16 +30,17 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from shoal.algos import ddpg, dqn
-from shoal.algos.apex_actor import (
+from shoal.algos.continuous import ddpg
+from shoal.algos.continuous.ddpg import DDPGConfig
+from shoal.algos.value import dqn
+from shoal.algos.value.apex_actor import (
     ApexActor,
     ddpg_priorities,
     dqn_priorities,
     exploration_scales,
     per_worker_epsilons,
 )
-from shoal.algos.ddpg import DDPGConfig
-from shoal.algos.dqn import DQNConfig
+from shoal.algos.value.dqn import DQNConfig
 from shoal.backend import uncompiled_copy
 from shoal.collect.ray import concat_episodes
 from shoal.config import (

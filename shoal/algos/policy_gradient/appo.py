@@ -40,9 +40,9 @@ from typing import Any, Literal
 import gymnasium as gym
 import torch
 
-from shoal.algos import ppo as ppo_module
-from shoal.algos.on_policy import OnPolicyAlgorithm, PPOBatch, make_batch
-from shoal.algos.ppo import PPOConfig, PPOLearner
+from shoal.algos.cores.on_policy import OnPolicyAlgorithm, PPOBatch, make_batch
+from shoal.algos.policy_gradient import ppo as ppo_module
+from shoal.algos.policy_gradient.ppo import PPOConfig, PPOLearner
 from shoal.collect.ahead import AheadSampler
 from shoal.config import (
     EnvConfig,

@@ -14,13 +14,13 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from shoal.algos.actor_critic_replay import (
+from shoal.algos.continuous.ddpg import build_model, deterministic_critic
+from shoal.algos.cores.actor_critic_replay import (
     ActorCriticCore,
     ActorCriticLearner,
     ActorCriticReplayConfig,
 )
-from shoal.algos.ddpg import build_model, deterministic_critic
-from shoal.algos.off_policy import ReplayAlgorithm
+from shoal.algos.cores.off_policy import ReplayAlgorithm
 from shoal.config import NoiseConfig, check, check_positive
 from shoal.losses.actor_critic import (
     deterministic_actor_loss,

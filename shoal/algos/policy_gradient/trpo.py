@@ -17,7 +17,7 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from shoal.algos.on_policy import ModelLearner, OnPolicyAlgorithm, PPOBatch, make_batch
+from shoal.algos.cores.on_policy import ModelLearner, OnPolicyAlgorithm, PPOBatch, make_batch
 from shoal.backend import place
 from shoal.config import EnvConfig, ModelConfig, RunConfig, check, check_positive
 from shoal.device import resolve_device, to_device

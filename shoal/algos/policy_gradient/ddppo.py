@@ -29,9 +29,9 @@ import gymnasium as gym
 import torch
 import torch.distributed as dist
 
-from shoal.algos import ppo as ppo_module
-from shoal.algos.on_policy import PPOBatch, check_no_masks, make_batch
-from shoal.algos.ppo import PPOConfig, PPOLearner
+from shoal.algos.cores.on_policy import PPOBatch, check_no_masks, make_batch
+from shoal.algos.policy_gradient import ppo as ppo_module
+from shoal.algos.policy_gradient.ppo import PPOConfig, PPOLearner
 from shoal.backend import TorchStep, uncompiled_copy
 from shoal.collect import EnvRunner
 from shoal.collect.ray import concat_episodes

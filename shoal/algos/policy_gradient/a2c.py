@@ -4,7 +4,7 @@ variant of OpenAI Baselines, Wu et al. 2017).
 Short rollouts over vector envs, n-step or GAE advantages bootstrapped from the critic (at the
 rollout's end and at time-limit truncations, from the true final observation), one gradient step
 per rollout on policy gradient + value loss - entropy bonus, with RMSProp as in the paper or
-Adam. The rollout batch and its advantages are PPO's (`shoal.algos.ppo.make_batch`).
+Adam. The rollout batch and its advantages are PPO's (`shoal.algos.policy_gradient.ppo.make_batch`).
 
 With an LSTM core (``model.lstm_hidden``) the update replays the rollout ``[T, B]`` in time
 order from the state the sampler started it with (`Rollout.policy_state`), zeroing the state
@@ -21,7 +21,7 @@ from typing import Literal
 import gymnasium as gym
 import torch
 
-from shoal.algos.on_policy import (
+from shoal.algos.cores.on_policy import (
     ModelLearner,
     OnPolicyAlgorithm,
     PPOBatch,

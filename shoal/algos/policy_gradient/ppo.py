@@ -14,7 +14,7 @@ from typing import Any, Literal
 import gymnasium as gym
 import torch
 
-from shoal.algos.on_policy import (
+from shoal.algos.cores.on_policy import (
     ModelLearner,
     OnPolicyAlgorithm,
     PPOBatch,
@@ -86,8 +86,8 @@ class PPOConfig:
     kl_target: float = 0.01
     """KL the adaptive penalty steers toward: coefficient x1.5 above 2x, x0.5 below 0.5x."""
     policies: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """MAPPO and IPPO with several policies (`shoal.algos.multi_policy`): settings of single
-    policies over the run's, {policy: {field: value}} in YAML or the Python API, e.g.
+    """MAPPO and IPPO with several policies (`shoal.algos.multi_agent.multi_policy`): settings
+    of single policies over the run's, {policy: {field: value}} in YAML or the Python API, e.g.
     {"adversary": {"optim": {"lr": 3e-4}, "ent_coef": 0.01}}; {"frozen": true} keeps a
     policy at its initial weights (it acts, and never learns)."""
     self_play: SelfPlayConfig = field(default_factory=SelfPlayConfig)

@@ -2,16 +2,16 @@
 agents to policies, `shoal.envs.policy_map`) trains its own PPO policy in one env, as in
 competitive and mixed games where opposing teams learn at once.
 
-Every policy is a whole PPO learner (`shoal.algos.ppo.PPOLearner`: its own actor-critic,
-optimizer, schedules and, where ``policies`` gives them, its own settings) on the rows of
-its agents only: its batch, its GAE, its minibatches. With ``env.global_state`` (MAPPO) each
-policy's critic reads the env's global state, a centralized critic per policy; without it
-(IPPO) each reads its agent's own observation. A policy marked ``frozen`` acts and is never
-updated (a fixed opponent at its initial weights); groups named in ``env.opponents`` act by
-a scripted or random policy. Collection is one `MultiAgentRunner` with
-`shoal.collect.multi_policy.MultiPolicyActing`: every policy's rollout comes from the same
-env steps. Losses are logged per policy, ``loss/<policy>/...``, as are the training
-statistics (``train/<policy>/...``) and returns (``episode/return/<policy>``).
+Every policy is a whole PPO learner (`shoal.algos.policy_gradient.ppo.PPOLearner`: its own
+actor-critic, optimizer, schedules and, where ``policies`` gives them, its own settings) on the rows
+of its agents only: its batch, its GAE, its minibatches. With ``env.global_state`` (MAPPO) each
+policy's critic reads the env's global state, a centralized critic per policy; without it (IPPO)
+each reads its agent's own observation. A policy marked ``frozen`` acts and is never updated (a
+fixed opponent at its initial weights); groups named in ``env.opponents`` act by a scripted or
+random policy. Collection is one `MultiAgentRunner` with
+`shoal.collect.multi_policy.MultiPolicyActing`: every policy's rollout comes from the same env
+steps. Losses are logged per policy, ``loss/<policy>/...``, as are the training statistics
+(``train/<policy>/...``) and returns (``episode/return/<policy>``).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from shoal.algos.on_policy import check_masks, make_batch
-from shoal.algos.ppo import PPO, PPOConfig, PPOLearner, build_model
+from shoal.algos.cores.on_policy import check_masks, make_batch
+from shoal.algos.policy_gradient.ppo import PPO, PPOConfig, PPOLearner, build_model
 from shoal.backend import uncompiled_copy
 from shoal.collect.multi_agent import FixedGroups, MultiAgentRunner
 from shoal.collect.multi_policy import MultiPolicyActing, policy_rows

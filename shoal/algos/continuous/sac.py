@@ -21,12 +21,12 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from shoal.algos.actor_critic_replay import (
+from shoal.algos.cores.actor_critic_replay import (
     ActorCriticCore,
     ActorCriticLearner,
     ActorCriticReplayConfig,
 )
-from shoal.algos.off_policy import ReplayAlgorithm
+from shoal.algos.cores.off_policy import ReplayAlgorithm
 from shoal.config import check, check_positive
 from shoal.device import resolve_device
 from shoal.losses.actor_critic import (

@@ -1,6 +1,6 @@
 """Distributed MADDPG: the setup of Biswas and Biswas, "Autonomous driving using Multi-Agent RL"
 (UC San Diego, undated, section G), one node collecting experience and two training
-asynchronously, as a configuration of MADDPG (`shoal.algos.maddpg`) on Ray.
+asynchronously, as a configuration of MADDPG (`shoal.algos.multi_agent.maddpg`) on Ray.
 
 * **Collectors** (``run.runners`` Ray actors, Biswas and Biswas: one) each step their own
   multi-agent vector env (seeded per collector) with a copy of the decentralized actors and
@@ -50,8 +50,9 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from shoal.algos import maddpg
-from shoal.algos.maddpg import (
+from shoal.algos.cores.off_policy import learn_from_replay
+from shoal.algos.multi_agent import maddpg
+from shoal.algos.multi_agent.maddpg import (
     MADDPGActing,
     MADDPGConfig,
     MADDPGLearner,
@@ -63,7 +64,6 @@ from shoal.algos.maddpg import (
     make_replay,
     replay_steps,
 )
-from shoal.algos.off_policy import learn_from_replay
 from shoal.collect.multi_agent import MultiAgentEpisodes, MultiAgentRunner
 from shoal.config import (
     EnvConfig,
@@ -123,8 +123,9 @@ def build_model(config: DistributedMADDPGConfig, obs_space: gym.Space, action_sp
 
 
 class Collected(NamedTuple):
-    """A collector's steps as MADDPG's replay stores them (`shoal.algos.maddpg.ReplaySteps`,
-    time-major ``[T, B, ...]``), its finished episodes and its env steps."""
+    """A collector's steps as MADDPG's replay stores them
+    (`shoal.algos.multi_agent.maddpg.ReplaySteps`, time-major ``[T, B, ...]``), its finished
+    episodes and its env steps."""
 
     steps: ReplaySteps
     episodes: MultiAgentEpisodes | None

@@ -31,7 +31,7 @@ from typing import Any, Literal
 import gymnasium as gym
 import torch
 
-from shoal.algos.on_policy import (
+from shoal.algos.cores.on_policy import (
     ModelLearner,
     check_no_masks,
     masked_config,

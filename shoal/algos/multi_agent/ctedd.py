@@ -42,13 +42,13 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from shoal.algos.actor_critic_replay import (
+from shoal.algos.cores.actor_critic_replay import (
     ActorCriticCore,
     ActorCriticLearner,
     ActorCriticReplayConfig,
 )
-from shoal.algos.maddpg import critic_inputs, own_action_inputs, replay_steps
-from shoal.algos.off_policy import learn_from_replay, make_priorities
+from shoal.algos.cores.off_policy import learn_from_replay, make_priorities
+from shoal.algos.multi_agent.maddpg import critic_inputs, own_action_inputs, replay_steps
 from shoal.backend import place, uncompiled_copy
 from shoal.collect.multi_agent import (
     FixedGroups,
@@ -224,7 +224,7 @@ def build_model(config: CTEDDConfig, obs_space: gym.Space, action_space: gym.Spa
 
 class CTEDDLearner(ActorCriticLearner):
     """Stage 1: the global policies, their exploration scales and the centralized critics
-    (whose inputs are MADDPG's, `shoal.algos.maddpg.critic_inputs`)."""
+    (whose inputs are MADDPG's, `shoal.algos.multi_agent.maddpg.critic_inputs`)."""
 
     def __init__(
         self, config: CTEDDConfig, num_agents: int, action_dim: int, state_dim: int, offset: int

@@ -37,12 +37,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from shoal.algos.actor_critic_replay import (
+from shoal.algos.cores.actor_critic_replay import (
     ActorCriticCore,
     ActorCriticLearner,
     ActorCriticReplayConfig,
 )
-from shoal.algos.off_policy import learn_from_replay, make_priorities
+from shoal.algos.cores.off_policy import learn_from_replay, make_priorities
 from shoal.backend import uncompiled_copy
 from shoal.collect.multi_agent import JointObs, MultiAgentRollout, MultiAgentRunner
 from shoal.config import (

@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Literal
 import gymnasium as gym
 import torch
 
-from shoal.algos.off_policy import ReplayAlgorithm
+from shoal.algos.cores.off_policy import ReplayAlgorithm
 from shoal.backend import place
 from shoal.config import (
     REPLAY_RENAMES,

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 import gymnasium as gym
 import torch
 
-from shoal.algos.on_policy import (
+from shoal.algos.cores.on_policy import (
     ModelLearner,
     OnPolicyAlgorithm,
     check_no_masks,

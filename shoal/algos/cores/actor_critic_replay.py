@@ -6,7 +6,7 @@ core of a learner.
 parameter group per network, target updates and checkpoint state. Each learner uses it by
 composition (`ActorCriticLearner` adds the plumbing around it) and writes its own ``update``
 from the pure losses of `shoal.losses.actor_critic`. The act-store-learn iteration is
-`shoal.algos.off_policy.ReplayAlgorithm`.
+`shoal.algos.cores.off_policy.ReplayAlgorithm`.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ D4PG, and the pieces MADDPG reuses).
 weights, store them in replay, then take ``gradient_steps`` gradient steps on replay batches
 (after ``learning_starts`` env steps). An algorithm gives it a learner and decides what the
 samplers' exploration looks like each iteration (`ReplayAlgorithm.explore`). The actor-critics'
-settings and learner core are in `shoal.algos.actor_critic_replay`.
+settings and learner core are in `shoal.algos.cores.actor_critic_replay`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The sampling side of Ape-X (`shoal.algos.apex`, Horgan et al. 2018, arXiv:1803.00933): the
+"""The sampling side of Ape-X (`shoal.algos.value.apex`, Horgan et al. 2018, arXiv:1803.00933): the
 per-actor exploration ladder, the actors' initial priorities, and `ApexActor`, which steps its
 vector env, cuts n-step transitions and scores them with DQN's or DDPG's losses. Run as Ray
 actors by the driver through `shoal.distributed`; nothing here imports ``ray``."""
@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from shoal.algos import ddpg, dqn
+from shoal.algos.continuous import ddpg
+from shoal.algos.value import dqn
 from shoal.collect.env_runner import EnvRunner
 from shoal.data.replay import ReplayBuffer
 from shoal.losses import bootstrap_discount, n_step_return
@@ -20,7 +21,7 @@ from shoal.seeding import derive_seed
 from shoal.types import ReplayBatch
 
 if TYPE_CHECKING:
-    from shoal.algos.apex import ApexConfig, Variant
+    from shoal.algos.value.apex import ApexConfig, Variant
 
 
 def per_worker_epsilons(num_workers: int, epsilon: float = 0.4, alpha: float = 7.0) -> list:
@@ -77,7 +78,7 @@ class ApexActor:
     exploration rate, the n-step cutting of its steps (a small `ReplayBuffer` holding one
     batch and the n steps before it) and, for DDPG's priorities, a critic copy.
 
-    ``parts`` is ``variant(config)`` (`shoal.algos.apex`): the DQN or DDPG config, learner and
+    ``parts`` is ``variant(config)`` (`shoal.algos.value.apex`): the DQN or DDPG config, learner and
     network builder that the Ape-X config stands for."""
 
     def __init__(self, config: ApexConfig, index: int, parts: Variant):

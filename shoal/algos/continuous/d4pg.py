@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 import gymnasium as gym
 import torch
 
-from shoal.algos.actor_critic_replay import (
+from shoal.algos.continuous.ddpg import build_model, deterministic_critic
+from shoal.algos.cores.actor_critic_replay import (
     ActorCriticCore,
     ActorCriticLearner,
     ActorCriticReplayConfig,
 )
-from shoal.algos.ddpg import build_model, deterministic_critic
-from shoal.algos.off_policy import ReplayAlgorithm
+from shoal.algos.cores.off_policy import ReplayAlgorithm
 from shoal.config import NoiseConfig, check
 from shoal.losses import categorical_projection, categorical_td_loss
 from shoal.losses.actor_critic import deterministic_actor_loss

@@ -15,12 +15,12 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from shoal.algos.actor_critic_replay import (
+from shoal.algos.cores.actor_critic_replay import (
     ActorCriticCore,
     ActorCriticLearner,
     ActorCriticReplayConfig,
 )
-from shoal.algos.off_policy import ReplayAlgorithm
+from shoal.algos.cores.off_policy import ReplayAlgorithm
 from shoal.config import NoiseConfig
 from shoal.losses.actor_critic import deterministic_actor_loss, ensemble_td_loss, twin_min_target
 from shoal.nn.actors import DeterministicActor

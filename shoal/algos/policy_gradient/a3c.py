@@ -25,8 +25,8 @@ from typing import Any, ClassVar, NamedTuple
 import gymnasium as gym
 import torch
 
-from shoal.algos.a2c import A2CConfig, make_optimizer
-from shoal.algos.on_policy import check_no_masks, make_batch
+from shoal.algos.cores.on_policy import check_no_masks, make_batch
+from shoal.algos.policy_gradient.a2c import A2CConfig, make_optimizer
 from shoal.backend import place, uncompiled_copy
 from shoal.collect import EnvRunner
 from shoal.collect.ray import concat_episodes
