@@ -59,7 +59,7 @@ from shoal.config import EnvConfig, replace
 from shoal.envs import make_env
 from shoal.envs.heuristics import IntersectionHeuristic
 from shoal.envs.intersection.env import make_intersection
-from shoal.envs.multi_agent import make_multi_agent_env
+from shoal.envs.make import make_multi_agent_env
 from shoal.policy import JointPolicy
 from shoal.stats import t_interval
 from shoal.threads import set_compute_threads

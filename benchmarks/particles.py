@@ -36,7 +36,7 @@ import torch
 
 import shoal
 from shoal.config import EnvConfig
-from shoal.envs.multi_agent import make_multi_agent_env
+from shoal.envs.make import make_multi_agent_env
 from shoal.threads import set_compute_threads
 
 AGENTS = 3

@@ -226,12 +226,11 @@ def _train(args: argparse.Namespace, rest: list[str]) -> int:
 
 def renamed_flags(cls: type, argv: list[str]) -> list[str]:
     """``argv`` with the flags of fields an earlier shoal version named otherwise
-    (`shoal.config.Renamed`) spelled as today: ``--buffer-size 5000`` becomes
-    ``--replay.buffer-size 5000``, ``--replay uniform`` ``--replay.prioritized none``."""
+    (`shoal.config.Renamed`) and the values it named otherwise (``RENAMED_VALUES``) spelled as
+    today: ``--buffer-size 5000`` becomes ``--replay.buffer-size 5000``, ``--replay uniform``
+    ``--replay.prioritized none``, ``--env.atari ref001-stack`` ``--env.atari crop80-stack``."""
     from shoal.config import rename_key, renames
 
-    if not renames(cls):
-        return argv
     out: list[str] = []
     i = 0
     while i < len(argv):
@@ -246,8 +245,9 @@ def renamed_flags(cls: type, argv: list[str]) -> list[str]:
         separate = not eq and not negated and i < len(argv) and not argv[i].startswith("--")
         if separate:
             value = argv[i]
-        new, new_value = rename_key(cls, flag, value if (eq or separate) else {})
-        if new == flag:
+        given = value if (eq or separate) else {}
+        new, new_value = rename_key(cls, flag, given)
+        if new == flag and new_value is given:
             out.append(arg)
             continue
         head, _, last = new.rpartition(".")  # tyro negates a boolean as --block.no-name
@@ -389,7 +389,7 @@ def _eval(args: argparse.Namespace) -> int:
     from shoal.api import load
     from shoal.config import replace
     from shoal.envs import make_env
-    from shoal.envs.multi_agent import make_multi_agent_env
+    from shoal.envs.make import make_multi_agent_env
     from shoal.policy import JointPolicy
     from shoal.stats import summary
     from shoal.train.evaluate import evaluate_episodes, evaluate_joint_episodes

@@ -29,3 +29,7 @@ class CheckpointError(ShoalError):
 
 class NaNLossError(ShoalError, FloatingPointError):
     """A loss became NaN or infinite; training stopped before the weights were corrupted further."""
+
+
+class DistributedError(ShoalError):
+    """Ray is missing, the cluster cannot be reached, or workers keep failing."""

@@ -67,9 +67,14 @@ class Sampler(Protocol):
 
 
 class Algorithm(Protocol):
-    """What the training loop drives: one iteration at a time, plus state for checkpoints."""
+    """What the training loop drives: one iteration at a time, plus state for checkpoints.
+    An iteration is whatever the algorithm learns from at once: a rollout of its vector envs,
+    a population evaluated by whole episodes, a pass over a dataset."""
 
     env_steps: int
+    """The run's progress: what ``run.total_steps`` and the evaluation and checkpoint
+    cadences count. Env steps taken (summed over parallel envs, a population's included);
+    a learner that steps no env (offline) counts the transitions it has learned from."""
     iteration: int
 
     def train_iteration(self) -> dict[str, float]: ...

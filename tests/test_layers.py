@@ -132,3 +132,77 @@ def test_docstrings_cite_papers_not_reference_numbers():
         if re.search(r"\b[Rr]eference 00\d", line)
     ]
     assert not cited, cited
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the shoal modules it imports (anywhere in it: at the top, in functions, under
+    ``TYPE_CHECKING``); ``from package import name`` counts as the submodule when ``name`` is
+    one."""
+    graph: dict[str, set[str]] = {}
+    for module, path in MODULES.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for alias in node.names:
+                    sub = f"{node.module}.{alias.name}"
+                    targets.add(sub if sub in MODULES else node.module)
+            elif isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names)
+        graph[module] = {t for t in targets if t in MODULES and t != module}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, with an
+    explicit stack): every set of modules that import each other, directly or around a
+    circle."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    cycles.append(sorted(component))
+    return cycles
+
+
+def test_import_cycles_are_found():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e2"}, "e2": set()}
+    assert import_cycles(graph) == [["a", "b", "c"]]
+    assert import_cycles({"x": {"y"}, "y": {"x"}, "z": set()}) == [["x", "y"]]
+
+
+def test_no_module_imports_itself_around_a_circle():
+    """Modules that import each other (even inside functions) are one module split in two:
+    a reader cannot take either first, and the import order decides what works."""
+    assert import_cycles(import_graph()) == []

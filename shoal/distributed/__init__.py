@@ -9,11 +9,9 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from shoal.errors import ShoalError
+from shoal.errors import DistributedError
 
-
-class DistributedError(ShoalError):
-    """Ray is missing, the cluster cannot be reached, or workers keep failing."""
+__all__ = ["DistributedError", "require_ray"]
 
 
 def require_ray() -> ModuleType:

@@ -20,7 +20,7 @@ deepmind
     (3,600 agent steps/s), ``sync`` about 11,000 and ``async`` 6,600. The two resize frames
     differently, so their observations are close, not equal.
 
-ref001-stack / ref001-diff
+crop80-stack / crop80-diff
     Lamb et al. (actor-critic on Pong and Breakout): the 210x160 RGB frame is
     cropped to 160x160, converted to grayscale and downsampled to 80x80; the CNN models see the
     last 4 such frames stacked (uint8 ``[4, 80, 80]``), the linear model the difference of the
@@ -37,23 +37,24 @@ import gymnasium as gym
 import numpy as np
 
 from shoal.config import EnvConfig
+from shoal.envs.ids import env_spec
 from shoal.errors import ConfigError
 
 __all__ = [
     "AtariEpisodes",
     "FireReset",
     "FrameDifference",
-    "Ref001Frame",
+    "Crop80Frame",
     "make_atari_env",
     "make_atari_vector_env",
-    "ref001_frame",
+    "crop80_frame",
 ]
 
 FRAME_SKIP = 4
 NOOP_MAX = 30
 SCREEN_SIZE = 84
 STACK = 4
-REF001_CROP_TOP = 34
+CROP80_TOP = 34
 """First row of Lamb et al.'s 160x160 crop: rows 34-193 hold Pong's playing field (the score
 above and the bottom border are cut), as in Kostrikov's pytorch-a3c, the reference's baseline."""
 
@@ -93,7 +94,7 @@ class FireReset(gym.Wrapper):
         return obs, {**info, **step_info}
 
 
-def ref001_frame(frame: np.ndarray, crop_top: int = REF001_CROP_TOP) -> np.ndarray:
+def crop80_frame(frame: np.ndarray, crop_top: int = CROP80_TOP) -> np.ndarray:
     """Lamb et al.'s frame: crop a 210x160x3 RGB frame to rows ``crop_top`` to
     ``crop_top + 159``, grayscale (ITU-R 601 luma, as OpenCV), 2x2 mean to 80x80, uint8."""
     crop = frame[crop_top : crop_top + 160, :160].astype(np.float32)
@@ -102,10 +103,10 @@ def ref001_frame(frame: np.ndarray, crop_top: int = REF001_CROP_TOP) -> np.ndarr
     return np.clip(np.rint(small), 0, 255).astype(np.uint8)
 
 
-class Ref001Frame(gym.ObservationWrapper):
-    """RGB Atari frames to Lamb et al.'s 80x80 grayscale frames (`ref001_frame`)."""
+class Crop80Frame(gym.ObservationWrapper):
+    """RGB Atari frames to Lamb et al.'s 80x80 grayscale frames (`crop80_frame`)."""
 
-    def __init__(self, env: gym.Env, crop_top: int = REF001_CROP_TOP):
+    def __init__(self, env: gym.Env, crop_top: int = CROP80_TOP):
         super().__init__(env)
         shape = env.observation_space.shape
         if shape is None or tuple(shape) != (210, 160, 3):
@@ -114,7 +115,7 @@ class Ref001Frame(gym.ObservationWrapper):
         self.observation_space = gym.spaces.Box(0, 255, (80, 80), np.uint8)
 
     def observation(self, observation: np.ndarray) -> np.ndarray:
-        return ref001_frame(observation, self.crop_top)
+        return crop80_frame(observation, self.crop_top)
 
 
 class FrameDifference(gym.Wrapper):
@@ -156,13 +157,13 @@ def make_atari_env(
         env = gym.make(env_id, frameskip=1, obs_type="grayscale", render_mode=render_mode, **kwargs)
         env = AtariPreprocessing(env)
         env = FireReset(env)
-    elif mode in ("ref001-stack", "ref001-diff"):
-        env = Ref001Frame(gym.make(env_id, obs_type="rgb", render_mode=render_mode, **kwargs))
+    elif mode in ("crop80-stack", "crop80-diff"):
+        env = Crop80Frame(gym.make(env_id, obs_type="rgb", render_mode=render_mode, **kwargs))
     else:
         raise ConfigError(f"unknown Atari preprocessing {mode!r}")
     if max_episode_steps is not None:
         env = gym.wrappers.TimeLimit(env, max_episode_steps)
-    if mode == "ref001-diff":
+    if mode == "crop80-diff":
         return FrameDifference(env)
     return gym.wrappers.FrameStackObservation(env, STACK)
 
@@ -249,8 +250,6 @@ def make_atari_vector_env(
 ) -> gym.vector.VectorEnv:
     """The vector env for ``config.atari`` (not "none"); ``training`` enables episodic life and
     reward clipping of the deepmind pipeline."""
-    from shoal.envs.gym import env_spec  # here: shoal.envs.gym imports this module
-
     require_ale()
     spec = env_spec(config.id)
     if not str(spec.entry_point).startswith("ale_py"):

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import gymnasium as gym
 
+from shoal.envs.ids import register_ale_envs
 from shoal.envs.multi_agent import PETTINGZOO_PREFIX, multi_agent_ids
 
 GROUPS = (
@@ -83,8 +84,6 @@ def unusable_reason(env_id: str, error: BaseException) -> str:
 
 def _register_optional_envs() -> None:
     """Register the ids of optional packages that register on import (ale-py's Atari)."""
-    from shoal.envs.gym import register_ale_envs
-
     register_ale_envs()
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import os
 import sys
 from typing import Any
@@ -11,15 +10,12 @@ import gymnasium as gym
 import numpy as np
 
 from shoal.config import EnvConfig
-from shoal.envs.agents_as_batch import AgentsAsBatch
-from shoal.envs.base import VectorEnv
+from shoal.envs.catalog import unusable_reason
 from shoal.envs.composite import PackedActions, PackedObs, is_composite
-from shoal.envs.multi_agent import is_multi_agent_id, make_multi_agent_env
-from shoal.envs.normalize import NormalizeObservation, NormalizeReward
+from shoal.envs.ids import env_spec
 from shoal.envs.snapshot import capture_env_state, restore_env_state
 from shoal.envs.wrappers import vector_wrapper_fns, wrapper_fns
 from shoal.errors import ConfigError, UnknownEnvError
-from shoal.imports import import_module
 from shoal.types import StepResult
 
 
@@ -156,54 +152,6 @@ class GymVectorEnv:
         self.env.close()
 
 
-def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
-    """The registered spec of ``env_id``, or an `UnknownEnvError` listing close matches.
-    Atari ids are found without importing ale-py first: a miss registers its envs (when the
-    atari extra is installed) and looks again. ``module:EnvId`` (Gymnasium's convention)
-    imports ``module`` first, whose import registers the id: the way to use a custom env in
-    Ray runners, which build their envs in other processes."""
-    module, sep, name = env_id.rpartition(":")
-    if sep:
-        import_env_module(module, env_id)
-        env_id = name
-    try:
-        return gym.spec(env_id)
-    except gym.error.Error as exc:
-        if register_ale_envs():
-            return env_spec(env_id)
-        known = list(gym.envs.registry.keys())
-        close = difflib.get_close_matches(env_id, known, n=5, cutoff=0.5)
-        hint = f" Did you mean: {', '.join(close)}?" if close else ""
-        raise UnknownEnvError(
-            f"unknown environment id {env_id!r}.{hint} (`shoal list --envs` shows all ids)"
-        ) from exc
-
-
-def import_env_module(module: str, env_id: str) -> None:
-    """Import the module of a ``module:EnvId`` id, looking in the working directory too
-    (`shoal.imports.import_module`)."""
-    try:
-        import_module(module)
-    except ImportError as exc:
-        raise UnknownEnvError(
-            f"environment id {env_id!r}: cannot import module {module!r} ({exc}). Run shoal "
-            f"from the directory that holds {module.partition('.')[0]}, or add that directory "
-            "to PYTHONPATH"
-        ) from exc
-
-
-def register_ale_envs() -> bool:
-    """Register ale-py's Atari ids once; True when that added ids, False otherwise."""
-    if "ALE/Pong-v5" in gym.envs.registry:
-        return False
-    try:
-        import ale_py
-    except ImportError:
-        return False
-    gym.register_envs(ale_py)
-    return True
-
-
 def make_gym_vector_env(config: EnvConfig, render_mode: str | None = None) -> gym.vector.VectorEnv:
     if config.atari != "none":
         from shoal.envs.atari import make_atari_vector_env  # ale-py only when asked for
@@ -246,8 +194,6 @@ def make_gym_vector_env(config: EnvConfig, render_mode: str | None = None) -> gy
             **kwargs,
         )
     except (ImportError, gym.error.DependencyNotInstalled) as exc:
-        from shoal.envs.catalog import unusable_reason
-
         raise UnknownEnvError(
             f"environment {config.id!r} cannot be made here: {unusable_reason(config.id, exc)} "
             "(`shoal list --envs` shows the ids that work)"
@@ -264,46 +210,4 @@ def _wrap_vector(env: gym.vector.VectorEnv, wrappers: list[Any]) -> gym.vector.V
     except BaseException:
         env.close()
         raise
-    return env
-
-
-def make_env(
-    config: EnvConfig, seed: int | None = None, render_mode: str | None = None
-) -> VectorEnv:
-    """Build the vector env described by ``config``, normalized as asked, and reset it.
-    Multi-agent env ids (`shoal.envs.multi_agent`) come as one row per (env, agent) pair."""
-    if is_multi_agent_id(config.id):
-        if config.wrappers or config.vector_wrappers or config.frame_stack > 1:
-            raise ConfigError(
-                "EnvConfig.wrappers, vector_wrappers and frame_stack apply to Gymnasium envs, "
-                f"not to the multi-agent env {config.id!r}"
-            )
-        if config.policy_map or config.policy_per_agent:
-            raise ConfigError(
-                "env.policy_map and env.policy_per_agent choose the policies of mappo and "
-                "ippo, which train several policies at once; this learner trains one group "
-                "(env.group)"
-            )
-        env: VectorEnv = AgentsAsBatch(
-            make_multi_agent_env(config, render_mode),
-            config.group,
-            config.agent_id,
-            config.global_state,
-            config.opponents,
-        )
-    else:
-        if config.opponents or config.policy_map or config.policy_per_agent:
-            raise ConfigError(
-                "EnvConfig.opponents, policy_map and policy_per_agent apply to multi-agent "
-                f"envs, not to {config.id!r}"
-            )
-        env = GymVectorEnv(
-            make_gym_vector_env(config, render_mode),
-            config.action_mask,
-            episode_info=config.atari == "deepmind",
-        )
-    if config.normalize_obs:
-        env = NormalizeObservation(env, clip=config.clip_obs)
-    if config.normalize_reward:
-        env = NormalizeReward(env, gamma=config.gamma, clip=config.clip_reward)
     return env

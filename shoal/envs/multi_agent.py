@@ -15,14 +15,11 @@ observation frozen, its reward 0) until its env resets: masked, not dropped.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
 import gymnasium as gym
 import numpy as np
-
-from shoal.errors import ShoalError
 
 if TYPE_CHECKING:
     from shoal.config import EnvConfig
@@ -182,20 +179,6 @@ def multi_agent_ids() -> list[str]:
     return sorted(_FACTORIES)
 
 
-def make_multi_agent_env(config: EnvConfig, render_mode: str | None = None) -> MultiAgentVectorEnv:
-    """A multi-agent vector env: a built-in one by id (``shoal/spread-v0``, ...) or any
-    PettingZoo parallel env as ``pettingzoo:<module>.<env>`` (e.g.
-    ``pettingzoo:mpe2.simple_spread_v3``). Built-in envs render without a render mode;
-    PettingZoo envs are created with ``render_mode``."""
-    if config.id.startswith(PETTINGZOO_PREFIX):
-        from shoal.envs.pettingzoo import make_pettingzoo_env
-
-        return make_pettingzoo_env(config, render_mode=render_mode)
-    if config.id not in _FACTORIES:
-        close = difflib.get_close_matches(config.id, list(_FACTORIES), n=3)
-        hint = f" Did you mean {', '.join(close)}?" if close else ""
-        raise ShoalError(
-            f"unknown multi-agent env {config.id!r}.{hint} Built-in: "
-            f"{', '.join(multi_agent_ids())}; PettingZoo: {PETTINGZOO_PREFIX}<module>.<env>"
-        )
-    return _FACTORIES[config.id](config)
+def registered_factory(env_id: str) -> MultiAgentFactory | None:
+    """The factory `register_multi_agent_env` registered for ``env_id``, or None."""
+    return _FACTORIES.get(env_id)

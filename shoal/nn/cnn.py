@@ -7,10 +7,10 @@ encoder, so replay and rollout storage keep them as uint8 (a quarter of float32'
 
 * ``nature``: the DQN network of Mnih et al. 2015 (Nature): 32 8x8/4, 64 4x4/2, 64 3x3/1,
   FC 512, ReLU after each layer (84x84 input: 20x20, 9x9, 7x7 feature maps).
-* ``ref001-model2``: Lamb et al.'s Model 2: conv 16 8x8/4 pad 2 (80x80 -> 20x20), conv 32
+* ``batchnorm-cnn2``: Lamb et al.'s Model 2: conv 16 8x8/4 pad 2 (80x80 -> 20x20), conv 32
   4x4/2 pad 1 (-> 10x10), batch norm and ReLU after each, flattened to 3200 features that the
   heads read directly.
-* ``ref001-model3``: the convolutional part of Lamb et al.'s Model 3: Model 2's two layers,
+* ``batchnorm-cnn3-lstm``: the convolutional part of Lamb et al.'s Model 3: Model 2's two layers,
   then conv 32 4x4/2 pad 0 (-> 4x4), flattened to 512 features that feed its LSTM 256
   (``ModelConfig.lstm_hidden``, the `RecurrentActorCritic` core).
 * ``impala``: the IMPALA ResNet of Espeholt et al. 2018: three stacks (16, 32, 32 channels) of
@@ -51,8 +51,8 @@ from shoal.nn.init import HIDDEN_GAIN, init_linear, linear
 
 # (out_channels, kernel, stride, padding) of each convolution.
 NATURE_CONVS = ((32, 8, 4, 0), (64, 4, 2, 0), (64, 3, 1, 0))
-REF001_MODEL2_CONVS = ((16, 8, 4, 2), (32, 4, 2, 1))
-REF001_MODEL3_CONVS = ((16, 8, 4, 2), (32, 4, 2, 1), (32, 4, 2, 0))
+BATCHNORM_CNN2_CONVS = ((16, 8, 4, 2), (32, 4, 2, 1))
+BATCHNORM_CNN3_CONVS = ((16, 8, 4, 2), (32, 4, 2, 1), (32, 4, 2, 0))
 IMPALA_CHANNELS = (16, 32, 32)
 
 
@@ -210,12 +210,12 @@ def image_encoder(obs_space: gym.Space, encoder: str, precision: str = "float32"
     elif encoder == "nature":
         trunk, out_shape = conv_stack(channels, height, width, NATURE_CONVS, batch_norm=False)
         fc, minimum = 512, "36x36"
-    elif encoder == "ref001-model2":
-        convs = REF001_MODEL2_CONVS
+    elif encoder == "batchnorm-cnn2":
+        convs = BATCHNORM_CNN2_CONVS
         trunk, out_shape = conv_stack(channels, height, width, convs, batch_norm=True)
         fc, minimum = None, "8x8"
-    elif encoder == "ref001-model3":
-        convs = REF001_MODEL3_CONVS
+    elif encoder == "batchnorm-cnn3-lstm":
+        convs = BATCHNORM_CNN3_CONVS
         trunk, out_shape = conv_stack(channels, height, width, convs, batch_norm=True)
         fc, minimum = None, "32x32"
     else:

@@ -35,7 +35,7 @@ from shoal.nn.mlp import MLP
 ONE_HOT_MAX = 64
 """Discrete parts with more values than this are embedded instead of one-hot encoded."""
 EMBEDDING_DIM = 32
-IMAGE_ENCODERS = ("nature", "impala", "ref001-model2")
+IMAGE_ENCODERS = ("nature", "impala", "batchnorm-cnn2")
 
 
 class Flatten(nn.Module):

@@ -60,10 +60,10 @@ class QNetwork(nn.Module):
             )
         self.kind = kind
         model = config.model
-        if model.encoder == "ref001-model3":
+        if model.encoder == "batchnorm-cnn3-lstm":
             raise ConfigError(
-                "model.encoder 'ref001-model3' is Lamb et al.'s CNN + LSTM model and DQN's "
-                "Q-network has no recurrent core; use 'ref001-model2', 'nature' or 'impala'"
+                "model.encoder 'batchnorm-cnn3-lstm' is Lamb et al.'s CNN + LSTM model and DQN's "
+                "Q-network has no recurrent core; use 'batchnorm-cnn2', 'nature' or 'impala'"
             )
         self.encoding, self.body = encoder_and_body(obs_space, model)
         self.head = QHead(

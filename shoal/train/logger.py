@@ -37,9 +37,7 @@ __all__ = [
     "JsonlLogger",
     "Logger",
     "MultiLogger",
-    "MlflowLogger",
     "TensorBoardLogger",
-    "WandbLogger",
     "make_loggers",
 ]
 
@@ -62,7 +60,7 @@ class Logger(Protocol):
     def close(self) -> None: ...
 
 
-def _scalar(value: Any) -> float | int:
+def scalar(value: Any) -> float | int:
     """Convert a metric value to a plain Python number.
 
     Python ints are kept as ints so counters (episodes, updates) read back exactly; everything
@@ -114,7 +112,7 @@ class JsonlLogger:
 
     @staticmethod
     def _json_value(value: Any) -> float | int | str:
-        number = _scalar(value)
+        number = scalar(value)
         if isinstance(number, float) and not math.isfinite(number):
             if math.isnan(number):
                 return "nan"
@@ -174,7 +172,7 @@ class CsvLogger:
 
         row: dict[str, Any] = {"step": int(step)}
         for key, value in metrics.items():
-            row[key] = _scalar(value)
+            row[key] = scalar(value)
         self._writer.writerow(row)
         self._file.flush()
 
@@ -460,99 +458,13 @@ class MultiLogger:
         self.close()
 
 
-class WandbLogger:
-    """Weights & Biases (Biewald 2020): the run's metrics, its config, and at the end the
-    config file and the final checkpoint as an artifact. Offline (files under
-    ``run_dir/wandb``, ``wandb sync`` uploads them later) unless ``WANDB_MODE`` or an API key
-    says otherwise, so it works without a network."""
-
-    def __init__(self, project: str, run_dir: Path, config: dict[str, Any]) -> None:
-        try:
-            import wandb
-        except ImportError:
-            raise ImportError(
-                "--run.wandb needs Weights & Biases: pip install 'shoal[wandb]'"
-            ) from None
-        self.wandb = wandb
-        online = os.environ.get("WANDB_MODE") or ("online" if os.environ.get("WANDB_API_KEY")
-                                                  else "offline")  # fmt: skip
-        self.run = wandb.init(
-            project=project, name=run_dir.name, dir=str(run_dir), config=config, mode=online,
-            id=run_dir.name.replace("/", "-")[-64:], resume="allow", reinit="finish_previous",
-        )  # fmt: skip
-
-    def log(self, metrics: Mapping[str, float], step: int) -> None:
-        self.run.log({k: _scalar(v) for k, v in metrics.items()}, step=int(step))
-
-    def artifacts(self, config: Path, checkpoint: Path | None) -> None:
-        artifact = self.wandb.Artifact(f"{self.run.name}-checkpoint", type="model")
-        artifact.add_file(str(config))
-        if checkpoint is not None:
-            artifact.add_dir(str(checkpoint), name="checkpoint")
-        self.run.log_artifact(artifact)
-
-    def close(self) -> None:
-        self.run.finish()
-
-
-class MlflowLogger:
-    """MLflow tracking: the run's metrics and config (flattened, as parameters), and at the
-    end the config file and the final checkpoint as artifacts. ``uri`` ``local`` keeps the
-    runs beside the run directory (``mlflow.db``, a SQLite store, and ``mlartifacts/``;
-    ``mlflow ui --backend-store-uri sqlite:///.../mlflow.db`` shows them); any tracking URI
-    works."""
-
-    def __init__(self, uri: str, run_dir: Path, config: dict[str, Any]) -> None:
-        try:
-            import mlflow
-        except ImportError:
-            raise ImportError("--run.mlflow needs MLflow: pip install 'shoal[mlflow]'") from None
-        self.mlflow = mlflow
-        name = run_dir.parent.name or "shoal"
-        mlflow.set_tracking_uri(uri)
-        if uri in ("", "local"):  # a SQLite store and an artifact folder beside the run
-            store = run_dir.parent.resolve()
-            mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
-            if mlflow.get_experiment_by_name(name) is None:
-                mlflow.create_experiment(name, artifact_location=(store / "mlartifacts").as_uri())
-        mlflow.set_experiment(name)
-        self.run = mlflow.start_run(run_name=run_dir.name)
-        flat = _flatten(config)
-        for start in range(0, len(flat), 100):  # MLflow takes parameters in batches
-            mlflow.log_params(dict(list(flat.items())[start : start + 100]))
-
-    def log(self, metrics: Mapping[str, float], step: int) -> None:
-        values = {k.replace("/", "."): float(_scalar(v)) for k, v in metrics.items()}
-        self.mlflow.log_metrics({k: v for k, v in values.items() if math.isfinite(v)}, step=step)
-
-    def artifacts(self, config: Path, checkpoint: Path | None) -> None:
-        self.mlflow.log_artifact(str(config))
-        if checkpoint is not None:
-            self.mlflow.log_artifacts(str(checkpoint), artifact_path="checkpoint")
-
-    def close(self) -> None:
-        self.mlflow.end_run()
-
-
-def _flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
-    out: dict[str, str] = {}
-    for key, value in config.items():
-        if isinstance(value, Mapping):
-            out.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = str(value)[:500]
-    return out
-
-
 def make_loggers(
     run_dir: Path,
     total_steps: int | None,
     console: bool = True,
     tensorboard: bool = True,
     resume_step: int | None = None,
-    wandb: str | None = None,
-    mlflow: str | None = None,
-    config: dict[str, Any] | None = None,
+    trackers: Iterable[Logger] = (),
 ) -> MultiLogger:
     """The standard set of loggers for a run directory.
 
@@ -560,6 +472,7 @@ def make_loggers(
     ``run_dir/tb/`` (if ``tensorboard``) and a console progress display (if ``console``).
     A run resumed from a checkpoint at env step ``resume_step`` continues the files, without
     what the interrupted run logged after that step (`MultiLogger.lost_steps` says how much).
+    ``trackers`` (`shoal.train.trackers`) log beside them.
     """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -569,10 +482,7 @@ def make_loggers(
     ]
     if tensorboard:
         loggers.append(TensorBoardLogger(run_dir / "tb", resume_step=resume_step))
-    if wandb:
-        loggers.append(WandbLogger(wandb, run_dir, config or {}))
-    if mlflow is not None:
-        loggers.append(MlflowLogger(mlflow, run_dir, config or {}))
+    loggers.extend(trackers)
     if console:
         loggers.append(ConsoleLogger(total_steps))
     return MultiLogger(loggers)

@@ -8,7 +8,7 @@ from random_policy import RandomPolicy
 
 import shoal
 from shoal.config import EnvConfig
-from shoal.envs.multi_agent import make_multi_agent_env
+from shoal.envs.make import make_multi_agent_env
 from shoal.train.evaluate import evaluate, evaluate_joint
 
 pytestmark = pytest.mark.learning

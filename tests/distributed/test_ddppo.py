@@ -26,8 +26,7 @@ from shoal.algos.policy_gradient.ddppo import (
 )
 from shoal.algos.policy_gradient.ppo import PPOConfig, PPOLearner
 from shoal.config import EnvConfig, ModelConfig, RenamedFieldWarning, RunConfig, replace
-from shoal.distributed import DistributedError
-from shoal.errors import ConfigError, NaNLossError
+from shoal.errors import ConfigError, DistributedError, NaNLossError
 from shoal.train.checkpoint import load_checkpoint
 from shoal.train.evaluate import evaluate
 from shoal.types import EpisodeStats

@@ -13,14 +13,14 @@ from shoal.config import EnvConfig, RunConfig  # noqa: E402
 from shoal.envs import GymVectorEnv, make_env  # noqa: E402
 from shoal.envs.atari import (  # noqa: E402
     AtariEpisodes,
+    Crop80Frame,
     FrameDifference,
-    Ref001Frame,
+    crop80_frame,
     make_atari_env,
     make_atari_vector_env,
-    ref001_frame,
 )
 from shoal.errors import ConfigError  # noqa: E402
-from shoal.train.loop import _make_eval_env  # noqa: E402
+from shoal.train.session import make_eval_env  # noqa: E402
 
 
 def _config(env_id="ALE/Pong-v5", **kwargs):
@@ -32,8 +32,8 @@ def _config(env_id="ALE/Pong-v5", **kwargs):
     [
         ("deepmind", "native", (4, 84, 84), np.uint8),
         ("deepmind", "sync", (4, 84, 84), np.uint8),
-        ("ref001-stack", "auto", (4, 80, 80), np.uint8),
-        ("ref001-diff", "auto", (1, 80, 80), np.float32),
+        ("crop80-stack", "auto", (4, 80, 80), np.uint8),
+        ("crop80-diff", "auto", (1, 80, 80), np.float32),
     ],
 )
 def test_shapes_and_dtypes(atari, vectorization, shape, dtype):
@@ -51,7 +51,7 @@ def test_shapes_and_dtypes(atari, vectorization, shape, dtype):
 
 def test_native_vectorization_refuses_reference_001():
     with pytest.raises(ConfigError, match="native"):
-        make_env(_config(atari="ref001-stack", vectorization="native"))
+        make_env(_config(atari="crop80-stack", vectorization="native"))
 
 
 def test_frame_skip_max_pools_the_last_two_raw_frames():
@@ -198,7 +198,7 @@ def test_evaluation_env_has_no_training_preprocessing():
     config = SimpleNamespace(
         run=RunConfig(eval_episodes=2), env=_config(vectorization="native", num_envs=4)
     )
-    env = _make_eval_env(config)
+    env = make_eval_env(config)
     try:
         episodes = env.env
         assert isinstance(episodes, AtariEpisodes) and not episodes.training
@@ -244,13 +244,13 @@ class FrameReplay(gym.Env):
 
 def test_reference_001_crop_grayscale_downsample_and_difference():
     frame, moved, expected, expected_moved = _hand_made_frames()
-    np.testing.assert_array_equal(ref001_frame(frame), expected)
-    np.testing.assert_array_equal(ref001_frame(moved), expected_moved)
+    np.testing.assert_array_equal(crop80_frame(frame), expected)
+    np.testing.assert_array_equal(crop80_frame(moved), expected_moved)
     gray = cv2.cvtColor(frame[34:194], cv2.COLOR_RGB2GRAY)
     area = cv2.resize(gray, (80, 80), interpolation=cv2.INTER_AREA)
-    assert np.abs(area.astype(int) - ref001_frame(frame)).max() <= 1  # OpenCV agrees
+    assert np.abs(area.astype(int) - crop80_frame(frame)).max() <= 1  # OpenCV agrees
 
-    env = FrameDifference(Ref001Frame(FrameReplay([frame, moved, moved])))
+    env = FrameDifference(Crop80Frame(FrameReplay([frame, moved, moved])))
     assert env.observation_space.shape == (1, 80, 80)
     obs, _ = env.reset()
     assert obs.shape == (1, 80, 80) and obs.dtype == np.float32 and not obs.any()
@@ -263,7 +263,7 @@ def test_reference_001_crop_grayscale_downsample_and_difference():
     obs, _ = env.reset()
     assert not obs.any()  # no difference across the reset
 
-    stack = gym.wrappers.FrameStackObservation(Ref001Frame(FrameReplay([frame, moved, moved])), 4)
+    stack = gym.wrappers.FrameStackObservation(Crop80Frame(FrameReplay([frame, moved, moved])), 4)
     obs, _ = stack.reset()
     obs, *_ = stack.step(0)
     np.testing.assert_array_equal(obs[:3], np.stack([expected] * 3))

@@ -12,7 +12,7 @@ import shoal
 from shoal.config import EnvConfig
 from shoal.envs.intersection import IntersectionEnv
 from shoal.envs.intersection.env import OBS_DIM
-from shoal.envs.multi_agent import make_multi_agent_env
+from shoal.envs.make import make_multi_agent_env
 from shoal.errors import ConfigError
 
 KEEP = 0

@@ -12,7 +12,8 @@ from shoal.cli import main
 from shoal.config import EnvConfig
 from shoal.envs.heuristics import IntersectionHeuristic
 from shoal.envs.intersection import IntersectionEnv
-from shoal.envs.multi_agent import episode_ended, make_multi_agent_env
+from shoal.envs.make import make_multi_agent_env
+from shoal.envs.multi_agent import episode_ended
 from shoal.errors import ConfigError
 
 if importlib.util.find_spec("smarts") is None:

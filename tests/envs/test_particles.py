@@ -11,7 +11,8 @@ import pytest
 
 import shoal  # noqa: F401 (registers the envs)
 from shoal.config import EnvConfig
-from shoal.envs.multi_agent import MultiAgentVectorEnv, make_multi_agent_env
+from shoal.envs.make import make_multi_agent_env
+from shoal.envs.multi_agent import MultiAgentVectorEnv
 from shoal.envs.particles import (
     CooperativeNavigationV2Env,
     PredatorPreyEnv,

@@ -7,7 +7,7 @@ import pytest
 
 import shoal
 from shoal.config import EnvConfig
-from shoal.envs.multi_agent import make_multi_agent_env
+from shoal.envs.make import make_multi_agent_env
 from shoal.envs.particles.tag import TagEnv, bound
 from shoal.errors import ConfigError
 

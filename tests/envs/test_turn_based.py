@@ -8,7 +8,8 @@ import pytest
 import shoal
 from shoal.config import EnvConfig
 from shoal.envs import make_env
-from shoal.envs.multi_agent import episode_ended, make_multi_agent_env
+from shoal.envs.make import make_multi_agent_env
+from shoal.envs.multi_agent import episode_ended
 
 pytest.importorskip("pettingzoo.classic", reason="needs pettingzoo[classic]")
 from pettingzoo.classic import tictactoe_v3  # noqa: E402

@@ -7,7 +7,7 @@ import pytest
 
 import shoal
 from shoal.config import EnvConfig
-from shoal.envs.gym import make_env
+from shoal.envs.make import make_env
 from shoal.envs.wrappers import parse_wrapper, wrapper_fns
 from shoal.errors import ConfigError
 

@@ -18,7 +18,7 @@ from shoal.nn import ActorCritic, RecurrentActorCritic
 from shoal.nn.cnn import build_encoder, image_encoder
 from shoal.nn.q_network import QNetwork
 
-ENCODERS = ("nature", "ref001-model2", "ref001-model3", "impala")
+ENCODERS = ("nature", "batchnorm-cnn2", "batchnorm-cnn3-lstm", "impala")
 
 
 def image_space(*shape):
@@ -46,9 +46,9 @@ def conv_output_shapes(encoder, obs):
 # --- the papers' layer sizes --------------------------------------------------------------------
 
 
-def test_ref001_model2_feature_maps_are_the_papers():
+def test_batchnorm_cnn2_feature_maps_are_the_papers():
     # Lamb et al., Model 2: 80x80 -> 20x20 (16 channels) -> 10x10 (32), 3200 features.
-    encoder = image_encoder(image_space(4, 80, 80), "ref001-model2")
+    encoder = image_encoder(image_space(4, 80, 80), "batchnorm-cnn2")
     shapes, features = conv_output_shapes(encoder, frames(2, 4, 80, 80))
     assert shapes == [(16, 20, 20), (32, 10, 10)]
     assert features.shape == (2, 3200) and encoder.out_dim == 3200
@@ -60,9 +60,9 @@ def test_ref001_model2_feature_maps_are_the_papers():
     assert sum(isinstance(m, nn.BatchNorm2d) for m in encoder.modules()) == 2
 
 
-def test_ref001_model3_feature_maps_are_the_papers():
+def test_batchnorm_cnn3_feature_maps_are_the_papers():
     # Model 3: the same two layers, then 4x4 stride 2 pad 0 -> 4x4 (32 channels), 512 features.
-    encoder = image_encoder(image_space(4, 80, 80), "ref001-model3")
+    encoder = image_encoder(image_space(4, 80, 80), "batchnorm-cnn3-lstm")
     shapes, features = conv_output_shapes(encoder, frames(2, 4, 80, 80))
     assert shapes == [(16, 20, 20), (32, 10, 10), (32, 4, 4)]
     assert features.shape == (2, 512)
@@ -112,11 +112,11 @@ def test_one_channel_images_and_bad_spaces():
         build_encoder(image_space(4, 84, 84), ModelConfig())
 
 
-def test_ref001_model3_implies_lstm_256():
-    assert ModelConfig(encoder="ref001-model3").lstm_hidden == 256
-    assert ModelConfig(encoder="ref001-model3", lstm_hidden=256).lstm_hidden == 256
+def test_batchnorm_cnn3_lstm_implies_lstm_256():
+    assert ModelConfig(encoder="batchnorm-cnn3-lstm").lstm_hidden == 256
+    assert ModelConfig(encoder="batchnorm-cnn3-lstm", lstm_hidden=256).lstm_hidden == 256
     with pytest.raises(ConfigError, match="lstm_hidden"):
-        ModelConfig(encoder="ref001-model3", lstm_hidden=128)
+        ModelConfig(encoder="batchnorm-cnn3-lstm", lstm_hidden=128)
     with pytest.raises(ConfigError, match="encoder"):
         ModelConfig(encoder="resnet")
 
@@ -126,7 +126,7 @@ def test_ref001_model3_implies_lstm_256():
 
 @pytest.mark.parametrize(
     ("encoder", "shared_trunk"),
-    [(encoder, True) for encoder in ENCODERS] + [("nature", False), ("ref001-model2", False)],
+    [(encoder, True) for encoder in ENCODERS] + [("nature", False), ("batchnorm-cnn2", False)],
 )
 def test_actor_critics_act_with_each_encoder(encoder, shared_trunk):
     env = FakeImageEnv()
@@ -136,7 +136,7 @@ def test_actor_critics_act_with_each_encoder(encoder, shared_trunk):
         config_cls = ppo.PPOConfig if module is ppo else a2c.A2CConfig
         config = config_cls(model=model_config)
         model = module.build_model(config, env.observation_space, env.action_space)
-        if encoder == "ref001-model3":
+        if encoder == "batchnorm-cnn3-lstm":
             assert isinstance(model, RecurrentActorCritic) and model.hidden_size == 256
             assert model.lstm.input_size == 512
             out, state = model.step(obs, model.initial_state(3))
@@ -148,7 +148,7 @@ def test_actor_critics_act_with_each_encoder(encoder, shared_trunk):
         assert torch.isfinite(out.log_probs).all()
 
 
-@pytest.mark.parametrize("encoder", ["nature", "ref001-model2", "impala"])
+@pytest.mark.parametrize("encoder", ["nature", "batchnorm-cnn2", "impala"])
 def test_dqn_q_network_with_each_encoder(encoder):
     env = FakeImageEnv()
     config = dqn.DQNConfig(model=ModelConfig(encoder=encoder), dueling=True)
@@ -159,7 +159,7 @@ def test_dqn_q_network_with_each_encoder(encoder):
 
 def test_dqn_rejects_the_recurrent_model3():
     env = FakeImageEnv()
-    config = dqn.DQNConfig(model=ModelConfig(encoder="ref001-model3"))
+    config = dqn.DQNConfig(model=ModelConfig(encoder="batchnorm-cnn3-lstm"))
     with pytest.raises(ConfigError, match="recurrent"):
         QNetwork(env.observation_space, env.action_space, config, dqn.make_value_kind(config))
 
@@ -206,7 +206,7 @@ def test_runners_act_with_batch_norm_running_statistics(registered_env):
     from shoal.config import EnvConfig
 
     env_id = registered_env("FakeImage-v0", FakeImageEnv)
-    config = ModelConfig(encoder="ref001-model2", shared_trunk=True)
+    config = ModelConfig(encoder="batchnorm-cnn2", shared_trunk=True)
     runner = EnvRunner(
         EnvConfig(id=env_id, num_envs=4),
         lambda obs_space, action_space: ActorCritic(obs_space, action_space, config),

@@ -66,12 +66,8 @@ from shoal.config import (
     check_positive,
 )
 from shoal.data.replay import ReplayBuffer
-from shoal.envs.multi_agent import (
-    AgentGroup,
-    MultiAgentStep,
-    MultiAgentVectorEnv,
-    make_multi_agent_env,
-)
+from shoal.envs.make import make_multi_agent_env
+from shoal.envs.multi_agent import AgentGroup, MultiAgentStep, MultiAgentVectorEnv
 from shoal.errors import ConfigError
 from shoal.losses.actor_critic import deterministic_actor_loss, ensemble_td_loss
 from shoal.losses.distillation import distillation_loss, exploration_scale_loss

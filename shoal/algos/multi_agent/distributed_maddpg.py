@@ -76,7 +76,8 @@ from shoal.config import (
 )
 from shoal.device import to_device
 from shoal.distributed import require_ray
-from shoal.envs.multi_agent import AgentGroup, make_multi_agent_env
+from shoal.envs.make import make_multi_agent_env
+from shoal.envs.multi_agent import AgentGroup
 from shoal.errors import ConfigError, NaNLossError
 from shoal.nn.target import frozen_copy
 from shoal.policy import ActorPolicy, JointPolicy

@@ -56,7 +56,8 @@ from shoal.config import (
     check_multi_agent_learner,
 )
 from shoal.data.replay import ReplayBuffer
-from shoal.envs.multi_agent import AgentGroup, MultiAgentVectorEnv, make_multi_agent_env
+from shoal.envs.make import make_multi_agent_env
+from shoal.envs.multi_agent import AgentGroup, MultiAgentVectorEnv
 from shoal.errors import ConfigError
 from shoal.losses.actor_critic import deterministic_actor_loss, ensemble_td_loss
 from shoal.nn.critics import CriticEnsemble

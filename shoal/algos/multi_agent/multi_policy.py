@@ -28,7 +28,8 @@ from shoal.collect.multi_agent import FixedGroups, MultiAgentRunner
 from shoal.collect.multi_policy import MultiPolicyActing, policy_rows
 from shoal.collect.self_play import SelfPlaySeats, SnapshotPool
 from shoal.config import from_dict
-from shoal.envs.multi_agent import MultiAgentVectorEnv, is_multi_agent_id, make_multi_agent_env
+from shoal.envs.make import make_multi_agent_env
+from shoal.envs.multi_agent import MultiAgentVectorEnv, is_multi_agent_id
 from shoal.envs.opponents import make_opponents
 from shoal.envs.policy_map import PolicyAgents, resolve_policies
 from shoal.errors import ConfigError

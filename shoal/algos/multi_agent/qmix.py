@@ -42,7 +42,8 @@ from shoal.config import (
 )
 from shoal.data.episode_replay import EpisodeBatch, EpisodeBuilder, EpisodeReplay
 from shoal.device import check_precision, resolve_device, to_device
-from shoal.envs.multi_agent import MultiAgentStep, MultiAgentVectorEnv, make_multi_agent_env
+from shoal.envs.make import make_multi_agent_env
+from shoal.envs.multi_agent import MultiAgentStep, MultiAgentVectorEnv
 from shoal.errors import ConfigError, UnsupportedSpaceError
 from shoal.losses.q_learning import masked_argmax
 from shoal.losses.value_decomposition import double_q_next_values, masked_td_loss, td_targets

@@ -46,8 +46,8 @@ from shoal.config import (
     unnest,
 )
 from shoal.device import to_device
-from shoal.distributed import DistributedError, require_ray
-from shoal.errors import NaNLossError
+from shoal.distributed import require_ray
+from shoal.errors import DistributedError, NaNLossError
 from shoal.policy import ActorPolicy
 from shoal.schedules import scheduled
 from shoal.seeding import derive_seed

@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -35,6 +35,7 @@ from shoal.algos.continuous.ddpg import DDPGConfig
 from shoal.algos.value import dqn
 from shoal.algos.value.apex_actor import (
     ApexActor,
+    Variant,
     ddpg_priorities,
     dqn_priorities,
     exploration_scales,
@@ -257,16 +258,6 @@ class ApexDDPGConfig(ApexConfig):
         "ddpg",
         ("optim", "model", "noise", "actor_lr", "tau", "critic_loss", "critic_l2", "gamma"),
     )
-
-
-class Variant(NamedTuple):
-    """The single-process algorithm config an Ape-X config stands for, and its builders."""
-
-    inner: Any
-    """The `DQNConfig` or `DDPGConfig` whose learner and networks Ape-X reuses."""
-    learner_fn: Any
-    model_fn: Any
-    """``model_fn(inner, obs_space, action_space)``: the acting network."""
 
 
 def variant(config: ApexConfig) -> Variant:

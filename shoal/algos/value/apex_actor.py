@@ -6,7 +6,7 @@ actors by the driver through `shoal.distributed`; nothing here imports ``ray``."
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import torch
@@ -14,14 +14,35 @@ import torch
 from shoal.algos.continuous import ddpg
 from shoal.algos.value import dqn
 from shoal.collect.env_runner import EnvRunner
+from shoal.config import EnvConfig, RunConfig
 from shoal.data.replay import ReplayBuffer
 from shoal.losses import bootstrap_discount, n_step_return
 from shoal.losses.actor_critic import ensemble_td_loss, twin_min_target
 from shoal.seeding import derive_seed
 from shoal.types import ReplayBatch
 
-if TYPE_CHECKING:
-    from shoal.algos.value.apex import ApexConfig, Variant
+
+class ApexActorConfig(Protocol):
+    """The fields of an Ape-X config (`shoal.algos.value.apex.ApexConfig`) its actors read."""
+
+    run: RunConfig
+    env: EnvConfig
+    rollout_steps: int
+    exploration_epsilon: float
+    exploration_alpha: float
+    per_worker_exploration: bool
+    worker_side_prioritization: bool
+
+
+class Variant(NamedTuple):
+    """The single-process algorithm config an Ape-X config stands for, and its builders
+    (`shoal.algos.value.apex.variant`)."""
+
+    inner: Any
+    """The `DQNConfig` or `DDPGConfig` whose learner and networks Ape-X reuses."""
+    learner_fn: Any
+    model_fn: Any
+    """``model_fn(inner, obs_space, action_space)``: the acting network."""
 
 
 def per_worker_epsilons(num_workers: int, epsilon: float = 0.4, alpha: float = 7.0) -> list:
@@ -34,7 +55,7 @@ def per_worker_epsilons(num_workers: int, epsilon: float = 0.4, alpha: float = 7
     return [epsilon ** (1 + i / (num_workers - 1) * alpha) for i in range(num_workers)]
 
 
-def exploration_scales(config: ApexConfig, parts: Variant) -> list[float]:
+def exploration_scales(config: ApexActorConfig, parts: Variant) -> list[float]:
     """Each actor's epsilon (DQN) or noise scale (DDPG); ``parts`` is ``variant(config)``."""
     n, eps = config.run.runners, config.exploration_epsilon
     ladder = per_worker_epsilons(n, eps, config.exploration_alpha)
@@ -81,7 +102,7 @@ class ApexActor:
     ``parts`` is ``variant(config)`` (`shoal.algos.value.apex`): the DQN or DDPG config, learner and
     network builder that the Ape-X config stands for."""
 
-    def __init__(self, config: ApexConfig, index: int, parts: Variant):
+    def __init__(self, config: ApexActorConfig, index: int, parts: Variant):
         self.config = config
         self.parts = parts
         seed = config.run.seed

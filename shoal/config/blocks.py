@@ -1,88 +1,17 @@
-"""Shared config blocks and the helpers every algorithm config uses.
-
-Configs are frozen dataclasses with a docstring per field (tyro turns them into CLI help) and
-validate themselves in ``__post_init__`` so that a bad value fails before any work starts, with a
-message naming the field and its allowed range.
-"""
+"""The config blocks every algorithm shares: `RunConfig`, `EnvConfig`, `OptimConfig`,
+`ModelConfig`, `SelfPlayConfig`, `NoiseConfig`, `ReplayConfig`."""
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import functools
 import importlib.util
-import types
-import typing
-import warnings
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple, TypeVar
+from typing import Any, ClassVar, Literal
 
-import numpy as np
-
+from shoal.config.checks import check, check_choices, check_positive, is_nested, unnest
+from shoal.config.renames import renamed_value
 from shoal.device import DEVICE_NAMES, valid_device_name
-from shoal.errors import ConfigError, UnknownFieldError
-
-T = TypeVar("T")
-
-
-def check(owner: object, name: str, ok: bool, allowed: str) -> None:
-    """Raise a `ConfigError` naming ``owner.name`` and the allowed range unless ``ok``."""
-    if not ok:
-        value = getattr(owner, name)
-        raise ConfigError(f"{type(owner).__name__}.{name} = {value!r} is invalid: {allowed}")
-
-
-def check_multi_agent_learner(config: Any, algo: str, opponents: bool = False) -> None:
-    """What the multi-agent learners with networks of their own refuse instead of ignoring:
-    an image or custom ``model.encoder`` (their agent-batched networks read flat
-    observations through MLPs), ``env.opponents`` unless they take fixed opponents
-    (``opponents``; MADDPG and CTEDD train every group they step) and the policy maps of
-    MAPPO and IPPO."""
-    check(
-        config.model,
-        "encoder",
-        config.model.encoder == "mlp",
-        f"{algo}'s agent-batched networks read flat observations through MLPs; image and "
-        "custom encoders serve the single-agent families",
-    )
-    check(
-        config.env,
-        "opponents",
-        opponents or not config.env.opponents,
-        f"{algo} trains every agent group of its env; env.opponents serves MAPPO, IPPO and "
-        "QMIX/VDN/IQL",
-    )
-    check(
-        config.env,
-        "policy_map",
-        not config.env.policy_map and not config.env.policy_per_agent,
-        f"{algo} has its own networks per agent; env.policy_map and env.policy_per_agent "
-        "choose the policies of MAPPO and IPPO",
-    )
-
-
-def check_positive(owner: object, *names: str) -> None:
-    for name in names:
-        check(owner, name, getattr(owner, name) > 0, "must be > 0")
-
-
-def check_choices(owner: object) -> None:
-    """Check every ``Literal``-typed field against its choices (the type hint alone checks
-    nothing outside the CLI, e.g. for YAML files and Python callers)."""
-    for name, choices in _literal_fields(type(owner)).items():
-        allowed = "must be one of " + ", ".join(map(repr, choices))
-        check(owner, name, getattr(owner, name) in choices, allowed)
-
-
-@functools.cache
-def _literal_fields(cls: type) -> dict[str, tuple[Any, ...]]:
-    hints = typing.get_type_hints(cls)
-    return {
-        f.name: typing.get_args(hints[f.name])
-        for f in dataclasses.fields(cls)
-        if typing.get_origin(hints[f.name]) is Literal
-    }
+from shoal.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -216,10 +145,10 @@ class EnvConfig:
     global_state: bool = False
     """Multi-agent envs: give the value function the env's global state (a centralized
     critic, MAPPO) instead of the agent's own observation (IPPO); the policy never sees it."""
-    atari: Literal["none", "deepmind", "ref001-stack", "ref001-diff"] = "none"
+    atari: Literal["none", "deepmind", "crop80-stack", "crop80-diff"] = "none"
     """Atari frame preprocessing for ALE ids (needs the atari extra; `shoal.envs.atari`).
     deepmind: no-op and FIRE resets, frame skip 4 with max-pooling, 84x84 grayscale, 4 frames
-    stacked (uint8 [4, 84, 84]). ref001-stack / ref001-diff: Lamb et al.'s 160x160 crop,
+    stacked (uint8 [4, 84, 84]). crop80-stack / crop80-diff: Lamb et al.'s 160x160 crop,
     grayscale and 80x80 downsampling, then 4 frames stacked or the difference of consecutive
     frames."""
     atari_training: bool = True
@@ -227,7 +156,12 @@ class EnvConfig:
     Evaluation envs turn it off (the training loop does); logged episode returns are always
     true scores of whole games."""
 
+    RENAMED_VALUES: ClassVar[dict[str, dict[str, str]]] = {
+        "atari": {"ref001-stack": "crop80-stack", "ref001-diff": "crop80-diff"}
+    }
+
     def __post_init__(self) -> None:
+        object.__setattr__(self, "atari", renamed_value(type(self), "atari", self.atari))
         check(self, "id", bool(self.id), "must name an environment")
         check_choices(self)
         check_positive(self, "num_envs", "clip_obs", "clip_reward")
@@ -272,7 +206,7 @@ class OptimConfig:
             check_positive(self, "anneal_steps")
 
 
-ENCODERS = ("mlp", "nature", "ref001-model2", "ref001-model3", "impala")
+ENCODERS = ("mlp", "nature", "batchnorm-cnn2", "batchnorm-cnn3-lstm", "impala")
 """The built-in observation encoders (`ModelConfig.encoder`)."""
 
 
@@ -304,17 +238,17 @@ class ModelConfig:
     model shares its encoder and LSTM between actor and critic, whatever shared_trunk says;
     its state is carried across steps by the sampler and reset at episode starts."""
     encoder: str = "mlp"
-    """Observation encoder: mlp, nature, ref001-model2, ref001-model3, impala
+    """Observation encoder: mlp, nature, batchnorm-cnn2, batchnorm-cnn3-lstm, impala
     (`shoal.nn.cnn`), or a user's network as module:Class (`shoal.nn.custom`). mlp:
     observations flattened (Box) or one-hot (Discrete), then the hidden layers; Dict and Tuple
     observations get one encoder per part, concatenated (`shoal.nn.composite`), image parts
     the CNN named here (nature when mlp). The others read channel-first images [C, H, W] (uint8
     frames are scaled by 1/255) and replace the MLP, so hidden is unused: nature is the DQN
-    Nature CNN (Mnih et al. 2015; FC 512); ref001-model2 is Lamb et al.'s two conv layers
-    with batch norm, flattened (3200 features on 80x80); ref001-model3 is its three conv
+    Nature CNN (Mnih et al. 2015; FC 512); batchnorm-cnn2 is Lamb et al.'s two conv layers
+    with batch norm, flattened (3200 features on 80x80); batchnorm-cnn3-lstm is its three conv
     layers (512 features on 80x80) and implies its LSTM 256 core, so lstm_hidden None becomes
     256 (any other size is an error); impala is the IMPALA ResNet (Espeholt et al. 2018; FC
-    256). PPO, A2C and DQN read it (DQN has no LSTM core, hence no ref001-model3)."""
+    256). PPO, A2C and DQN read it (DQN has no LSTM core, hence no batchnorm-cnn3-lstm)."""
     policy_head: str | None = None
     """A user's policy head for the actor-critics as module:Class (`shoal.nn.custom`), built
     as Class(in_dim, action_space, model_config); None: the head for the action space."""
@@ -334,7 +268,12 @@ class ModelConfig:
     networks of control tasks (PPO and A2C learners; every sampler of an MLP actor-critic);
     CPU, float32, tanh or relu MLPs only. auto: numpy where it applies, torch otherwise."""
 
+    RENAMED_VALUES: ClassVar[dict[str, dict[str, str]]] = {
+        "encoder": {"ref001-model2": "batchnorm-cnn2", "ref001-model3": "batchnorm-cnn3-lstm"}
+    }
+
     def __post_init__(self) -> None:
+        object.__setattr__(self, "encoder", renamed_value(type(self), "encoder", self.encoder))
         check(self, "hidden", all(h > 0 for h in self.hidden), "sizes must be > 0")
         check(self, "key_hidden", all(h > 0 for h in self.key_hidden), "sizes must be > 0")
         if self.policy_head is not None:
@@ -345,15 +284,15 @@ class ModelConfig:
             self.encoder in ENCODERS or ":" in self.encoder,
             f"choose one of {list(ENCODERS)}, or name your own network as module:Class",
         )
-        if self.encoder == "ref001-model3":
+        if self.encoder == "batchnorm-cnn3-lstm":
             if self.lstm_hidden is None:  # the paper's Model 3 is CNN + LSTM 256 (Lamb et al.)
                 object.__setattr__(self, "lstm_hidden", 256)
             check(
                 self,
                 "lstm_hidden",
                 self.lstm_hidden == 256,
-                "encoder 'ref001-model3' is Lamb et al.'s CNN + LSTM 256: use 256 or "
-                "leave it unset (or pick encoder 'ref001-model2' / 'nature' / 'impala')",
+                "encoder 'batchnorm-cnn3-lstm' is Lamb et al.'s CNN + LSTM 256: use 256 or "
+                "leave it unset (or pick encoder 'batchnorm-cnn2' / 'nature' / 'impala')",
             )
         if self.lstm_hidden is not None:
             check_positive(self, "lstm_hidden")
@@ -364,7 +303,7 @@ class ModelConfig:
             "precision",
             self.precision == "float32" or self.encoder != "mlp",
             "bfloat16 and float16 apply to the image encoders (model.encoder nature, "
-            "ref001-model2, ref001-model3, impala); the mlp encoder computes in float32",
+            "batchnorm-cnn2, batchnorm-cnn3-lstm, impala); the mlp encoder computes in float32",
         )
         if self.temperature_min is not None:
             check(
@@ -460,28 +399,6 @@ class ReplayConfig:
         check(self, "priority_beta", 0.0 <= self.priority_beta <= 1.0, "must be in [0, 1]")
 
 
-def nested_block(cls: type[T]) -> type[T]:
-    """``cls`` as a block nested in a variant's config (DD-PPO's ``ppo``, Ape-X's ``dqn``): the
-    same fields and checks, except those that depend on ``run`` and ``env``, which the variant
-    runs on the block with its own ``run`` and ``env`` (`unnest`). The block's own run and env
-    are not used."""
-    namespace = {"NESTED": True, "__doc__": cls.__doc__, "__module__": cls.__module__}
-    return typing.cast(type[T], type(cls.__name__, (cls,), namespace))
-
-
-def is_nested(config: object) -> bool:
-    """Whether ``config`` is a `nested_block` (its run- and env-dependent checks wait)."""
-    return getattr(type(config), "NESTED", False)
-
-
-def unnest(block: T, **changes: Any) -> T:
-    """The plain config a `nested_block` stands for, with ``changes`` (the variant's run and
-    env), validated in full."""
-    cls = type(block).__mro__[1] if is_nested(block) else type(block)
-    values = {f.name: getattr(block, f.name) for f in dataclasses.fields(block) if f.init}
-    return cls(**{**values, **changes})
-
-
 def check_block(owner: Any, field: str) -> Any:
     """Validate ``owner``'s `nested_block` ``field`` with ``owner``'s run and env, and return
     the plain config it stands for (`unnest`). The block's own run and env must be left at
@@ -495,316 +412,3 @@ def check_block(owner: Any, field: str) -> Any:
     except ConfigError as exc:
         prefix = f"{type(owner).__name__}.{field}."
         raise ConfigError(str(exc).replace(f"{plain.__name__}.", prefix, 1)) from None
-
-
-def check_replay_holds(owner: object, num_envs: int) -> None:
-    """``owner.replay.buffer_size`` must hold the n-step windows of ``num_envs`` envs (left
-    to the variant for a `nested_block`)."""
-    if is_nested(owner):
-        return
-    replay = owner.replay
-    check(
-        replay,
-        "buffer_size",
-        replay.buffer_size >= num_envs * (replay.n_step + 2),
-        f"must hold at least replay.n_step + 2 steps of {num_envs} envs",
-    )
-
-
-class Renamed(NamedTuple):
-    """Where a config field of an earlier shoal version lives now (config files, checkpoints,
-    command lines and keyword overrides written for it keep working, with a warning)."""
-
-    path: str
-    """The field's dotted name now, e.g. ``replay.buffer_size``."""
-    values: dict[Any, Any] | None = None
-    """Old values that are spelled differently now."""
-
-
-REPLAY_RENAMES: dict[str, Renamed] = {
-    "buffer_size": Renamed("replay.buffer_size"),
-    "batch_size": Renamed("replay.batch_size"),
-    "n_step": Renamed("replay.n_step"),
-    "replay": Renamed("replay.prioritized", {"uniform": "none"}),
-    "priority_alpha": Renamed("replay.priority_alpha"),
-    "priority_beta": Renamed("replay.priority_beta"),
-    "learning_starts": Renamed("replay.learning_starts"),
-    "gradient_steps": Renamed("replay.gradient_steps"),
-    "save_replay": Renamed("replay.save"),
-}
-"""The flat replay fields of shoal 0.1's DQN, DDPG, TD3, SAC, D4PG, MADDPG and CTEDD configs."""
-
-
-class RenamedFieldWarning(UserWarning):
-    """A config used a field name of an earlier shoal version."""
-
-
-def renames(cls: type) -> dict[str, Renamed]:
-    """The renamed fields of a config class (its ``RENAMED`` class attribute)."""
-    return getattr(cls, "RENAMED", {})
-
-
-def _is_current(cls: type, name: str, value: Any) -> bool:
-    """``name`` is a field of ``cls`` now and ``value`` fits it (a block takes a mapping)."""
-    hints = typing.get_type_hints(cls)
-    if name not in hints or name not in {f.name for f in dataclasses.fields(cls)}:
-        return False
-    return not dataclasses.is_dataclass(hints[name]) or isinstance(value, (dict, Mapping))
-
-
-def rename_key(cls: type, key: str, value: Any, where: str = "") -> tuple[str, Any]:
-    """``(key, value)`` in today's spelling: a renamed field's dotted path (a dotted ``key``
-    whose head was renamed keeps its tail) and value; unchanged otherwise. Warns once per use
-    of an old name."""
-    name = key.replace("-", "_")
-    head, dot, tail = name.partition(".")
-    rule = renames(cls).get(head)
-    if rule is None or _is_current(cls, head, value if not dot else {}):
-        return key, value
-    new = f"{rule.path}.{tail}" if dot else rule.path
-    if rule.values is not None and not dot:
-        value = rule.values.get(value, value)
-    old = f"{where}.{name}" if where else name
-    warnings.warn(
-        f"config field {old!r} is now {new!r} (the old name still works)",
-        RenamedFieldWarning,
-        stacklevel=3,
-    )
-    return new, value
-
-
-def _nest(key: str, value: Any) -> tuple[str, Any]:
-    """``a.b.c: v`` as ``a: {b: {c: v}}``."""
-    head, dot, tail = key.partition(".")
-    if not dot:
-        return head, value
-    inner_key, inner_value = _nest(tail, value)
-    return head, {inner_key: inner_value}
-
-
-def _merge(into: dict[str, Any], key: str, value: Any) -> None:
-    if isinstance(value, dict) and isinstance(into.get(key), dict):
-        for k, v in value.items():
-            _merge(into[key], k, v)
-    else:
-        into[key] = value
-
-
-def upgrade(cls: type, data: dict[str, Any], path: str = "") -> dict[str, Any]:
-    """``data`` (a config mapping for ``cls``) with renamed fields moved to where they live
-    now (`Renamed`)."""
-    if not renames(cls):
-        return data
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        new, value = rename_key(cls, key, value, path)
-        head, nested = _nest(new, value)
-        _merge(out, head, nested)
-    return out
-
-
-def to_dict(config: Any) -> dict[str, Any]:
-    """A JSON-ready dict of a (nested) config dataclass."""
-    return dataclasses.asdict(config)
-
-
-def from_dict(cls: type[T], data: dict[str, Any], path: str = "", base: T | None = None) -> T:
-    """Build a (nested) config dataclass from plain data, e.g. YAML or checkpoint JSON.
-
-    Fields missing from ``data`` keep the values of ``base`` when given, else the class's
-    defaults. A nested block starts from its parent's default for that block, not from the
-    block class's own defaults: ``optim: {lr: 0.01}`` in a DQN file keeps DQN's default
-    gradient clipping, as ``--optim.lr 0.01`` on the command line does.
-
-    Unknown keys are an error with the closest valid names, because a silently ignored typo in a
-    tuned example would train something other than what its author meant.
-    """
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path or cls.__name__} must be a mapping, got {data!r}")
-    data = upgrade(cls, data, path)
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    kwargs: dict[str, Any] = {}
-    for key, value in data.items():
-        name = key.replace("-", "_")
-        where = f"{path}.{name}" if path else name
-        if name not in fields:
-            close = difflib.get_close_matches(name, sorted(fields), n=3)
-            hint = f"; did you mean {', '.join(close)}?" if close else ""
-            raise UnknownFieldError(f"unknown config field {where!r} for {cls.__name__}{hint}")
-        if dataclasses.is_dataclass(hints[name]):
-            block = getattr(base, name) if base is not None else _default(fields[name])
-            kwargs[name] = from_dict(hints[name], value, where, base=block)
-        else:
-            kwargs[name] = _coerce(hints[name], value, f"{cls.__name__}.{name}")
-    return dataclasses.replace(base, **kwargs) if base is not None else cls(**kwargs)
-
-
-def _default(field: dataclasses.Field) -> Any:
-    """A field's default value (built by its factory), or None when it has none."""
-    if field.default_factory is not dataclasses.MISSING:
-        return field.default_factory()
-    return None if field.default is dataclasses.MISSING else field.default
-
-
-def _coerce(hint: Any, value: Any, path: str) -> Any:
-    """``value`` as the type ``hint`` names (YAML and JSON give ints for floats, lists for
-    tuples, strings such as ``1e-3`` for numbers), or a `ConfigError` naming the field, the
-    expected type and what was given."""
-    origin = typing.get_origin(hint)
-    if dataclasses.is_dataclass(hint):
-        return value if dataclasses.is_dataclass(value) else from_dict(hint, value, path)
-    if hint is Any or isinstance(hint, typing.TypeVar):
-        return value
-    if origin in (typing.Union, types.UnionType):
-        options = typing.get_args(hint)
-        if value is None:
-            if type(None) in options:
-                return None
-            raise _type_error(hint, value, path)
-        for option in (a for a in options if a is not type(None)):
-            try:
-                return _coerce(option, value, path)
-            except ConfigError:
-                continue
-        raise _type_error(hint, value, path)
-    if origin is typing.Literal:
-        choices = typing.get_args(hint)
-        if value in choices:
-            return value
-        raise ConfigError(f"{path} must be one of {', '.join(map(repr, choices))}, got {value!r}")
-    if origin is tuple:
-        args = typing.get_args(hint)
-        if not isinstance(value, (list, tuple)):
-            raise _type_error(hint, value, path)
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_coerce(args[0], v, f"{path}[{i}]") for i, v in enumerate(value))
-        if args and len(args) != len(value):
-            raise _type_error(hint, value, path)
-        if not args:
-            return tuple(value)
-        pairs = enumerate(zip(args, value, strict=True))
-        return tuple(_coerce(a, v, f"{path}[{i}]") for i, (a, v) in pairs)
-    if origin in (list, dict):
-        if not isinstance(value, origin):
-            raise _type_error(hint, value, path)
-        args = typing.get_args(hint)
-        if origin is list:
-            item = args[0] if args else Any
-            return [_coerce(item, v, f"{path}[{i}]") for i, v in enumerate(value)]
-        item = args[1] if len(args) == 2 else Any
-        return {k: _coerce(item, v, f"{path}.{k}") for k, v in value.items()}
-    if hint is bool:
-        if isinstance(value, (bool, np.bool_)):
-            return bool(value)
-        raise _type_error(hint, value, path)
-    if hint is int:
-        number = _number(value)
-        if isinstance(number, int) or (isinstance(number, float) and number.is_integer()):
-            return int(number)
-        raise _type_error(hint, value, path)
-    if hint is float:
-        number = _number(value)
-        if number is None:
-            raise _type_error(hint, value, path)
-        return float(number)
-    if hint is str:
-        if isinstance(value, str):
-            return value
-        raise _type_error(hint, value, path)
-    return value
-
-
-def _number(value: Any) -> int | float | None:
-    """An int or float from a number or a numeric string (YAML reads ``1e-3`` as a string);
-    None for anything else, booleans included."""
-    if isinstance(value, (bool, np.bool_)):
-        return None
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return None
-    return None
-
-
-def _type_error(hint: Any, value: Any, path: str) -> ConfigError:
-    return ConfigError(f"{path} must be {_type_name(hint)}, got {value!r} ({type(value).__name__})")
-
-
-def _type_name(hint: Any) -> str:
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(_type_name(a) for a in typing.get_args(hint))
-    if origin is typing.Literal:
-        return "one of " + ", ".join(map(repr, typing.get_args(hint)))
-    if origin is tuple:
-        args = typing.get_args(hint)
-        if len(args) == 2 and args[1] is Ellipsis:
-            return f"a list of {_type_name(args[0])}"
-        return "a list of " + str(len(args)) + " values"
-    if origin is dict:
-        return "a mapping"
-    if origin is list:
-        return "a list"
-    if hint is type(None):
-        return "null"
-    names = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
-    return names.get(hint, getattr(hint, "__name__", str(hint)))
-
-
-def replace(config: T, **changes: Any) -> T:
-    """`dataclasses.replace` that also accepts dotted names for nested blocks."""
-    nested: dict[str, dict[str, Any]] = {}
-    flat: dict[str, Any] = {}
-    for old_key, old_value in changes.items():
-        key, value = rename_key(type(config), old_key, old_value)
-        head, _, rest = key.partition(".")
-        if rest:
-            nested.setdefault(head, {})[rest] = value
-        else:
-            flat[key] = value
-    names = sorted(f.name for f in dataclasses.fields(config) if f.init)
-    for name in (*flat, *nested):
-        if name not in names:
-            close = difflib.get_close_matches(name, names, n=3)
-            hint = f"; did you mean {', '.join(close)}?" if close else ""
-            raise UnknownFieldError(
-                f"unknown config field {name!r} for {type(config).__name__}{hint}"
-            )
-    hints = typing.get_type_hints(type(config))
-    prefix = type(config).__name__
-    for name, value in flat.items():
-        flat[name] = _coerce(hints[name], value, f"{prefix}.{name}")
-    for head, sub in nested.items():
-        flat[head] = replace(getattr(config, head), **sub)
-    return dataclasses.replace(config, **flat)
-
-
-__all__ = [
-    "REPLAY_RENAMES",
-    "EnvConfig",
-    "ModelConfig",
-    "OptimConfig",
-    "Renamed",
-    "RenamedFieldWarning",
-    "ReplayConfig",
-    "RunConfig",
-    "SelfPlayConfig",
-    "check",
-    "check_choices",
-    "check_replay_holds",
-    "is_nested",
-    "nested_block",
-    "check_positive",
-    "from_dict",
-    "renames",
-    "replace",
-    "to_dict",
-    "unnest",
-    "upgrade",
-]

@@ -1,0 +1,399 @@
+"""One training run's named steps, which `shoal.train.loop.run` takes top to bottom: start (or
+resume), iterate, evaluate, checkpoint, the stop conditions, finish.
+
+A `Session` holds what the steps share: the algorithm, the evaluation envs, the loggers, the
+callbacks and the loop's own counters (`LoopState`, saved with every checkpoint so that a
+resumed run keeps its cadence). The loop knows one progress counter, the algorithm's
+``env_steps`` (see `shoal.interfaces.Algorithm`): ``run.total_steps``, the evaluation and the
+checkpoint cadences count it, whether an iteration steps a vector env, evaluates a population
+or passes over a dataset.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from shoal.config import to_dict
+from shoal.envs import make_env
+from shoal.envs.make import make_multi_agent_env
+from shoal.interfaces import AlgorithmSpec
+from shoal.policy import JointPolicy
+from shoal.seeding import derive_seed, rng_state, seed_torch, set_rng_state
+from shoal.threads import set_compute_threads
+from shoal.train.callbacks import Callbacks, TrainContext
+from shoal.train.checkpoint import Checkpoint, incompatible, save_checkpoint
+from shoal.train.evaluate import evaluate, evaluate_joint
+from shoal.train.logger import MultiLogger, make_loggers
+from shoal.train.run_dir import guarded_write, record_for_deploy, resolve_run_dir
+from shoal.train.trackers import make_trackers
+
+
+@dataclass
+class LoopState:
+    """The loop's own counters, saved with checkpoints so a resumed run keeps its cadence."""
+
+    next_eval: int = 0
+    next_checkpoint: int = 0
+    evaluations: int = 0
+    eval_return: float | None = None
+    train_s: float = 0.0
+    eval_step: int | None = None
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_dir: Path
+    checkpoint: Path | None
+    """The last checkpoint written (None only if none could be written)."""
+    env_steps: int
+    iterations: int
+    wall_s: float
+    """Seconds from building the algorithm to the end, evaluation included."""
+    setup_s: float
+    """Seconds spent building the algorithm (environments and networks)."""
+    train_s: float
+    """Seconds spent in training iterations only (no evaluation, no checkpointing)."""
+    eval_return: float | None
+    """Mean return of the last evaluation (None when evaluation is off)."""
+    stop_reason: str
+    """total_steps, target_return, max_wall_s, interrupted or callback."""
+    eval_step: int | None = None
+    """The env step at which ``eval_return`` was measured: the end of the run, unless the
+    run was interrupted or evaluates only at its ``run.eval_every_steps``."""
+    session_train_s: float | None = None
+    """Seconds of training in this process (``train_s`` counts the whole run, across
+    resumes)."""
+    resumed_from: int | None = None
+    """The checkpoint's env step when this process resumed a run."""
+    stop_detail: str = ""
+    """Which condition ended the run, in words."""
+
+    @property
+    def solved(self) -> bool:
+        return self.stop_reason == "target_return"
+
+
+class Session:
+    """A run between its start and its end; build it with `Session.start`."""
+
+    spec: AlgorithmSpec
+    config: Any
+    hooks: Callbacks
+    loop: LoopState
+    run_dir: Path
+    algorithm: Any
+    eval_env: Any
+    loggers: MultiLogger
+    deploy_meta: dict[str, Any]
+    checkpoint: Path | None
+    """The last checkpoint written (a resumed run's own until it writes one)."""
+    resumed_from: int | None
+    """The checkpoint's env step when this process resumed a run."""
+    exact: bool
+    """False when a resume could not restore the run exactly (`start` says why)."""
+    stop_asked: bool
+    """A callback asked to stop after the last iteration."""
+    started: float
+    setup_s: float
+    train_s_before: float
+
+    # --- start or resume ------------------------------------------------------------------
+
+    @classmethod
+    def start(
+        cls, spec: AlgorithmSpec, config: Any, resume: Checkpoint | None, hooks: Callbacks
+    ) -> Session:
+        """Create (or reopen) the run directory, build the algorithm, restore it from
+        ``resume``, open the loggers and start the callbacks. A start that fails (unknown
+        env, unwritable files, ...) closes what it built and leaves no empty run behind."""
+        self = cls()
+        self.spec, self.hooks, self.checkpoint, self.stop_asked = spec, hooks, None, False
+        self.loop = LoopState(
+            next_eval=config.run.eval_every_steps, next_checkpoint=config.run.checkpoint_every_steps
+        )
+        self.resumed_from, self.exact = None, True
+        if resume is not None:
+            try:
+                self.loop = LoopState(**resume.state["loop"])
+            except (KeyError, TypeError) as exc:
+                raise incompatible(resume.path, exc) from exc
+            self.resumed_from, self.checkpoint = int(resume.meta["env_steps"]), resume.path
+            config = _drop_reached_target(config, resume, self.loop)
+        self.config = config
+        self.train_s_before = self.loop.train_s
+        set_compute_threads(config.run.torch_threads)
+        self.run_dir, created = resolve_run_dir(spec, config, resume)
+        self.algorithm = self.eval_env = None
+        try:
+            self._build(resume)
+        except BaseException:
+            self.close()
+            if created is not None:
+                shutil.rmtree(created, ignore_errors=True)
+            raise
+        self._say_how_it_resumed()
+        return self
+
+    def _build(self, resume: Checkpoint | None) -> None:
+        config, run_cfg = self.config, self.config.run
+        config_text = json.dumps(to_dict(config), indent=2)
+        guarded_write(lambda: (self.run_dir / "config.json").write_text(config_text))
+        seed_torch(run_cfg.seed)  # before building: network init draws from the torch generator
+        self.started = time.perf_counter()
+        self.algorithm = self.spec.algorithm_cls(config)
+        self.setup_s = time.perf_counter() - self.started
+        if resume is not None:
+            try:
+                self.exact = self.algorithm.load_state_dict(resume.state["algorithm"])
+                set_rng_state(resume.state["rng"])
+            except (KeyError, RuntimeError, TypeError, ValueError) as exc:
+                raise incompatible(resume.path, exc) from exc
+        joint = getattr(self.algorithm, "joint", False)  # several groups' policies act together
+        self.eval_env = make_eval_env(config, joint)
+        self.deploy_meta = record_for_deploy(config, self.eval_env, joint)
+        self.loggers = guarded_write(
+            lambda: make_loggers(
+                self.run_dir,
+                run_cfg.total_steps,
+                run_cfg.console,
+                run_cfg.tensorboard,
+                resume_step=self.resumed_from,
+                trackers=make_trackers(
+                    self.run_dir, json.loads(config_text), run_cfg.wandb, run_cfg.mlflow
+                ),
+            )
+        )
+        if resume is not None:
+            self.hooks.load_state_dict(resume.state.get("callbacks"))
+        context = TrainContext(config, self.run_dir, self.algorithm, self.save, self.resumed_from)
+        self.hooks.start(context)
+
+    def _say_how_it_resumed(self) -> None:
+        if self.resumed_from is None:
+            return
+        lost = self.loggers.lost_steps
+        print(
+            f"resumed from step {self.resumed_from:,}"
+            + (f" ({lost:,} steps since the last checkpoint were lost)" if lost else "")
+        )
+        if not self.exact:
+            print(
+                "note: the run could not be restored exactly: the checkpoint lacks the state of "
+                f"{self.config.env.id} mid-episode (episodes restart) or the replay buffer "
+                "(save_replay is off); training continues from the saved weights"
+            )
+
+    # --- one iteration --------------------------------------------------------------------
+
+    @property
+    def steps(self) -> int:
+        return self.algorithm.env_steps
+
+    def iterate(self) -> None:
+        """One training iteration, timed and logged, then an evaluation when one is due; the
+        callbacks see both and may ask to stop (`stop_asked`)."""
+        before, started = self.steps, time.perf_counter()
+        metrics = self.algorithm.train_iteration()
+        elapsed = time.perf_counter() - started
+        self.loop.train_s += elapsed
+        metrics["perf/env_steps_per_s"] = (self.steps - before) / elapsed
+        metrics["perf/iteration_s"] = elapsed
+        every = self.config.run.eval_every_steps
+        if self.eval_env is not None and self.steps >= self.loop.next_eval:
+            metrics.update(
+                self.evaluate(derive_seed(self.config.run.seed, "eval", self.loop.evaluations))
+            )
+            self.loop.evaluations += 1
+            self.loop.next_eval = next_multiple(self.steps, every)
+        self.loggers.log(metrics, self.steps)
+        asked = self.hooks.call("on_iteration", metrics)
+        if "eval/return" in metrics:
+            asked |= self.hooks.call("on_evaluation", eval_part(metrics))
+        self.stop_asked = asked
+
+    # --- evaluate -------------------------------------------------------------------------
+
+    def evaluate(self, seed: int) -> dict[str, float]:
+        """Evaluate the current policy (deterministic actions) on the evaluation envs."""
+        policy = self.algorithm.policy()
+        if isinstance(policy, JointPolicy):
+            metrics = evaluate_joint(policy, self.eval_env, seed)
+        else:
+            metrics = evaluate(policy, self.eval_env, seed)
+        self.loop.eval_return, self.loop.eval_step = metrics["eval/return"], self.steps
+        return metrics
+
+    # --- checkpoint -----------------------------------------------------------------------
+
+    def checkpoint_when_due(self) -> None:
+        every = self.config.run.checkpoint_every_steps
+        if every and self.steps >= self.loop.next_checkpoint:
+            self.save()
+
+    def save(self, notify: bool = True) -> Path:
+        """Write a checkpoint of the whole run (algorithm, RNGs, the loop's counters, the
+        callbacks' state), after flushing the logs so they reach at least as far."""
+        every = self.config.run.checkpoint_every_steps
+        if every and self.steps >= self.loop.next_checkpoint:
+            self.loop.next_checkpoint = next_multiple(self.steps, every)
+        guarded_write(self.loggers.flush)
+        state = {
+            "algorithm": self.algorithm.state_dict(),
+            "rng": rng_state(),
+            "loop": dataclasses.asdict(self.loop),
+            "callbacks": self.hooks.state_dict(),
+        }
+        run_cfg = self.config.run
+        self.checkpoint = guarded_write(
+            lambda: save_checkpoint(
+                self.run_dir,
+                self.steps,
+                self.spec.name,
+                to_dict(self.config),
+                state,
+                run_cfg.keep_checkpoints,
+                self.deploy_meta,
+            )
+        )
+        if notify:
+            self.hooks.call("on_checkpoint", self.checkpoint)
+        return self.checkpoint
+
+    # --- when to stop ---------------------------------------------------------------------
+
+    def stop_reason(self, interrupted: threading.Event) -> str | None:
+        """Why the run stops now, if it does: every stop condition, in order of precedence."""
+        run_cfg, loop = self.config.run, self.loop
+        target = run_cfg.target_return
+        if target is not None and loop.eval_return is not None and loop.eval_return >= target:
+            return "target_return"
+        if (
+            run_cfg.max_wall_s is not None
+            and time.perf_counter() - self.started > run_cfg.max_wall_s
+        ):
+            return "max_wall_s"
+        if interrupted.is_set():
+            return "interrupted"
+        if self.stop_asked:
+            return "callback"
+        if self.steps >= run_cfg.total_steps:
+            return "total_steps"
+        return None
+
+    def stop_detail(self, reason: str) -> str:
+        """Which condition ended the run, in words."""
+        run_cfg, loop, steps = self.config.run, self.loop, self.steps
+        if reason == "target_return":
+            return (
+                f"the eval return {loop.eval_return:.1f} reached run.target_return "
+                f"{run_cfg.target_return:g} at env step {loop.eval_step:,}"
+            )
+        if reason == "max_wall_s":
+            return f"run.max_wall_s ({run_cfg.max_wall_s:g} s) elapsed at env step {steps:,}"
+        if reason == "interrupted":
+            return f"interrupted (Ctrl-C) at env step {steps:,}; continue with --resume"
+        if reason == "callback":
+            return f"{self.hooks.stop_reason} at env step {steps:,}"
+        return f"run.total_steps {run_cfg.total_steps:,} reached ({steps:,} env steps)"
+
+    # --- finish ---------------------------------------------------------------------------
+
+    def finish(self, reason: str) -> None:
+        """The end of a run: a final evaluation of the policy unless the last one saw it (or
+        the user interrupted), the last checkpoint, the trackers' artifacts. The final
+        evaluation's seeds are its own, and the periodic evaluations' count stays, so a run
+        stopped here and resumed evaluates exactly as one that never stopped."""
+        if (
+            self.eval_env is not None
+            and reason != "interrupted"
+            and self.loop.eval_step != self.steps
+        ):
+            seed = derive_seed(self.config.run.seed, "final-eval", self.steps)
+            final = self.evaluate(seed)
+            self.loggers.log({**final, "eval/final": 1}, self.steps)  # its own row, marked
+            self.hooks.call("on_evaluation", eval_part(final))
+        self.save()
+        self.loggers.artifacts(self.run_dir / "config.json", self.checkpoint)
+
+    def result(self, reason: str) -> RunResult:
+        """What the run did, for the caller and the callbacks' ``on_train_end``."""
+        loop = self.loop
+        return RunResult(
+            run_dir=self.run_dir,
+            checkpoint=self.checkpoint,
+            env_steps=self.steps,
+            iterations=self.algorithm.iteration,
+            wall_s=time.perf_counter() - self.started,
+            setup_s=self.setup_s,
+            train_s=loop.train_s,
+            eval_return=loop.eval_return,
+            stop_reason=reason,
+            eval_step=loop.eval_step,
+            session_train_s=loop.train_s - self.train_s_before,
+            resumed_from=self.resumed_from,
+            stop_detail=self.stop_detail(reason),
+        )
+
+    def close(self) -> None:
+        """Close the loggers, the algorithm and the evaluation envs (whatever was built)."""
+        if getattr(self, "loggers", None) is not None:
+            self.loggers.close()
+        if self.algorithm is not None:
+            self.algorithm.close()
+        if self.eval_env is not None:
+            self.eval_env.close()
+
+
+def make_eval_env(config: Any, joint: bool = False):
+    """The evaluation envs: one per evaluation episode; a multi-agent env itself when the
+    policies of several groups act together (``joint``). None when the run never evaluates."""
+    run_cfg = config.run
+    if run_cfg.eval_every_steps == 0 and run_cfg.target_return is None:
+        return None
+    # Raw observations: the deployed policy applies the frozen training statistics itself.
+    # Whole Atari games with true rewards: no episodic life, no reward clipping.
+    env_config = dataclasses.replace(
+        config.env,
+        num_envs=run_cfg.eval_episodes,
+        normalize_obs=False,
+        normalize_reward=False,
+        atari_training=False,
+    )
+    return make_multi_agent_env(env_config) if joint else make_env(env_config)
+
+
+def _drop_reached_target(config: Any, resume: Checkpoint, loop: LoopState) -> Any:
+    """Resuming a run with ``run.total_steps`` beyond its checkpoint means "train for
+    longer": a ``run.target_return`` the run has already reached would stop it after one
+    iteration, so it is dropped, with a note. A higher target, not yet reached, is kept."""
+    target = config.run.target_return
+    if (
+        target is None
+        or loop.eval_return is None
+        or loop.eval_return < target
+        or config.run.total_steps <= int(resume.meta["env_steps"])
+    ):
+        return config
+    print(
+        f"note: the run had reached its target_return {target:g} (eval return "
+        f"{loop.eval_return:.1f}); training on to run.total_steps {config.run.total_steps:,} "
+        "without a target (set a higher --run.target-return to stop at one)"
+    )
+    return dataclasses.replace(config, run=dataclasses.replace(config.run, target_return=None))
+
+
+def eval_part(metrics: dict[str, float]) -> dict[str, float]:
+    """The evaluation's metrics among an iteration's."""
+    return {k: v for k, v in metrics.items() if k.startswith("eval/") and k != "eval/final"}
+
+
+def next_multiple(steps: int, every: int) -> int:
+    """The first multiple of ``every`` after ``steps`` (every iteration when ``every`` is 0)."""
+    return (steps // every + 1) * every if every else steps + 1
