@@ -8,10 +8,12 @@ def entering_on_red(env, steps, actions):
     inside = lambda p: (np.abs(p[..., 0]) <= 12.0) & (np.abs(p[..., 1]) <= 12.0)  # noqa: E731
     on_red = entered = 0
     for _ in range(steps):
-        before, present = env.pos[:, 4:].copy(), env.present[:, 4:].copy()
-        light = np.take_along_axis(env.lights(), env._route_arm[env.route[:, 4:]], 1)
+        vehicles = env.vehicles
+        before, present = vehicles.pos[:, 4:].copy(), vehicles.present[:, 4:].copy()
+        arm = env.scenario.route_arm[vehicles.route[:, 4:]]
+        light = np.take_along_axis(env.lights(), arm, 1)
         env.step(actions)
-        crossed = present & env.present[:, 4:] & ~inside(before) & inside(env.pos[:, 4:])
+        crossed = present & vehicles.present[:, 4:] & ~inside(before) & inside(vehicles.pos[:, 4:])
         entered += crossed.sum()
         on_red += (crossed & (light == 0)).sum()
     return on_red, entered

@@ -4,8 +4,7 @@ from shoal.envs.base import VectorEnv, VectorEnvWrapper
 from shoal.envs.goal_line import register as _register_goal_line
 from shoal.envs.gym import GymVectorEnv
 from shoal.envs.ids import env_spec
-from shoal.envs.intersection import IntersectionEnv as _IntersectionEnv  # noqa: F401 (registers)
-from shoal.envs.intersection import smarts as _smarts  # noqa: F401 (registers; imports SMARTS lazily)
+from shoal.envs.intersection import IntersectionEnv as _IntersectionEnv  # noqa: F401 (registers both ids)
 from shoal.envs.make import make_env
 from shoal.envs.matrix_games import TWO_STEP_ID as _TWO_STEP_ID  # noqa: F401 (registers it)
 from shoal.envs.memory import register as _register_memory

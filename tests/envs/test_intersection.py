@@ -50,9 +50,10 @@ def test_occupancy_grid_marks_road_and_the_vehicle_ahead():
     obs, _ = env.reset(seed=0)
     assert obs["agent"].shape == (1, 4, OBS_DIM + 2 * 64)
     # Agent 0 drives north in the kerb lane at x = 5.25, 15 m into the south arm (y = -47).
-    env.present[0, 1:] = False
-    env.pos[0, 4], env.heading[0, 4], env.present[0, 4] = (
-        env.pos[0, 0] + [0.0, 5.0],
+    vehicles = env.vehicles
+    vehicles.present[0, 1:] = False
+    vehicles.pos[0, 4], vehicles.heading[0, 4], vehicles.present[0, 4] = (
+        vehicles.pos[0, 0] + [0.0, 5.0],
         np.pi / 2,
         True,
     )
@@ -85,8 +86,8 @@ def test_frames_stack_the_last_observations():
         IntersectionEnv(1, frames=0)
     with pytest.raises(ConfigError, match="grid"):
         IntersectionEnv(1, grid=2)
-    assert IntersectionEnv(1, signals="false").signals is False  # text from a command line
-    assert IntersectionEnv(1, continuous="True").continuous is True
+    assert IntersectionEnv(1, signals="false").scenario.signals is False  # text from a CLI
+    assert IntersectionEnv(1, continuous="True").scenario.continuous is True
     with pytest.raises(ConfigError, match="true or false"):
         IntersectionEnv(1, signals="maybe")
 
@@ -98,7 +99,7 @@ def test_signals_stop_the_traffic_on_red_and_cost_agents_that_run_it():
     lights = env.lights()
     assert ((lights[:, 0] == lights[:, 2]) & (lights[:, 1] == lights[:, 3])).all()
     assert (np.minimum(lights[:, 0], lights[:, 1]) == 0).all()  # never both roads open
-    arm = env._route_arm[env.route[:, :4]]
+    arm = env.scenario.route_arm[env.vehicles.route[:, :4]]
     np.testing.assert_array_equal(obs["agent"][..., -1], np.take_along_axis(lights, arm, 1) / 2)
     on_red, entered = entering_on_red(env, 400, {"agent": np.ones((16, 4), np.int64)})
     assert entered > 50 and on_red == 0
@@ -113,8 +114,8 @@ def test_signals_stop_the_traffic_on_red_and_cost_agents_that_run_it():
 def test_completion_is_rewarded_and_then_masked():
     env = IntersectionEnv(1, traffic="none", seed=0)
     env.reset(seed=0)
-    right_turns = np.array([env.routes.index(i, 1, "right") for i in range(4)])
-    env._place(np.zeros(4, np.int64), np.arange(4), right_turns, np.full(4, 15.0), 8.0)
+    right_turns = np.array([env.scenario.routes.index(i, 1, "right") for i in range(4)])
+    env.vehicles.place(np.zeros(4, np.int64), np.arange(4), right_turns, np.full(4, 15.0), 8.0)
     total, finished_at = np.zeros(4), {}
     for t in range(250):
         step = env.step(keep_lane(1))
@@ -135,15 +136,15 @@ def test_completion_is_rewarded_and_then_masked():
     finish = np.array([finished_at[i] + 1 for i in range(4)]) * 0.1
     assert info["time_to_complete"][0] == pytest.approx(finish.mean())
     # Progress (0.1 per metre from 15 m into the arm to within 3 m of the end) plus the bonus.
-    lengths = env.routes.length[right_turns]
+    lengths = env.scenario.routes.length[right_turns]
     assert ((total > 0.1 * (lengths - 18.0) + 10.0) & (total < 0.1 * (lengths - 15.0) + 10.0)).all()
 
 
 def test_collisions_end_both_agents_and_leaving_the_road_is_penalised():
     env = IntersectionEnv(1, traffic="none", routes="fixed", continuous=True, seed=0)
     env.reset(seed=0)
-    route = env.route[0, :1]  # agent 1 moved onto agent 0's route, 1 m ahead of it
-    env._place(np.zeros(1, np.int64), np.ones(1, np.int64), route, np.full(1, 16.0), 8.0)
+    route = env.vehicles.route[0, :1]  # agent 1 moved onto agent 0's route, 1 m ahead of it
+    env.vehicles.place(np.zeros(1, np.int64), np.ones(1, np.int64), route, np.full(1, 16.0), 8.0)
     hard_left = np.zeros((1, 4, 3))
     hard_left[0, 3] = [1.0, 0.0, 1.0]  # agent 3: full throttle, full left steering
     collided = np.zeros(4, bool)
@@ -153,7 +154,7 @@ def test_collisions_end_both_agents_and_leaving_the_road_is_penalised():
         r = step.rewards["agent"][0]
         crash = (r < -9.0) & step.terminated["agent"][0]
         if crash.any():
-            assert not env.present[0, np.flatnonzero(crash)].any()  # off the road at once
+            assert not env.vehicles.present[0, np.flatnonzero(crash)].any()  # off the road
         collided |= crash
         off |= bool(step.terminated["agent"][0, 3] and r[3] < -4.0)
     assert collided[0] and collided[1] and not collided[3]
@@ -171,9 +172,9 @@ def test_batch_rows_equal_single_envs():
     for b in range(3):
         single = IntersectionEnv(1, traffic="none", seed=5)
         single.reset(seed=5)
-        single.route[0] = batch.route[b]
-        single._place(
-            np.zeros(4, np.int64), np.arange(4), batch.route[b, :4], np.full(4, 15.0), 8.0
+        single.vehicles.route[0] = batch.vehicles.route[b]
+        single.vehicles.place(
+            np.zeros(4, np.int64), np.arange(4), batch.vehicles.route[b, :4], np.full(4, 15.0), 8.0
         )
         singles.append(single)
     for a in actions:

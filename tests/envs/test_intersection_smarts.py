@@ -36,7 +36,9 @@ def test_spaces_and_an_episode_with_its_metrics():
     obs, state = env.reset(seed=0)
     assert obs["agent"].shape == (1, 4, 48) and state.shape == (1, 16 * 6)
     # Each agent starts 15 m into its arm, heading into the box, on its lane's centre.
-    distance = np.hypot(*env.pos[0, :4].T)  # 47 m from the centre, lane 1.75 or 5.25 m aside
+    distance = np.hypot(
+        *env.vehicles.pos[0, :4].T
+    )  # 47 m from the centre, lane 1.75 or 5.25 m aside
     assert ((distance > 46.0) & (distance < 48.5)).all(), distance
     assert np.abs(obs["agent"][0, :, 2]).max() < 0.2  # distance to the lane centre, m
     group = env.groups["agent"]
@@ -45,7 +47,7 @@ def test_spaces_and_an_episode_with_its_metrics():
     for _ in range(300):
         step = env.step({"agent": heuristic.act(obs["agent"])})
         obs = step.obs
-        seen = max(seen, int(env.present[0, 4:].sum()))
+        seen = max(seen, int(env.vehicles.present[0, 4:].sum()))
         if step.episode_info is not None:
             info = step.episode_info
             break

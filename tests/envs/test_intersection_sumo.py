@@ -20,7 +20,7 @@ from shoal.envs.snapshot import EnvStateUnsupported
 if importlib.util.find_spec("libsumo") is None:
     pytest.skip("Eclipse SUMO is not installed: pip install 'shoal[sumo]'", allow_module_level=True)
 
-from shoal.envs.intersection.sumo import SumoIntersectionEnv, build_network  # noqa: E402
+from shoal.envs.intersection.sumo import SumoSimulator, build_network  # noqa: E402
 
 # SUMO runs in worker processes: in the Ray tests' worker, they never load the cores under the
 # Ray tests' timing-dependent learning tests (tests/conftest.py).
@@ -36,7 +36,7 @@ def make(num_envs=1, **kwargs):
 
 def test_the_network_is_the_built_in_layout(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    net, routes = build_network(IntersectionEnv(1))
+    net, routes = build_network(IntersectionEnv(1).scenario)
     assert net.is_relative_to(tmp_path)
     lanes = {lane.get("id"): lane.get("shape") for lane in ET.parse(net).iter("lane")}
     # Kerb lane (SUMO's 0) 5.25 m and left lane 1.75 m right of the centre line, the box's
@@ -45,8 +45,8 @@ def test_the_network_is_the_built_in_layout(tmp_path, monkeypatch):
     assert lanes["S_in_1"] == "1.75,-62.00 1.75,-12.00"
     assert lanes["E_out_0"] == "12.00,-5.25 62.00,-5.25"
     route_ids = [r.get("id") for r in ET.parse(routes).iter("route")]
-    assert len(route_ids) == len(IntersectionEnv(1).routes.keys) == 16
-    assert build_network(IntersectionEnv(1)) == (net, routes)  # cached
+    assert len(route_ids) == len(IntersectionEnv(1).scenario.routes.keys) == 16
+    assert build_network(IntersectionEnv(1).scenario) == (net, routes)  # cached
 
 
 @pytest.mark.parametrize("policy", ["keep_lane", "heuristic"])
@@ -82,7 +82,7 @@ def test_worker_processes_step_like_the_in_process_simulation():
     same fixed routes in both)."""
     single = make(traffic="none", routes="fixed")
     batch = make(2, traffic="none", routes="fixed")
-    assert isinstance(batch, SumoIntersectionEnv) and len(batch._sims) == 2
+    assert isinstance(batch.sim, SumoSimulator) and len(batch.sim._sims) == 2
     single.reset(seed=0)
     batch.reset(seed=0)
     rng = np.random.default_rng(0)
@@ -105,10 +105,12 @@ def test_traffic_enters_moves_and_leaves():
     seen, moved = 0, False
     rng = np.random.default_rng(0)
     for _ in range(300):
-        before = env.pos[:, 4:].copy()
+        vehicles = env.vehicles
+        before = vehicles.pos[:, 4:].copy()
         env.step({"agent": rng.uniform([0, 0, -0.2], [1, 0.2, 0.2], (2, 4, 3))})
-        seen = max(seen, int(env.present[:, 4:].sum()))
-        moved |= bool((np.abs(env.pos[:, 4:] - before).sum(-1)[env.present[:, 4:]] > 0.1).any())
+        seen = max(seen, int(vehicles.present[:, 4:].sum()))
+        shift = np.abs(vehicles.pos[:, 4:] - before).sum(-1)
+        moved |= bool((shift[vehicles.present[:, 4:]] > 0.1).any())
     assert seen >= 2 and moved
     env.close()
 

@@ -1,6 +1,6 @@
-"""What the intersection's external simulators (SUMO, SMARTS) share: the base class that
-gives up saving state, where an agent that left at its route's end is put, the SUMO edges of
-a built-in route, and the per-content cache their generated files are built into."""
+"""What the intersection's external simulators (SUMO, SMARTS) share: the SUMO edges of a
+built-in route, the per-content cache their generated files are built into, and the error
+that says their state cannot be saved."""
 
 from __future__ import annotations
 
@@ -9,10 +9,8 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
 
-from shoal.envs.intersection.env import IntersectionEnv
-from shoal.envs.intersection.geometry import TURNS, point_at
+from shoal.envs.intersection.geometry import TURNS
 from shoal.envs.snapshot import EnvStateUnsupported
 
 ARM_NAMES = ("S", "E", "N", "W")
@@ -55,21 +53,7 @@ def build_once(target: Path, make: Callable[[Path], None]) -> Path:
     return target
 
 
-class ExternalSimulator(IntersectionEnv):
-    """The intersection with another simulator moving the vehicles (SUMO, SMARTS): its state
-    lives outside these arrays and cannot be saved, so runs restart episodes on resume."""
-
-    simulator: ClassVar[str] = ""
-
-    def _finished_route(self, b: int, i: int) -> None:
-        """Agent ``i`` of env ``b`` left the simulator at its route's end: put it there, so
-        that the built-in completion test sees it complete."""
-        route = self.route[b, i : i + 1]
-        end, heading = point_at(self.routes, route, self.routes.length[route])
-        self.pos[b, i], self.heading[b, i] = end[0], heading[0]
-
-    def get_state(self) -> dict[str, Any]:
-        raise EnvStateUnsupported(f"{self.simulator}'s simulation state cannot be captured")
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        raise EnvStateUnsupported(f"{self.simulator}'s simulation state cannot be captured")
+def unsaved_state(simulator: str) -> EnvStateUnsupported:
+    """What an external simulator raises for its state: it lives outside shoal's arrays, so
+    runs on it restart their episodes on resume."""
+    return EnvStateUnsupported(f"{simulator}'s simulation state cannot be captured")

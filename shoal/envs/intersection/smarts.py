@@ -23,8 +23,9 @@ actions 0 keep lane, 1 slow down, 2 change lane right, 3 change lane left. ``con
 **Observations, rewards, metrics** are the built-in env's, computed from SMARTS's vehicle
 states (agents' and the neighbours SMARTS reports within 50 m), so policies move between the
 simulators: the same 48 observations, progress, completion and off-road definitions, with
-collisions as SMARTS's physics reports them. Envs step one after another in this process;
-SMARTS's state cannot be saved, so runs restart episodes on resume.
+collisions as SMARTS's physics reports them (the occupancy grid option works here too; the
+signals do not: the SMARTS scenario has no traffic lights). Envs step one after another in
+this process; SMARTS's state cannot be saved, so runs restart episodes on resume.
 """
 
 from __future__ import annotations
@@ -41,22 +42,18 @@ from typing import Any
 
 import numpy as np
 
-from shoal.envs.batched import factory
-from shoal.envs.intersection.env import AGENTS, IntersectionEnv
-from shoal.envs.intersection.external import (
-    ExternalSimulator,
-    build_once,
-    cache_dir,
-    route_edges,
-)
+from shoal.envs.intersection.external import build_once, cache_dir, route_edges, unsaved_state
 from shoal.envs.intersection.geometry import point_at
+from shoal.envs.intersection.scenario import AGENTS, Scenario
 from shoal.envs.intersection.sumo import build_network
-from shoal.envs.multi_agent import register_multi_agent_env
+from shoal.envs.intersection.vehicles import Vehicles
 from shoal.errors import ConfigError
 
 INSTALL = "pip install 'shoal[smarts]'"
 LANE_ACTIONS = ("keep_lane", "slow_down", "change_lane_right", "change_lane_left")
 """SMARTS's lane actions, in the order of the built-in env's discrete actions."""
+SENSOR_RANGE = 50.0
+"""Metres around an agent within which SMARTS reports its neighbours (the observation's)."""
 
 
 @contextlib.contextmanager
@@ -82,16 +79,17 @@ def require_smarts() -> None:
         import smarts.core.smarts  # noqa: F401
 
 
-def write_scenario(env: IntersectionEnv) -> Path:
-    """The SMARTS scenario directory for ``env``'s traffic (built once per content)."""
+def write_scenario(scenario: Scenario) -> Path:
+    """The SMARTS scenario directory for the scenario's traffic (built once per content)."""
     from smarts.sstudio import gen_scenario
     from smarts.sstudio import sstypes as t
 
-    net, _ = build_network(env)
-    per_hour = env.vehicles_per_minute * 60.0 / len(env._entry_routes)
+    net, _ = build_network(scenario)
+    per_hour = scenario.vehicles_per_minute * 60.0 / len(scenario.entry_routes)
+    keys = scenario.routes.keys
     flows = []
-    for key in env.routes.keys:
-        turns = sum(1 for other in env.routes.keys if other[:2] == key[:2])
+    for key in keys:
+        turns = sum(1 for other in keys if other[:2] == key[:2])
         entry, exit_, sumo_lane = route_edges(key)
         route = t.Route(begin=(entry, sumo_lane, 0), end=(exit_, sumo_lane, "max"))
         if per_hour > 0:
@@ -107,61 +105,59 @@ def write_scenario(env: IntersectionEnv) -> Path:
     return build_once(cache_dir("smarts") / key, make)
 
 
-class SmartsIntersectionEnv(ExternalSimulator):
-    """`IntersectionEnv` with SMARTS moving the vehicles, one SMARTS simulation per env."""
+class SmartsSimulator:
+    """The intersection's vehicles moved by SMARTS, one SMARTS simulation per env (a
+    `shoal.envs.intersection.simulators.Simulator`); ``headless`` False opens SUMO's GUI."""
 
-    simulator = "SMARTS"
+    name = "SMARTS"
 
-    env_id = "shoal/smarts-intersection-v0"
-
-    def __init__(self, num_envs: int = 1, *, headless: bool = True, **kwargs: Any):
+    def __init__(self, vehicles: Vehicles, rng: np.random.Generator, headless: bool = True):
         require_smarts()
-        for option in ("grid", "signals"):
-            if kwargs.get(option):
-                raise ConfigError(f"{self.env_id}: the {option!r} option is built-in only")
-        super().__init__(num_envs, **kwargs)
+        sc = vehicles.scenario
+        if sc.signals:
+            raise ConfigError(f"{sc.env_id}: the 'signals' option is built-in only")
         from smarts.core.agent_interface import (
             ActionSpaceType,
             AgentInterface,
             DoneCriteria,
             NeighborhoodVehicles,
         )
-        from smarts.core.scenario import Scenario
+        from smarts.core.scenario import Scenario as SmartsScenario
         from smarts.core.smarts import SMARTS
         from smarts.core.sumo_traffic_simulation import SumoTrafficSimulation
 
-        self.agent_ids = list(self.groups["agent"].agents)
-        action = ActionSpaceType.Continuous if self.continuous else ActionSpaceType.Lane
+        self.vehicles, self.scenario = vehicles, sc
+        self.agent_ids = [f"agent_{i}" for i in range(AGENTS)]
+        action = ActionSpaceType.Continuous if sc.continuous else ActionSpaceType.Lane
         interface = AgentInterface(
             action=action,
-            neighborhood_vehicle_states=NeighborhoodVehicles(radius=self.sensor_range),
+            neighborhood_vehicle_states=NeighborhoodVehicles(radius=SENSOR_RANGE),
             done_criteria=DoneCriteria(off_route=False),  # shoal decides off the road
         )
         interfaces = {agent: interface for agent in self.agent_ids}
-        directory = write_scenario(self)
-        self._scenario = next(Scenario.scenario_variations([str(directory)], self.agent_ids))
+        directory = write_scenario(sc)
+        self._scenario = next(SmartsScenario.scenario_variations([str(directory)], self.agent_ids))
         with process_streams():
             self._sims = [
                 SMARTS(interfaces, traffic_sims=[SumoTrafficSimulation(headless=headless)])
-                for _ in range(self.num_envs)
+                for _ in range(sc.num_envs)
             ]
-        self._live: list[set[str]] = [set() for _ in range(self.num_envs)]
-        self._actions: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
-        self._collided = np.zeros((self.num_envs, AGENTS), bool)
+        self._live: list[set[str]] = [set() for _ in range(sc.num_envs)]
+        self._collided = np.zeros((sc.num_envs, AGENTS), bool)
 
-    # SMARTS missions and steps in place of the built-in vehicle motion.
-
-    def _reset_envs(self, envs: np.ndarray) -> None:
+    def reset(self, envs: np.ndarray) -> None:
+        """SMARTS missions for the agents the env placed: a start 2 m ahead of their centre
+        (SMARTS places the front bumper) and a goal within 3 m of their route's end."""
         from smarts.core.coordinates import Heading, Point
         from smarts.core.plan import NavigationMission, PositionalGoal, Start
 
-        super()._reset_envs(envs)  # routes and start poses, as the built-in env draws them
+        v, routes = self.vehicles, self.scenario.routes
         for b in envs:
             missions = {}
             for i, agent in enumerate(self.agent_ids):
-                route = self.route[b, i : i + 1]
-                front, heading = point_at(self.routes, route, self.s[b, i : i + 1] + 2.0)
-                end, _ = point_at(self.routes, route, self.routes.length[route])
+                route = v.route[b, i : i + 1]
+                front, heading = point_at(routes, route, v.s[b, i : i + 1] + 2.0)
+                end, _ = point_at(routes, route, routes.length[route])
                 missions[agent] = NavigationMission(  # SMARTS's headings: 0 is north
                     start=Start(front[0], Heading(float(heading[0]) - np.pi / 2)),
                     goal=PositionalGoal(Point(float(end[0, 0]), float(end[0, 1])), radius=3.0),
@@ -173,76 +169,77 @@ class SmartsIntersectionEnv(ExternalSimulator):
             self._read(b, observations)
         self._collided[envs] = False
 
-    def _drive_agents(self, actions: np.ndarray, acting: np.ndarray) -> None:
-        B, A = self.num_envs, AGENTS
-        if self.continuous:
+    def move(
+        self, actions: np.ndarray, acting: np.ndarray, real: np.ndarray, lights: np.ndarray
+    ) -> None:
+        """One SMARTS step per ``real`` env (SMARTS's flows bring the background traffic;
+        agents that are done slow down until SMARTS takes them off)."""
+        sc = self.scenario
+        B, A = sc.num_envs, AGENTS
+        if sc.continuous:
             a = np.clip(actions.reshape(B, A, 3), [0, 0, -1], [1, 1, 1])
         else:
             a = actions.reshape(B, A).astype(np.int64)
-        for b in range(B):
-            self._actions[b] = {
-                agent: (a[b, i].astype(np.float64) if self.continuous
+        for b in np.flatnonzero(real):
+            commands = {
+                agent: (a[b, i].astype(np.float64) if sc.continuous
                         else LANE_ACTIONS[int(a[b, i])])
-                if acting[b, i] else (np.zeros(3) if self.continuous else "slow_down")
+                if acting[b, i] else (np.zeros(3) if sc.continuous else "slow_down")
                 for i, agent in enumerate(self.agent_ids)
                 if agent in self._live[b]
             }  # fmt: skip
-
-    def _drive_background(self, real: np.ndarray) -> None:
-        for b in np.flatnonzero(real):
             with process_streams():
-                observations, _, dones, _ = self._sims[b].step(self._actions[b])
+                observations, _, dones, _ = self._sims[b].step(commands)
             self._read(b, observations)
             self._live[b] = {a for a in observations if not dones.get(a, False)}
 
     def _read(self, b: int, observations: dict[str, Any]) -> None:
         """Env ``b``'s vehicles from SMARTS's observations: agents in their slots, the
         neighbours they see in the background slots (nearest first when too many)."""
-        A = AGENTS
+        v, A = self.vehicles, AGENTS
         neighbours: dict[str, Any] = {}
         for i, agent in enumerate(self.agent_ids):
             obs = observations.get(agent)
             if obs is None:
                 continue
             ego = obs.ego_vehicle_state
-            self.pos[b, i] = ego.position[:2]
-            self.heading[b, i] = float(ego.heading) + np.pi / 2
-            self.speed[b, i] = ego.speed
+            v.pos[b, i] = ego.position[:2]
+            v.heading[b, i] = float(ego.heading) + np.pi / 2
+            v.speed[b, i] = ego.speed
             if ego.steering is not None and not np.isnan(ego.steering):
-                self.steer[b, i] = float(ego.steering)
+                v.steer[b, i] = float(ego.steering)
             self._collided[b, i] |= len(obs.events.collisions) > 0
             if obs.events.reached_goal:  # SMARTS takes it off at its goal: it completed
-                self._finished_route(b, i)
+                v.park_at_route_end(b, i)
             for vehicle in obs.neighborhood_vehicle_states or ():
                 if not vehicle.id.startswith("Agent"):
                     neighbours[vehicle.id] = vehicle
-        self.present[b, A:] = False
-        own = self.pos[b, :A][self.present[b, :A]]
+        v.present[b, A:] = False
+        own = v.pos[b, :A][v.present[b, :A]]
         ranked = sorted(
             neighbours.values(),
-            key=lambda v: np.min(np.linalg.norm(own - v.position[:2], axis=1)) if len(own) else 0,
+            key=lambda n: np.min(np.linalg.norm(own - n.position[:2], axis=1)) if len(own) else 0,
         )
-        for slot, vehicle in zip(range(A, self.V), ranked, strict=False):
-            self.pos[b, slot] = vehicle.position[:2]
-            self.heading[b, slot] = float(vehicle.heading) + np.pi / 2
-            self.speed[b, slot] = vehicle.speed
-            self.present[b, slot] = True
+        for slot, vehicle in zip(range(A, self.scenario.slots), ranked, strict=False):
+            v.pos[b, slot] = vehicle.position[:2]
+            v.heading[b, slot] = float(vehicle.heading) + np.pi / 2
+            v.speed[b, slot] = vehicle.speed
+            v.present[b, slot] = True
 
-    def _spawn(self, real: np.ndarray) -> None:
+    def collisions(self) -> np.ndarray:
+        """Collisions as SMARTS's physics reports them."""
+        return self._collided & self.vehicles.present[:, :AGENTS]
+
+    def enter(self, real: np.ndarray, rng: np.random.Generator) -> None:
         """SMARTS's flows bring the background traffic."""
 
-    def _collisions(self) -> np.ndarray:
-        return self._collided & self.present[:, :AGENTS]
+    def get_state(self) -> dict[str, Any]:
+        raise unsaved_state(self.name)
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        raise unsaved_state(self.name)
 
     def close(self) -> None:
         for sim in self._sims:
             sim.destroy()
         self._sims = []
-
-
-def make_smarts_intersection(config) -> SmartsIntersectionEnv:
-    require_smarts()
-    return factory(SmartsIntersectionEnv)(config)
-
-
-register_multi_agent_env(SmartsIntersectionEnv.env_id, make_smarts_intersection)

@@ -11,7 +11,7 @@ Eclipse SUMO (Lopez et al. 2018, "Microscopic traffic simulation using SUMO") th
 * **Background traffic.** SUMO's IDM (the built-in parameters: 10 m/s, 1.5 s headway, 2 m
   standstill gap, 1 and 1.5 m/s^2) with SUMO's junction model (minor-road vehicles yield).
   Vehicles arrive by the built-in arrival process (the same generator, rate and entry
-  check, `IntersectionEnv._spawn`) and enter with ``vehicle.add``.
+  check, `shoal.envs.intersection.kinematic.Arrivals`) and enter with ``vehicle.add``.
 * **Agents.** Discrete actions: SUMO moves them along their lanes at the speed the action
   asks for (keep lane: toward 10 m/s at +2/-3 m/s^2; slow down: -4 m/s^2), ignoring safe
   speeds and right of way (``speedMode 0``), and changes lanes on the entry arm of a
@@ -40,14 +40,11 @@ import numpy as np
 
 from shoal.envs.intersection import sumo_worker
 from shoal.envs.intersection.dynamics import clip, wrap_angle
-from shoal.envs.intersection.env import AGENTS, IntersectionEnv
-from shoal.envs.intersection.external import (
-    ExternalSimulator,
-    build_once,
-    cache_dir,
-    route_edges,
-)
+from shoal.envs.intersection.external import build_once, cache_dir, route_edges, unsaved_state
 from shoal.envs.intersection.geometry import TURNS
+from shoal.envs.intersection.kinematic import MAX_STEER, AgentDriver, Arrivals, lane_accel
+from shoal.envs.intersection.scenario import AGENTS, Scenario
+from shoal.envs.intersection.vehicles import Vehicles
 from shoal.errors import ConfigError
 
 INSTALL = "pip install 'shoal[sumo]'"
@@ -68,15 +65,15 @@ def require_sumo() -> Path:
     return binary
 
 
-def build_network(env: IntersectionEnv) -> tuple[Path, Path]:
-    """The network (``netconvert`` on the shipped files) and a routes file for ``env``'s
-    routes and vehicle types, built once per content into `cache_dir`."""
+def build_network(scenario: Scenario) -> tuple[Path, Path]:
+    """The network (``netconvert`` on the shipped files) and a routes file for the
+    scenario's routes and vehicle types, built once per content into `cache_dir`."""
     netconvert = require_sumo()
     sources = {p.name.split(".")[1]: p.read_text() for p in FILES.glob("intersection.*.xml")}
-    if env.signals:  # the same box with traffic lights (their states come from shoal)
+    if scenario.signals:  # the same box with traffic lights (their states come from shoal)
         centre = 'id="C" x="0" y="0" type='
         sources["nod"] = sources["nod"].replace(centre + '"priority"', centre + '"traffic_light"')
-    routes = routes_xml(env)
+    routes = routes_xml(scenario)
     key = hashlib.sha256(
         "".join(sources[k] for k in sorted(sources)).encode() + routes.encode()
         + str(netconvert).encode()
@@ -100,11 +97,11 @@ def build_network(env: IntersectionEnv) -> tuple[Path, Path]:
     return target / "intersection.net.xml", target / "intersection.rou.xml"
 
 
-def routes_xml(env: IntersectionEnv) -> str:
+def routes_xml(scenario: Scenario) -> str:
     """Vehicle types ``agent`` and ``background`` (4.5 x 2 m, the built-in discs' extent;
     the background one with the built-in IDM) and route ``r<k>`` for the built-in route
     ``k``."""
-    p = env.idm
+    p = scenario.idm
     lines = [
         "<routes>",
         '  <vType id="agent" length="4.5" width="2.0" minGap="0" maxSpeed="12" accel="6" '
@@ -114,7 +111,7 @@ def routes_xml(env: IntersectionEnv) -> str:
         f'decel="{p.comfort_decel}" tau="{p.time_headway}" delta="{p.exponent}" '
         'speedDev="0"/>',
     ]
-    for k, key in enumerate(env.routes.keys):
+    for k, key in enumerate(scenario.routes.keys):
         entry, exit_, _ = route_edges(key)
         lines.append(f'  <route id="r{k}" edges="{entry} {exit_}"/>')
     return "\n".join(lines + ["</routes>", ""])
@@ -133,11 +130,11 @@ class _Worker:
         self.receive()
 
     def send(self, request: Any) -> None:
-        sumo_worker._write(self.process.stdin, request)
+        sumo_worker.write_message(self.process.stdin, request)
 
     def receive(self) -> Any:
         try:
-            answer = sumo_worker._read(self.process.stdout)
+            answer = sumo_worker.read_message(self.process.stdout)
         except EOFError:
             raise RuntimeError(f"SUMO worker exited with code {self.process.wait()}") from None
         if isinstance(answer, Exception):
@@ -171,112 +168,136 @@ class _Local:
         _IN_PROCESS["taken"] = False
 
 
-class SumoIntersectionEnv(ExternalSimulator):
-    """`IntersectionEnv` with SUMO moving the vehicles; ``processes`` (default: one env
-    alone runs in-process when no other SUMO simulation does) puts every env's simulation in
-    a worker process."""
+class SumoSimulator:
+    """The intersection's vehicles moved by SUMO (a `shoal.envs.intersection.simulators.Simulator`);
+    ``processes`` (default: one env alone runs in-process when no other SUMO simulation does)
+    puts every env's simulation in a worker process."""
 
-    simulator = "SUMO"
+    name = "SUMO"
 
-    def __init__(self, num_envs: int = 1, *, processes: bool | None = None, **kwargs: Any):
-        super().__init__(num_envs, **kwargs)
-        net, routes = build_network(self)
+    def __init__(self, vehicles: Vehicles, rng: np.random.Generator, processes: bool | None = None):
+        self.vehicles = vehicles
+        self.scenario = sc = vehicles.scenario
+        net, routes = build_network(sc)
         if processes is None:
-            processes = num_envs > 1 or _IN_PROCESS["taken"]
+            processes = sc.num_envs > 1 or _IN_PROCESS["taken"]
         if not processes and _IN_PROCESS["taken"]:
             raise ConfigError("libsumo runs one simulation per process: use processes=True")
-        seeds = self.rng.integers(2**31 - 1, size=self.num_envs)
+        seeds = rng.integers(2**31 - 1, size=sc.num_envs)
         self._sims: list[_Worker | _Local] = []
-        for b in range(self.num_envs):
+        for b in range(sc.num_envs):
             arguments = dict(
-                net=str(net), routes=str(routes), slots=self.V, agents=AGENTS,
-                length=2 * (self.disc_offset + self.disc_radius), seed=int(seeds[b]),
-                signals=self.signals,
+                net=str(net), routes=str(routes), slots=sc.slots, agents=AGENTS,
+                length=2 * (sc.disc_offset + sc.disc_radius), seed=int(seeds[b]),
+                signals=sc.signals,
             )  # fmt: skip
             if processes:
                 self._sims.append(_Worker(arguments))
             else:
                 _IN_PROCESS["taken"] = True
                 self._sims.append(_Local(arguments))
-        self._requests: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
+        self._requests: list[dict[str, Any]] = [{} for _ in range(sc.num_envs)]
+        self.driver = AgentDriver(vehicles)  # continuous actions: the bicycle model moves them
+        self.arrivals = Arrivals(vehicles)
+        self._heading_before = np.zeros((sc.num_envs, AGENTS))
 
-    # The built-in step calls these in turn: agents' commands, then one SUMO step per env.
+    def reset(self, envs: np.ndarray) -> None:
+        """A new SUMO episode in each of ``envs``, with the agents on the road now (the first
+        step moves them)."""
+        v = self.vehicles
+        for b in envs:
+            add = [
+                self._entry(b, i, v.route[b, i], v.s[b, i], v.speed[b, i]) for i in range(AGENTS)
+            ]
+            self._sims[b].send({"clear": True, "add": add, "advance": False})
+        for b in envs:
+            self._sims[b].receive()
+            self._requests[b] = {}
 
-    def _drive_agents(self, actions: np.ndarray, acting: np.ndarray) -> None:
-        B, A = self.num_envs, AGENTS
-        if self.continuous:
-            super()._drive_agents(actions, acting)
-            move = np.concatenate(
-                [self.pos[:, :A], self.heading[:, :A, None], self.speed[:, :A, None]], -1
-            )
+    def move(
+        self, actions: np.ndarray, acting: np.ndarray, real: np.ndarray, lights: np.ndarray
+    ) -> None:
+        """The agents' commands, then one SUMO step per ``real`` env."""
+        self._command_agents(actions, acting)
+        for b in np.flatnonzero(real):
+            request = self._requests[b]
+            request["remove"] = np.flatnonzero(~acting[b]).tolist()  # done agents leave
+            if self.scenario.signals:
+                request["lights"] = lights[b].tolist()
+            self._sims[b].send(request)
+        for b in np.flatnonzero(real):
+            self._read(b, self._sims[b].receive(), acting[b])
+            self._requests[b] = {}
+        if not self.scenario.continuous:  # the steering of the agents' yaw rate
+            v, A = self.vehicles, AGENTS
+            yaw_rate = wrap_angle(v.heading[:, :A] - self._heading_before) / self.scenario.dt
+            wheelbase = 2 * self.scenario.disc_offset
+            steer = np.arctan(wheelbase * yaw_rate / np.maximum(v.speed[:, :A], 0.5))
+            v.steer = np.where(acting, clip(steer, -MAX_STEER, MAX_STEER), v.steer)
+
+    def _command_agents(self, actions: np.ndarray, acting: np.ndarray) -> None:
+        sc, v = self.scenario, self.vehicles
+        B, A = sc.num_envs, AGENTS
+        if sc.continuous:
+            self.driver.drive(actions, acting)
+            move = np.concatenate([v.pos[:, :A], v.heading[:, :A, None], v.speed[:, :A, None]], -1)
             move[~acting] = np.nan
             for b in range(B):
                 self._requests[b]["move"] = move[b]
             return
         a = actions.reshape(B, A).astype(np.int64)
-        speed = self.speed[:, :A]
-        target = clip(speed + self._lane_accel(a, speed) * self.dt, 0.0, 12.0)
+        speed = v.speed[:, :A]
+        target = clip(speed + lane_accel(sc, a, speed) * sc.dt, 0.0, 12.0)
         target = np.where(acting, target, np.nan)
-        turn = self._route_turn[self.route[:, :A]]
-        entry = self._s_now < self.layout.arm_length - 4.0
+        turn = sc.route_turn[v.route[:, :A]]
+        entry = v.s_now < sc.layout.arm_length - 4.0
         change = acting & (turn == TURNS.index("straight")) & entry & ((a == 2) | (a == 3))
         # "Change right" is toward the kerb (SUMO lane 0), "change left" away from it.
         lane = np.where(change, np.where(a == 2, 0, 1), -1)
-        self._heading_before = self.heading[:, :A].copy()
+        self._heading_before = v.heading[:, :A].copy()
         for b in range(B):
             self._requests[b].update(speed=target[b], lane=lane[b])
 
-    def _drive_background(self, real: np.ndarray) -> None:
-        A = AGENTS
-        lights = self.lights()
-        for b in np.flatnonzero(real):
-            request = self._requests[b]
-            request["remove"] = np.flatnonzero(self.done[b]).tolist()
-            if self.signals:
-                request["lights"] = lights[b].tolist()
-            self._sims[b].send(request)
-        for b in np.flatnonzero(real):
-            got = self._sims[b].receive()
-            self._requests[b] = {}
-            slots = slice(A, None) if self.continuous else slice(None)
-            self.pos[b, slots] = got["pos"][slots]
-            self.heading[b, slots] = got["heading"][slots]
-            self.speed[b, slots] = got["speed"][slots]
-            present = got["present"]
-            if self.continuous:
-                present[:A] = self.present[b, :A]
-            else:  # an agent SUMO took off at its route's end completed it: put it there
-                for i in np.flatnonzero(got["arrived"][:A]):
-                    self._finished_route(b, i)
-                    present[i] = True
-            present[:A] &= ~self.done[b]
-            self.present[b] = present
-        if not self.continuous:
-            yaw_rate = wrap_angle(self.heading[:, :A] - self._heading_before) / self.dt
-            wheelbase = 2 * self.disc_offset
-            steer = np.arctan(wheelbase * yaw_rate / np.maximum(self.speed[:, :A], 0.5))
-            moved = real[:, None] & ~self.done
-            self.steer = np.where(moved, clip(steer, -0.6, 0.6), self.steer)
+    def _read(self, b: int, got: dict[str, np.ndarray], acting: np.ndarray) -> None:
+        """Env ``b``'s vehicles as SUMO left them (with continuous actions the agents are
+        where the bicycle model put them)."""
+        v, A = self.vehicles, AGENTS
+        slots = slice(A, None) if self.scenario.continuous else slice(None)
+        v.pos[b, slots] = got["pos"][slots]
+        v.heading[b, slots] = got["heading"][slots]
+        v.speed[b, slots] = got["speed"][slots]
+        present = got["present"]
+        if self.scenario.continuous:
+            present[:A] = v.present[b, :A]
+        else:  # an agent SUMO took off at its route's end completed it: put it there
+            for i in np.flatnonzero(got["arrived"][:A]):
+                v.park_at_route_end(b, i)
+                present[i] = True
+        present[:A] &= acting
+        v.present[b] = present
 
-    def _place(self, envs, slots, route, s, speed, fresh: bool = True) -> None:
-        super()._place(envs, slots, route, s, speed, fresh)
-        lanes = [route_edges(self.routes.keys[r])[2] for r in np.asarray(route)]
-        front = np.asarray(s, np.float64) + self.disc_offset + self.disc_radius
-        speeds = np.broadcast_to(np.asarray(speed, np.float64), np.shape(envs))
-        for b, slot, r, lane, pos, v in zip(envs, slots, route, lanes, front, speeds, strict=True):
-            self._requests[b].setdefault("add", []).append(
-                (int(slot), int(r), int(lane), float(pos), float(v))
-            )
+    def enter(self, real: np.ndarray, rng: np.random.Generator) -> None:
+        """The built-in arrivals, added to SUMO with the next step's request."""
+        for envs, slots, routes in self.arrivals.enter(real, rng):
+            for b, slot, route in zip(envs, slots, routes, strict=True):
+                entry = self._entry(b, slot, route, 0.0, self.vehicles.speed[b, slot])
+                self._requests[b].setdefault("add", []).append(entry)
 
-    def _reset_envs(self, envs: np.ndarray) -> None:
-        for b in envs:
-            self._requests[b] = {"clear": True}
-        super()._reset_envs(envs)
-        for b in envs:  # put the agents on the road now: the first step moves them
-            self._sims[b].send({**self._requests[b], "advance": False})
-        for b in envs:
-            self._sims[b].receive()
-            self._requests[b] = {}
+    def _entry(self, b: int, slot: int, route: int, s: float, speed: float) -> tuple:
+        """A ``vehicle.add`` request: slot, route, SUMO lane and front-bumper position."""
+        sc = self.scenario
+        lane = route_edges(sc.routes.keys[route])[2]
+        front = float(s) + sc.disc_offset + sc.disc_radius
+        return (int(slot), int(route), int(lane), front, float(speed))
+
+    def collisions(self) -> np.ndarray:
+        return self.vehicles.collisions()
+
+    def get_state(self) -> dict[str, Any]:
+        raise unsaved_state(self.name)
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        raise unsaved_state(self.name)
 
     def close(self) -> None:
         for sim in self._sims:

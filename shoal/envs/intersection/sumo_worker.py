@@ -154,7 +154,7 @@ class Simulation:
         self.traci.close()
 
 
-def _read(stream: BinaryIO) -> Any:
+def read_message(stream: BinaryIO) -> Any:
     """One pickled message; `EOFError` when the other side has gone."""
     header = stream.read(4)
     if len(header) < 4:
@@ -163,7 +163,7 @@ def _read(stream: BinaryIO) -> Any:
     return pickle.loads(stream.read(size))
 
 
-def _write(stream: BinaryIO, message: Any) -> None:
+def write_message(stream: BinaryIO, message: Any) -> None:
     data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     stream.write(struct.pack("<I", len(data)) + data)
     stream.flush()
@@ -178,7 +178,7 @@ def serve() -> None:
     sim = None
     while True:
         try:
-            request = _read(requests)
+            request = read_message(requests)
         except EOFError:
             break
         try:
@@ -191,7 +191,7 @@ def serve() -> None:
                 answer = sim.step(request)
         except Exception as error:  # the parent raises it with the worker's message
             answer = RuntimeError(f"SUMO worker: {type(error).__name__}: {error}")
-        _write(answers, answer)
+        write_message(answers, answer)
     if sim is not None:
         sim.close()
 
