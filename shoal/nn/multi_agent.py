@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import gymnasium as gym
-import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -182,9 +181,8 @@ class JointActors(nn.Module):
     cooperative-competitive games, where every agent's critic sees all agents).
 
     Joint observations are a dict of ``[B, N_g, obs_dim_g]`` per group; joint actions for the
-    critics are one flat ``[B, D]`` row, each agent's ``action_dim`` columns in agent order.
-    Replay stores actions in fewer columns (`stored_actions`: an index for a discrete agent,
-    its values for a continuous one), which `critic_actions` expands.
+    critics are one flat ``[B, D]`` row, each agent's ``action_dim`` columns in agent order
+    (how MADDPG's replay stores them: `shoal.algos.multi_agent.maddpg.JointLayout`).
 
     Args:
         groups: the agent groups (name, agents and one agent's spaces each).
@@ -221,8 +219,6 @@ class JointActors(nn.Module):
         """Columns of all agents' observations, flattened."""
         self.action_size = sum(a.num_agents * a.action_dim for a in actors)
         """Columns of the critics' joint action (``D``)."""
-        self.stored_size = sum(a.num_agents * _stored_dim(a) for a in actors)
-        """Columns of a joint action in replay."""
         own = torch.zeros(self.num_agents, self.action_size, dtype=torch.bool)
         agent, column = 0, 0
         for actor in actors:
@@ -232,15 +228,6 @@ class JointActors(nn.Module):
         self.register_buffer("own_columns", own)
         """``[N, D]``: the columns of each agent's own action in the joint action."""
         self.register_buffer("random_actions", torch.tensor(True))
-
-    def split_obs(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
-        """``[B, obs_size]`` joint rows -> ``{group: [B, N_g, obs_dim_g]}``."""
-        out, start = {}, 0
-        for name, actor in self.groups.items():
-            stop = start + actor.num_agents * actor.obs_dim
-            out[name] = flat[:, start:stop].reshape(-1, actor.num_agents, actor.obs_dim)
-            start = stop
-        return out
 
     def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         """Differentiable joint actions ``[B, D]`` (each group's `MultiAgentActor.forward`)."""
@@ -270,35 +257,9 @@ class JointActors(nn.Module):
                 out[name] = actor.explore(x)
         return out
 
-    def stored_actions(self, actions: dict[str, np.ndarray]) -> np.ndarray:
-        """Env actions per group ``[..., N_g(, d)]`` -> replay columns ``[..., stored_size]``."""
-        parts = []
-        for name, actor in self.groups.items():
-            a = np.asarray(actions[name], np.float32)
-            lead = a.shape[: a.ndim - (1 if actor.discrete else 2)]
-            parts.append(a.reshape(*lead, -1))
-        return np.concatenate(parts, axis=-1)
-
-    def critic_actions(self, stored: torch.Tensor) -> torch.Tensor:
-        """Replay columns ``[B, stored_size]`` -> the critics' joint action ``[B, D]``
-        (one-hot for discrete agents)."""
-        parts, start = [], 0
-        for actor in self.groups.values():
-            stop = start + actor.num_agents * _stored_dim(actor)
-            part = stored[:, start:stop]
-            if not actor.discrete:
-                part = part.reshape(-1, actor.num_agents, actor.action_dim)
-            parts.append(actor.one_hot(part).flatten(1))
-            start = stop
-        return torch.cat(parts, 1)
-
     def exploration_state(self) -> dict[str, torch.Tensor | None]:
         return {name: actor.exploration_state() for name, actor in self.groups.items()}
 
     def load_exploration_state(self, state: dict[str, torch.Tensor | None]) -> None:
         for name, actor in self.groups.items():
             actor.load_exploration_state(state[name])
-
-
-def _stored_dim(actor: MultiAgentActor) -> int:
-    return 1 if actor.discrete else actor.action_dim

@@ -25,6 +25,7 @@ from shoal.data.replay import ReplayBuffer
 from shoal.envs.multi_agent import AgentGroup, register_multi_agent_env
 from shoal.errors import ConfigError, ShoalError
 from shoal.train.checkpoint import load_checkpoint
+from shoal.types import ReplayBatch
 
 ITERATION = 8  # 4 envs x 2 steps
 
@@ -98,9 +99,35 @@ def test_critic_inputs_replace_only_the_agents_own_action():
 def test_critic_input_state_reads_the_state_part_of_a_row():
     lrn = learner(critic_input="state")
     rows = torch.arange(11.0).view(1, 11)  # 3 agents x 2 obs, then a 5-dim state
-    obs, critic_obs = lrn.split(rows)
+    obs, critic_obs = lrn.layout._observations(rows)
     torch.testing.assert_close(obs["agent"], torch.arange(6.0).view(1, 3, 2))
     torch.testing.assert_close(critic_obs, torch.arange(6.0, 11.0).view(1, 5))
+    plain = learner()  # critic_input observations: every agent's observation, no state
+    obs, critic_obs = plain.layout._observations(torch.arange(6.0).view(1, 6))
+    torch.testing.assert_close(critic_obs, torch.arange(6.0).view(1, 6))
+
+
+def test_the_layout_splits_a_batch_with_its_n_step_returns():
+    """`JointLayout.split` on a hand-made 2-step batch of 3 agents: returns r0 + gamma r1
+    per agent, gamma^K as the discount (0 where the episode terminated)."""
+    lrn = learner(critic_input="state")
+    batch = ReplayBatch(
+        obs=torch.arange(22.0).view(2, 11),
+        actions=torch.tensor([[0.5, -0.5, 0.0], [1.0, 0.0, -1.0]]),
+        rewards=torch.tensor([[[1.0, 2.0, 3.0], [1.0, 1.0, 1.0]], [[4.0, 0.0, 0.0], [0.0] * 3]]),
+        steps=torch.tensor([2, 1]),
+        terminated=torch.tensor([False, True]),
+        next_obs=torch.zeros(2, 11),
+        next_action_mask=None,
+        weights=torch.tensor([1.0, 0.5]),
+        indices=np.arange(2),
+    )
+    b = lrn.layout.split(batch, gamma=0.5)
+    torch.testing.assert_close(b.returns, torch.tensor([[1.5, 2.5, 3.5], [4.0, 0.0, 0.0]]))
+    torch.testing.assert_close(b.discounts, torch.tensor([0.25, 0.0]))
+    torch.testing.assert_close(b.critic_obs, torch.arange(22.0).view(2, 11)[:, 6:])
+    torch.testing.assert_close(b.actions, batch.actions)  # continuous: as stored
+    torch.testing.assert_close(b.weights, batch.weights)
 
 
 def test_replay_keeps_one_reward_per_agent_through_n_step_windows():
@@ -211,11 +238,11 @@ def test_critics_see_every_agent_across_groups():
     lrn = MADDPGLearner(config, list(env.groups.values()), state_dim=3)
     actor = lrn.core.actor
     assert actor.num_agents == 3 and actor.obs_size == 3 + 2 * 2
-    assert actor.action_size == 1 + 2 * 3 and actor.stored_size == 1 + 2
+    assert actor.action_size == 1 + 2 * 3 and lrn.layout.stored_size == 1 + 2
     own = actor.own_columns.int().tolist()  # red's 1 column, then each runner's 3 one-hots
     assert own == [[1, 0, 0, 0, 0, 0, 0], [0, 1, 1, 1, 0, 0, 0], [0, 0, 0, 0, 1, 1, 1]]
     stored = torch.tensor([[0.5, 2.0, 0.0]])  # red moves 0.5, blue_0 right, blue_1 left
-    joint = actor.critic_actions(stored)
+    joint = lrn.layout._critic_actions(stored)
     torch.testing.assert_close(joint, torch.tensor([[0.5, 0, 0, 1, 1, 0, 0]]))
     policy = torch.full((1, 7), -1.0)
     inputs = replace_own_actions(torch.zeros(1, 2), joint, policy, actor.own_columns)

@@ -53,6 +53,7 @@ import torch
 from shoal.algos.cores.off_policy import learn_from_replay
 from shoal.algos.multi_agent import maddpg
 from shoal.algos.multi_agent.maddpg import (
+    JointLayout,
     MADDPGActing,
     MADDPGConfig,
     MADDPGLearner,
@@ -62,7 +63,7 @@ from shoal.algos.multi_agent.maddpg import (
     deployed_policy,
     maddpg_groups,
     make_replay,
-    replay_steps,
+    state_dim,
 )
 from shoal.collect.multi_agent import MultiAgentEpisodes, MultiAgentRunner
 from shoal.config import (
@@ -143,6 +144,7 @@ class Collector:
         self.config = config
         env = make_multi_agent_env(config.env)
         self.acting = build_actors(config, maddpg_groups(env)).requires_grad_(False)
+        self.layout = JointLayout(self.acting, state_dim(env), config.critic_input)
         seed = derive_seed(config.run.seed, "env", index)
         self.runner = MultiAgentRunner(env, MADDPGActing(self.acting), config.rollout_steps, seed)
 
@@ -150,8 +152,7 @@ class Collector:
         """``rollout_steps`` vector steps with ``weights`` (random actions when they say so)."""
         self.runner.set_weights(weights)
         rollout = self.runner.sample()
-        actions = self.acting.stored_actions(rollout.actions)
-        steps = replay_steps(rollout, actions, self.config.critic_input == "state")
+        steps = self.layout.steps(rollout)
         return Collected(steps, rollout.episodes, rollout.num_steps * rollout.num_envs)
 
     def close(self) -> None:
@@ -164,12 +165,12 @@ def probe_groups(config: MADDPGConfig) -> tuple[list[AgentGroup], int | None]:
     probe = make_multi_agent_env(dataclasses.replace(config.env, num_envs=1))
     try:
         groups = maddpg_groups(probe)
-        state_dim = None if probe.state_space is None else int(probe.state_space.shape[0])
+        dim = state_dim(probe)
     finally:
         probe.close()
-    if config.critic_input == "state" and state_dim is None:
+    if config.critic_input == "state" and dim is None:
         raise ConfigError("critic_input is 'state' but this env provides no global state")
-    return groups, state_dim
+    return groups, dim
 
 
 def network_state(learner: MADDPGLearner) -> dict[str, dict[str, torch.Tensor]]:
@@ -211,10 +212,10 @@ class LearnerWorker:
         self.config = config
         replay = dataclasses.replace(config.replay, gradient_steps=sync_every)
         self.sync = dataclasses.replace(config, replay=replay)
-        groups, state_dim = probe_groups(config)
-        self.learner = MADDPGLearner(config, groups, state_dim)
+        groups, dim = probe_groups(config)
+        self.learner = MADDPGLearner(config, groups, dim)
         seed = derive_seed(config.run.seed, "replay", index)  # learner 0: MADDPG's seed
-        self.replay = make_replay(config, self.learner.core.actor, state_dim, seed)
+        self.replay = make_replay(config, self.learner.layout, seed)
 
     def add(self, batch: Collected) -> None:
         self.replay.extend(*batch.steps)
@@ -252,11 +253,11 @@ class DistributedMADDPG:
         run = config.run
         # The env is checked here first: a bad env id or critic_input fails now, with its own
         # message, not as actors failing and restarting in a loop.
-        groups, state_dim = probe_groups(inner)
+        groups, dim = probe_groups(inner)
         # The initial weights, from run.seed, built here on the CPU: the driver only keeps
         # the master networks and acts with nothing.
         on_cpu = dataclasses.replace(inner, run=dataclasses.replace(run, device="cpu"))
-        master = MADDPGLearner(on_cpu, groups, state_dim)
+        master = MADDPGLearner(on_cpu, groups, dim)
         self.joint = len(groups) > 1
         """Several groups: evaluation and deployment act on every group at once."""
         self.master = network_state(master)

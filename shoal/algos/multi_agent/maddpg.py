@@ -36,6 +36,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from shoal.algos.cores.actor_critic_replay import (
     ActorCriticCore,
@@ -56,9 +57,11 @@ from shoal.config import (
     check_multi_agent_learner,
 )
 from shoal.data.replay import ReplayBuffer
+from shoal.device import to_device
 from shoal.envs.make import make_multi_agent_env
 from shoal.envs.multi_agent import AgentGroup, MultiAgentVectorEnv
 from shoal.errors import ConfigError
+from shoal.losses import bootstrap_discount, n_step_return
 from shoal.losses.actor_critic import deterministic_actor_loss, ensemble_td_loss
 from shoal.nn.critics import CriticEnsemble
 from shoal.nn.multi_agent import JointActors
@@ -111,6 +114,11 @@ class MADDPGConfig(ActorCriticReplayConfig):
         check_choices(self)
         check(self, "gumbel_temperature", self.gumbel_temperature > 0, "must be > 0")
         check_multi_agent_learner(self, "MADDPG")
+
+
+def state_dim(env: MultiAgentVectorEnv) -> int | None:
+    """The size of the env's global state (None: it has none)."""
+    return None if env.state_space is None else int(env.state_space.shape[0])
 
 
 def maddpg_groups(env: MultiAgentVectorEnv) -> list[AgentGroup]:
@@ -181,20 +189,110 @@ def replay_steps(
     )
 
 
-def make_replay(
-    config: MADDPGConfig, actors: JointActors, state_dim: int | None, seed: int
-) -> ReplayBuffer:
-    """MADDPG's replay of `replay_steps` rows."""
-    row_dim = actors.obs_size + (state_dim if config.critic_input == "state" else 0)
+class JointBatch(NamedTuple):
+    """A replay batch of joint steps split by agent group (`JointLayout.split`), on the
+    learner's device; ``M`` samples, ``N`` agents of every group."""
+
+    obs: dict[str, torch.Tensor]
+    """``{group: [M, N_g, obs_dim_g]}``: what each actor reads."""
+    critic_obs: torch.Tensor
+    """``[M, C]``: what every critic reads besides the actions (all observations, or the
+    state)."""
+    next_obs: dict[str, torch.Tensor]
+    next_critic_obs: torch.Tensor
+    actions: torch.Tensor
+    """``[M, D]``: the replayed joint action as the critics read it (one-hot for discrete
+    agents), each agent's columns in agent order."""
+    returns: torch.Tensor
+    """``[M, N]``: each agent's n-step return."""
+    discounts: torch.Tensor
+    """``[M]``: gamma^K, or 0 where the episode terminated within the window."""
+    weights: torch.Tensor
+    """``[M]``: importance weights of prioritized replay (ones otherwise)."""
+
+
+class JointLayout:
+    """Where every agent's observation and action lie in MADDPG's replay, decided once, for
+    both directions (storing steps, splitting batches):
+
+    * an observation row: every agent's observation flattened, group by group and agents in
+      order (`JointActors`' order), then the env's global state when the critics read it;
+    * an action row: per agent its action index (discrete) or its values (continuous);
+    * the critics' joint action: per agent its one-hot (discrete) or its values, ``D``
+      columns (``JointActors.own_columns`` marks each agent's).
+    """
+
+    def __init__(self, actors: JointActors, state_dim: int | None, critic_input: str):
+        self.groups = [
+            (name, a.num_agents, a.obs_dim, a.action_dim, a.discrete)
+            for name, a in actors.groups.items()
+        ]
+        self.with_state = critic_input == "state"
+        self.obs_size = actors.obs_size
+        self.row_size = self.obs_size + (state_dim if self.with_state else 0)
+        self.stored_size = sum(n * (1 if discrete else d) for _, n, _, d, discrete in self.groups)
+        self.num_agents = actors.num_agents
+
+    def stored_actions(self, actions: dict[str, np.ndarray]) -> np.ndarray:
+        """Env actions per group ``[..., N_g(, d)]`` -> an action row ``[..., stored_size]``."""
+        parts = []
+        for name, _, _, _, discrete in self.groups:
+            a = np.asarray(actions[name], np.float32)
+            lead = a.shape[: a.ndim - (1 if discrete else 2)]
+            parts.append(a.reshape(*lead, -1))
+        return np.concatenate(parts, axis=-1)
+
+    def steps(self, rollout: MultiAgentRollout) -> ReplaySteps:
+        """A rollout's steps as replay rows (`replay_steps`) with their action rows."""
+        actions = self.stored_actions(rollout.actions)
+        return replay_steps(rollout, actions, self.with_state)
+
+    def split(self, batch: ReplayBatch, gamma: float) -> JointBatch:
+        """A replay batch (on any device) split by agent, with its n-step returns."""
+        obs, critic_obs = self._observations(batch.obs)
+        next_obs, next_critic_obs = self._observations(batch.next_obs)
+        return JointBatch(
+            obs,
+            critic_obs,
+            next_obs,
+            next_critic_obs,
+            self._critic_actions(batch.actions),
+            n_step_return(batch.rewards, gamma),
+            bootstrap_discount(batch.steps, batch.terminated, gamma),
+            batch.weights,
+        )
+
+    def _observations(self, rows: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        joint = rows[:, : self.obs_size]
+        per_group, start = {}, 0
+        for name, n, obs_dim, _, _ in self.groups:
+            per_group[name] = joint[:, start : start + n * obs_dim].reshape(-1, n, obs_dim)
+            start += n * obs_dim
+        return per_group, (rows[:, self.obs_size :] if self.with_state else joint)
+
+    def _critic_actions(self, stored: torch.Tensor) -> torch.Tensor:
+        parts, start = [], 0
+        for _, n, _, d, discrete in self.groups:
+            width = n * (1 if discrete else d)
+            part = stored[:, start : start + width]
+            if discrete:
+                part = F.one_hot(part.long(), d).float()
+            parts.append(part.flatten(1))
+            start += width
+        return torch.cat(parts, 1)
+
+
+def make_replay(config: MADDPGConfig, layout: JointLayout, seed: int) -> ReplayBuffer:
+    """MADDPG's replay of `JointLayout` rows."""
     return ReplayBuffer(
         config.replay.buffer_size,
         config.env.num_envs,
-        gym.spaces.Box(-np.inf, np.inf, (row_dim,), np.float32),
-        gym.spaces.Box(-np.inf, np.inf, (actors.stored_size,), np.float32),
+        gym.spaces.Box(-np.inf, np.inf, (layout.row_size,), np.float32),
+        gym.spaces.Box(-np.inf, np.inf, (layout.stored_size,), np.float32),
         n_step=config.replay.n_step,
         priorities=make_priorities(config.replay, config.env.num_envs),
         seed=seed,
-        reward_shape=(actors.num_agents,),
+        reward_shape=(layout.num_agents,),
     )
 
 
@@ -268,8 +366,8 @@ class MADDPGLearner(ActorCriticLearner):
     def __init__(self, config: MADDPGConfig, groups: list[AgentGroup], state_dim: int | None):
         self.config = config
         actor = build_actors(config, groups)
+        self.layout = JointLayout(actor, state_dim, config.critic_input)
         self.groups = {g.name: g.size for g in groups}
-        self.num_agents = actor.num_agents
         critic_obs_dim = state_dim if config.critic_input == "state" else actor.obs_size
         critic_space = gym.spaces.Box(-np.inf, np.inf, (critic_obs_dim,), np.float32)
         critic = CriticEnsemble(
@@ -277,55 +375,60 @@ class MADDPGLearner(ActorCriticLearner):
         )
         self.core = ActorCriticCore(config, actor, critic, target_actor=True)
 
-    def split(self, rows: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        """Replay rows -> (observations per group, critic inputs ``[M, C]``)."""
-        actor: JointActors = self.core.actor
-        joint = rows[:, : actor.obs_size]
-        critic = joint if self.config.critic_input == "observations" else rows[:, joint.shape[1] :]
-        return actor.split_obs(joint), critic
-
     def update(self, batch: ReplayBatch) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """One step of Lowe et al.'s Algorithm 1 on a replay batch: the batch split by agent,
+        the critics' targets, the critics' TD loss, each actor's loss through its own critic,
+        one optimizer step, the target networks' update. Returns the metrics and each
+        sample's new priority (its mean absolute TD error over agents)."""
         cfg, core = self.config, self.core
-        actor: JointActors = core.actor
-        batch = core.batch(batch)
-        returns, discounts = core.bootstrap(batch)  # [M, N], [M]
-        obs, critic_obs = self.split(batch.obs)
-        next_obs, next_critic_obs = self.split(batch.next_obs)
-        replayed = actor.critic_actions(batch.actions)
+        actor = core.actor
+        b = self.layout.split(to_device(batch, self.device), cfg.gamma)
         with torch.no_grad():
-            next_actions = core.target_actor.target_actions(next_obs)
-            next_inputs = critic_inputs(next_critic_obs, next_actions)
-            next_q = core.target_critic.evaluate(next_inputs).squeeze(-1)  # [N, M]
-            target = returns.T + discounts * next_q  # [N, M]
-        q = core.critic.evaluate(critic_inputs(critic_obs, replayed)).squeeze(-1)
-        inputs = replace_own_actions(critic_obs, replayed, actor(obs), actor.own_columns)
+            next_actions = core.target_actor.target_actions(b.next_obs)
+            next_q = core.target_critic.evaluate(critic_inputs(b.next_critic_obs, next_actions))
+            target = b.returns.T + b.discounts * next_q.squeeze(-1)  # [N, M]
+        q = core.critic.evaluate(critic_inputs(b.critic_obs, b.actions)).squeeze(-1)  # [N, M]
+        inputs = replace_own_actions(b.critic_obs, b.actions, actor(b.obs), actor.own_columns)
         policy_q = core.critic.evaluate(inputs, detach_weights=True).squeeze(-1)  # [N, M]
-        # Each group's losses are sums over its agents of per-agent means: one TD regression
-        # per (agent, sample), and each actor ascends its own critic.
-        metrics: dict[str, torch.Tensor] = {}
-        critic_loss, actor_loss, errors, start = 0.0, 0.0, [], 0
-        for name, size in self.groups.items():
-            rows = slice(start, start + size)
-            group_critic, group_errors = ensemble_td_loss(
-                q[rows].reshape(1, -1),
-                target[rows].reshape(-1),
-                batch.weights.repeat(size),
-                cfg.critic_loss,
-            )
-            group_critic = group_critic * size
-            group_actor = deterministic_actor_loss(policy_q[rows].reshape(-1)) * size
-            critic_loss, actor_loss = critic_loss + group_critic, actor_loss + group_actor
-            errors.append(group_errors.view(size, -1))
-            if len(self.groups) > 1:
-                metrics[f"loss/{name}/critic"] = group_critic.detach()
-                metrics[f"loss/{name}/actor"] = group_actor.detach()
-            start += size
-        core.step({"critic": critic_loss, "actor": actor_loss})
+        losses, errors, metrics = group_losses(
+            q, target, policy_q, b.weights, self.groups, cfg.critic_loss
+        )
+        core.step(losses)
         core.update_targets()
-        metrics["loss/critic"] = critic_loss.detach()
-        metrics["loss/actor"] = actor_loss.detach()
         metrics["train/q_mean"] = q.detach().mean()
-        return metrics, torch.cat(errors).mean(dim=0)
+        return metrics, errors.mean(dim=0)
+
+
+def group_losses(
+    q: torch.Tensor,
+    target: torch.Tensor,
+    policy_q: torch.Tensor,
+    weights: torch.Tensor,
+    groups: dict[str, int],
+    critic_loss: str,
+) -> tuple[dict[str, torch.Tensor], torch.Tensor, dict[str, torch.Tensor]]:
+    """The critic and actor losses of every group from ``q``, ``target`` and ``policy_q``
+    ``[N, M]`` (agents in group order): each group's losses are sums over its agents of
+    per-agent means, one TD regression per (agent, sample), and each actor ascends its own
+    critic. Returns the two losses, the TD errors ``[N, M]`` and the metrics (per group when
+    there are several)."""
+    metrics: dict[str, torch.Tensor] = {}
+    critic, actor, errors, start = 0.0, 0.0, [], 0
+    for name, size in groups.items():
+        rows = slice(start, start + size)
+        group_critic, group_errors = ensemble_td_loss(
+            q[rows].reshape(1, -1), target[rows].reshape(-1), weights.repeat(size), critic_loss
+        )
+        group_critic = group_critic * size
+        group_actor = deterministic_actor_loss(policy_q[rows].reshape(-1)) * size
+        critic, actor = critic + group_critic, actor + group_actor
+        errors.append(group_errors.view(size, -1))
+        if len(groups) > 1:
+            metrics[f"loss/{name}/critic"] = group_critic.detach()
+            metrics[f"loss/{name}/actor"] = group_actor.detach()
+        start += size
+    metrics["loss/critic"], metrics["loss/actor"] = critic.detach(), actor.detach()
+    return {"critic": critic, "actor": actor}, torch.cat(errors), metrics
 
 
 class MADDPG:
@@ -336,11 +439,11 @@ class MADDPG:
         self.config = config
         env = make_multi_agent_env(config.env)
         groups = maddpg_groups(env)
-        state_dim = None if env.state_space is None else int(env.state_space.shape[0])
-        if config.critic_input == "state" and state_dim is None:
+        dim = state_dim(env)
+        if config.critic_input == "state" and dim is None:
             env.close()
             raise ConfigError("critic_input is 'state' but this env provides no global state")
-        self.learner = MADDPGLearner(config, groups, state_dim)
+        self.learner = MADDPGLearner(config, groups, dim)
         self.joint = len(groups) > 1
         """Several groups: evaluation and deployment act on every group at once."""
         # Acting runs on the CPU with a copy of the weights, whatever the learner's device.
@@ -352,7 +455,7 @@ class MADDPG:
             seed=derive_seed(config.run.seed, "env", 0),
         )
         seed = derive_seed(config.run.seed, "replay", 0)
-        self.replay = make_replay(config, self.acting, state_dim, seed)
+        self.replay = make_replay(config, self.learner.layout, seed)
         self.env_steps = 0
         self.iteration = 0
 
@@ -371,8 +474,7 @@ class MADDPG:
     def _collect(self) -> MultiAgentRollout:
         """A rollout with the acting actors, stored in replay."""
         rollout = self.runner.sample()
-        actions = self.acting.stored_actions(rollout.actions)
-        self.replay.extend(*replay_steps(rollout, actions, self.config.critic_input == "state"))
+        self.replay.extend(*self.learner.layout.steps(rollout))
         self.env_steps += rollout.num_steps * rollout.num_envs
         return rollout
 
