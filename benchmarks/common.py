@@ -28,9 +28,9 @@ import numpy as np
 import torch
 
 import shoal
+from shoal.collect.evaluate import evaluate
 from shoal.seeding import derive_seed
 from shoal.threads import set_compute_threads
-from shoal.train.evaluate import evaluate
 
 try:
     import stable_baselines3

@@ -55,6 +55,7 @@ from pathlib import Path
 import numpy as np
 
 import shoal
+from shoal.collect.evaluate import evaluate, evaluate_joint
 from shoal.config import EnvConfig, replace
 from shoal.envs import make_env
 from shoal.envs.heuristics import IntersectionHeuristic
@@ -63,7 +64,6 @@ from shoal.envs.make import make_multi_agent_env
 from shoal.policy import JointPolicy
 from shoal.stats import t_interval
 from shoal.threads import set_compute_threads
-from shoal.train.evaluate import evaluate, evaluate_joint
 
 TARGET = 100_000
 """Agent-steps/s of the built-in intersection at 1024 envs."""

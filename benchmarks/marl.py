@@ -33,10 +33,10 @@ from rich.console import Console
 from rich.table import Table
 
 import shoal
+from shoal.collect.evaluate import evaluate
 from shoal.config import EnvConfig
 from shoal.stats import t_interval
 from shoal.threads import set_compute_threads
-from shoal.train.evaluate import evaluate
 
 HERE = Path(__file__).resolve().parent
 EVAL_EPISODES = 32

@@ -387,12 +387,12 @@ def _export(args: argparse.Namespace) -> int:
 
 def _eval(args: argparse.Namespace) -> int:
     from shoal.api import load
+    from shoal.collect.evaluate import evaluate_episodes, evaluate_joint_episodes
     from shoal.config import replace
     from shoal.envs import make_env
     from shoal.envs.make import make_multi_agent_env
     from shoal.policy import JointPolicy
     from shoal.stats import summary
-    from shoal.train.evaluate import evaluate_episodes, evaluate_joint_episodes
     from shoal.train.video import record_video
 
     policy = load(args.run_dir)

@@ -104,7 +104,7 @@ class RecurrentActorCritic(nn.Module):
         from the previous call. Nothing tells this call where episodes end, so the state
         is zeroed only at the first call, when ``B`` changes, or by `reset_state` (which
         `ActorPolicy.act` calls for its ``episode_start`` rows): right for the first episode
-        of each env, which is what `shoal.train.evaluate` scores."""
+        of each env, which is what `shoal.collect.evaluate` scores."""
         state = self._deployed_state
         if state is None or state.shape[0] != obs.shape[0]:
             state = self.initial_state(obs.shape[0])

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from shoal.collect.evaluate import evaluate, evaluate_joint
 from shoal.config import to_dict
 from shoal.envs import make_env
 from shoal.envs.make import make_multi_agent_env
@@ -29,7 +30,6 @@ from shoal.seeding import derive_seed, rng_state, seed_torch, set_rng_state
 from shoal.threads import set_compute_threads
 from shoal.train.callbacks import Callbacks, TrainContext
 from shoal.train.checkpoint import Checkpoint, incompatible, save_checkpoint
-from shoal.train.evaluate import evaluate, evaluate_joint
 from shoal.train.logger import MultiLogger, make_loggers
 from shoal.train.run_dir import guarded_write, record_for_deploy, resolve_run_dir
 from shoal.train.trackers import make_trackers

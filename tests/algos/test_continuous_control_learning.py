@@ -4,7 +4,7 @@ Pendulum-v1 up (the issue's bar: mean return >= -250)."""
 import pytest
 
 import shoal
-from shoal.train.evaluate import evaluate
+from shoal.collect.evaluate import evaluate
 
 pytestmark = pytest.mark.learning
 

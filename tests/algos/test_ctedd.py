@@ -8,6 +8,7 @@ from state_helpers import assert_states_equal
 
 import shoal
 from shoal.algos.multi_agent.ctedd import CTEDD, CTEDDConfig
+from shoal.algos.multi_agent.distillation import chronological_rows
 from shoal.config import replace
 from shoal.errors import ConfigError
 from shoal.losses.distillation import distillation_loss, exploration_scale_loss
@@ -174,13 +175,15 @@ def test_chronological_rows_are_oldest_first_after_wrapping():
     )
     for _ in range(9):  # 72 env steps into a 40-step buffer: it wrapped
         algo.train_iteration()
-    rows = algo.chronological_rows()
+    written = algo.env_steps // algo.env.num_envs  # 18 vector steps into 10 rows
+    rows = chronological_rows(algo.replay, written)
     n_obs = 3 * algo.obs_dim
     # The state's last entries hold t-independent values; use the replay order instead:
-    written = algo.env_steps // algo.env.num_envs
-    newest = algo.replay.obs[(written - 1) % algo.replay.rows]
-    np.testing.assert_array_equal(rows[-4:], newest[algo.replay.valid[(written - 1) % 10]])
-    assert rows.shape[1] == n_obs + algo.state_dim
+    replay, size = algo.replay, algo.replay.rows
+    newest, oldest = (written - 1) % size, written % size
+    np.testing.assert_array_equal(rows[-4:], replay.obs[newest][replay.valid[newest]])
+    np.testing.assert_array_equal(rows[:4], replay.obs[oldest][replay.valid[oldest]])
+    assert rows.shape == (replay.valid.sum(), n_obs + algo.state_dim)
     algo.close()
 
 

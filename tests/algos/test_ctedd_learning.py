@@ -52,7 +52,7 @@ def train_and_score(env_id: str) -> tuple[float, float, float]:
             algo.train_iteration()
         global_return = algo.evaluate_global(seed=7)
         local_return = algo.evaluate_local(seed=7)
-        random_return = algo._evaluate(
+        random_return = algo.evaluate_team(
             lambda obs, state: torch.rand(obs.shape[0], 3, 2) * 2 - 1, None, 7
         )
     finally:

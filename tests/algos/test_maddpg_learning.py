@@ -5,8 +5,8 @@ import pytest
 from random_policy import RandomPolicy
 
 import shoal
+from shoal.collect.evaluate import evaluate
 from shoal.config import EnvConfig
-from shoal.train.evaluate import evaluate
 
 pytestmark = pytest.mark.learning
 

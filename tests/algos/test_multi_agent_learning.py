@@ -7,9 +7,9 @@ import pytest
 from random_policy import RandomPolicy
 
 import shoal
+from shoal.collect.evaluate import evaluate, evaluate_joint
 from shoal.config import EnvConfig
 from shoal.envs.make import make_multi_agent_env
-from shoal.train.evaluate import evaluate, evaluate_joint
 
 pytestmark = pytest.mark.learning
 

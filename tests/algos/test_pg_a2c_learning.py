@@ -6,7 +6,7 @@ Run only these with ``pytest -m learning``; skip them with ``pytest -m "not lear
 import pytest
 
 import shoal
-from shoal.train.evaluate import evaluate
+from shoal.collect.evaluate import evaluate
 
 pytestmark = pytest.mark.learning
 

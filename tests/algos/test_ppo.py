@@ -16,11 +16,11 @@ from shoal.algos.policy_gradient import ppo
 from shoal.algos.policy_gradient.ppo import PPO, PPOConfig, PPOLearner, make_batch
 from shoal.backend import NumpyStep
 from shoal.collect import EnvRunner
+from shoal.collect.evaluate import evaluate
 from shoal.config import EnvConfig, ModelConfig, RunConfig, replace
 from shoal.errors import CheckpointError, NaNLossError, ShoalError, UnsupportedSpaceError
 from shoal.losses import gae, objectives
 from shoal.train.checkpoint import load_checkpoint, resolve_checkpoint, save_checkpoint
-from shoal.train.evaluate import evaluate
 from shoal.types import Rollout
 
 # --- helpers ------------------------------------------------------------------------------------

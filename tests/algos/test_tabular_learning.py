@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import shoal
+from shoal.collect.evaluate import evaluate
 from shoal.config import EnvConfig
-from shoal.train.evaluate import evaluate
 
 pytestmark = pytest.mark.learning
 

@@ -3,7 +3,7 @@
 import pytest
 
 import shoal
-from shoal.train.evaluate import evaluate
+from shoal.collect.evaluate import evaluate
 
 pytestmark = pytest.mark.learning
 

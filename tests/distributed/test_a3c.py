@@ -15,6 +15,7 @@ from shoal.algos.policy_gradient.a2c import A2CConfig, A2CLearner
 from shoal.algos.policy_gradient.a3c import A3C, A2CBlock, A3CConfig, A3CWorker
 from shoal.backend import evaluate_objective
 from shoal.collect import EnvRunner
+from shoal.collect.evaluate import evaluate
 from shoal.config import (
     EnvConfig,
     ModelConfig,
@@ -27,7 +28,6 @@ from shoal.errors import ConfigError, NaNLossError
 from shoal.losses import objectives
 from shoal.losses.objectives import a2c_objective
 from shoal.train.checkpoint import load_checkpoint
-from shoal.train.evaluate import evaluate
 
 ROLLOUT_STEPS = 32  # 4 envs x 8 steps per gradient
 

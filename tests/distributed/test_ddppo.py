@@ -25,10 +25,10 @@ from shoal.algos.policy_gradient.ddppo import (
     synchronize,
 )
 from shoal.algos.policy_gradient.ppo import PPOConfig, PPOLearner
+from shoal.collect.evaluate import evaluate
 from shoal.config import EnvConfig, ModelConfig, RenamedFieldWarning, RunConfig, replace
 from shoal.errors import ConfigError, DistributedError, NaNLossError
 from shoal.train.checkpoint import load_checkpoint
-from shoal.train.evaluate import evaluate
 from shoal.types import EpisodeStats
 
 N = 32  # samples in the fixed batch; each of two ranks gets half

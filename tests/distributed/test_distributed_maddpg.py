@@ -21,10 +21,10 @@ from shoal.algos.multi_agent.distributed_maddpg import (
     network_state,
 )
 from shoal.algos.multi_agent.maddpg import MADDPG, MADDPGConfig
+from shoal.collect.evaluate import evaluate
 from shoal.config import EnvConfig
 from shoal.errors import ConfigError
 from shoal.train.checkpoint import load_checkpoint
-from shoal.train.evaluate import evaluate
 
 ITERATION = 8  # 1 collector x 4 envs x 2 steps
 LEARNING_STEPS = 30_000

@@ -29,18 +29,21 @@ local policies, sized by ``message_dim``; the env runs without its own message c
 policies (CTEDD-L-3 beside CTEDD-L-1) from the same global policy and replay.
 
 `CTEDD.policy` deploys the ``message_dim`` local policies on rows of agents (as MADDPG's
-actors); `CTEDD.evaluate_global` and `CTEDD.evaluate_local` score CTEDD-G and CTEDD-L.
+actors); `CTEDD.evaluate_global` and `CTEDD.evaluate_local` score CTEDD-G and CTEDD-L with
+the shared evaluation (`shoal.collect.evaluate.evaluate_joint`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
+from torch import nn
 
 from shoal.algos.cores.actor_critic_replay import (
     ActorCriticCore,
@@ -48,8 +51,10 @@ from shoal.algos.cores.actor_critic_replay import (
     ActorCriticReplayConfig,
 )
 from shoal.algos.cores.off_policy import learn_from_replay, make_priorities
+from shoal.algos.multi_agent.distillation import Student, chronological_rows, distill_round
 from shoal.algos.multi_agent.maddpg import critic_inputs, own_action_inputs, replay_steps
 from shoal.backend import place, uncompiled_copy
+from shoal.collect.evaluate import evaluate_joint_episodes
 from shoal.collect.multi_agent import (
     FixedGroups,
     JointObs,
@@ -70,11 +75,11 @@ from shoal.envs.make import make_multi_agent_env
 from shoal.envs.multi_agent import AgentGroup, MultiAgentStep, MultiAgentVectorEnv
 from shoal.errors import ConfigError
 from shoal.losses.actor_critic import deterministic_actor_loss, ensemble_td_loss
-from shoal.losses.distillation import distillation_loss, exploration_scale_loss
+from shoal.losses.distillation import exploration_scale_loss
 from shoal.nn.critics import CriticEnsemble
 from shoal.nn.local_policies import ExplorationScale, GlobalActor, LocalPolicies
 from shoal.optim import minimize
-from shoal.policy import ActorPolicy
+from shoal.policy import ActorPolicy, JointPolicy
 from shoal.seeding import derive_seed
 from shoal.types import ReplayBatch
 
@@ -242,23 +247,6 @@ class CTEDDLearner(ActorCriticLearner):
             self.scale.parameters(), lr=config.exploration_lr, eps=1e-8
         )
 
-    @torch.no_grad()
-    def act(self, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``[B, S]`` -> (sampled actions ``mu + sigma * eps`` ``[B, N, d]``, the same
-        clipped to ``[-1, 1]`` for the env), on the CPU; uniform before learning starts. The
-        global policies act where they train (they read the global state, so there is no
-        separate acting copy)."""
-        actor = self.core.actor
-        if actor.random_actions:
-            uniform = torch.rand(state.shape[0], self.num_agents, self.action_dim) * 2 - 1
-            return uniform, uniform
-        state = state.to(self.device)
-        mean = actor(state)
-        # The noise draws from the CPU generator, so a seed acts alike on every device.
-        noise = torch.randn(mean.shape).to(self.device)
-        sampled = (mean + self.scale(actor.features(state)) * noise).cpu()
-        return sampled, sampled.clamp(-1.0, 1.0)
-
     def update(self, batch: ReplayBatch) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """Eq. (2) for the critics and Eq. (4) for the deterministic parts, as MADDPG."""
         cfg, core, n = self.config, self.core, self.num_agents
@@ -325,45 +313,39 @@ class CTEDDLearner(ActorCriticLearner):
         self.scale_optimizer.load_state_dict(state["scale_optimizer"])
 
 
-class Student:
-    """Stage 2: one set of local policies (one message size) and its optimizer."""
-
-    def __init__(self, policies: LocalPolicies, lr: float):
-        self.policies = policies
-        self.optimizer = torch.optim.Adam(policies.parameters(), lr=lr)
-
-    def fit(self, obs: torch.Tensor, teacher: torch.Tensor, repeats: int) -> float:
-        """``repeats`` gradient steps of Eq. (6) on one minibatch ``[K, N, o]``, ``[K, N, d]``."""
-        for _ in range(repeats):
-            loss = distillation_loss(teacher, self.policies(obs))
-            minimize({"distillation": loss}, self.optimizer)
-        return loss.item()
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"model": self.policies.state_dict(), "optimizer": self.optimizer.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.policies.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-
-
 class CTEDDActing:
-    """The acting side of the `MultiAgentRunner`: the global policies on the global state,
-    sampling around their means with the learned exploration scales; keeps the states and
-    the samples of the real steps for the exploration update (Eq. (5))."""
+    """The acting side of the `MultiAgentRunner`: CPU copies of the global policies (their
+    weights handed over once per iteration, so acting never waits on the learner's device)
+    on the global state, sampling ``mu(s) + sigma(s) * eps`` (uniformly before learning
+    starts); keeps the states and the samples of the real steps for the exploration update
+    (Eq. (5))."""
 
     def __init__(self, learner: CTEDDLearner, group: str, opponents: FixedGroups):
-        self.learner, self.group, self.opponents = learner, group, opponents
+        self.actor = uncompiled_copy(learner.core.actor).requires_grad_(False)
+        self.scale = uncompiled_copy(learner.scale).requires_grad_(False)
+        self.group, self.opponents = group, opponents
         self.states: list[torch.Tensor] = []
         self.sampled: list[torch.Tensor] = []
         self._pending: tuple[torch.Tensor, torch.Tensor] | None = None
 
+    def set_weights(self, learner: CTEDDLearner) -> None:
+        """The learner's current global policies (and its random-action switch)."""
+        with torch.no_grad():
+            for copy, source in ((self.actor, learner.core.actor), (self.scale, learner.scale)):
+                own, theirs = copy.state_dict(keep_vars=True), source.state_dict(keep_vars=True)
+                torch._foreach_copy_(list(own.values()), [theirs[k].detach() for k in own])
+
     @torch.inference_mode()
     def act(self, view: JointObs) -> dict[str, np.ndarray]:
         state = torch.as_tensor(view.state, dtype=torch.float32)
-        raw, actions = self.learner.act(state)
+        actor = self.actor
+        if actor.random_actions:
+            raw = torch.rand(state.shape[0], actor.num_agents, actor.action_dim) * 2 - 1
+        else:
+            mean = actor(state)
+            raw = mean + self.scale(actor.features(state)) * torch.randn(mean.shape)
         self._pending = (state, raw)
-        return {self.group: actions.numpy(), **self.opponents.act(view)}
+        return {self.group: raw.clamp(-1.0, 1.0).numpy(), **self.opponents.act(view)}
 
     def observe(self, actions: dict[str, np.ndarray], step: MultiAgentStep) -> None:
         state, raw = self._pending
@@ -382,6 +364,33 @@ class CTEDDActing:
         states, sampled = torch.cat(self.states), torch.cat(self.sampled)
         self.states, self.sampled = [], []
         return states, sampled
+
+
+class Team(nn.Module):
+    """A team's policies among an env's ``groups``, as `shoal.policy.JointPolicy` drives them
+    in `shoal.collect.evaluate.evaluate_joint`: ``act(obs, state)`` gives the team's actions
+    ``[B, N, d]`` from its observations ``[B, N, o]`` and the global state ``[B, S]``; the
+    other groups act by the fixed policies `JointPolicy.with_fixed` gives them."""
+
+    def __init__(
+        self,
+        team: str,
+        groups: list[str],
+        act: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    ):
+        super().__init__()
+        self.team = team
+        self.groups = {name: nn.Identity() for name in groups}
+        self.act = act
+
+    def act_joint(
+        self,
+        obs: dict[str, torch.Tensor],
+        deterministic: bool = True,
+        state: torch.Tensor | None = None,
+        action_mask: dict[str, torch.Tensor] | None = None,
+    ) -> dict[str, torch.Tensor]:
+        return {self.team: self.act(obs[self.team].float(), state)}
 
 
 class CTEDD:
@@ -439,6 +448,7 @@ class CTEDD:
         return cfg.alpha_start + (cfg.alpha_end - cfg.alpha_start) * share
 
     def _collect(self) -> tuple[MultiAgentEpisodes, torch.Tensor, torch.Tensor]:
+        self.acting.set_weights(self.learner)
         rollout = self.runner.sample()
         name = self.group.name
         actions = rollout.actions[name].astype(np.float32)
@@ -471,32 +481,20 @@ class CTEDD:
 
     # --- stage 2 ------------------------------------------------------------------------------
 
-    def chronological_rows(self) -> np.ndarray:
-        """The valid replay rows ``[K, row_dim]``, oldest first (vector steps in the order
-        they were stored, envs in order within a step)."""
-        written = self.env_steps // self.env.num_envs  # one replay row per vector step
-        rows = self.replay.rows
-        order = np.arange(written) if written <= rows else (written + np.arange(rows)) % rows
-        order = order[self.replay.valid[order].any(axis=1)]
-        data, valid = self.replay.obs[order], self.replay.valid[order]
-        return data[valid]
-
     def distill(self) -> dict[str, float]:
-        """One chronological distillation round of every local policy (Eq. (6))."""
+        """One chronological distillation round of every local policy (Eq. (6),
+        `shoal.algos.multi_agent.distillation`), then the evaluations when asked."""
         cfg, n = self.config, self.group.size
-        rows = torch.as_tensor(self.chronological_rows()).to(self.learner.device)
+        written = self.env_steps // self.env.num_envs  # one replay row per vector step
+        rows = torch.as_tensor(chronological_rows(self.replay, written)).to(self.learner.device)
         obs = rows[:, : n * self.obs_dim].reshape(-1, n, self.obs_dim)
         with torch.no_grad():
             teacher = self.learner.core.actor(rows[:, n * self.obs_dim :])
         self.distill_rounds += 1
         metrics: dict[str, float] = {"distill/rows": float(len(rows))}
-        for m, student in self.students.items():
-            losses = [
-                student.fit(obs[i : i + cfg.distill_batch_size],
-                            teacher[i : i + cfg.distill_batch_size], cfg.distill_repeats)
-                for i in range(0, len(rows), cfg.distill_batch_size)
-            ]  # fmt: skip
-            metrics[f"distill/loss_m{m}"] = float(np.mean(losses)) if losses else 0.0
+        metrics.update(
+            distill_round(self.students, obs, teacher, cfg.distill_batch_size, cfg.distill_repeats)
+        )
         if cfg.evaluate_rounds:
             seed = derive_seed(cfg.run.seed, "ctedd-eval", self.distill_rounds)
             metrics["eval/global_return"] = self.evaluate_global(seed=seed)
@@ -508,20 +506,21 @@ class CTEDD:
 
     def evaluate_global(self, episodes: int | None = None, seed: int = 0) -> float:
         """CTEDD-G: mean per-agent return of the deterministic global policies (on states)."""
-        actor = self.learner.core.actor
-        return self._evaluate(lambda obs, state: actor(state), episodes, seed)
+        actor = uncompiled_copy(self.learner.core.actor)
+        return self.evaluate_team(lambda obs, state: actor(state), episodes, seed)
 
     def evaluate_local(
         self, message_dim: int | None = None, episodes: int | None = None, seed: int = 0
     ) -> float:
         """CTEDD-L-<message_dim>: mean per-agent return of the distilled local policies."""
         local = self.students[self.config.message_dim if message_dim is None else message_dim]
-        return self._evaluate(lambda obs, state: local.policies(obs), episodes, seed)
+        policies = uncompiled_copy(local.policies)
+        return self.evaluate_team(lambda obs, state: policies(obs), episodes, seed)
 
-    @torch.inference_mode()
-    def _evaluate(self, act, episodes: int | None, seed: int) -> float:
-        """The first episode of each of ``episodes`` envs; returns summed over steps, averaged
-        over envs and agents (what `shoal.train.evaluate.evaluate` reports on rows of agents)."""
+    def evaluate_team(self, act, episodes: int | None = None, seed: int = 0) -> float:
+        """The team acting by ``act(obs [B, N, o], state [B, S]) -> [B, N, d]`` (on the
+        CPU), the other groups by their ``env.opponents``: the mean per-agent return of the
+        first episode of each of ``episodes`` envs (`shoal.collect.evaluate.evaluate_joint`)."""
         episodes = episodes or self.config.run.eval_episodes
         if self._eval_env is None or self._eval_env.num_envs != episodes:
             if self._eval_env is not None:
@@ -529,20 +528,10 @@ class CTEDD:
             env_config = dataclasses.replace(self.config.env, num_envs=episodes)
             self._eval_env = make_multi_agent_env(env_config)
         env, name = self._eval_env, self.group.name
-        obs, state = env.reset(seed=seed)
-        opponents = FixedGroups(self.config.env.opponents, env.groups, seed)
-        total = np.zeros((episodes, self.group.size))
-        done = np.zeros(episodes, bool)
-        while not done.all():
-            device = self.learner.device
-            obs_t = torch.as_tensor(obs[name]).float().to(device)
-            actions = act(obs_t, torch.as_tensor(state).float().to(device)).cpu()
-            view = JointObs(obs, state, getattr(env, "action_mask", None))
-            step = env.step({name: actions.numpy(), **opponents.act(view)})
-            total[~done] += step.rewards[name][~done]
-            done |= (step.terminated[name] | step.truncated[name]).all(axis=1)
-            obs, state = step.obs, step.state
-        return float(total.mean())
+        policy = JointPolicy(Team(name, list(env.groups), act))
+        if self.config.env.opponents:
+            policy = policy.with_fixed(self.config.env.opponents, env.groups)
+        return float(evaluate_joint_episodes(policy, env, seed).groups[name].mean())
 
     def policy(self) -> ActorPolicy:
         """The deployable CTEDD-L-<message_dim> local policies (rows of agents)."""

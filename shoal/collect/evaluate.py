@@ -1,4 +1,5 @@
-"""Evaluation of a deterministic policy on environments separate from training: returns
+"""Evaluation of a deterministic policy on environments separate from training (the training
+loop's periodic and final evaluations, `shoal eval`, and algorithms' own scores): returns
 and lengths of the first episode of every env, and the env's own episode statistics
 (``eval/<name>``, e.g. a traffic env's ``eval/collision_rate``) of those episodes."""
 
