@@ -11,7 +11,6 @@ through ``torch.compile`` in `place`.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +21,7 @@ from torch import nn
 from shoal import fast
 from shoal.errors import ConfigError
 from shoal.losses.objectives import Objective, PolicyOutputs
+from shoal.nn.target import eager_copy
 from shoal.optim import minimize
 from shoal.types import ActOutput
 
@@ -60,12 +60,9 @@ def place(module: nn.Module, device: torch.device, compiled: bool = False) -> nn
 
 
 def uncompiled_copy(module: nn.Module, device: torch.device | str = "cpu") -> nn.Module:
-    """A deep copy of ``module`` on ``device`` (a deployed policy's: the CPU) that runs
-    eagerly: a copied compiled module would still call the original's compiled forward."""
-    clone = copy.deepcopy(module)
-    for sub in clone.modules():
-        sub.__dict__.pop("_compiled_call_impl", None)
-    return clone.to(device)
+    """An eager copy of ``module`` (`shoal.nn.target.eager_copy`) on ``device`` (a deployed
+    policy's or an acting copy's: the CPU)."""
+    return eager_copy(module).to(device)
 
 
 def evaluate_objective(

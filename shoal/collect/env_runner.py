@@ -24,7 +24,7 @@ from shoal.errors import ConfigError
 from shoal.interfaces import Weights
 from shoal.nn.recurrent import is_recurrent
 from shoal.threads import set_compute_threads
-from shoal.types import ActOutput, EpisodeStats, Rollout, merge_info
+from shoal.types import ActOutput, EpisodeStats, Rollout, StepResult, merge_info
 
 
 class ActingModel(Protocol):
@@ -132,7 +132,7 @@ class EnvRunner:
         if self.recurrent:
             return self._sample_recurrent()
         storage, env, model, actor = self.storage, self.env, self.model, self.actor
-        returns, lengths, agents, infos = [], [], [], []
+        episodes = FinishedEpisodes()
         masked = storage.action_mask is not None
         for t in range(self.num_steps):
             if masked:
@@ -144,16 +144,10 @@ class EnvRunner:
             result = env.step(_array(out.actions))
             storage.write_step(t, out, result)
             self.obs = result.obs
-            if result.episode_returns.size:
-                returns.append(result.episode_returns)
-                lengths.append(result.episode_lengths)
-                if result.episode_agents is not None:
-                    agents.append(result.episode_agents)
-            if result.episode_info is not None:
-                infos.append(result.episode_info)
+            episodes.add(result)
         last_obs = np.asarray(self.obs, dtype=storage.obs_dtype)
         rollout = storage.rollout(last_values=_tensor(actor.value(last_obs)))
-        return rollout, self._episodes(returns, lengths, agents, infos)
+        return rollout, episodes.stats(getattr(env, "agent_names", None))
 
     def _sample_recurrent(self) -> tuple[Rollout, EpisodeStats]:
         """`sample` for recurrent models: the state goes from step to step and is zeroed for
@@ -161,7 +155,7 @@ class EnvRunner:
         episode, starts from zeros. (The autoreset step itself still sees the old episode's
         state: its observation is that episode's final one, whose value bootstraps it.)"""
         storage, env, model = self.storage, self.env, self.model
-        returns, lengths, agents, infos = [], [], [], []
+        episodes = FinishedEpisodes()
         initial = state = self.policy_state
         for t in range(self.num_steps):
             out, state = model.step(storage.write_obs(t, self.obs), state)
@@ -171,28 +165,11 @@ class EnvRunner:
                 keep = torch.as_tensor(~result.autoreset, dtype=state.dtype)
                 state = state * keep.view(-1, *([1] * (state.dim() - 1)))
             self.obs = result.obs
-            if result.episode_returns.size:
-                returns.append(result.episode_returns)
-                lengths.append(result.episode_lengths)
-                if result.episode_agents is not None:
-                    agents.append(result.episode_agents)
-            if result.episode_info is not None:
-                infos.append(result.episode_info)
+            episodes.add(result)
         self.policy_state = state
         last_obs = torch.as_tensor(self.obs, dtype=storage.obs.dtype)
         rollout = storage.rollout(model.step_value(last_obs, state), policy_state=initial)
-        return rollout, self._episodes(returns, lengths, agents, infos)
-
-    def _episodes(self, returns: list, lengths: list, agents: list, infos: list) -> EpisodeStats:
-        """The finished episodes of a rollout; per agent when the env's rows are agents."""
-        names = getattr(self.env, "agent_names", None)
-        return EpisodeStats(
-            _concat(returns),
-            _concat(lengths, np.int64),
-            _concat(agents, np.int64) if names is not None else None,
-            names,
-            merge_info(infos),
-        )
+        return rollout, episodes.stats(getattr(env, "agent_names", None))
 
     def get_state(self) -> dict[str, Any]:
         """Env state and the pending observation; ``env`` is None when it cannot be saved.
@@ -229,6 +206,38 @@ class EnvRunner:
 
     def close(self) -> None:
         self.env.close()
+
+
+class FinishedEpisodes:
+    """The episodes that end during a rollout, gathered step by step (`add`), then as one
+    `EpisodeStats` (`stats`)."""
+
+    def __init__(self) -> None:
+        self.returns: list[np.ndarray] = []
+        self.lengths: list[np.ndarray] = []
+        self.agents: list[np.ndarray] = []
+        self.infos: list[dict[str, np.ndarray]] = []
+
+    def add(self, result: StepResult) -> None:
+        """The episodes (and the env's episode statistics) of one vector step."""
+        if result.episode_returns.size:
+            self.returns.append(result.episode_returns)
+            self.lengths.append(result.episode_lengths)
+            if result.episode_agents is not None:
+                self.agents.append(result.episode_agents)
+        if result.episode_info is not None:
+            self.infos.append(result.episode_info)
+
+    def stats(self, agent_names: list[str] | None) -> EpisodeStats:
+        """The finished episodes; per agent when the env's rows are agents
+        (``agent_names``)."""
+        return EpisodeStats(
+            _concat(self.returns),
+            _concat(self.lengths, np.int64),
+            _concat(self.agents, np.int64) if agent_names is not None else None,
+            agent_names,
+            merge_info(self.infos),
+        )
 
 
 BATCH_NORMS = (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d)

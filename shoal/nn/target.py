@@ -1,4 +1,6 @@
-"""Target networks: slowly moving copies of a network for stable bootstrap targets."""
+"""Copies of networks: eager copies (`eager_copy`, the one place that knows how a compiled
+module keeps its compiled forward) and target networks, slowly moving frozen copies for
+stable bootstrap targets."""
 
 from __future__ import annotations
 
@@ -8,13 +10,19 @@ import torch
 from torch import nn
 
 
-def frozen_copy(network: nn.Module) -> nn.Module:
-    """A deep copy of ``network`` that autograd ignores, to serve as its target. A compiled
-    network's copy runs eagerly (it would otherwise call the original's compiled forward)."""
-    clone = copy.deepcopy(network).requires_grad_(False)
+def eager_copy(network: nn.Module) -> nn.Module:
+    """A deep copy of ``network`` that runs eagerly. ``nn.Module.compile`` keeps the compiled
+    forward in the instance's ``_compiled_call_impl``, which a deep copy would keep calling,
+    on the original's compiled graph; the copy drops it from every submodule."""
+    clone = copy.deepcopy(network)
     for module in clone.modules():
         module.__dict__.pop("_compiled_call_impl", None)
     return clone
+
+
+def frozen_copy(network: nn.Module) -> nn.Module:
+    """An eager copy of ``network`` that autograd ignores, to serve as its target."""
+    return eager_copy(network).requires_grad_(False)
 
 
 @torch.no_grad()

@@ -9,11 +9,10 @@ import torch
 from state_helpers import assert_states_equal, metric_rows
 
 import shoal
-from shoal.algos.policy_gradient import impala
 from shoal.algos.policy_gradient.impala import IMPALA, IMPALAConfig, IMPALALearner
 from shoal.config import EnvConfig, ModelConfig, replace
 from shoal.errors import ConfigError, NaNLossError
-from shoal.losses import gae, vtrace
+from shoal.losses import gae, objectives, vtrace
 from shoal.train.checkpoint import load_checkpoint
 from shoal.types import Rollout
 
@@ -215,7 +214,8 @@ def test_resume_in_process_is_exact(tmp_path):
 
 
 def test_nan_loss_names_the_loss(tmp_path, monkeypatch):
-    monkeypatch.setattr(impala, "value_loss", lambda v, r: (v - r).mean() * float("nan"))
+    # IMPALA's value term is the A2C objective's (`ValueRegression`).
+    monkeypatch.setattr(objectives, "value_loss", lambda v, r: (v - r).mean() * float("nan"))
     with pytest.raises(NaNLossError, match="loss/value"):
         shoal.train("impala", seed=0, total_steps=ROLLOUT_STEPS, run_dir=str(tmp_path), **small())
 

@@ -42,7 +42,7 @@ from shoal.device import (
 )
 from shoal.losses import bootstrap_discount, n_step_return
 from shoal.nn.target import frozen_copy, soft_update
-from shoal.optim import minimize
+from shoal.optim import build_optimizer, minimize
 from shoal.types import ReplayBatch
 
 
@@ -137,8 +137,7 @@ class ActorCriticCore:
         ]
         if extra is not None:  # created on the run's device by the learner
             groups.append({"params": [extra[0]], "lr": extra[1]})
-        # fused: one kernel for every parameter, most of a small network's optimizer time.
-        self.optimizer = torch.optim.Adam(groups, lr=optim.lr, eps=optim.eps, fused=True)
+        self.optimizer = build_optimizer(groups, "adam", optim.lr, optim.eps)
         self.scaler = grad_scaler(config.model.precision, self.device)
         self._critic_pairs = (list(self.target_critic.parameters()), self.critic_params)
         self._actor_pairs = (

@@ -32,6 +32,7 @@ from shoal.device import (
 from shoal.errors import ConfigError
 from shoal.losses import gae
 from shoal.nn.heads import apply_temperature
+from shoal.optim import build_optimizer
 from shoal.policy import ActorPolicy
 from shoal.seeding import derive_seed
 from shoal.types import EpisodeStats, Rollout
@@ -134,18 +135,9 @@ def rmsprop_or_adamw(
     weight decay); ``optim`` is an `OptimConfig`. Both update all parameters in a few
     multi-tensor ops (PyTorch's CPU default loops over the tensors, which costs more than the
     arithmetic on small networks)."""
-    if kind == "rmsprop":
-        return torch.optim.RMSprop(
-            parameters,
-            lr=optim.lr,
-            alpha=alpha,
-            eps=optim.eps,
-            momentum=momentum,
-            weight_decay=optim.weight_decay,
-            foreach=True,
-        )
-    return torch.optim.AdamW(
-        parameters, lr=optim.lr, eps=optim.eps, weight_decay=optim.weight_decay, fused=True
+    kind = "rmsprop" if kind == "rmsprop" else "adamw"
+    return build_optimizer(
+        parameters, kind, optim.lr, optim.eps, optim.weight_decay, alpha, momentum
     )
 
 
@@ -308,9 +300,13 @@ class OnPolicyAlgorithm:
             acting=config.model.backend,
         )
         sampler = self.sampler
-        if sampler.action_masked:  # also multi-agent envs whose observations carry masks
-            config = masked_config(config, type(self).__name__, self.takes_action_masks)
-        self.learner = learner_cls(config, sampler.observation_space, sampler.action_space)
+        try:
+            if sampler.action_masked:  # also multi-agent envs whose observations carry masks
+                config = masked_config(config, type(self).__name__, self.takes_action_masks)
+            self.learner = learner_cls(config, sampler.observation_space, sampler.action_space)
+        except BaseException:
+            sampler.close()  # its envs (and Ray runners) go with the failed start
+            raise
         self.env_steps = 0
         self.episodes = 0
         self.iteration = 0

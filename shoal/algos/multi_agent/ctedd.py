@@ -78,7 +78,7 @@ from shoal.losses.actor_critic import deterministic_actor_loss, ensemble_td_loss
 from shoal.losses.distillation import exploration_scale_loss
 from shoal.nn.critics import CriticEnsemble
 from shoal.nn.local_policies import ExplorationScale, GlobalActor, LocalPolicies
-from shoal.optim import minimize
+from shoal.optim import build_optimizer, minimize
 from shoal.policy import ActorPolicy, JointPolicy
 from shoal.seeding import derive_seed
 from shoal.types import ReplayBatch
@@ -243,8 +243,8 @@ class CTEDDLearner(ActorCriticLearner):
             config.sigma_min, config.sigma_max, config.sigma_init,
         )  # fmt: skip
         self.scale = place(scale, self.device, config.run.compile)
-        self.scale_optimizer = torch.optim.Adam(
-            self.scale.parameters(), lr=config.exploration_lr, eps=1e-8
+        self.scale_optimizer = build_optimizer(
+            self.scale.parameters(), "adam", config.exploration_lr, eps=1e-8
         )
 
     def update(self, batch: ReplayBatch) -> tuple[dict[str, torch.Tensor], torch.Tensor]:

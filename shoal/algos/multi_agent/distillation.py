@@ -19,7 +19,7 @@ import torch
 from shoal.data.replay import ReplayBuffer
 from shoal.losses.distillation import distillation_loss
 from shoal.nn.local_policies import LocalPolicies
-from shoal.optim import minimize
+from shoal.optim import build_optimizer, minimize
 
 
 class Student:
@@ -27,7 +27,7 @@ class Student:
 
     def __init__(self, policies: LocalPolicies, lr: float):
         self.policies = policies
-        self.optimizer = torch.optim.Adam(policies.parameters(), lr=lr)
+        self.optimizer = build_optimizer(policies.parameters(), "adam", lr, eps=1e-8)
 
     def fit(self, obs: torch.Tensor, teacher: torch.Tensor, repeats: int) -> float:
         """``repeats`` gradient steps of Eq. (6) on one minibatch ``[K, N, o]``, ``[K, N, d]``."""

@@ -49,7 +49,7 @@ from shoal.losses.q_learning import masked_argmax
 from shoal.losses.value_decomposition import double_q_next_values, masked_td_loss, td_targets
 from shoal.nn.mixers import QMixer, RecurrentAgent, RecurrentQPolicy, VDNMixer
 from shoal.nn.target import frozen_copy, soft_update
-from shoal.optim import minimize
+from shoal.optim import build_optimizer, minimize
 from shoal.policy import ActorPolicy
 from shoal.schedules import linear
 from shoal.seeding import derive_seed
@@ -185,12 +185,9 @@ class QMIXLearner:
         self.online = place(online, self.device, config.run.compile)
         self.parameters = list(self.online.parameters())
         optim = config.optim
-        if config.optimizer == "rmsprop":
-            self.optimizer: torch.optim.Optimizer = torch.optim.RMSprop(
-                self.parameters, lr=optim.lr, alpha=config.optim_alpha, eps=optim.eps
-            )
-        else:
-            self.optimizer = torch.optim.Adam(self.parameters, lr=optim.lr, eps=optim.eps)
+        self.optimizer = build_optimizer(
+            self.parameters, config.optimizer, optim.lr, optim.eps, alpha=config.optim_alpha
+        )
         self.num_actions, self.grad_steps = num_actions, 0
 
     def update(self, batch: EpisodeBatch, inputs: torch.Tensor) -> dict[str, torch.Tensor]:

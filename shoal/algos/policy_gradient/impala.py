@@ -22,7 +22,6 @@ runs with Ray runners continue from the saved weights (which runner finishes fir
 from __future__ import annotations
 
 import collections
-import dataclasses
 import functools
 import math
 from dataclasses import dataclass, field
@@ -33,14 +32,12 @@ import torch
 
 from shoal.algos.cores.on_policy import (
     ModelLearner,
+    OnPolicyAlgorithm,
     check_no_masks,
-    masked_config,
     mean_metrics,
     rmsprop_or_adamw,
     step_metrics,
 )
-from shoal.backend import uncompiled_copy
-from shoal.collect import make_sampler
 from shoal.collect.ray import concat_episodes, concat_rollouts
 from shoal.config import (
     EnvConfig,
@@ -52,10 +49,10 @@ from shoal.config import (
     check_positive,
 )
 from shoal.device import to_device
-from shoal.losses import entropy_loss, policy_gradient_loss, value_loss, vtrace
+from shoal.losses import vtrace
+from shoal.losses.objectives import PolicyOutputs, Targets, a2c_objective
 from shoal.nn import build_actor_critic
 from shoal.optim import minimize
-from shoal.policy import ActorPolicy
 from shoal.schedules import scheduled
 from shoal.seeding import derive_seed
 from shoal.types import EpisodeStats, Rollout
@@ -160,12 +157,15 @@ def make_optimizer(config: IMPALAConfig, parameters: list[torch.Tensor]) -> torc
 
 class IMPALALearner(ModelLearner):
     """Owns the actor-critic and its optimizer; V-trace targets and one gradient step per
-    call of `update`, on a time-major rollout batch."""
+    call of `update`, on a time-major rollout batch, on the A2C objective's terms
+    (`shoal.losses.objectives.a2c_objective`: policy gradient on the V-trace advantages,
+    value regression toward ``v_s``, entropy bonus)."""
 
     def __init__(self, config: IMPALAConfig, obs_space: gym.Space, action_space: gym.Space):
         self.config = config
         model = build_model(config, obs_space, action_space)
         self.setup(config, model, functools.partial(make_optimizer, config))
+        self.objective = a2c_objective(config.vf_loss_coeff, config.entropy_coeff)
 
     def losses(self, rollout: Rollout) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
         """The loss terms (``total`` last) and V-trace diagnostics of one rollout batch."""
@@ -192,16 +192,11 @@ class IMPALALearner(ModelLearner):
             cfg.vtrace_clip_pg_rho_threshold,
         )
         valid = rollout.valid  # autoreset steps are no real transitions
-        losses = {
-            "policy": policy_gradient_loss(log_probs[valid], targets.pg_advantages[valid]),
-            "value": value_loss(values[valid], targets.vs[valid]),
-            "entropy": entropy_loss(dist.entropy().view(steps, envs)[valid]),
-        }
-        losses["total"] = (
-            losses["policy"]
-            + cfg.vf_loss_coeff * losses["value"]
-            + cfg.entropy_coeff * losses["entropy"]
-        )
+        entropy = dist.entropy().view(steps, envs)
+        outputs = PolicyOutputs(log_probs[valid], entropy[valid], values[valid])
+        advantages, returns = targets.pg_advantages[valid], targets.vs[valid]
+        constants = Targets(rollout.log_probs[valid], values[valid].detach(), advantages, returns)
+        losses, _ = self.objective.losses(outputs, constants)
         rhos = torch.exp(log_probs.detach() - rollout.log_probs)[valid]
         rho_bar = cfg.vtrace_clip_rho_threshold or math.inf
         diagnostics = {"train/rho_mean": rhos.mean().item()}
@@ -217,36 +212,30 @@ class IMPALALearner(ModelLearner):
         return metrics
 
 
-class IMPALA:
+class IMPALA(OnPolicyAlgorithm):
     """One iteration: gather a train batch of arriving rollouts (plus replay), take
-    num_sgd_iter gradient steps with V-trace, and hand weights to the runners that arrived."""
+    num_sgd_iter gradient steps with V-trace, and hand weights to the runners that arrived.
+    The sampler, counters, deployable policy and checkpoint layout are
+    `OnPolicyAlgorithm`'s; the weights reach runners as they arrive (`_sync`), and all of
+    them at the start and after a restore (`publish_weights`)."""
+
+    takes_action_masks = False
 
     def __init__(self, config: IMPALAConfig):
-        self.config = config
-        env_config = dataclasses.replace(config.env, gamma=config.gamma)
-        model_fn = functools.partial(build_model, config)  # (obs_space, action_space)
-        self.sampler = make_sampler(
-            env_config, model_fn, config.num_steps, config.run, acting=config.model.backend
-        )
-        self.asynchronous = config.run.runners > 0
-        if self.sampler.action_masked:  # masks the env reports by itself
-            self.sampler.close()
-            masked_config(config, "IMPALA", supported=False)
-        spaces = (self.sampler.observation_space, self.sampler.action_space)
-        self.learner = IMPALALearner(config, *spaces)
-        self.env_steps = self.episodes = self.iteration = 0
         self.updates = 0
         """Gradient steps taken: the version of the learner's weights."""
+        self.asynchronous = config.run.runners > 0
+        super().__init__(config, IMPALALearner, build_model)
         self._replay = collections.deque[Rollout](maxlen=config.replay_buffer_num_slots)
         self._replay_rng = torch.Generator().manual_seed(derive_seed(config.run.seed, "replay"))
         self._pending: list[Rollout] = []
         self._ring: list[list[Any]] = [[None, 0] for _ in range(config.minibatch_buffer_size)]
         self._ring_index = 0
         self._stream: Any = None
-        self._broadcast_all()
 
-    def _broadcast_all(self) -> None:
-        """Send the current weights to every runner (at the start and after a restore)."""
+    def publish_weights(self, weights: dict[str, torch.Tensor]) -> None:
+        """Send a snapshot of the current weights to every runner (at the start and after a
+        restore), with the versions each runner holds and has queued."""
         self._weights = self._copy_weights()
         self.sampler.set_weights(self._weights)
         self._snapshot, self._since_snapshot = self.updates, 0
@@ -326,7 +315,7 @@ class IMPALA:
                 self._replay.append(rollout)
         batch = concat_rollouts(self._pending[:needed])
         self._pending = self._pending[needed:]
-        lr = scheduled(cfg.optim.lr_schedule, cfg.optim.lr, self.env_steps / self._horizon())
+        lr = scheduled(cfg.optim.lr_schedule, cfg.optim.lr, self.progress())
         metrics = self._sgd(batch, lr)
         if runner is not None:
             self._sync(runner)  # the runner that completed the batch gets weights trained on it
@@ -340,9 +329,6 @@ class IMPALA:
         if self.sampler.restarts:
             metrics["perf/sampler_restarts"] = self.sampler.restarts
         return metrics
-
-    def _horizon(self) -> int:
-        return self.config.optim.anneal_steps or self.config.run.total_steps
 
     def _sgd(self, batch: Rollout, lr: float) -> dict[str, float]:
         """Gradient steps cycling over the minibatch ring (RLlib's MinibatchBuffer): each slot
@@ -366,41 +352,20 @@ class IMPALA:
         metrics["train/sgd_steps"] = steps
         return metrics
 
-    def policy(self) -> ActorPolicy:
-        return ActorPolicy(
-            uncompiled_copy(self.learner.model), self.sampler.obs_stats(), self.config.env.clip_obs
-        )
-
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "learner": self.learner.state_dict(),
-            "sampler": self.sampler.get_state(),
-            "policy": {
-                "model": self.learner.model.state_dict(),
-                "obs_stats": self.sampler.obs_stats(),
-            },
-            "counters": {
-                "env_steps": self.env_steps,
-                "episodes": self.episodes,
-                "iteration": self.iteration,
-                "updates": self.updates,
-            },
-            "replay_rng": self._replay_rng.get_state(),
-        }
+        state = super().state_dict()
+        state["counters"]["updates"] = self.updates
+        state["replay_rng"] = self._replay_rng.get_state()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> bool:
         """Restore; returns False when the envs could not be restored mid-episode. With Ray
         runners the run continues from the saved weights but not exactly (module docstring)."""
-        self.learner.load_state_dict(state["learner"])
-        counters = state["counters"]
-        self.env_steps, self.episodes = counters["env_steps"], counters["episodes"]
-        self.iteration, self.updates = counters["iteration"], counters["updates"]
+        self.updates = state["counters"]["updates"]
         self._replay_rng.set_state(state["replay_rng"])
-        self._broadcast_all()
-        fallback = derive_seed(self.config.run.seed, "env-restart", self.iteration)
-        return self.sampler.set_state(state["sampler"], fallback)
+        return super().load_state_dict(state)
 
     def close(self) -> None:
         if self._stream is not None:
             self._stream.close()  # cancels the requests still in flight
-        self.sampler.close()
+        super().close()

@@ -33,7 +33,7 @@ from shoal.device import to_device
 from shoal.losses import entropy_loss, episode_returns, policy_gradient_loss, value_loss
 from shoal.losses.objectives import standardize
 from shoal.nn import ActorCritic
-from shoal.optim import minimize
+from shoal.optim import build_optimizer, minimize
 from shoal.schedules import scheduled
 from shoal.types import Rollout
 
@@ -137,8 +137,8 @@ class PGLearner(ModelLearner):
         self.setup(
             config,
             build_model(config, obs_space, action_space),
-            lambda params: torch.optim.AdamW(
-                params, lr=optim.lr, eps=optim.eps, weight_decay=optim.weight_decay
+            lambda params: build_optimizer(
+                params, "adamw", optim.lr, optim.eps, optim.weight_decay
             ),
         )
 

@@ -43,6 +43,7 @@ from shoal.losses import adaptive_kl_coeff
 from shoal.losses.objectives import Objective, ppo_objective
 from shoal.nn import ActorCritic, RecurrentActorCritic, build_actor_critic
 from shoal.nn.recurrent import chunk_start_states
+from shoal.optim import build_optimizer
 from shoal.schedules import scheduled
 
 
@@ -152,8 +153,8 @@ class PPOLearner(ModelLearner):
         self.setup(
             config,
             build_model(config, obs_space, action_space),
-            lambda params: torch.optim.AdamW(
-                params, lr=optim.lr, eps=optim.eps, weight_decay=optim.weight_decay, fused=True
+            lambda params: build_optimizer(
+                params, "adamw", optim.lr, optim.eps, optim.weight_decay
             ),
         )
         self.step = learner_step(

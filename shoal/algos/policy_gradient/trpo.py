@@ -31,7 +31,7 @@ from shoal.losses import (
     value_loss,
 )
 from shoal.nn import ActorCritic
-from shoal.optim import minimize
+from shoal.optim import build_optimizer, minimize
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ class TRPOLearner(ModelLearner):
         body = list(self.model.body.parameters())
         self.policy_params = body + list(self.model.policy_head.parameters())
         self.value_params = body + list(self.model.value_head.parameters())
-        self.vf_optimizer = torch.optim.Adam(self.value_params, lr=config.vf_lr, eps=1e-5)
+        self.vf_optimizer = build_optimizer(self.value_params, "adam", config.vf_lr, eps=1e-5)
 
     def update(self, batch: PPOBatch) -> dict[str, float]:
         batch = to_device(batch, self.device)

@@ -44,7 +44,7 @@ from shoal.losses import bootstrap_discount, n_step_return
 from shoal.losses.value_kinds import make_value_kind
 from shoal.nn.q_network import QNetwork
 from shoal.nn.target import frozen_copy, soft_update
-from shoal.optim import minimize
+from shoal.optim import build_optimizer, minimize
 from shoal.schedules import linear
 from shoal.types import ReplayBatch
 
@@ -148,12 +148,8 @@ class DQNLearner:
         self.kind = self.online.kind
         self.parameters = list(self.online.parameters())
         optim = config.optim
-        self.optimizer = torch.optim.AdamW(
-            self.parameters,
-            lr=optim.lr,
-            eps=optim.eps,
-            weight_decay=optim.weight_decay,
-            fused=True,  # one kernel for all parameters: most of a small network's step
+        self.optimizer = build_optimizer(
+            self.parameters, "adamw", optim.lr, optim.eps, optim.weight_decay
         )
         self.scaler = grad_scaler(config.model.precision, self.device)
         self.grad_steps = 0
