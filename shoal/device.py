@@ -1,9 +1,10 @@
 """Devices: where a run's learner computes (``run.device``), and moving batches there.
 
-Learners keep their networks, optimizer state and batches on the run's device; samplers act on
-the CPU with a copy of the weights; replay and rollout storage stay in host memory and hand
-their batches over as pinned, non-blocking copies (`to_device`). ``auto`` picks CUDA when this
-process sees a GPU and the CPU otherwise, so a config runs unchanged on a laptop and a GPU box.
+Learners keep their networks, optimizer state and batches on the run's device; samplers act on the
+CPU with a copy of the weights; replay storage stays in host memory and hands its batches over as
+pinned, non-blocking copies (`shoal.data.staging`); `to_device` moves the rest. ``auto`` picks CUDA
+when this process sees a GPU and the CPU otherwise, so a config runs unchanged on a laptop and a GPU
+box.
 """
 
 from __future__ import annotations
@@ -56,14 +57,14 @@ def resolve_device(name: str, field: str = "run.device") -> torch.device:
 
 def to_device(value: T, device: torch.device, non_blocking: bool = True) -> T:
     """``value`` (a tensor, or tuples, NamedTuples, lists and dicts of them) with every tensor
-    on ``device``. Host tensors bound for a GPU go through pinned memory, so the copy is
-    asynchronous; on the CPU nothing is copied."""
+    on ``device``; tensors already there are left alone (on the CPU nothing is copied). A
+    storage that feeds a GPU learner every step hands its batches over already on the device,
+    through pinned staging buffers of its own (`shoal.data.staging`); what comes here from
+    ordinary host memory (a rollout once per update) is copied as it is."""
     if isinstance(value, torch.Tensor):
         if value.device == device:
             return value  # type: ignore[return-value]
-        if device.type == "cuda" and value.device.type == "cpu":
-            return value.pin_memory().to(device, non_blocking=non_blocking)  # type: ignore[return-value]
-        return value.to(device)  # type: ignore[return-value]
+        return value.to(device, non_blocking=non_blocking)  # type: ignore[return-value]
     if isinstance(value, tuple) and hasattr(value, "_fields"):  # a NamedTuple batch
         return type(value)(*(to_device(v, device, non_blocking) for v in value))  # type: ignore[return-value]
     if isinstance(value, (list, tuple)):

@@ -110,6 +110,17 @@ def check_finite(losses: Mapping[str, Loss], weights: str = "weights left unchan
         raise NaNLossError(f"loss/{bad} became {value}; {weights}")
 
 
+def check_finite_metrics(metrics: Mapping[str, float]) -> None:
+    """Raise `NaNLossError` naming the first ``loss/...`` metric that is not finite. A
+    learner on a GPU checks its losses here, once per iteration when its metrics reach the
+    host, instead of in every `gradients` call (a host synchronisation per gradient step);
+    its weights in memory may then have taken the bad steps, and the training loop saves
+    nothing after the error."""
+    for name, value in metrics.items():
+        if name.startswith("loss/") and not math.isfinite(value):
+            raise NaNLossError(f"{name} became {value}; the weights in memory are not saved")
+
+
 def minimize(
     losses: Mapping[str, Loss],
     optimizer: torch.optim.Optimizer,
@@ -164,8 +175,11 @@ def gradients(
     ``.grad`` of ``parameters`` (replacing what was there), combine (``before_clip``), unscale
     (float16: ``scaler`` with its ``optimizer``) and clip. A3C's workers stop here and send
     the gradients to the driver, which applies them (`apply_gradients`). Returns the norm
-    before clipping; a non-finite one raises `NaNLossError` before anything is applied."""
-    check_finite(losses)
+    before clipping; a non-finite one raises `NaNLossError` before anything is applied. Only
+    losses on the CPU are checked here: a GPU learner's are checked once per iteration
+    (`check_finite_metrics`), not with a host synchronisation per step."""
+    if _on_host(total_loss(losses)):
+        check_finite(losses)
     if backend is None:
         for param in parameters:
             param.grad = None

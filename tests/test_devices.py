@@ -91,7 +91,7 @@ ALIASES = {"ppo-lstm": "ppo", "rainbow": "dqn"}
 
 
 def learner_networks(algo) -> torch.nn.Module:
-    learner = algo.learner
+    learner = getattr(algo, "learner", algo)  # A3C's driver is its learner
     for name in ("model", "online"):
         if hasattr(learner, name):
             return getattr(learner, name)
@@ -104,32 +104,43 @@ def train_small(name: str, device: str, run_dir, **extra):
     return shoal.train(algo, seed=1, total_steps=32, run_dir=str(run_dir), **overrides)
 
 
+def learner_devices(algo) -> set[str]:
+    """The device types of what must live on ``run.device`` while a run trains: the learner's
+    networks and its optimizer's state (moments and squared averages; not Adam's step
+    counts, which PyTorch may keep on the CPU)."""
+    learner = getattr(algo, "learner", algo)
+    owners = [learner] + ([learner.core] if hasattr(learner, "core") else [])
+    optimizers = [o for owner in owners for o in vars(owner).values()
+                  if isinstance(o, torch.optim.Optimizer)]  # fmt: skip
+    state = [
+        v for o in optimizers for s in o.state.values() for v in s.values() if torch.is_tensor(v)
+    ]
+    tensors = list(learner_networks(algo).parameters()) + [v for v in state if v.dim() > 0]
+    assert state, "the optimizer has taken steps"
+    return {tensor.device.type for tensor in tensors}
+
+
+class DeviceRecorder:
+    """A callback that records `learner_devices` after every iteration."""
+
+    def on_train_start(self, context):
+        self.algorithm, self.seen = context._algorithm, []
+
+    def on_iteration(self, metrics):
+        if any(key.startswith("loss/") for key in metrics):
+            self.seen.append(learner_devices(self.algorithm))
+
+
 def smoke(name: str, device: str, tmp_path) -> None:
-    """Train, checkpoint, load: the learner's networks were on ``device``, the deployed
-    policy acts on the CPU."""
-    seen = []
-
-    def record(steps, metrics):
-        seen.append(metrics)
-
-    result = train_small(name, device, tmp_path / name, on_iteration=record)
-    assert result.env_steps >= 32 and seen
-    state = load_checkpoint(result.run_dir).state["algorithm"]
-    for tensor in _tensors(state):
-        assert tensor.device.type == "cpu"  # checkpoints load onto the CPU
+    """Train, checkpoint, load: the learner's networks and optimizer state were on
+    ``device`` while it trained, and the deployed policy acts on the CPU."""
+    recorder = DeviceRecorder()
+    result = train_small(name, device, tmp_path / name, callbacks=[recorder])
+    assert result.env_steps >= 32 and recorder.seen
+    assert all(seen == {device} for seen in recorder.seen), recorder.seen
+    assert load_checkpoint(result.run_dir).meta["env_steps"] == result.env_steps
     policy = shoal.load(result.run_dir)
     assert all(p.device.type == "cpu" for p in policy.model.parameters())
-
-
-def _tensors(tree):
-    if isinstance(tree, torch.Tensor):
-        yield tree
-    elif isinstance(tree, dict):
-        for value in tree.values():
-            yield from _tensors(value)
-    elif isinstance(tree, (list, tuple)):
-        for value in tree:
-            yield from _tensors(value)
 
 
 @pytest.mark.parametrize("name", list(SMALL))
@@ -297,3 +308,115 @@ def test_ray_learner_actors_take_the_gpu(ray_session, tmp_path):
     }
     result = shoal.train("ddppo", total_steps=32, run_dir=str(tmp_path), **overrides)
     assert result.env_steps >= 32
+
+
+# --- the distributed and multi-policy learners, and the compiler, on a GPU -----------------------
+
+GPU_RUN = {**QUIET, "run.device": "cuda"}
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_appo_learns_on_cuda_while_its_sampler_acts_on_the_cpu(tmp_path):
+    recorder = DeviceRecorder()
+    settings = {"env.num_envs": 4, "ppo.num_steps": 8, "ppo.minibatch_size": 16}
+    result = shoal.train("appo", total_steps=96, run_dir=str(tmp_path), callbacks=[recorder],
+                         **GPU_RUN, **settings)  # fmt: skip
+    assert result.env_steps >= 96 and recorder.seen and all(s == {"cuda"} for s in recorder.seen)
+    assert all(p.device.type == "cpu" for p in shoal.load(result.run_dir).model.parameters())
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_apex_learner_on_cuda_with_ray_actors(ray_session, tmp_path):
+    recorder = DeviceRecorder()
+    settings = {"run.runners": 2, "replay_shards": 1, "env.num_envs": 2, "rollout_steps": 8,
+                "steps_per_iteration": 64, "dqn.replay.batch_size": 16,
+                "dqn.replay.learning_starts": 32, "dqn.replay.buffer_size": 500,
+                "dqn.model.hidden": (16,)}  # fmt: skip
+    result = shoal.train("apex-dqn", total_steps=256, run_dir=str(tmp_path), callbacks=[recorder],
+                         **GPU_RUN, **settings)  # fmt: skip
+    assert result.env_steps >= 256 and recorder.seen and all(s == {"cuda"} for s in recorder.seen)
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_distributed_maddpg_learners_take_the_gpu(ray_session, tmp_path):
+    settings = {"run.runners": 1, "num_learners": 2, "env.num_envs": 4,
+                "maddpg.rollout_steps": 2, "maddpg.replay.batch_size": 16,
+                "maddpg.replay.learning_starts": 8, "maddpg.replay.buffer_size": 400,
+                "maddpg.model.hidden": (16,), "sync_every": 2}  # fmt: skip
+    result = shoal.train("maddpg-distributed", total_steps=64, run_dir=str(tmp_path),
+                         **GPU_RUN, **settings)  # fmt: skip
+    assert result.env_steps >= 64
+    assert any(key.startswith("loss/") for row in metric_rows(result.run_dir) for key in row)
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_ddppo_with_two_learners_sharing_one_gpu(ray_session, tmp_path):
+    """Two ranks on one device: NCCL refuses that, so they all-reduce through gloo."""
+    settings = {"num_learners": 2, "env.num_envs": 4, "ppo.num_steps": 8,
+                "ppo.minibatch_size": 16, "ppo.num_epochs": 1}  # fmt: skip
+    result = shoal.train("ddppo", total_steps=64, run_dir=str(tmp_path), **GPU_RUN, **settings)
+    assert result.env_steps >= 64
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"env.id": "shoal/tag-v0", "env.policy_per_agent": True},  # several policies
+        {
+            "env.id": "pettingzoo:pettingzoo.classic.tictactoe_v3",
+            "self_play.snapshot_every": 1,
+            "self_play.pool_size": 2,
+        },  # fmt: skip
+    ],
+    ids=["policy-per-agent", "self-play"],
+)
+def test_several_policies_and_self_play_train_on_cuda(settings, tmp_path):
+    common = {"env.num_envs": 4, "num_steps": 8, "minibatch_size": 16, "num_epochs": 1}
+    result = shoal.train("ippo", total_steps=96, run_dir=str(tmp_path), **GPU_RUN, **common,
+                         **settings)  # fmt: skip
+    assert result.env_steps >= 96
+    assert any(key.startswith("loss/") for row in metric_rows(result.run_dir) for key in row)
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("name", ["ppo", "dqn"])
+def test_compiled_learners_train_on_cuda(name, tmp_path):
+    recorder = DeviceRecorder()
+    result = train_small(name, "cuda", tmp_path, callbacks=[recorder], **{"run.compile": True})
+    assert recorder.seen and all(s == {"cuda"} for s in recorder.seen)
+    assert all(p.device.type == "cpu" for p in shoal.load(result.run_dir).model.parameters())
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_replay_hands_batches_to_cuda_through_pinned_staging():
+    """Batches arrive on the GPU equal to the CPU gather, and one in flight is not
+    overwritten by the next samples (the staging's two buffer sets in turn)."""
+    import gymnasium as gym
+
+    from shoal.data.replay import ReplayBuffer
+
+    def buffer(device):
+        replay = ReplayBuffer(64, 2, gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(4),
+                              n_step=2, seed=0, device=device)  # fmt: skip
+        rng = np.random.default_rng(0)
+        for t in range(20):
+            replay.add(rng.normal(size=(2, 3)), rng.integers(4, size=2), rng.normal(size=2),
+                       np.array([t % 7 == 6] * 2), np.zeros(2, bool), np.ones(2, bool))  # fmt: skip
+        return replay
+
+    on_gpu, on_cpu = buffer("cuda"), buffer(None)
+    batches = [on_gpu.sample(8) for _ in range(3)]
+    wanted = [on_cpu.sample(8) for _ in range(3)]
+    for got, want in zip(batches, wanted, strict=True):
+        assert got.obs.is_cuda and got.weights.is_cuda
+        for a, b in zip(got, want, strict=True):
+            if torch.is_tensor(a):
+                torch.testing.assert_close(a.cpu(), b)

@@ -13,6 +13,7 @@ import torch
 from shoal.data.frame_replay import FrameStacks
 from shoal.data.prioritized import Priorities
 from shoal.data.rollout import space_layout
+from shoal.data.staging import stage_for
 from shoal.types import ReplayBatch
 
 _FIELDS = ("obs", "actions", "rewards", "terminated", "truncated", "valid", "action_mask")
@@ -54,6 +55,8 @@ class ReplayBuffer:
             first, e.g. Atari's 4 x 84 x 84): store each frame once and rebuild the stacks
             when sampling (`shoal.data.frame_replay`), about ``k`` times less memory. None
             stores whole observations.
+        device: the learner's device: `sample` hands a CUDA learner its batches through
+            pinned staging buffers (`shoal.data.staging`); None or the CPU: CPU tensors.
     """
 
     def __init__(
@@ -68,7 +71,9 @@ class ReplayBuffer:
         seed: int = 0,
         reward_shape: tuple[int, ...] = (),
         frame_stack: int | None = None,
+        device: torch.device | str | None = None,
     ):
+        self.staging = stage_for(device)
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         if n_step < 1:
@@ -208,7 +213,8 @@ class ReplayBuffer:
 
     def sample(self, batch_size: int, beta: float = 1.0) -> ReplayBatch:
         """``batch_size`` n-step windows (with replacement) as a `ReplayBatch` of new CPU
-        tensors; ``beta`` is the importance-sampling exponent (ignored by uniform replay)."""
+        tensors, or on the learner's GPU through pinned staging buffers (``device``);
+        ``beta`` is the importance-sampling exponent (ignored by uniform replay)."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if self._num_sampleable < 1:
@@ -222,7 +228,8 @@ class ReplayBuffer:
             weights = np.ones(batch_size, np.float32)
         else:
             indices, weights = self.priorities.sample(batch_size, self._rng, beta)
-        return self._gather(np.asarray(indices, np.int64), weights)
+        batch = self._gather(np.asarray(indices, np.int64), weights)
+        return batch if self.staging is None else self.staging(batch)
 
     def _sample_uniform(self, batch_size: int) -> np.ndarray:
         """Uniform over sampleable positions: draw from the sampleable rows and redraw the

@@ -111,24 +111,25 @@ class _Actor(nn.Module):
     def explore(self, obs: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def uniform(self, batch: int) -> torch.Tensor:
+    def uniform(self, obs: torch.Tensor) -> torch.Tensor:
+        """Uniformly random actions for the batch of ``obs``, on its device."""
         raise NotImplementedError
 
     def distribution(self, obs: torch.Tensor) -> ActionChoice:
         def sample() -> torch.Tensor:
-            return self.uniform(obs.shape[0]) if self.random_actions else self.explore(obs)
+            return self.uniform(obs) if self.random_actions else self.explore(obs)
 
         return ActionChoice(lambda: self.greedy(obs), sample)
 
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> ActOutput:
         dist = self.distribution(obs)
         actions = dist.mode() if deterministic else dist.sample()
-        zeros = torch.zeros(obs.shape[0])
+        zeros = torch.zeros(obs.shape[0], device=obs.device)
         return ActOutput(actions, zeros, zeros)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """Replay learners bootstrap from replay, not from the sampler: zeros."""
-        return torch.zeros(obs.shape[0])
+        return torch.zeros(obs.shape[0], device=obs.device)
 
 
 class DeterministicActor(_Actor):
@@ -155,8 +156,9 @@ class DeterministicActor(_Actor):
         unit = self(obs)
         return self.scaler.to_env((unit + self.noise(unit)).clamp(-1.0, 1.0))
 
-    def uniform(self, batch: int) -> torch.Tensor:
-        return self.scaler.to_env(torch.rand(batch, self.action_dim) * 2 - 1)
+    def uniform(self, obs: torch.Tensor) -> torch.Tensor:
+        unit = torch.rand(obs.shape[0], self.action_dim, device=obs.device) * 2 - 1
+        return self.scaler.to_env(unit)
 
     def exploration_state(self) -> torch.Tensor | None:
         """The noise process's state, which the sampler checkpoints (not part of the weights:
@@ -196,8 +198,9 @@ class SquashedGaussianActor(_Actor):
         mean, log_std = self(obs)
         return self.scaler.to_env(torch.tanh(mean + log_std.exp() * torch.randn_like(mean)))
 
-    def uniform(self, batch: int) -> torch.Tensor:
-        return self.scaler.to_env(torch.rand(batch, self.action_dim) * 2 - 1)
+    def uniform(self, obs: torch.Tensor) -> torch.Tensor:
+        unit = torch.rand(obs.shape[0], self.action_dim, device=obs.device) * 2 - 1
+        return self.scaler.to_env(unit)
 
 
 class CategoricalActor(_Actor):
@@ -222,5 +225,5 @@ class CategoricalActor(_Actor):
     def explore(self, obs: torch.Tensor) -> torch.Tensor:
         return Categorical(self.logits(self.features(obs))).sample()
 
-    def uniform(self, batch: int) -> torch.Tensor:
-        return torch.randint(self.num_actions, (batch,))
+    def uniform(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.randint(self.num_actions, (obs.shape[0],), device=obs.device)

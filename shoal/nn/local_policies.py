@@ -162,5 +162,5 @@ class LocalPolicies(nn.Module):
         return ActionChoice(act, act)
 
     def act(self, obs: torch.Tensor, deterministic: bool = True) -> ActOutput:
-        zeros = torch.zeros(obs.shape[0])
+        zeros = torch.zeros(obs.shape[0], device=obs.device)
         return ActOutput(self.distribution(obs).mode(), zeros, zeros)

@@ -70,8 +70,11 @@ class GreedyChoice:
         return self.q.argmax(-1)
 
     def sample(self) -> torch.Tensor:
-        random = torch.randint(self.q.shape[-1], self.q.shape[:-1])
-        return torch.where(torch.rand(self.q.shape[:-1]) < self.epsilon, random, self.mode())
+        q = self.q
+        random = torch.randint(q.shape[-1], q.shape[:-1], device=q.device)
+        return torch.where(
+            torch.rand(q.shape[:-1], device=q.device) < self.epsilon, random, self.mode()
+        )
 
 
 class RecurrentQPolicy(nn.Module):
@@ -100,7 +103,7 @@ class RecurrentQPolicy(nn.Module):
         rows = obs.shape[0]
         if self._h is None or self._h.shape[0] != rows:
             self._h = self.agent.initial_state(rows)
-            self._last = torch.zeros(rows, self.agent.num_actions)
+            self._last = torch.zeros(rows, self.agent.num_actions, device=obs.device)
         x = obs.float()
         if self.last_action:
             x = torch.cat([x, self._last], -1)

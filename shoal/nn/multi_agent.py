@@ -132,16 +132,19 @@ class MultiAgentActor(nn.Module):
         actions = torch.tanh(logits)
         return (actions + self.noise(actions)).clamp(-1.0, 1.0)
 
-    def uniform(self, batch: int) -> torch.Tensor:
+    def uniform(self, obs: torch.Tensor) -> torch.Tensor:
+        """Uniformly random env actions for ``[B, N, obs_dim]`` observations, on their
+        device."""
+        batch, device = obs.shape[0], obs.device
         if self.discrete:
-            return torch.randint(self.action_dim, (batch, self.num_agents))
-        return torch.rand(batch, self.num_agents, self.action_dim) * 2 - 1
+            return torch.randint(self.action_dim, (batch, self.num_agents), device=device)
+        return torch.rand(batch, self.num_agents, self.action_dim, device=device) * 2 - 1
 
     def act_joint(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
         """Env actions for ``[B, N, obs_dim]`` observations."""
         if deterministic:
             return self.greedy(obs)
-        return self.uniform(obs.shape[0]) if self.random_actions else self.explore(obs)
+        return self.uniform(obs) if self.random_actions else self.explore(obs)
 
     def one_hot(self, actions: torch.Tensor) -> torch.Tensor:
         """Env actions as the critic's action input: one-hot for discrete, as is otherwise."""
@@ -165,7 +168,7 @@ class MultiAgentActor(nn.Module):
         actions = (
             self.distribution(obs).mode() if deterministic else self.distribution(obs).sample()
         )
-        zeros = torch.zeros(obs.shape[0])
+        zeros = torch.zeros(obs.shape[0], device=obs.device)
         return ActOutput(actions, zeros, zeros)
 
     def exploration_state(self) -> torch.Tensor | None:
@@ -252,7 +255,7 @@ class JointActors(nn.Module):
             if deterministic:
                 out[name] = actor.greedy(x)
             elif self.random_actions:
-                out[name] = actor.uniform(x.shape[0])
+                out[name] = actor.uniform(x)
             else:
                 out[name] = actor.explore(x)
         return out

@@ -41,7 +41,7 @@ class GreedyDistribution:
         greedy = self.mode()
         # A uniformly random legal action: the argmax of uniform noise over legal actions.
         random = masked_argmax(torch.rand_like(q), self.mask)
-        explore = torch.rand(q.shape[0]) < net.epsilon
+        explore = torch.rand(q.shape[0], device=q.device) < net.epsilon
         return torch.where(explore, random, greedy)
 
 

@@ -23,6 +23,7 @@ from shoal.config import EnvConfig, ModelConfig, OptimConfig, ReplayConfig, RunC
 from shoal.data.frame_replay import stack_size
 from shoal.data.prioritized import Priorities, ProportionalPriorities, RankBasedPriorities
 from shoal.data.replay import ReplayBuffer
+from shoal.optim import check_finite_metrics
 from shoal.policy import ActorPolicy
 from shoal.seeding import derive_seed
 from shoal.types import ReplayBatch
@@ -74,22 +75,36 @@ def learn_from_replay(
 ) -> dict[str, float]:
     """``replay.gradient_steps`` updates on replay batches, with new priorities for
     prioritized replay (importance exponent annealed from ``priority_beta`` to 1 over
-    ``optim.anneal_steps`` or the run); returns the mean metrics of the updates. Batches leave
-    host memory for the learner's device in its ``update``."""
+    ``optim.anneal_steps`` or the run); returns the mean metrics of the updates.
+
+    On the CPU each step's priorities are written back at once. A GPU learner's are written
+    back once per iteration, with one host copy instead of a host synchronisation per step:
+    the steps of an iteration sample with the priorities of the iterations before, as Ape-X's
+    learner does (Horgan et al. 2018). Its losses are checked for NaN here too, once per
+    iteration, when the metrics reach the host (`shoal.optim.check_finite_metrics`)."""
     settings = config.replay
     prioritized = settings.prioritized != "none"
     anneal = config.optim.anneal_steps or config.run.total_steps
     beta0 = settings.priority_beta
     beta = beta0 + (1.0 - beta0) * min(1.0, env_steps / anneal)
-    history = []
+    history, pending = [], []
     for _ in range(settings.gradient_steps):
         batch = replay.sample(settings.batch_size, beta)
         stats, priorities = learner.update(batch)
-        if prioritized:
-            replay.update_priorities(batch.indices, priorities.detach().cpu().numpy())
+        if prioritized and priorities.device.type == "cpu":
+            replay.update_priorities(batch.indices, priorities.detach().numpy())
+        elif prioritized:
+            pending.append((batch.indices, priorities.detach()))
         history.append(torch.stack(list(stats.values())))
+    if pending:  # a GPU learner's priorities: one host copy per iteration
+        host = torch.cat([p for _, p in pending]).cpu().numpy()
+        for k, (indices, _) in enumerate(pending):
+            replay.update_priorities(
+                indices, host[k * settings.batch_size : (k + 1) * settings.batch_size]
+            )
     means = history[0] if len(history) == 1 else torch.stack(history).mean(0)
     metrics = dict(zip(stats, means.tolist(), strict=True))
+    check_finite_metrics(metrics)
     metrics["train/grad_steps"] = learner.grad_steps
     if prioritized:
         metrics["train/beta"] = beta
@@ -139,6 +154,7 @@ class ReplayAlgorithm:
             priorities=make_priorities(config.replay, env.num_envs),
             seed=derive_seed(config.run.seed, "replay", 0),
             frame_stack=frame_stack,
+            device=self.learner.device,
         )
         self.env_steps = 0
         self.iteration = 0

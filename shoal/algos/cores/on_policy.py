@@ -32,7 +32,7 @@ from shoal.device import (
 from shoal.errors import ConfigError
 from shoal.losses import gae
 from shoal.nn.heads import apply_temperature
-from shoal.optim import build_optimizer
+from shoal.optim import build_optimizer, check_finite_metrics
 from shoal.policy import ActorPolicy
 from shoal.seeding import derive_seed
 from shoal.types import EpisodeStats, Rollout
@@ -211,7 +211,9 @@ def mean_metrics(rows: Iterable[dict[str, Any]]) -> dict[str, float]:
         return {name: float(value) for name, value in rows[0].items()}
     if tensors:
         table = torch.stack([torch.stack([row[k] for k in names]).float() for row in rows])
-        return dict(zip(names, table.mean(0).tolist(), strict=True))
+        means = dict(zip(names, table.mean(0).tolist(), strict=True))
+        check_finite_metrics(means)  # a GPU learner's NaN check (`shoal.optim.gradients`)
+        return means
     table = np.array([[row[k] for k in names] for row in rows], dtype=np.float64)
     return dict(zip(names, table.mean(0).tolist(), strict=True))
 

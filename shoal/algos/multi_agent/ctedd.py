@@ -426,6 +426,7 @@ class CTEDD:
             priorities=make_priorities(config.replay, num_envs),
             seed=derive_seed(config.run.seed, "replay", 0),
             reward_shape=(n,),
+            device=device,
         )
         opponents = FixedGroups(config.env.opponents, self.env.groups, config.run.seed)
         self.acting = CTEDDActing(self.learner, self.group.name, opponents)

@@ -215,7 +215,7 @@ class LearnerWorker:
         groups, dim = probe_groups(config)
         self.learner = MADDPGLearner(config, groups, dim)
         seed = derive_seed(config.run.seed, "replay", index)  # learner 0: MADDPG's seed
-        self.replay = make_replay(config, self.learner.layout, seed)
+        self.replay = make_replay(config, self.learner.layout, seed, self.learner.device)
 
     def add(self, batch: Collected) -> None:
         self.replay.extend(*batch.steps)

@@ -282,8 +282,11 @@ class JointLayout:
         return torch.cat(parts, 1)
 
 
-def make_replay(config: MADDPGConfig, layout: JointLayout, seed: int) -> ReplayBuffer:
-    """MADDPG's replay of `JointLayout` rows."""
+def make_replay(
+    config: MADDPGConfig, layout: JointLayout, seed: int, device: torch.device | None = None
+) -> ReplayBuffer:
+    """MADDPG's replay of `JointLayout` rows, handing its batches to a learner on
+    ``device``."""
     return ReplayBuffer(
         config.replay.buffer_size,
         config.env.num_envs,
@@ -293,6 +296,7 @@ def make_replay(config: MADDPGConfig, layout: JointLayout, seed: int) -> ReplayB
         priorities=make_priorities(config.replay, config.env.num_envs),
         seed=seed,
         reward_shape=(layout.num_agents,),
+        device=device,
     )
 
 
@@ -455,7 +459,7 @@ class MADDPG:
             seed=derive_seed(config.run.seed, "env", 0),
         )
         seed = derive_seed(config.run.seed, "replay", 0)
-        self.replay = make_replay(config, self.learner.layout, seed)
+        self.replay = make_replay(config, self.learner.layout, seed, self.learner.device)
         self.env_steps = 0
         self.iteration = 0
 

@@ -49,7 +49,7 @@ from shoal.losses.q_learning import masked_argmax
 from shoal.losses.value_decomposition import double_q_next_values, masked_td_loss, td_targets
 from shoal.nn.mixers import QMixer, RecurrentAgent, RecurrentQPolicy, VDNMixer
 from shoal.nn.target import frozen_copy, soft_update
-from shoal.optim import build_optimizer, minimize
+from shoal.optim import build_optimizer, check_finite_metrics, minimize
 from shoal.policy import ActorPolicy
 from shoal.schedules import linear
 from shoal.seeding import derive_seed
@@ -417,6 +417,7 @@ class QMIX:
             history.append(torch.stack(list(stats.values())))
         means = torch.stack(history).mean(0)
         metrics = dict(zip(stats, means.tolist(), strict=True))
+        check_finite_metrics(metrics)  # a GPU learner's NaN check (`shoal.optim.gradients`)
         metrics["train/grad_steps"] = self.learner.grad_steps
         metrics["train/replay_episodes"] = len(self.replay)
         return metrics

@@ -2,7 +2,8 @@
 
 Synchronous data-parallel PPO with no parameter server. ``num_learners`` learner processes
 (Ray actors, so they can sit on any node of a cluster) each own their envs (seeded per rank),
-an `EnvRunner` and a `PPOLearner`; they are joined by ``torch.distributed`` (gloo, CPU). Each
+an `EnvRunner` and a `PPOLearner`; they are joined by ``torch.distributed`` (gloo on the CPU
+and where ranks share a GPU, NCCL where each has a GPU of its own: `DDPPOLearner.join`). Each
 rank samples its own rollout and runs PPO's epochs on it; after every backward pass the
 gradients are averaged over the ranks (one all-reduce of the flattened gradient), then
 clipped and applied, so the replicas start equal and stay equal. Advantages are normalized
@@ -231,13 +232,17 @@ class DDPPOLearner:
             port = sock.getsockname()[1]
         return require_ray().node_ip(), port
 
-    def join(self, address: tuple[str, int], world_size: int) -> None:
+    def join(self, address: tuple[str, int], world_size: int, own_gpu: bool) -> None:
+        """Join the process group: NCCL for the gradients when every rank has a GPU of its
+        own (``own_gpu``), gloo otherwise. NCCL refuses two ranks on one device, which is
+        what more learners than GPUs means (Ray gives each a share of one); gloo all-reduces
+        CUDA tensors through the host instead."""
         host, port = address
-        if self.learner.device.type == "cuda":
-            # NCCL all-reduces GPU tensors; the few host-side collectives go through gloo.
+        nccl = self.learner.device.type == "cuda" and own_gpu
+        if nccl:  # the few host-side collectives go through gloo
             torch.cuda.set_device(self.learner.device)
         dist.init_process_group(
-            "cuda:nccl,cpu:gloo" if self.learner.device.type == "cuda" else "gloo",
+            "cuda:nccl,cpu:gloo" if nccl else "gloo",
             init_method=f"tcp://{host}:{port}",
             rank=self.rank,
             world_size=world_size,
@@ -313,7 +318,7 @@ class DDPPO:
         spec = self.pool.call_one(0, "describe")
         self.agents_per_env = spec["agents_per_env"]
         self._rw = rw
-        self._lockstep("join", self.pool.call_one(0, "address"), n)
+        self._lockstep("join", self.pool.call_one(0, "address"), n, gpus >= 1.0)
         # Identical replicas from the start: the weights the training loop's seed initialized.
         spaces = spec["observation_space"], spec["action_space"]
         self.model = build_model(config, *spaces)

@@ -64,6 +64,7 @@ from shoal.device import to_host
 from shoal.distributed import require_ray
 from shoal.envs import make_env
 from shoal.errors import ConfigError
+from shoal.optim import check_finite_metrics
 from shoal.policy import ActorPolicy
 from shoal.seeding import derive_seed
 from shoal.types import ReplayBatch
@@ -475,6 +476,7 @@ class Apex:
         if stats:
             means = torch.stack([torch.stack(list(s.values())) for s in stats]).mean(0)
             metrics.update(zip(stats[0], means.tolist(), strict=True))
+            check_finite_metrics(metrics)  # a GPU learner's NaN check
         ddpg_variant = isinstance(self.config, ApexDDPGConfig)
         metrics["train/noise_scale_mean" if ddpg_variant else "train/epsilon_mean"] = float(
             np.mean(self.scales)
