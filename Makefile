@@ -3,6 +3,7 @@
 #                (TRAIN_ARGS="--seed 3 --run-dir DIR" passes options on)
 #   make test    runs ruff and the whole test suite except the slow tier
 #   make test-slow  runs the slow learning checks (minutes each; not part of CI)
+#   make test-floor runs the tests on the oldest PyTorch shoal supports (pyproject's floor)
 #   make bench   runs the benchmarks against Stable-Baselines3
 
 PYTHON ?= python3
@@ -11,7 +12,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.shoal-installed
 BENCH_STAMP := $(VENV)/.shoal-bench-installed
 
-.PHONY: install train test test-slow lint bench bench-scaling bench-marl bench-intersection bench-tune bench-peers clean
+.PHONY: install train test test-slow test-floor lint bench bench-scaling bench-marl bench-intersection bench-tune bench-peers clean
 
 install: $(STAMP)
 
@@ -40,6 +41,19 @@ test: lint
 # 15-28 minutes each on 2 cores), not part of CI.
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow --durations=10
+
+# The oldest PyTorch pyproject.toml admits, in an environment of its own (a CUDA wheel from
+# PyPI: several GB); everything else as `make install` has it.
+TORCH_FLOOR ?= 2.7.1
+FLOOR_VENV ?= .venv-floor
+$(FLOOR_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(FLOOR_VENV)
+	echo 'torch==$(TORCH_FLOOR)' > $(FLOOR_VENV)/constraints.txt
+	$(FLOOR_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -c $(FLOOR_VENV)/constraints.txt -e '.[dev,video,mujoco,pettingzoo,atari,ray,sumo,smarts,export,report,tune,wandb,mlflow]'
+	touch $(FLOOR_VENV)/.installed
+
+test-floor: $(FLOOR_VENV)/.installed
+	$(FLOOR_VENV)/bin/python -m pytest -q -n auto --dist loadgroup --durations=10
 
 bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/ppo_cartpole.py --seeds 3
@@ -113,4 +127,4 @@ bench-peers: $(BENCH_STAMP) $(TORCHRL_VENV)/.installed $(TIANSHOU_VENV)/.install
 	$(BIN)/python benchmarks/peers.py --seeds 3 --json benchmarks/results/peers.json
 
 clean:
-	rm -rf $(VENV) $(RLLIB_VENV) $(BENCHMARL_VENV) $(HIGHWAY_VENV) $(ZOO_VENV) $(TORCHRL_VENV) $(TIANSHOU_VENV) $(SF_VENV) runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(FLOOR_VENV) $(RLLIB_VENV) $(BENCHMARL_VENV) $(HIGHWAY_VENV) $(ZOO_VENV) $(TORCHRL_VENV) $(TIANSHOU_VENV) $(SF_VENV) runs .pytest_cache .ruff_cache

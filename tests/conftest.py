@@ -1,5 +1,6 @@
 """Shared fixtures: tiny PPO settings that keep end-to-end runs well under a second."""
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -53,25 +54,55 @@ def registered_env():
         gym.registry.pop(env_id, None)
 
 
+EXTRAS = {
+    "pettingzoo": ("pettingzoo", "mpe2"),
+    "tune": ("optuna",),
+    "report": ("matplotlib",),
+    "ray": ("ray",),
+    "atari": ("ale_py", "cv2"),
+    "mujoco": ("mujoco",),
+    "sumo": ("libsumo",),
+    "smarts": ("smarts",),
+    "export": ("onnx", "onnxruntime", "onnxscript"),
+    "wandb": ("wandb",),
+    "mlflow": ("mlflow",),
+    "video": ("imageio_ffmpeg", "pygame"),
+}
+"""shoal's optional extras and the modules each brings (pyproject.toml)."""
+
+
+def missing_extras(names) -> list[str]:
+    """The extras among ``names`` whose modules are not all importable here."""
+    return [n for n in names if any(importlib.util.find_spec(m) is None for m in EXTRAS[n])]
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (``make test`` runs one worker per core) the tests of
     ``tests/distributed`` (and any other user of the local Ray) run in the same worker, so the
     session starts one Ray, not one per worker. The traffic simulators' tests that start
     processes of their own (SUMO, SMARTS) join that group, so they never load the cores under
-    a timing-dependent Ray learning test."""
+    a timing-dependent Ray learning test.
+
+    A test marked ``extra(name, ...)`` needs those optional extras: where one is missing it
+    is skipped, saying what to install (``make test`` installs every extra)."""
     distributed = Path(__file__).parent / "distributed"
     for item in items:
         uses_ray = "ray_session" in getattr(item, "fixturenames", ())
         if uses_ray or distributed in item.path.parents:
             item.add_marker(pytest.mark.xdist_group("ray"))
+        names = [n for mark in item.iter_markers("extra") for n in mark.args]
+        missing = missing_extras(names)
+        if missing:
+            extras = ",".join(missing)
+            item.add_marker(pytest.mark.skip(reason=f"needs pip install 'shoal[{extras}]'"))
 
 
 @pytest.fixture(scope="session")
 def ray_session():
     """One local Ray (2 CPUs) shared by every test that needs it; shut down at the end.
     Skips only where the ray extra is not installed (CI installs it)."""
-    pytest.importorskip("ray")
+    pytest.importorskip("ray", reason="needs pip install 'shoal[ray]'")
     from shoal.distributed import require_ray
 
     # Ray workers inherit this environment: let them import test helpers (e.g. flaky_env).

@@ -261,6 +261,29 @@ def test_old_flat_replay_fields_land_in_the_replay_block():
         from_dict(DQNConfig, {"replay": {"bufer_size": 5}})
 
 
+def test_old_encoder_and_atari_names_are_read_as_the_new_ones():
+    """The options once named after a reference number (``ref001-*``) have names that say
+    what they are; the old ones still work everywhere a config is written, with a warning
+    naming the new one."""
+    from shoal.algos.policy_gradient.ppo import PPOConfig
+    from shoal.cli import renamed_flags
+
+    old = {"env": {"atari": "ref001-stack"}, "model": {"encoder": "ref001-model3"}}
+    with pytest.warns(RenamedFieldWarning) as caught:
+        config = from_dict(PPOConfig, old)
+    assert "'ref001-stack' is now 'crop80-stack'" in str(caught[0].message)
+    assert config.env.atari == "crop80-stack" and config.model.encoder == "batchnorm-cnn3-lstm"
+    assert config.model.lstm_hidden == 256  # the CNN + LSTM model, as before
+    with pytest.warns(RenamedFieldWarning):
+        assert replace(PPOConfig(), **{"env.atari": "ref001-diff"}).env.atari == "crop80-diff"
+    with pytest.warns(RenamedFieldWarning):
+        assert ModelConfig(encoder="ref001-model2").encoder == "batchnorm-cnn2"
+    with pytest.warns(RenamedFieldWarning):
+        argv = renamed_flags(PPOConfig, ["--env.atari", "ref001-stack", "--seed", "3"])
+    assert argv == ["--env.atari", "crop80-stack", "--seed", "3"]
+    assert renamed_flags(PPOConfig, ["--env.atari", "deepmind"]) == ["--env.atari", "deepmind"]
+
+
 def test_a_checkpoint_with_the_old_field_names_loads_and_resumes(tmp_path):
     """A run directory written before the replay block (its config.json flat) resumes."""
     import json

@@ -206,3 +206,19 @@ def test_no_module_imports_itself_around_a_circle():
     """Modules that import each other (even inside functions) are one module split in two:
     a reader cannot take either first, and the import order decides what works."""
     assert import_cycles(import_graph()) == []
+
+
+def test_modules_keep_their_earlier_paths():
+    """Scripts written for shoal 0.1's flat ``shoal.algos`` import the modules from where they
+    live now, with a warning naming the new path."""
+    import importlib
+    import sys
+
+    from shoal.algos.policy_gradient import ppo
+
+    sys.modules.pop("shoal.algos.ppo", None)
+    with pytest.warns(DeprecationWarning, match="shoal.algos.policy_gradient.ppo"):
+        old = importlib.import_module("shoal.algos.ppo")
+    assert old is ppo and old.PPOConfig is ppo.PPOConfig
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("shoal.algos.no_such_algorithm")

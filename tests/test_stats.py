@@ -18,12 +18,21 @@ def test_iqm_cuts_a_quarter_from_each_end():
     assert iqm(x) == pytest.approx(scipy_stats.trim_mean(x, 0.25))  # rliable's definition
 
 
-def test_bootstrap_interval_matches_a_hand_computed_resampling():
+def test_bootstrap_interval_matches_the_exact_bootstrap_distribution():
+    """[0, 0, 0, 1]: a resample's mean is k / 4 with k ~ Binomial(4, 1/4), so P(mean = 0) =
+    0.316 and P(mean <= 1/2) = 0.949, P(mean <= 3/4) = 0.996: the exact 95% percentile
+    interval is [0, 3/4], which enough resamples find exactly (both ends lie inside an
+    atom of the distribution, far from its edges)."""
+    assert bootstrap_ci([0.0, 0.0, 0.0, 1.0], resamples=20_000, seed=3) == (0.0, 0.75)
+    # Two values: means 0, 1/2, 1 with probabilities 1/4, 1/2, 1/4; 90%: [0, 1].
+    assert bootstrap_ci([0.0, 1.0], confidence=0.9, resamples=20_000) == (0.0, 1.0)
+    # The median of [1, 2, 4, 8]: its exact bootstrap distribution from the 256 equally
+    # likely resamples, enumerated.
     values = np.array([1.0, 2.0, 4.0, 8.0])
-    low, high = bootstrap_ci(values, resamples=500, seed=3)
-    rng = np.random.default_rng(3)
-    means = values[rng.integers(4, size=(500, 4))].mean(axis=1)
-    assert (low, high) == pytest.approx(tuple(np.quantile(means, [0.025, 0.975])))
+    grid = np.stack(np.meshgrid(*[values] * 4, indexing="ij"), -1).reshape(-1, 4)
+    exact = np.quantile(np.median(grid, axis=1), [0.025, 0.975], method="inverted_cdf")
+    low, high = bootstrap_ci(values, statistic=np.median, resamples=20_000)
+    assert (low, high) == pytest.approx(tuple(exact), abs=0.5)
     assert values.min() <= low < values.mean() < high <= values.max()
     assert bootstrap_ci([5.0]) == (5.0, 5.0)
     # A tighter sample gives a tighter interval; the interval shrinks like 1/sqrt(n).

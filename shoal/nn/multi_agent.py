@@ -185,7 +185,7 @@ class JointActors(nn.Module):
 
     Joint observations are a dict of ``[B, N_g, obs_dim_g]`` per group; joint actions for the
     critics are one flat ``[B, D]`` row, each agent's ``action_dim`` columns in agent order
-    (how MADDPG's replay stores them: `shoal.algos.multi_agent.maddpg.JointLayout`).
+    (how MADDPG's replay stores them: `shoal.algos.multi_agent.joint_replay.JointLayout`).
 
     Args:
         groups: the agent groups (name, agents and one agent's spaces each).

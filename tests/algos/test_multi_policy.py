@@ -74,21 +74,32 @@ def test_bad_policy_maps_are_named(kwargs, message):
         resolve_policies(Duel(1).groups, **kwargs)
 
 
-def test_two_policies_learn_with_their_own_settings(tmp_path):
-    seen = []
-    shoal.train(
-        "mappo",
-        run_dir=str(tmp_path / "run"),
-        total_steps=3 * ITERATION,
-        on_iteration=lambda step, metrics: seen.append(metrics),
-        policies={"blue": {"optim": {"lr": 1e-3}, "ent_coef": 0.01}},
-        **small(),
-    )
+def test_two_policies_train_with_their_own_settings():
+    """Each policy's learner takes its own settings and its own steps: both sets of weights
+    move, each optimizer with its own learning rate, each loss with its own entropy weight
+    (blue's entropy term counts in its total, red's, at PPO's default 0, does not)."""
+    policies = {"blue": {"optim": {"lr": 1e-3}, "ent_coef": 0.01}}
+    algo = MultiPolicyPPO(shoal.build_config("mappo", policies=policies, **small()))
+    try:
+        before = {n: {k: v.clone() for k, v in lrn.model.state_dict().items()}
+                  for n, lrn in algo.learners.items()}  # fmt: skip
+        seen = [algo.train_iteration() for _ in range(3)]
+        for name, learner in algo.learners.items():
+            after = learner.model.state_dict()
+            assert any(not torch.equal(after[k], before[name][k]) for k in after), name
+        assert algo.learners["blue"].optimizer.param_groups[0]["lr"] == pytest.approx(1e-3)
+        assert algo.learners["red"].optimizer.param_groups[0]["lr"] == pytest.approx(3e-4)
+    finally:
+        algo.close()
     last = seen[-1]
     assert last["train/blue/lr"] == pytest.approx(1e-3)
     assert last["train/red/lr"] == pytest.approx(3e-4)  # PPO's default
-    for name in ("red", "blue"):
-        assert {f"loss/{name}/policy", f"loss/{name}/value", f"loss/{name}/entropy"} <= set(last)
+    for name, ent_coef in (("red", 0.0), ("blue", 0.01)):
+        terms = ("policy", "value", "entropy", "total")
+        loss = {term: last[f"loss/{name}/{term}"] for term in terms}
+        # PPO's objective: clipped surrogate + 0.5 x value loss + ent_coef x entropy loss.
+        expected = loss["policy"] + 0.5 * loss["value"] + ent_coef * loss["entropy"]
+        assert loss["total"] == pytest.approx(expected, rel=1e-4, abs=1e-6), name
     logged = {key for m in seen for key in m}
     assert {"episode/return/red", "episode/return/blue", "episode/return/blue_1"} <= logged
 

@@ -20,7 +20,9 @@ from shoal.collect.evaluate import evaluate
 from shoal.config import EnvConfig, ModelConfig, RunConfig, replace
 from shoal.errors import CheckpointError, NaNLossError, ShoalError, UnsupportedSpaceError
 from shoal.losses import gae, objectives
+from shoal.seeding import derive_seed
 from shoal.train.checkpoint import load_checkpoint, resolve_checkpoint, save_checkpoint
+from shoal.train.session import make_eval_env
 from shoal.types import Rollout
 
 # --- helpers ------------------------------------------------------------------------------------
@@ -603,7 +605,20 @@ def test_train_reports_evaluation(tmp_path, small_ppo, iteration_steps):
     )
     assert all("eval/return" in metrics for metrics in seen)
     assert result.eval_return == seen[-1]["eval/return"]
-    assert 1 <= result.eval_return <= 500
+    # The reported return is what the saved policy scores: the rewards of the first episode
+    # of each of the 3 evaluation envs, summed here step by step, on envs seeded as the loop
+    # seeds its second evaluation.
+    policy = shoal.load(result.run_dir)
+    env = make_eval_env(shoal.load(result.run_dir).config)
+    obs = env.reset(seed=derive_seed(0, "eval", 1))
+    totals, running = np.zeros(3), np.ones(3, bool)
+    while running.any():
+        step = env.step(policy.act(obs, deterministic=True))
+        totals += np.where(running & ~step.autoreset, step.reward, 0.0)
+        running &= ~(step.terminated | step.truncated)
+        obs = step.obs
+    env.close()
+    assert result.eval_return == pytest.approx(totals.mean())
 
 
 def test_target_return_stops_training(tmp_path, small_ppo, iteration_steps):

@@ -236,15 +236,21 @@ class ModelLearner:
         self,
         config: Any,
         model: torch.nn.Module,
-        make_optimizer: Callable[[list[torch.Tensor]], torch.optim.Optimizer],
+        make_optimizer: Callable[[list[torch.Tensor]], torch.optim.Optimizer] | None = None,
     ) -> None:
         """Put ``model`` on ``config.run.device`` (compiled with ``run.compile``) and build its
-        optimizer, and float16's gradient scaler (``model.precision``)."""
+        optimizer (``make_optimizer(parameters)``; by default AdamW with ``config.optim``'s
+        settings), and float16's gradient scaler (``model.precision``)."""
         self.device = resolve_device(config.run.device)
         check_precision(config.model.precision, self.device)
         self.model = place(model, self.device, config.run.compile)
         self.parameters = list(self.model.parameters())
-        self.optimizer = make_optimizer(self.parameters)
+        if make_optimizer is None:
+            optim = config.optim
+            decay = optim.weight_decay
+            self.optimizer = build_optimizer(self.parameters, "adamw", optim.lr, optim.eps, decay)
+        else:
+            self.optimizer = make_optimizer(self.parameters)
         self.scaler = grad_scaler(config.model.precision, self.device)
 
     def get_weights(self) -> dict[str, torch.Tensor]:

@@ -36,14 +36,12 @@ the shared evaluation (`shoal.collect.evaluate.evaluate_joint`).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
-from torch import nn
 
 from shoal.algos.cores.actor_critic_replay import (
     ActorCriticCore,
@@ -51,13 +49,14 @@ from shoal.algos.cores.actor_critic_replay import (
     ActorCriticReplayConfig,
 )
 from shoal.algos.cores.off_policy import learn_from_replay, make_priorities
+from shoal.algos.multi_agent.ctedd_acting import CTEDDActing, Team
 from shoal.algos.multi_agent.distillation import Student, chronological_rows, distill_round
-from shoal.algos.multi_agent.maddpg import critic_inputs, own_action_inputs, replay_steps
+from shoal.algos.multi_agent.joint_replay import replay_steps
+from shoal.algos.multi_agent.maddpg import critic_inputs, own_action_inputs
 from shoal.backend import place, uncompiled_copy
 from shoal.collect.evaluate import evaluate_joint_episodes
 from shoal.collect.multi_agent import (
     FixedGroups,
-    JointObs,
     MultiAgentEpisodes,
     MultiAgentRunner,
 )
@@ -72,7 +71,7 @@ from shoal.config import (
 )
 from shoal.data.replay import ReplayBuffer
 from shoal.envs.make import make_multi_agent_env
-from shoal.envs.multi_agent import AgentGroup, MultiAgentStep, MultiAgentVectorEnv
+from shoal.envs.multi_agent import AgentGroup, MultiAgentVectorEnv
 from shoal.errors import ConfigError
 from shoal.losses.actor_critic import deterministic_actor_loss, ensemble_td_loss
 from shoal.losses.distillation import exploration_scale_loss
@@ -313,86 +312,6 @@ class CTEDDLearner(ActorCriticLearner):
         self.scale_optimizer.load_state_dict(state["scale_optimizer"])
 
 
-class CTEDDActing:
-    """The acting side of the `MultiAgentRunner`: CPU copies of the global policies (their
-    weights handed over once per iteration, so acting never waits on the learner's device)
-    on the global state, sampling ``mu(s) + sigma(s) * eps`` (uniformly before learning
-    starts); keeps the states and the samples of the real steps for the exploration update
-    (Eq. (5))."""
-
-    def __init__(self, learner: CTEDDLearner, group: str, opponents: FixedGroups):
-        self.actor = uncompiled_copy(learner.core.actor).requires_grad_(False)
-        self.scale = uncompiled_copy(learner.scale).requires_grad_(False)
-        self.group, self.opponents = group, opponents
-        self.states: list[torch.Tensor] = []
-        self.sampled: list[torch.Tensor] = []
-        self._pending: tuple[torch.Tensor, torch.Tensor] | None = None
-
-    def set_weights(self, learner: CTEDDLearner) -> None:
-        """The learner's current global policies (and its random-action switch)."""
-        with torch.no_grad():
-            for copy, source in ((self.actor, learner.core.actor), (self.scale, learner.scale)):
-                own, theirs = copy.state_dict(keep_vars=True), source.state_dict(keep_vars=True)
-                torch._foreach_copy_(list(own.values()), [theirs[k].detach() for k in own])
-
-    @torch.inference_mode()
-    def act(self, view: JointObs) -> dict[str, np.ndarray]:
-        state = torch.as_tensor(view.state, dtype=torch.float32)
-        actor = self.actor
-        if actor.random_actions:
-            raw = torch.rand(state.shape[0], actor.num_agents, actor.action_dim) * 2 - 1
-        else:
-            mean = actor(state)
-            raw = mean + self.scale(actor.features(state)) * torch.randn(mean.shape)
-        self._pending = (state, raw)
-        return {self.group: raw.clamp(-1.0, 1.0).numpy(), **self.opponents.act(view)}
-
-    def observe(self, actions: dict[str, np.ndarray], step: MultiAgentStep) -> None:
-        state, raw = self._pending
-        valid = torch.from_numpy(~step.autoreset)
-        self.states.append(state[valid])
-        self.sampled.append(raw[valid])
-
-    def get_state(self) -> dict[str, Any]:
-        return {"opponents": self.opponents.get_state()}
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        self.opponents.set_state(state["opponents"])
-
-    def drain(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The states and samples of the real steps since the last call."""
-        states, sampled = torch.cat(self.states), torch.cat(self.sampled)
-        self.states, self.sampled = [], []
-        return states, sampled
-
-
-class Team(nn.Module):
-    """A team's policies among an env's ``groups``, as `shoal.policy.JointPolicy` drives them
-    in `shoal.collect.evaluate.evaluate_joint`: ``act(obs, state)`` gives the team's actions
-    ``[B, N, d]`` from its observations ``[B, N, o]`` and the global state ``[B, S]``; the
-    other groups act by the fixed policies `JointPolicy.with_fixed` gives them."""
-
-    def __init__(
-        self,
-        team: str,
-        groups: list[str],
-        act: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-    ):
-        super().__init__()
-        self.team = team
-        self.groups = {name: nn.Identity() for name in groups}
-        self.act = act
-
-    def act_joint(
-        self,
-        obs: dict[str, torch.Tensor],
-        deterministic: bool = True,
-        state: torch.Tensor | None = None,
-        action_mask: dict[str, torch.Tensor] | None = None,
-    ) -> dict[str, torch.Tensor]:
-        return {self.team: self.act(obs[self.team].float(), state)}
-
-
 class CTEDD:
     """One iteration: act ``rollout_steps`` times with the global policies, store the joint
     steps, ``gradient_steps`` updates of stage 1 and one exploration update on the new steps,
@@ -429,7 +348,8 @@ class CTEDD:
             device=device,
         )
         opponents = FixedGroups(config.env.opponents, self.env.groups, config.run.seed)
-        self.acting = CTEDDActing(self.learner, self.group.name, opponents)
+        learner = self.learner
+        self.acting = CTEDDActing(learner.core.actor, learner.scale, self.group.name, opponents)
         self.runner = MultiAgentRunner(
             self.env, self.acting, config.rollout_steps, derive_seed(config.run.seed, "env", 0)
         )
@@ -449,7 +369,7 @@ class CTEDD:
         return cfg.alpha_start + (cfg.alpha_end - cfg.alpha_start) * share
 
     def _collect(self) -> tuple[MultiAgentEpisodes, torch.Tensor, torch.Tensor]:
-        self.acting.set_weights(self.learner)
+        self.acting.set_weights(self.learner.core.actor, self.learner.scale)
         rollout = self.runner.sample()
         name = self.group.name
         actions = rollout.actions[name].astype(np.float32)

@@ -52,17 +52,15 @@ import torch
 
 from shoal.algos.cores.off_policy import learn_from_replay
 from shoal.algos.multi_agent import maddpg
+from shoal.algos.multi_agent.joint_replay import JointLayout, ReplaySteps, make_replay
 from shoal.algos.multi_agent.maddpg import (
-    JointLayout,
     MADDPGActing,
     MADDPGConfig,
     MADDPGLearner,
-    ReplaySteps,
     build_actors,
     deployable,
     deployed_policy,
     maddpg_groups,
-    make_replay,
     state_dim,
 )
 from shoal.collect.multi_agent import MultiAgentEpisodes, MultiAgentRunner
@@ -126,7 +124,7 @@ def build_model(config: DistributedMADDPGConfig, obs_space: gym.Space, action_sp
 
 class Collected(NamedTuple):
     """A collector's steps as MADDPG's replay stores them
-    (`shoal.algos.multi_agent.maddpg.ReplaySteps`, time-major ``[T, B, ...]``), its finished
+    (`shoal.algos.multi_agent.joint_replay.ReplaySteps`, time-major ``[T, B, ...]``), its finished
     episodes and its env steps."""
 
     steps: ReplaySteps
@@ -215,7 +213,9 @@ class LearnerWorker:
         groups, dim = probe_groups(config)
         self.learner = MADDPGLearner(config, groups, dim)
         seed = derive_seed(config.run.seed, "replay", index)  # learner 0: MADDPG's seed
-        self.replay = make_replay(config, self.learner.layout, seed, self.learner.device)
+        self.replay = make_replay(
+            config.replay, config.env.num_envs, self.learner.layout, seed, self.learner.device
+        )
 
     def add(self, batch: Collected) -> None:
         self.replay.extend(*batch.steps)

@@ -33,7 +33,7 @@ from shoal.device import to_device
 from shoal.losses import entropy_loss, episode_returns, policy_gradient_loss, value_loss
 from shoal.losses.objectives import standardize
 from shoal.nn import ActorCritic
-from shoal.optim import build_optimizer, minimize
+from shoal.optim import minimize
 from shoal.schedules import scheduled
 from shoal.types import Rollout
 
@@ -133,14 +133,7 @@ class PGLearner(ModelLearner):
 
     def __init__(self, config: PGConfig, obs_space: gym.Space, action_space: gym.Space):
         self.config = config
-        optim = config.optim
-        self.setup(
-            config,
-            build_model(config, obs_space, action_space),
-            lambda params: build_optimizer(
-                params, "adamw", optim.lr, optim.eps, optim.weight_decay
-            ),
-        )
+        self.setup(config, build_model(config, obs_space, action_space))
 
     def losses(self, batch: PGBatch) -> dict[str, torch.Tensor]:
         """The loss terms of one batch, ``total`` last."""

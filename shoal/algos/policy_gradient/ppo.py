@@ -43,7 +43,6 @@ from shoal.losses import adaptive_kl_coeff
 from shoal.losses.objectives import Objective, ppo_objective
 from shoal.nn import ActorCritic, RecurrentActorCritic, build_actor_critic
 from shoal.nn.recurrent import chunk_start_states
-from shoal.optim import build_optimizer
 from shoal.schedules import scheduled
 
 
@@ -147,16 +146,7 @@ class PPOLearner(ModelLearner):
 
     def __init__(self, config: PPOConfig, obs_space: gym.Space, action_space: gym.Space):
         self.config = config
-        optim = config.optim
-        # The fused kernel updates all parameters in one op; on small networks the default
-        # per-tensor loop costs more than the arithmetic.
-        self.setup(
-            config,
-            build_model(config, obs_space, action_space),
-            lambda params: build_optimizer(
-                params, "adamw", optim.lr, optim.eps, optim.weight_decay
-            ),
-        )
+        self.setup(config, build_model(config, obs_space, action_space))
         self.step = learner_step(
             self.model, config.model.backend, self.device, config.run.compile, self.scaler
         )
