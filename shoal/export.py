@@ -200,7 +200,9 @@ def _write(module: nn.Module, inputs: tuple, names: list[str], outputs: list[str
             traced = torch.jit.trace(module, inputs, check_trace=False)
             traced.save(str(path))
             return
-        batch = torch.export.Dim("batch")
+        # A bounded batch: PyTorch 2.7's torch.export refuses an unbounded dynamic dimension
+        # of a recurrent model (a guard against the int64 maximum).
+        batch = torch.export.Dim("batch", max=2**20)
         shapes = tuple({0: batch} for _ in inputs)
         quiet = logging.getLogger("torch.onnx")  # its notes on optional torchvision ops
         level = quiet.level

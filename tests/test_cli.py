@@ -85,7 +85,7 @@ def test_bad_field_values_are_rejected_by_the_parser(args, message, capsys):
     assert message in capsys.readouterr().err.replace("\n", " ")
 
 
-@pytest.mark.parametrize("suffix", [".gif", ".mp4"])
+@pytest.mark.parametrize("suffix", [".gif", pytest.param(".mp4", marks=pytest.mark.extra("video"))])
 def test_eval_and_video(suffix, tmp_path, capsys):
     run_dir = tmp_path / "run"
     assert main(train_args(run_dir, 64)) == 0
@@ -202,6 +202,7 @@ def test_variant_blocks_on_the_command_line(tmp_path):
     assert config["a2c"]["num_steps"] == 8 and config["a2c"]["optim"]["lr"] == 0.01
 
 
+@pytest.mark.extra("pettingzoo")
 def test_eval_and_video_of_several_learning_groups(tmp_path, capsys):
     """A MADDPG run on a mixed game deploys every group's actors together: eval reports the
     return per group and the video shows the multi-agent env."""

@@ -192,6 +192,7 @@ def test_replace_validates():
         replace(PPOConfig(), num_epoch=3)
 
 
+@pytest.mark.extra("atari", "mujoco", "pettingzoo")
 def test_tuned_examples_load_and_build_valid_configs():
     examples = tuned_examples()
     assert "ppo-cartpole" in examples

@@ -1,6 +1,7 @@
 """What a new user meets in the first hour, checked the way they meet it: the `shoal` command in
 a subprocess (exit code, no traceback, what the message names), and the README's commands."""
 
+import importlib.util
 import json
 import os
 import re
@@ -230,6 +231,7 @@ def test_list_is_one_line_per_algorithm_and_tuned_example():
     assert "clipped surrogate, GAE, adaptive KL" in " ".join(long.split())
 
 
+@pytest.mark.extra("atari", "mujoco", "pettingzoo")
 def test_list_envs_groups_what_works_and_says_why_the_rest_does_not():
     code, out = shoal_cli("list", "--envs")
     assert code == 0, out
@@ -331,3 +333,18 @@ def test_the_readme_quick_start_runs_as_written(tmp_path):
     # What the README says it prints.
     assert re.search(r"stopped:\s+the eval return [\d.]+ reached run.target_return 475", out), out
     assert f"run:         {run_dir}" in out and (run_dir / "checkpoints" / "latest").exists()
+
+
+def test_every_optional_extra_is_known_to_the_test_skips():
+    """A test marked ``extra(name)`` skips, naming the install, where the extra is missing
+    (tests/conftest.py): every extra pyproject.toml declares for users has its modules
+    listed there."""
+    import tomllib
+    from conftest import EXTRAS, missing_extras
+
+    project = Path(__file__).parent.parent / "pyproject.toml"
+    extras = tomllib.loads(project.read_text())["project"]["optional-dependencies"]
+    assert set(extras) - {"dev", "bench"} == set(EXTRAS)
+    assert missing_extras(["report"]) == (
+        [] if importlib.util.find_spec("matplotlib") else ["report"]
+    )

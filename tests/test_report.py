@@ -12,6 +12,8 @@ from shoal.report import probability_of_improvement, report
 
 FINALS = {"fast": [10.0, 12.0, 14.0, 40.0], "slow": [5.0, 6.0, 12.0, 8.0]}
 
+pytestmark = pytest.mark.extra("report")
+
 
 def write_run(run_dir, finals, target=None, agents=False):
     run_dir.mkdir(parents=True)

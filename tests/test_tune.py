@@ -15,6 +15,8 @@ from shoal.tune import Tuner, parse_distribution
 
 BASE = {"name": "toy", "base": "ppo-cartpole", "seed": 0}
 
+pytestmark = pytest.mark.extra("tune")
+
 
 def toy(config, report):
     """Best at lr = 3e-3 (value 0), worse the further away in log scale."""

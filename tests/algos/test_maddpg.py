@@ -305,6 +305,7 @@ def test_two_group_resume_is_exact(tmp_path):
     assert metric_rows(resumed.run_dir) == metric_rows(straight.run_dir)
 
 
+@pytest.mark.extra("pettingzoo")
 @pytest.mark.parametrize("game", ["simple_adversary_v3", "simple_tag_v3"])
 def test_mpe_mixed_games_train_every_group(game, tmp_path):
     seen = []

@@ -46,6 +46,7 @@ in the agents' mean episode return on simple_adversary (64 episodes; measured wi
 trained 5.8, random agents -3.3 after 32k env steps)."""
 
 
+@pytest.mark.extra("pettingzoo")
 def test_two_policies_learn_simple_adversary_at_once(tmp_path):
     """MAPPO trains the adversary and the agents together (one policy per group); the agents
     it trains beat random agents against the adversary it trains."""

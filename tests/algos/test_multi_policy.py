@@ -242,6 +242,7 @@ def test_learners_of_one_group_refuse_policy_maps(tmp_path):
     assert {"loss/a/policy", "loss/b/policy"} <= set(seen[-1])
 
 
+@pytest.mark.extra("pettingzoo")
 def test_each_player_of_a_board_game_trains_its_own_policy_with_masks(tmp_path):
     """Tic-tac-toe through the turn-based adapter, one policy per player: legal moves only
     (an illegal move would end the game with a penalty the players never get)."""

@@ -93,6 +93,7 @@ def small(**extra):
     return overrides
 
 
+@pytest.mark.extra("pettingzoo")
 def test_the_learner_trains_on_its_own_seat_only():
     algo = MultiPolicyPPO(shoal.build_config("ippo", **small()))
     try:
@@ -137,6 +138,7 @@ def test_the_pool_is_checkpointed_and_resume_is_exact(tmp_path):
     assert metric_rows(resumed.run_dir) == metric_rows(straight.run_dir)
 
 
+@pytest.mark.extra("pettingzoo")
 def test_self_play_needs_one_policy_playing_every_seat(tmp_path):
     with pytest.raises(ConfigError, match="self_play trains one policy that plays every seat"):
         shoal.train("ippo", run_dir=str(tmp_path / "x"), total_steps=128,
