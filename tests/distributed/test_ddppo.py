@@ -4,6 +4,7 @@ fixed-seed learning test."""
 
 import math
 import socket
+from datetime import timedelta
 
 import gymnasium as gym
 import numpy as np
@@ -68,7 +69,11 @@ def make_learner(minibatch_size):
 def _rank_main(rank, port, out_dir):
     """One of two gloo processes over localhost: half the batch, one synchronized step."""
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    # A short timeout: a rank that fails must not leave the other waiting gloo's 30 minutes.
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+        timeout=timedelta(seconds=60),
+    )  # fmt: skip
     try:
         learner = make_learner(N // 2)
         synchronize(learner, world_size=2)
