@@ -41,7 +41,8 @@ class PinnedStaging:
             if isinstance(value, torch.Tensor) and value.device.type == "cpu":
                 pinned = buffers.get(name)
                 if pinned is None or pinned.shape != value.shape or pinned.dtype != value.dtype:
-                    pinned = buffers[name] = torch.empty_like(value, pin_memory=True)
+                    pinned = torch.empty(value.shape, dtype=value.dtype, pin_memory=True)
+                    buffers[name] = pinned
                 pinned.copy_(value)
                 value = pinned.to(self.device, non_blocking=True)
             fields.append(value)
