@@ -92,6 +92,7 @@ class Session:
     eval_env: Any
     loggers: MultiLogger
     deploy_meta: dict[str, Any]
+    config_json: dict[str, Any]
     checkpoint: Path | None
     """The last checkpoint written (a resumed run's own until it writes one)."""
     resumed_from: int | None
@@ -143,7 +144,8 @@ class Session:
 
     def _build(self, resume: Checkpoint | None) -> None:
         config, run_cfg = self.config, self.config.run
-        config_text = json.dumps(to_dict(config), indent=2)
+        self.config_json = to_dict(config)  # what every checkpoint records
+        config_text = json.dumps(self.config_json, indent=2)
         guarded_write(lambda: (self.run_dir / "config.json").write_text(config_text))
         seed_torch(run_cfg.seed)  # before building: network init draws from the torch generator
         self.started = time.perf_counter()
@@ -205,13 +207,11 @@ class Session:
         self.loop.train_s += elapsed
         metrics["perf/env_steps_per_s"] = (self.steps - before) / elapsed
         metrics["perf/iteration_s"] = elapsed
-        every = self.config.run.eval_every_steps
-        if self.eval_env is not None and self.steps >= self.loop.next_eval:
-            metrics.update(
-                self.evaluate(derive_seed(self.config.run.seed, "eval", self.loop.evaluations))
-            )
-            self.loop.evaluations += 1
-            self.loop.next_eval = next_multiple(self.steps, every)
+        run_cfg, loop = self.config.run, self.loop
+        if self.eval_env is not None and self.steps >= loop.next_eval:
+            metrics.update(self.evaluate(derive_seed(run_cfg.seed, "eval", loop.evaluations)))
+            loop.evaluations += 1
+            loop.next_eval = next_multiple(self.steps, run_cfg.eval_every_steps)
         self.loggers.log(metrics, self.steps)
         asked = self.hooks.call("on_iteration", metrics)
         if "eval/return" in metrics:
@@ -232,16 +232,22 @@ class Session:
 
     # --- checkpoint -----------------------------------------------------------------------
 
-    def checkpoint_when_due(self) -> None:
+    @property
+    def checkpoint_due(self) -> bool:
+        """``run.checkpoint_every_steps`` says a checkpoint is due at this step."""
         every = self.config.run.checkpoint_every_steps
-        if every and self.steps >= self.loop.next_checkpoint:
+        return bool(every) and self.steps >= self.loop.next_checkpoint
+
+    def checkpoint_when_due(self) -> None:
+        if self.checkpoint_due:
             self.save()
 
     def save(self, notify: bool = True) -> Path:
         """Write a checkpoint of the whole run (algorithm, RNGs, the loop's counters, the
-        callbacks' state), after flushing the logs so they reach at least as far."""
-        every = self.config.run.checkpoint_every_steps
-        if every and self.steps >= self.loop.next_checkpoint:
+        callbacks' state), after flushing the logs so they reach at least as far. A save at a
+        step where one was due also moves the cadence on (the run's last save included)."""
+        if self.checkpoint_due:
+            every = self.config.run.checkpoint_every_steps
             self.loop.next_checkpoint = next_multiple(self.steps, every)
         guarded_write(self.loggers.flush)
         state = {
@@ -256,7 +262,7 @@ class Session:
                 self.run_dir,
                 self.steps,
                 self.spec.name,
-                to_dict(self.config),
+                self.config_json,
                 state,
                 run_cfg.keep_checkpoints,
                 self.deploy_meta,

@@ -84,7 +84,7 @@ class Team(nn.Module):
     ):
         super().__init__()
         self.team = team
-        self.groups = {name: nn.Identity() for name in groups}
+        self.groups = dict.fromkeys(groups)  # the env's groups, as JointPolicy reads them
         self.act = act
 
     def act_joint(
