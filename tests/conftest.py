@@ -55,7 +55,7 @@ def registered_env():
 
 
 EXTRAS = {
-    "pettingzoo": ("pettingzoo", "mpe2"),
+    "pettingzoo": ("pettingzoo", "mpe2", "pygame"),
     "tune": ("optuna",),
     "report": ("matplotlib",),
     "ray": ("ray",),

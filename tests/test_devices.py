@@ -368,11 +368,15 @@ def test_ddppo_with_two_learners_sharing_one_gpu(ray_session, tmp_path):
     "settings",
     [
         {"env.id": "shoal/tag-v0", "env.policy_per_agent": True},  # several policies
-        {
-            "env.id": "pettingzoo:pettingzoo.classic.tictactoe_v3",
-            "self_play.snapshot_every": 1,
-            "self_play.pool_size": 2,
-        },  # fmt: skip
+        pytest.param(
+            {
+                "env.id": "pettingzoo:pettingzoo.classic.tictactoe_v3",
+                "self_play.snapshot_every": 1,
+                "self_play.pool_size": 2,
+            },
+            marks=pytest.mark.extra("pettingzoo"),
+            id="self-play",
+        ),
     ],
     ids=["policy-per-agent", "self-play"],
 )
