@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         "user@host/db on a cluster)",
     )
     report_p = commands.add_parser(
-        "report", help="aggregate runs by variant: scores with 95% CIs, curves, comparisons"
+        "report", help="aggregate runs by variant: scores with 95%% CIs, curves, comparisons"
     )
     report_p.add_argument("dir", help="an experiment directory, or a directory of runs")
     report_p.add_argument("--out", help="where to write (default DIR/report)")
@@ -338,7 +338,8 @@ def _tune(args: argparse.Namespace) -> int:
     from shoal.experiment import read_spec
     from shoal.tune import tune
 
-    tuner = tune(read_spec(args.file), args.dir, args.jobs, args.ray_address, args.storage)
+    tuner = tune(read_spec(args.file), args.dir, args.jobs, args.ray_address, args.storage,
+                 echo=True)  # fmt: skip
     study = tuner.study()
     best = study.best_trial
     console.print(

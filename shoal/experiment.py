@@ -48,7 +48,7 @@ from typing import Any
 
 import yaml
 
-from shoal.config import from_dict
+from shoal.config import from_dict, read_yaml
 from shoal.errors import ConfigError, ShoalError
 from shoal.registry import find_tuned, get_algorithm
 from shoal.seeding import derive_seed
@@ -87,7 +87,7 @@ def read_spec(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"experiment file {path} does not exist")
-    spec = yaml.safe_load(path.read_text()) or {}
+    spec = read_yaml(path) or {}
     if not isinstance(spec, dict):
         raise ConfigError(f"{path}: an experiment file is a mapping (name, base, axes, seeds)")
     spec.setdefault("name", path.stem)

@@ -9,13 +9,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from shoal.algos.continuous import d4pg, ddpg, sac, td3
 from shoal.algos.multi_agent import ctedd, distributed_maddpg, maddpg, multi_policy, qmix
 from shoal.algos.policy_gradient import a2c, a3c, appo, ddppo, impala, pg, ppo, trpo
 from shoal.algos.value import apex, dqn, tabular
-from shoal.config import from_dict, replace
+from shoal.config import from_dict, read_yaml, replace
 from shoal.errors import ConfigError, ShoalError
 
 
@@ -333,10 +331,7 @@ def tuned_examples() -> dict[str, TunedExample]:
 def read_tuned(path: str | Path) -> TunedExample:
     """A tuned example from a YAML file with keys algo, description, expected, config."""
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+    data = read_yaml(path)
     if not isinstance(data, dict) or "algo" not in data:
         raise ConfigError(f"{path} must be a mapping with at least an 'algo' key")
     unknown = set(data) - {"algo", "description", "expected", "config", "callbacks"}

@@ -25,7 +25,10 @@ early (median: below the median of earlier trials at the same step, from a third
 trial's steps on and after 5 trials; halving: Li et al.'s asynchronous successive halving);
 its value is the final evaluation return (maximized). The study lives in ``DIR/study.db``
 (SQLite, default ``DIR = runs/tune/<name>``), so starting the same file again resumes it up
-to ``trials`` finished trials; ``--jobs N`` runs N worker processes on that study. The best
+to ``trials`` finished trials; ``--jobs N`` runs N worker processes on that study, each with its
+own sampler seed (a trial whose values repeat a finished trial's takes its result instead of
+training again: every trial trains with the file's seed). A line per trial is printed as it
+ends. The best
 trial's config is written as a ready tuned-example file, ``DIR/best.yaml``.
 
 On a Ray cluster (``--ray-address auto`` or ``HOST:PORT``) the N workers are Ray tasks on
@@ -50,6 +53,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from shoal.errors import ConfigError, NaNLossError, ShoalError, UnknownFieldError
@@ -63,6 +67,12 @@ _CALL = re.compile(r"^\s*(\w+)\s*\((.*)\)\s*$", re.S)
 def parse_distribution(field: str, text: Any) -> tuple[str, tuple]:
     """``"loguniform(1e-5, 1e-2)"`` -> ``("loguniform", (1e-5, 1e-2))``, checked."""
     match = _CALL.match(str(text))
+    if str(text).count("(") != str(text).count(")"):
+        raise ConfigError(
+            f"search: {field}: {text!r} was cut at a comma: YAML's {{...}} mappings split at "
+            "commas, so write the search one field per line or quote each distribution "
+            "('loguniform(1e-5, 1e-2)')"
+        )
     if not match or match.group(1) not in DISTRIBUTIONS:
         raise ConfigError(
             f"search: {field}: {text!r} is not a distribution; use one of "
@@ -161,13 +171,16 @@ class Tuner:
         spec.pop("search", None)
         return build(spec, {}, seed, run_dir or self.directory / "trial")
 
-    def study(self) -> Any:
+    def study(self, worker: int = 0) -> Any:
+        """The study, with ``worker``'s sampler: each parallel worker's sampler has its own
+        seed (worker 0 the file's), or workers sharing a seed would propose the same trials."""
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         seed = int(self.spec.get("seed", 0))
-        sampler = (optuna.samplers.TPESampler(seed=seed) if self.sampler == "tpe"
-                   else optuna.samplers.RandomSampler(seed=seed))  # fmt: skip
+        sampler_seed = seed if worker == 0 else derive_seed(seed, worker)
+        sampler = (optuna.samplers.TPESampler(seed=sampler_seed) if self.sampler == "tpe"
+                   else optuna.samplers.RandomSampler(seed=sampler_seed))  # fmt: skip
         # Evaluations early in a run say little of where it ends (on CartPole, the first of
         # five is noise): trials are compared from a third of their steps on, once 5 have
         # finished (Optuna's default start-up), as rl-baselines3-zoo does with its own 10.
@@ -193,20 +206,30 @@ class Tuner:
         self,
         objective: Callable[[Any, Callable[[int, float], bool]], float] | None = None,
         share: int | None = None,
+        worker: int = 0,
+        echo: Callable[[str], None] | None = None,
     ):
         """Run trials until the study has ``trials`` finished ones (or this worker has run
         its ``share`` of them); ``objective(config, report)`` (default: train) returns a
         trial's value, calling ``report(step, value)`` with intermediate values (True:
-        prune)."""
+        prune). ``worker`` seeds this worker's sampler; ``echo`` gets a line per finished,
+        pruned or failed trial."""
         import optuna
 
-        study = self.study()
+        study = self.study(worker)
         objective = objective or train_objective
 
         def trial_fn(trial: Any) -> float:
             values = {f: suggest(trial, f, kind, args) for f, (kind, args) in self.space.items()}
             trial.set_user_attr("values", values)
             trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
+            earlier = repeated_trial(study, trial.number, values)
+            if earlier is not None:  # every trial trains with the same seed: same result
+                trial.set_user_attr("repeat_of", earlier.number)
+                if earlier.state == optuna.trial.TrialState.PRUNED:
+                    trial.set_user_attr("pruned_at", earlier.user_attrs.get("pruned_at"))
+                    raise optuna.TrialPruned(f"repeats pruned trial {earlier.number}")
+                return float(earlier.value)
             run_dir = self.directory / f"trial-{trial.number}"
             algo, config = self.config(values, int(self.spec.get("seed", 0)), run_dir)
             pruned = []
@@ -220,8 +243,13 @@ class Tuner:
 
             value = objective((algo, config), report)
             if pruned:
+                trial.set_user_attr("pruned_at", pruned[0])
                 raise optuna.TrialPruned(f"pruned at step {pruned[0]}")
             return value
+
+        def announce(study: Any, trial: Any) -> None:
+            if echo is not None:
+                echo(trial_line(trial))
 
         remaining = self.trials - self.finished(study)
         if share is not None:
@@ -233,7 +261,7 @@ class Tuner:
                 trial_fn, n_trials=remaining, catch=(ConfigError, NaNLossError),
                 callbacks=[optuna.study.MaxTrialsCallback(
                     self.trials, states=(optuna.trial.TrialState.COMPLETE,
-                                         optuna.trial.TrialState.PRUNED))],
+                                         optuna.trial.TrialState.PRUNED)), announce],
             )  # fmt: skip
         return study
 
@@ -255,6 +283,44 @@ class Tuner:
             example = find_tuned(str(text.pop("base")))
             text = {"algo": example.algo, **text, "config": merge(example.config, config)}
         return yaml.safe_dump(text, sort_keys=False)
+
+
+def derive_seed(seed: int, worker: int) -> int:
+    """A sampler seed for parallel ``worker`` of a search seeded ``seed``, distinct per
+    worker and reproducible."""
+    return int(np.random.SeedSequence([seed, worker]).generate_state(1)[0])
+
+
+def repeated_trial(study: Any, number: int, values: dict[str, Any]) -> Any:
+    """The earliest finished (complete or pruned) trial before ``number`` with ``values``,
+    or None: a sampler may propose a combination again (a small categorical space, TPE
+    settling on its best), and since every trial trains with the search's seed, training it
+    again would only repeat the result."""
+    import optuna
+
+    done = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    for trial in study.get_trials(deepcopy=False, states=done):
+        if trial.number < number and trial.user_attrs.get("values") == values:
+            return trial
+    return None
+
+
+def trial_line(trial: Any) -> str:
+    """One line for a trial that ended: number, state, value or pruning step, parameters."""
+    values = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                       for k, v in trial.user_attrs.get("values", {}).items())  # fmt: skip
+    repeat = trial.user_attrs.get("repeat_of")
+    note = f" (repeats trial {repeat}: not trained again)" if repeat is not None else ""
+    state = trial.state.name
+    if state == "COMPLETE":
+        head = f"value {trial.value:.2f}"
+    elif state == "PRUNED":
+        step = trial.user_attrs.get("pruned_at")
+        head = "pruned" + (f" at step {step:,}" if step is not None else "")
+    else:
+        reason = trial.system_attrs.get("fail_reason", "").strip().splitlines()
+        head = "failed" + (f": {reason[-1]}" if reason else "")
+    return f"trial {trial.number}: {head}; {values}{note}"
 
 
 def train_objective(config: tuple[str, dict[str, Any]], report: Callable[[int, float], bool]):
@@ -279,9 +345,14 @@ def train_objective(config: tuple[str, dict[str, Any]], report: Callable[[int, f
 
 
 def _worker(
-    spec: dict[str, Any], directory: str, storage: str | None, objective: Any, share: int
-) -> None:
-    Tuner(spec, directory, storage).run(objective, share)
+    spec: dict[str, Any], directory: str, storage: str | None, objective: Any, share: int,
+    worker: int, echo: bool,
+) -> None:  # fmt: skip
+    Tuner(spec, directory, storage).run(objective, share, worker, _echo if echo else None)
+
+
+def _echo(line: str) -> None:
+    print(line, flush=True)
 
 
 def tune(
@@ -291,12 +362,14 @@ def tune(
     ray_address: str | None = None,
     storage: str | None = None,
     objective: Callable[[Any, Callable[[int, float], bool]], float] | None = None,
+    echo: bool = False,
 ) -> Tuner:
     """Run the search ``spec`` (a search file's contents), ``jobs`` processes at once on its
     study; writes and returns ``best.yaml``'s tuner. With ``ray_address`` (``auto``,
     HOST:PORT, or ``local`` for a Ray started here) the ``jobs`` workers (default: the
     cluster's CPUs) are Ray tasks; ``storage`` is an Optuna storage URL (default: SQLite in
-    the directory); ``objective`` replaces training (a module-level function on Ray)."""
+    the directory); ``objective`` replaces training (a module-level function on Ray); ``echo``
+    prints a line per trial as it ends."""
     tuner = Tuner(spec, directory, storage)
     remaining = max(0, tuner.trials - tuner.finished(tuner.study()))  # created before workers
 
@@ -305,7 +378,8 @@ def tune(
         each ran until the study had enough would start one trial too many between them."""
         jobs = max(1, min(jobs, remaining))
         shares = [remaining // jobs + (i < remaining % jobs) for i in range(jobs)]
-        return [(spec, str(tuner.directory), storage, objective, n) for n in shares]
+        return [(spec, str(tuner.directory), storage, objective, n, worker, echo)
+                for worker, n in enumerate(shares)]  # fmt: skip
 
     if ray_address is not None:
         from shoal.distributed import require_ray
@@ -321,7 +395,7 @@ def tune(
         for w in workers:
             w.join()
     else:
-        tuner.run(objective)
+        tuner.run(objective, echo=_echo if echo else None)
     study = tuner.study()
     (tuner.directory / "best.yaml").write_text(tuner.best_yaml(study))
     return tuner

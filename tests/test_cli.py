@@ -70,6 +70,26 @@ def test_bad_input_is_one_clear_error(args, message, tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
+    "command, text, message",
+    [
+        ("train", "algo: ppo\nconfig: {env: [\n", "is not valid YAML at line 3, column 1"),
+        ("tune", "name: s\nsearch: {a: [\n", "is not valid YAML at line 3, column 1"),
+        pytest.param("tune", "name: s\nbase: ppo-cartpole\nsearch: {optim.lr: loguniform(1e-5,"
+                     " 1e-2)}\n", "was cut at a comma", marks=pytest.mark.extra("tune")),
+        pytest.param("tune", "name: s\nbase: ppo-cartpole\nsearch: {optim.lr: 'normal(0, 1)'}\n",
+                     "is not a distribution", marks=pytest.mark.extra("tune")),
+    ],
+)  # fmt: skip
+def test_a_bad_yaml_file_is_one_clear_error(command, text, message, tmp_path, capsys):
+    path = tmp_path / "file.yaml"
+    path.write_text(text)
+    args = [command, "--config", str(path)] if command == "train" else [command, str(path)]
+    assert main(args) == 2
+    out = capsys.readouterr().out
+    assert "error:" in out and message in out.replace("\n", " ")
+
+
+@pytest.mark.parametrize(
     "args, message",
     [
         (["--clip-eps", "-1"], "PPOConfig.clip_eps = -1.0 is invalid: must be > 0"),
@@ -223,3 +243,15 @@ def test_eval_and_video_of_several_learning_groups(tmp_path, capsys):
     assert "fixed policies: adversary random" in capsys.readouterr().out
     assert main(["eval", str(run_dir), "--fixed", "prey", "random"]) == 2
     assert "no groups or agents ['prey'] in this policy" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--help"], ["-h"], *([name, "--help"] for name in
+     ["eval", "experiment", "tune", "report", "export", "list"])],  # fmt: skip
+)
+def test_help_of_the_command_and_of_each_subcommand(args, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(args)
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.startswith("usage: shoal")

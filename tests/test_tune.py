@@ -11,7 +11,7 @@ import pytest
 from shoal.cli import main
 from shoal.errors import ConfigError
 from shoal.registry import find_tuned
-from shoal.tune import Tuner, parse_distribution
+from shoal.tune import Tuner, parse_distribution, trial_line
 
 BASE = {"name": "toy", "base": "ppo-cartpole", "seed": 0}
 
@@ -67,6 +67,11 @@ def test_pruning_stops_trials_below_the_median(tmp_path):
     assert all(t.state.name == "COMPLETE" for t in study.trials[:5])  # the start-up trials
     for trial in study.trials:  # never on the first third of a trial's steps
         assert trial.state.name != "PRUNED" or max(trial.intermediate_values) > 10_000 // 3
+    for trial in study.trials:  # its printed line says where it was pruned
+        if trial.state.name == "PRUNED":
+            step = trial.user_attrs["pruned_at"]
+            assert step == max(trial.intermediate_values)
+            assert trial_line(trial).startswith(f"trial {trial.number}: pruned at step {step:,}; ")
 
 
 def test_a_ppo_search_writes_a_ready_tuned_example(tmp_path, capsys):
@@ -124,3 +129,40 @@ def test_a_sampled_invalid_config_fails_its_trial_and_the_search_goes_on(tmp_pat
         assert (trial.state.name == "FAIL") == bad
     with pytest.raises(ConfigError, match="minibatch_size"):  # valid with no searched value
         Tuner({**BASE, "search": {"num_steps": "choice(8, 16)", "minibatch_size": "choice(4096)"}})
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "random"])
+def test_parallel_workers_never_propose_the_same_trial(sampler, tmp_path):
+    """Two workers that seeded their samplers alike proposed the same trials in pairs."""
+    from shoal.tune import tune
+
+    search = {"optim.lr": "loguniform(1e-5, 1e-1)", "gamma": "uniform(0.9, 0.999)"}
+    spec = {**BASE, "search": search, "trials": 8, "sampler": sampler}
+    study = tune(spec, tmp_path / "study", jobs=2, objective=toy).study()
+    params = [tuple(sorted(t.params.items())) for t in study.trials]
+    assert len(params) == 8 and len(set(params)) == 8
+    assert len({t.user_attrs["worker"] for t in study.trials}) == 2
+
+
+def test_a_repeated_combination_takes_the_earlier_result_and_each_trial_is_printed(tmp_path):
+    """On a 2-value space 6 trials must repeat: each value trains once, the repeats take its
+    result (every trial trains with the same seed), and each trial prints one line."""
+    trained, lines = [], []
+
+    def objective(config, report):
+        trained.append(config[1]["model"]["hidden"])
+        if config[1]["model"]["hidden"] == [16] and report(10_000, -1.0):
+            return -1.0
+        return 1.0
+
+    spec = {**BASE, "search": {"model.hidden": "choice([16], [32])"}, "trials": 6,
+            "sampler": "random", "pruner": "none"}  # fmt: skip
+    study = Tuner(spec, tmp_path / "s").run(objective, echo=lines.append)
+    assert sorted(map(tuple, trained)) == [(16,), (32,)]
+    assert len(lines) == 6 and all(line.startswith(f"trial {i}: ") for i, line in enumerate(lines))
+    for trial, line in zip(study.trials, lines, strict=True):
+        first = [t for t in study.trials if t.params == trial.params][0]
+        assert trial.value == first.value == 1.0
+        assert ("repeats trial" in line) == (trial.number != first.number)
+        assert "value 1.00" in line and "model.hidden=[" in line
+

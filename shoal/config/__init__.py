@@ -29,7 +29,7 @@ from shoal.config.checks import (
     nested_block,
     unnest,
 )
-from shoal.config.convert import from_dict, replace, to_dict
+from shoal.config.convert import from_dict, read_yaml, replace, to_dict
 from shoal.config.renames import (
     REPLAY_RENAMES,
     Renamed,
@@ -48,6 +48,7 @@ __all__ = [
     "NoiseConfig",
     "OptimConfig",
     "Renamed",
+    "read_yaml",
     "RenamedFieldWarning",
     "ReplayConfig",
     "RunConfig",

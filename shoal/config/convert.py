@@ -12,11 +12,26 @@ import typing
 from typing import Any, TypeVar
 
 import numpy as np
+import yaml
 
 from shoal.config.renames import rename_key, upgrade
 from shoal.errors import ConfigError, UnknownFieldError
 
 T = TypeVar("T")
+
+
+def read_yaml(path: Any) -> Any:
+    """A YAML file's contents; a missing file or invalid YAML is one ConfigError line naming
+    the file, line and column."""
+    try:
+        return yaml.safe_load(open(path, encoding="utf-8").read())
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{path} is not valid YAML{where}: {problem}") from exc
 
 
 def to_dict(config: Any) -> dict[str, Any]:
