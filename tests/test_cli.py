@@ -247,8 +247,11 @@ def test_eval_and_video_of_several_learning_groups(tmp_path, capsys):
 
 @pytest.mark.parametrize(
     "args",
-    [["--help"], ["-h"], *([name, "--help"] for name in
-     ["eval", "experiment", "tune", "report", "export", "list"])],  # fmt: skip
+    [
+        ["--help"],
+        ["-h"],
+        *([name, "--help"] for name in ["eval", "experiment", "tune", "report", "export", "list"]),
+    ],  # fmt: skip
 )
 def test_help_of_the_command_and_of_each_subcommand(args, capsys):
     with pytest.raises(SystemExit) as exit_:

@@ -165,4 +165,3 @@ def test_a_repeated_combination_takes_the_earlier_result_and_each_trial_is_print
         assert trial.value == first.value == 1.0
         assert ("repeats trial" in line) == (trial.number != first.number)
         assert "value 1.00" in line and "model.hidden=[" in line
-
