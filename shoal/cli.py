@@ -13,7 +13,9 @@ import os
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
+import yaml
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Column, Table
@@ -88,8 +90,17 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         metavar=("GROUP", "POLICY"),
         default=[],
-        help="runs that trained several agent groups: let GROUP (or one agent) act by a fixed "
-        "POLICY (random, or module:Class) instead of its trained one; repeatable",
+        help="multi-agent envs: let GROUP (or one agent, a seat) act by a fixed POLICY (random, "
+        "or module:Class) instead of its trained one (or the run's env.opponents); repeatable",
+    )
+    eval_p.add_argument(
+        "--env.kwargs",
+        dest="env_kwargs",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="KEY=VALUE",
+        help="env options over the run's own (e.g. backend=sumo traffic=high)",
     )
     experiment_p = commands.add_parser(
         "experiment", help="a grid of configs x seeds, run in parallel (resumable)"
@@ -362,6 +373,7 @@ def _report(args: argparse.Namespace) -> int:
         if row["x"] < row["y"]:
             console.print(f"P({row['x']} > {row['y']}) = {row['p_x_better']:.2f}",
                           highlight=False, markup=False)  # fmt: skip
+    console.print(tables["method"], highlight=False, markup=False)
     console.print(f"report: {tables['out']} (scores.md, scores.csv, improvement.csv, curves)",
                   highlight=False)  # fmt: skip
     return 0
@@ -392,44 +404,54 @@ def _eval(args: argparse.Namespace) -> int:
     from shoal.config import replace
     from shoal.envs import make_env
     from shoal.envs.make import make_multi_agent_env
-    from shoal.policy import JointPolicy
-    from shoal.stats import summary
+    from shoal.envs.multi_agent import is_multi_agent_id
+    from shoal.policy import GroupPolicy, JointPolicy
+    from shoal.stats import rate, summary
     from shoal.train.video import record_video
 
     policy = load(args.run_dir)
     # Raw observations (the policy applies its frozen statistics); whole Atari games with
     # true rewards (no episodic life, no reward clipping), as the training loop evaluates.
+    trained = policy.config.env
     env_config = replace(
-        policy.config.env, normalize_obs=False, normalize_reward=False, atari_training=False
-    )
-    joint = isinstance(policy, JointPolicy)  # every agent group's policy, acting together
+        trained, normalize_obs=False, normalize_reward=False, atari_training=False,
+        kwargs={**trained.kwargs, **_env_kwargs(args.env_kwargs)},
+    )  # fmt: skip
+    # Multi-agent envs are evaluated on the env's own groups (a policy trained on rows of
+    # agents acts through GroupPolicy), so that samples are episodes, every group and seat
+    # is reported, and fixed players can take agents' places.
+    joint = isinstance(policy, JointPolicy) or is_multi_agent_id(env_config.id)
     if args.fixed and not joint:
-        raise ShoalError("--fixed applies to runs that trained several agent groups")
+        raise ShoalError("--fixed applies to runs on multi-agent envs (it names a group or agent)")
     build = make_multi_agent_env if joint else make_env
     env = build(replace(env_config, num_envs=args.episodes))
-    if args.fixed:
-        try:
-            policy = policy.with_fixed(dict(args.fixed), env.groups)
-        except BaseException:
-            env.close()
-            raise
-        fixed = ", ".join(f"{g} {spec}" for g, spec in args.fixed)
-        console.print(f"fixed policies: {fixed}", highlight=False)
     try:
+        if joint and not isinstance(policy, JointPolicy):
+            policy = GroupPolicy(policy, env.groups, env.state_space)
+        if args.fixed:
+            policy = policy.with_fixed(dict(args.fixed), env.groups)
+        players = _players(policy, env.groups if joint else {}, dict(args.fixed))
         run_eval = evaluate_joint_episodes if joint else evaluate_episodes
         episodes = run_eval(policy, env, args.seed, deterministic=not args.stochastic)
     finally:
         env.close()
-    metrics = episodes.metrics()
-    report = {
+    # Opposing groups, or a game's seats, are never averaged into one number.
+    one_return = len(episodes.groups) <= 1 and not episodes.outcomes
+    game = len(episodes.groups) == 1 and bool(episodes.outcomes)  # one group's seats compete
+    report: dict[str, Any] = {
         "run": str(args.run_dir),
         "env": env_config.id,
         "episodes": args.episodes,
         "deterministic": not args.stochastic,
-        "return": summary(episodes.returns),
+        "players": players,
+        **({"return": summary(episodes.returns)} if one_return else {}),
         "length": summary(episodes.lengths),
-        "groups": {name: summary(v) for name, v in episodes.groups.items()},
+        "groups": {name: summary(v) for name, v in episodes.groups.items() if not game},
         "agents": {name: summary(v) for name, v in episodes.agents.items()},
+        "outcomes": {
+            name: {word: rate(o == sign) for word, sign in (("win", 1), ("draw", 0), ("loss", -1))}
+            for name, o in episodes.outcomes.items()
+        },
         "env_statistics": {k.removeprefix("eval/"): v for k, v in episodes.info.items()},
     }
     if args.json == "-":
@@ -437,30 +459,8 @@ def _eval(args: argparse.Namespace) -> int:
         return 0
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
-    r = report["return"]
-    console.print(
-        f"{args.episodes} episodes on {env_config.id}: return {r['mean']:.2f} ± {r['std']:.2f} "
-        f"(95% CI {r['ci_low']:.2f} to {r['ci_high']:.2f}; median {r['median']:.2f}, "
-        f"min {r['min']:.2f}, max {r['max']:.2f}), length {metrics['eval/length']:.1f}",
-        highlight=False,
-    )
-    if episodes.info:  # the env's own episode statistics (a traffic env's collision rate, ...)
-        each = ", ".join(f"{k.removeprefix('eval/')} {v:.3f}" for k, v in episodes.info.items())
-        console.print(f"episode statistics: {each}", highlight=False)
-    if not joint and 1 < len(episodes.agents) <= 12:  # rows of agents: each agent's returns
-        each = ", ".join(
-            f"{a} {s['mean']:.2f} [{s['ci_low']:.2f}, {s['ci_high']:.2f}]"
-            for a, s in report["agents"].items()
-        )
-        console.print(f"return per agent (95% CI): {each}", highlight=False)
-    if joint:
-        groups = ", ".join(f"{g} {metrics[f'eval/return/{g}']:.2f}" for g in policy.groups)
-        console.print(f"return per group: {groups}", highlight=False)
-        agents = [key.split("/")[-1] for key in metrics if key.startswith("eval/return/")]
-        agents = [a for a in agents if a not in policy.groups]
-        if len(agents) <= 12:
-            each = ", ".join(f"{a} {metrics[f'eval/return/{a}']:.2f}" for a in agents)
-            console.print(f"return per agent: {each}", highlight=False)
+    for line in _eval_lines(report, env_config.id, args.episodes):
+        console.print(line, highlight=False, markup=False)
     if args.video:
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # render off-screen, no display
         video_env = build(
@@ -474,6 +474,70 @@ def _eval(args: argparse.Namespace) -> int:
             video_env.close()
         console.print(f"video: {video.describe()}", highlight=False)
     return 0
+
+
+def _players(policy: Any, groups: dict[str, Any], fixed: dict[str, str]) -> dict[str, str]:
+    """Who plays each group, or seat where one is fixed: ``trained``, the run's
+    ``env.opponents`` or ``--fixed``'s policy."""
+    if not groups:
+        return {}
+    players = {g: "trained" for g in groups}
+    players.update(policy.config.env.opponents or {})
+    return {**players, **fixed}
+
+
+def _env_kwargs(pairs: list[str]) -> dict[str, Any]:
+    """``--env.kwargs KEY=VALUE ...``: the env's options, values read as YAML scalars."""
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ShoalError(f"--env.kwargs takes KEY=VALUE pairs, not {pair!r}")
+        out[key] = yaml.safe_load(value) if value else ""
+    return out
+
+
+def _eval_lines(report: dict[str, Any], env_id: str, episodes: int) -> list[str]:
+    """`shoal eval`'s summary: the return with its interval over episodes (or each group's,
+    where groups oppose), each agent's, a game's win / draw / loss rates, the env's own
+    statistics."""
+
+    def stats(s: dict[str, float]) -> str:
+        return f"{s['mean']:.2f} [{s['ci_low']:.2f}, {s['ci_high']:.2f}]"
+
+    lines = []
+    if len(report["players"]) > 1 or "trained" not in report["players"].values():
+        each = ", ".join(f"{k} {v}" for k, v in report["players"].items())
+        lines.append(f"players: {each}")
+    length = report["length"]["mean"]
+    if "return" in report:
+        r = report["return"]
+        lines.append(
+            f"{episodes} episodes on {env_id}: return {r['mean']:.2f} ± {r['std']:.2f} (95% CI "
+            f"{r['ci_low']:.2f} to {r['ci_high']:.2f}; median {r['median']:.2f}, min "
+            f"{r['min']:.2f}, max {r['max']:.2f}), length {length:.1f}"
+        )
+    elif len(report["groups"]) > 1:
+        groups = ", ".join(f"{g} {stats(s)}" for g, s in report["groups"].items())
+        lines.append(
+            f"{episodes} episodes on {env_id}, length {length:.1f}: return per group (mean over "
+            f"its agents, 95% CI over episodes): {groups}"
+        )
+    else:  # one group whose seats play each other
+        lines.append(f"{episodes} games on {env_id}, length {length:.1f}")
+    if 1 < len(report["agents"]) <= 12:
+        each = ", ".join(f"{a} {stats(s)}" for a, s in report["agents"].items())
+        lines.append(f"return per agent (95% CI): {each}")
+    for name, rates in report["outcomes"].items():
+        each = ", ".join(
+            f"{word} {r['rate']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
+            for word, r in rates.items()
+        )
+        lines.append(f"{name}: {each}")
+    if report["env_statistics"]:  # a traffic env's collision rate, ...
+        each = ", ".join(f"{k} {v:.3f}" for k, v in report["env_statistics"].items())
+        lines.append(f"episode statistics: {each}")
+    return lines
 
 
 def _list(args: argparse.Namespace) -> int:

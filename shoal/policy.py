@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import inspect
 from typing import Any
 
@@ -132,22 +133,8 @@ class JointPolicy:
         `shoal.envs.opponents` builds them from the env's ``groups``): how a trained team
         fares against a random or scripted opponent, or one seat of a board game against a
         scripted player."""
-        agents = {a: (g.name, i) for g in groups.values() for i, a in enumerate(g.agents)}
-        unknown = [k for k in specs if k not in self.groups and k not in agents]
-        if unknown:
-            raise ShoalError(
-                f"no groups or agents {unknown} in this policy; its groups: {self.groups}, "
-                f"agents: {list(agents)}"
-            )
         other = JointPolicy(self.model, self.config)
-        other.fixed = dict(self.fixed)
-        for index, (key, spec) in enumerate(specs.items()):
-            group, seat = (key, None) if key in self.groups else agents[key]
-            g = groups[group]
-            player = make_opponent(group, spec, g.observation_space, g.action_space)
-            if hasattr(player, "reset"):
-                player.reset(index)
-            other.fixed[key] = (group, seat, player)
+        other.fixed = {**self.fixed, **fixed_players(specs, groups)}
         return other
 
     @torch.inference_mode()
@@ -184,12 +171,107 @@ class JointPolicy:
         tensors = {g: batched(np.asarray(obs[g], np.float32)) for g in self.groups}
         actions = self.model.act_joint(tensors, deterministic=deterministic, **extras)
         out = {g: a.numpy() for g, a in actions.items()}  # [B, N, ...]
-        for group, seat, player in self.fixed.values():
-            mask = None if action_mask is None else extras["action_mask"][group].numpy()
-            chosen = np.asarray(player.act(tensors[group].numpy(), mask))
-            if seat is None:
-                out[group] = chosen
-            else:
-                out[group] = np.array(out[group], copy=True)
-                out[group][:, seat] = chosen[:, seat]
+        masks = (
+            None
+            if action_mask is None
+            else {g: m.numpy() for g, m in extras["action_mask"].items()}
+        )
+        out = play_fixed(out, self.fixed, {g: t.numpy() for g, t in tensors.items()}, masks)
         return {g: a[0] if single else a for g, a in out.items()}
+
+
+class GroupPolicy:
+    """A policy trained on rows of agents (one group of a multi-agent env, `AgentsAsBatch`:
+    PPO, A2C, DQN, ... on ``shoal/intersection-v0`` or tic-tac-toe) acting through
+    `JointPolicy`'s interface, ``{group: [B, N, ...]}`` in and out, so that evaluation counts
+    episodes (not rows), reports every group and seat, and can set fixed players in place of
+    trained agents. Rows are built as training built them (the one-hot agent index, the
+    global state); the run's ``env.opponents`` play the other groups."""
+
+    def __init__(self, policy: ActorPolicy, groups: dict[str, Any], state_space: gym.Space | None):
+        from shoal.envs.agents_as_batch import AgentRows
+        from shoal.envs.opponents import make_opponents
+
+        env = policy.config.env
+        learners = [g for g in groups if g not in env.opponents]
+        self.group = env.group or (learners[0] if len(learners) == 1 else "")
+        if self.group not in groups:
+            raise ShoalError(f"this run trained group {self.group!r}; the env has {list(groups)}")
+        spec = groups[self.group]
+        self.policy, self.config = policy, policy.config
+        self.groups = [self.group]
+        self.layout = AgentRows(
+            spec.observation_space, spec.size, state_space, env.agent_id, env.global_state
+        )
+        self.opponents = make_opponents(env.opponents, groups, self.group)
+        for i, opponent in enumerate(self.opponents.values()):
+            if hasattr(opponent, "reset"):
+                opponent.reset(104_729 * (i + 1))
+        self.fixed: dict[str, Any] = {}
+
+    def with_fixed(self, specs: dict[str, str], groups: dict[str, Any]) -> GroupPolicy:
+        """As `JointPolicy.with_fixed`: a fixed player for the trained group (a scripted
+        driver for every agent), one of its agents (a seat), or an opponent group."""
+        other = copy.copy(self)
+        other.fixed = {**self.fixed, **fixed_players(specs, groups)}
+        return other
+
+    def act(
+        self,
+        obs: dict[str, np.ndarray],
+        deterministic: bool = True,
+        state: np.ndarray | None = None,
+        action_mask: dict[str, np.ndarray] | None = None,
+    ) -> dict[str, np.ndarray]:
+        """Actions per group for a batch of envs' observations ``{group: [B, N, ...]}``."""
+        own = np.asarray(obs[self.group])
+        batch, agents = own.shape[:2]
+        rows = self.layout.rows(own, state)
+        mask = None if action_mask is None else action_mask[self.group].reshape(batch * agents, -1)
+        actions = self.policy.act(rows, deterministic=deterministic, action_mask=mask)
+        shape = self.policy.action_space.shape if self.policy.action_space is not None else ()
+        out = {self.group: np.asarray(actions).reshape(batch, agents, *shape)}
+        for name, opponent in self.opponents.items():
+            out[name] = opponent.act(obs[name], None if action_mask is None else action_mask[name])
+        return play_fixed(out, self.fixed, obs, action_mask)
+
+
+def fixed_players(specs: dict[str, str], groups: dict[str, Any]) -> dict[str, tuple]:
+    """``{group or agent id: spec}`` -> ``{key: (group, seat or None, player)}``, each
+    player built from its group's spaces (`shoal.envs.opponents`); an unknown name is one
+    error naming the env's groups and agents."""
+    agents = {a: (g.name, i) for g in groups.values() for i, a in enumerate(g.agents)}
+    unknown = [k for k in specs if k not in groups and k not in agents]
+    if unknown:
+        raise ShoalError(
+            f"no groups or agents {unknown} in this env; its groups: {list(groups)}, "
+            f"agents: {list(agents)}"
+        )
+    players = {}
+    for index, (key, spec) in enumerate(specs.items()):
+        group, seat = (key, None) if key in groups else agents[key]
+        g = groups[group]
+        player = make_opponent(group, spec, g.observation_space, g.action_space)
+        if hasattr(player, "reset"):
+            player.reset(index)
+        players[key] = (group, seat, player)
+    return players
+
+
+def play_fixed(
+    actions: dict[str, np.ndarray],
+    fixed: dict[str, tuple],
+    obs: dict[str, np.ndarray],
+    masks: dict[str, np.ndarray] | None,
+) -> dict[str, np.ndarray]:
+    """``actions`` ``{group: [B, N, ...]}`` with the fixed players' actions in place of
+    their group's (or their seat's)."""
+    for group, seat, player in fixed.values():
+        mask = None if masks is None else masks[group]
+        chosen = np.asarray(player.act(np.asarray(obs[group], np.float32), mask))
+        if seat is None:
+            actions[group] = chosen
+        else:
+            actions[group] = np.array(actions[group], copy=True)
+            actions[group][:, seat] = chosen[:, seat]
+    return actions

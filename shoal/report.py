@@ -45,6 +45,7 @@ class Run:
     scores: dict[str, np.ndarray] = field(default_factory=dict)
     """``eval/return`` (key ``""``) and per agent or group (``eval/return/<name>``)."""
     target: float | None = None
+    env: str = ""
 
 
 def read_run(run_dir: Path, variant: str) -> Run | None:
@@ -72,10 +73,11 @@ def read_run(run_dir: Path, variant: str) -> Run | None:
     config_file = run_dir / "config.json"
     config = json.loads(config_file.read_text()) if config_file.exists() else {}
     target = (config.get("run") or {}).get("target_return")
+    env = str((config.get("env") or {}).get("id", ""))
     count = len(steps)
     return Run(
         run_dir.name, variant, np.array(steps, np.float64), np.array(wall),
-        {k: np.array(v, np.float64) for k, v in scores.items() if len(v) == count}, target,
+        {k: np.array(v, np.float64) for k, v in scores.items() if len(v) == count}, target, env,
     )  # fmt: skip
 
 
@@ -107,8 +109,22 @@ def probability_of_improvement(x: np.ndarray, y: np.ndarray) -> float:
     return float(((x > y) + 0.5 * (x == y)).mean())
 
 
+MIN_RUNS = 3
+"""Fewer runs per variant than this and the report prints no intervals and no
+probabilities of improvement: a bootstrap over 2 runs is their min-max, not a 95%
+interval."""
+METHOD = (
+    "Intervals: 95% percentile bootstrap over runs (10,000 resamples; one task, so the "
+    "stratified bootstrap of Agarwal et al. 2021 is the plain one), shown for variants with "
+    f"at least {MIN_RUNS} runs. P(X > Y): the share of (run of X, run of Y) pairs where X "
+    "scores higher, ties counting half."
+)
+
+
 def score_table(runs: list[Run], key: str = "") -> list[dict[str, Any]]:
-    """Per variant: final-score statistics with 95% bootstrap intervals."""
+    """Per variant: final-score statistics, with 95% bootstrap intervals where it has at
+    least `MIN_RUNS` runs (else the ``_low``/``_high`` entries are absent), and the
+    optimality gap where every run has a target return (each run against its own)."""
     rows = []
     for variant in dict.fromkeys(r.variant for r in runs):
         mine = [r for r in runs if r.variant == variant and key in r.scores]
@@ -117,12 +133,16 @@ def score_table(runs: list[Run], key: str = "") -> list[dict[str, Any]]:
         finals = np.array([r.scores[key][-1] for r in mine])
         row: dict[str, Any] = {"variant": variant, "runs": len(finals)}
         for name, statistic in (("mean", np.mean), ("median", np.median), ("iqm", iqm)):
-            low, high = bootstrap_ci(finals, statistic)
-            row[name], row[f"{name}_low"], row[f"{name}_high"] = float(statistic(finals)), low, high
-        targets = [r.target for r in mine if r.target is not None]
-        if targets:
-            gap = np.maximum(np.array(targets) - finals, 0.0)
+            row[name] = float(statistic(finals))
+            if len(finals) >= MIN_RUNS:
+                row[f"{name}_low"], row[f"{name}_high"] = bootstrap_ci(finals, statistic)
+        targets = [r.target for r in mine]
+        if all(t is not None for t in targets):
+            gap = np.maximum(np.array(targets, np.float64) - finals, 0.0)
             row["optimality_gap"] = float(gap.mean())
+        elif any(t is not None for t in targets):
+            row["note"] = (f"{sum(t is not None for t in targets)} of {len(targets)} runs have a "
+                           "target return: no optimality gap")  # fmt: skip
         row["steps"] = float(np.mean([r.steps[-1] for r in mine]))
         row["wall_s"] = float(np.mean([r.wall[-1] for r in mine]))
         rows.append(row)
@@ -130,22 +150,28 @@ def score_table(runs: list[Run], key: str = "") -> list[dict[str, Any]]:
 
 
 def improvement_table(runs: list[Run]) -> list[dict[str, Any]]:
+    """P(X > Y) for every ordered pair of variants that both have `MIN_RUNS` runs."""
     variants = list(dict.fromkeys(r.variant for r in runs))
     finals = {v: np.array([r.scores[""][-1] for r in runs if r.variant == v]) for v in variants}
+    enough = [v for v in variants if len(finals[v]) >= MIN_RUNS]
     return [
         {"x": x, "y": y, "p_x_better": probability_of_improvement(finals[x], finals[y])}
-        for x, y in itertools.permutations(variants, 2)
+        for x, y in itertools.permutations(enough, 2)
     ]
 
 
 def curve(runs: list[Run], key: str, axis: str, points: int = 50):
-    """The grid, the mean over runs and its bootstrap band of ``key``'s evaluations,
-    interpolated onto ``points`` points of ``axis`` (``steps`` or ``wall``) up to the
-    shortest run's end."""
-    end = min(getattr(r, axis)[-1] for r in runs)
+    """The grid, the mean over runs and its bootstrap band of ``key``'s evaluations on
+    ``points`` points of ``axis`` (``steps`` or ``wall``), from the latest first evaluation
+    to the last run's end: every run counts at every point, each run's evaluations
+    interpolated linearly, and a run that ended earlier (it reached its target, say) holding
+    its final score from its end on. The band is None below `MIN_RUNS` runs."""
+    end = max(getattr(r, axis)[-1] for r in runs)
     start = max(getattr(r, axis)[0] for r in runs)
     grid = np.linspace(start, end, points) if end > start else np.array([end])
     values = np.stack([np.interp(grid, getattr(r, axis), r.scores[key]) for r in runs])
+    if len(runs) < MIN_RUNS:
+        return grid, values.mean(0), None, None
     bands = [bootstrap_ci(values[:, i], resamples=500) for i in range(len(grid))]
     return grid, values.mean(0), np.array([b[0] for b in bands]), np.array([b[1] for b in bands])
 
@@ -156,18 +182,27 @@ def plot(runs: list[Run], key: str, axis: str, path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    held = False
     for variant in dict.fromkeys(r.variant for r in runs):
         mine = [r for r in runs if r.variant == variant and key in r.scores]
         if not mine:
             continue
         grid, mean, low, high = curve(mine, key, axis)
-        ax.plot(grid, mean, label=f"{variant} ({len(mine)} runs)")
-        ax.fill_between(grid, low, high, alpha=0.2)
+        ends = [getattr(r, axis)[-1] for r in mine]
+        held |= min(ends) < max(ends)
+        label = f"{variant} ({len(mine)} run{'s' if len(mine) > 1 else ''}"
+        label += ")" if low is not None else f"; no band below {MIN_RUNS})"
+        ax.plot(grid, mean, label=label)
+        if low is not None:
+            ax.fill_between(grid, low, high, alpha=0.2)
     ax.set_xlabel("env steps" if axis == "steps" else "training wall-clock (s)")
-    ax.set_ylabel("evaluation return (mean, 95% CI)")
+    ax.set_ylabel("evaluation return (mean over runs, 95% CI)")
     ax.set_title(title)
     ax.legend(fontsize=8)
+    if held:
+        fig.text(0.01, 0.01, "runs that ended earlier (at their target, say) hold their final "
+                 "score from their end on", fontsize=7)  # fmt: skip
     fig.tight_layout()
     for suffix in (".png", ".svg"):
         fig.savefig(path.with_suffix(suffix), dpi=100)
@@ -175,15 +210,25 @@ def plot(runs: list[Run], key: str, axis: str, path: Path, title: str) -> None:
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
+    """The score table; a variant below `MIN_RUNS` runs shows its statistics without
+    intervals, and a footnote says why."""
     lines = ["| variant | runs | mean [95% CI] | median [95% CI] | IQM [95% CI] | optimality gap "
-             "| env steps | wall-clock |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+             "| env steps | training wall-clock |",
+             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    notes = []
     for r in rows:
-        cells = [f"{r[k]:.2f} [{r[k + '_low']:.2f}, {r[k + '_high']:.2f}]"
-                 for k in ("mean", "median", "iqm")]  # fmt: skip
+        cells = [f"{r[k]:.2f} [{r[k + '_low']:.2f}, {r[k + '_high']:.2f}]" if k + "_low" in r
+                 else f"{r[k]:.2f} [n/a]" for k in ("mean", "median", "iqm")]  # fmt: skip
         gap = f"{r['optimality_gap']:.2f}" if "optimality_gap" in r else ""
         lines.append(f"| {r['variant']} | {r['runs']} | {' | '.join(cells)} | {gap} | "
                      f"{r['steps']:,.0f} | {r['wall_s']:.0f} s |")  # fmt: skip
-    return "\n".join(lines) + "\n"
+        if "mean_low" not in r:
+            notes.append(f"{r['variant']}: {r['runs']} run(s), fewer than {MIN_RUNS}: no "
+                         "interval (a bootstrap over so few runs is their range, not a 95% "
+                         "CI)")  # fmt: skip
+        if "note" in r:
+            notes.append(f"{r['variant']}: {r['note']}")
+    return "\n".join(lines) + "\n" + "".join(f"\n- {n}" for n in notes) + ("\n" if notes else "")
 
 
 def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
@@ -207,14 +252,21 @@ def report(directory: str | Path, out: str | Path | None = None, plots: bool = T
         raise ShoalError(
             f"no runs with evaluations (eval/return in metrics.jsonl) under {directory}"
         )
+    for variant in dict.fromkeys(r.variant for r in runs):
+        envs = sorted({r.env for r in runs if r.variant == variant and r.env})
+        if len(envs) > 1:
+            raise ShoalError(
+                f"variant {variant!r} mixes runs of different envs ({', '.join(envs)}): "
+                "their scores cannot be aggregated; report each env's runs apart"
+            )
     out = Path(out) if out else directory / "report"
     out.mkdir(parents=True, exist_ok=True)
     scores = score_table(runs)
     improvement = improvement_table(runs)
     names = sorted({k for r in runs for k in r.scores if k})
     agents = {name: score_table(runs, name) for name in names}
-    (out / "scores.md").write_text(markdown(scores) + "".join(
-        f"\n{name}\n\n{markdown(rows)}" for name, rows in agents.items()))  # fmt: skip
+    per_agent = "".join(f"\n{name}\n\n{markdown(rows)}" for name, rows in agents.items())
+    (out / "scores.md").write_text(markdown(scores) + per_agent + f"\n{METHOD}\n")
     write_csv(scores, out / "scores.csv")
     write_csv(improvement, out / "improvement.csv")
     if plots:
@@ -222,4 +274,5 @@ def report(directory: str | Path, out: str | Path | None = None, plots: bool = T
         plot(runs, "", "wall", out / "curves_wall", directory.name)
         for name in names:
             plot(runs, name, "steps", out / f"curves_steps_{name}", f"{directory.name}: {name}")
-    return {"scores": scores, "improvement": improvement, "agents": agents, "out": out}
+    return {"scores": scores, "improvement": improvement, "agents": agents, "out": out,
+            "method": METHOD}  # fmt: skip

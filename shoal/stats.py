@@ -125,3 +125,25 @@ def t_interval(
         return float(x.mean()), float("nan")
     half = t_quantile(len(x) - 1, confidence) * float(x.std(ddof=1)) / math.sqrt(len(x))
     return float(x.mean()), half
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of a proportion (Wilson, "Probable inference, the law of
+    succession, and statistical inference", 1927): ``successes`` of ``n`` trials, 95% by
+    default. Unlike the normal approximation it stays inside [0, 1] and is not empty at 0 or
+    ``n`` successes (the case of a policy that wins every evaluation game)."""
+    if n <= 0:
+        return float("nan"), float("nan")
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return float(max(0.0, centre - half)), float(min(1.0, centre + half))
+
+
+def rate(indicator: Sequence[bool] | np.ndarray) -> dict[str, float]:
+    """``n``, the share of True (``rate``) and its 95% Wilson interval (``ci_low``,
+    ``ci_high``)."""
+    x = np.asarray(indicator, bool).ravel()
+    low, high = wilson_interval(int(x.sum()), len(x))
+    return {"n": int(len(x)), "rate": float(x.mean()) if len(x) else float("nan"),
+            "ci_low": low, "ci_high": high}  # fmt: skip

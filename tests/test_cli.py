@@ -236,13 +236,14 @@ def test_eval_and_video_of_several_learning_groups(tmp_path, capsys):
     video = tmp_path / "adversary.gif"
     assert main(["eval", str(run_dir), "--episodes", "2", "--video", str(video)]) == 0
     out = capsys.readouterr().out
-    assert "2 episodes on pettingzoo:mpe2.simple_adversary_v3: return" in out
-    assert "return per group: adversary" in out and ", agent " in out
+    # Opposing groups are reported apart, never averaged into one return.
+    assert "2 episodes on pettingzoo:mpe2.simple_adversary_v3, length 5.0: return per group" in out
+    assert "±" not in out and " adversary " in out and ", agent " in out
     assert video.exists() and video.stat().st_size > 0
     assert main(["eval", str(run_dir), "--episodes", "2", "--fixed", "adversary", "random"]) == 0
-    assert "fixed policies: adversary random" in capsys.readouterr().out
+    assert "players: adversary random, agent trained" in capsys.readouterr().out
     assert main(["eval", str(run_dir), "--fixed", "prey", "random"]) == 2
-    assert "no groups or agents ['prey'] in this policy" in capsys.readouterr().out
+    assert "no groups or agents ['prey'] in this env" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ scores, for an experiment directory and a plain directory of runs."""
 import csv
 import json
 
+import numpy as np
 import pytest
 
 from shoal.cli import main
@@ -83,3 +84,59 @@ def test_a_plain_directory_of_runs_and_the_command_line(tmp_path, capsys):
     assert "Toy-v0" in out and "7.75" in out
     assert main(["report", str(tmp_path / "nothing")]) == 2  # no runs: a clear error
     assert "no runs with evaluations" in capsys.readouterr().out
+
+
+def write_evaluations(run_dir, steps, scores, target=None, env="Toy-v0"):
+    run_dir.mkdir(parents=True)
+    rows = [{"step": s, "perf/iteration_s": 1.0, "eval/return": v}
+            for s, v in zip(steps, scores, strict=True)]  # fmt: skip
+    (run_dir / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    (run_dir / "config.json").write_text(json.dumps({"run": {"target_return": target},
+                                                     "env": {"id": env}}))  # fmt: skip
+
+
+def test_curves_use_every_seed_and_a_seed_that_stopped_holds_its_final_score(tmp_path):
+    """Seed a reached its target at 2,000 steps and stopped; seed b ran to 4,000 and fell
+    back; c evaluated on another schedule. Every point of the curve averages all three."""
+    from shoal.report import collect, curve
+
+    write_evaluations(tmp_path / "a", [1000, 2000], [100.0, 470.0], target=450.0)
+    write_evaluations(tmp_path / "b", [1000, 2000, 3000, 4000], [100.0, 400.0, 300.0, 122.0],
+                      target=450.0)  # fmt: skip
+    write_evaluations(tmp_path / "c", [1000, 2500, 4000], [40.0, 190.0, 340.0], target=450.0)
+    runs = collect(tmp_path)
+    grid, mean, low, high = curve(runs, "", "steps", points=7)  # every 500 steps
+    assert grid.tolist() == [1000, 1500, 2000, 2500, 3000, 3500, 4000]
+    a = [100, 285, 470, 470, 470, 470, 470]  # held from its end at 2,000
+    b = [100, 250, 400, 350, 300, 211, 122]
+    c = [40, 90, 140, 190, 240, 290, 340]  # interpolated between its own evaluations
+    np.testing.assert_allclose(mean, (np.array(a) + np.array(b) + np.array(c)) / 3)
+    assert np.all(low <= mean + 1e-9) and np.all(mean <= high + 1e-9)
+    rows = report(tmp_path)["scores"]
+    assert rows[0]["mean"] == pytest.approx((470 + 122 + 340) / 3)
+    assert rows[0]["optimality_gap"] == pytest.approx((0 + 328 + 110) / 3)
+
+
+def test_mixed_targets_few_seeds_and_mixed_envs_are_said_not_computed(tmp_path, capsys):
+    # Two runs of one variant, one with a target return and one without.
+    write_evaluations(tmp_path / "runs" / "x", [1000], [10.0], target=20.0)
+    write_evaluations(tmp_path / "runs" / "y", [1000], [30.0])
+    tables = report(tmp_path / "runs", plots=False)
+    (row,) = tables["scores"]
+    assert "optimality_gap" not in row and row["note"].startswith("1 of 2 runs have a target")
+    # 2 runs: statistics but no interval, and no probability of improvement.
+    assert row["mean"] == 20.0 and "mean_low" not in row and tables["improvement"] == []
+    assert main(["report", str(tmp_path / "runs"), "--out", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    assert "20.00 [n/a]" in out and "fewer than 3: no interval" in out and ") = " not in out
+    assert "95% percentile bootstrap over runs" in out
+    assert "percentile bootstrap" in (tmp_path / "r" / "scores.md").read_text()
+    # One experiment variant whose runs are of different envs cannot be aggregated.
+    exp = tmp_path / "exp"
+    write_evaluations(exp / "r0", [1000], [1.0], env="A-v0")
+    write_evaluations(exp / "r1", [1000], [2.0], env="B-v0")
+    plan = [{"name": f"r{k}", "variant": "v", "values": {}, "seed": k, "algo": "ppo"}
+            for k in range(2)]  # fmt: skip
+    (exp / "experiment.json").write_text(json.dumps({"name": "e", "runs": plan}))
+    assert main(["report", str(exp)]) == 2
+    assert "mixes runs of different envs (A-v0, B-v0)" in capsys.readouterr().out

@@ -80,3 +80,17 @@ def test_t_interval_by_hand(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_scipy)  # the table, rounded down: wider
     assert stats.t_interval([1.0, 2.0, 3.0])[1] == pytest.approx(4.303 / 3**0.5)
     assert stats.t_quantile(12) == 2.228 and stats.t_quantile(100) == 1.96
+
+
+def test_wilson_interval_by_hand():
+    """7 of 10: centre (0.7 + 1.96^2/20) / (1 + 1.96^2/10) = 0.64449, half-width
+    1.96 / 1.38416 * sqrt(0.021 + 0.009604) = 0.24772; 0 of 20: [0, 2 * 0.080565]."""
+    from shoal.stats import rate, wilson_interval
+
+    low, high = wilson_interval(7, 10)
+    assert low == pytest.approx(0.64449 - 0.24772, abs=1e-4)
+    assert high == pytest.approx(0.64449 + 0.24772, abs=1e-4)
+    assert wilson_interval(0, 20) == pytest.approx((0.0, 0.16113), abs=1e-4)
+    assert wilson_interval(20, 20) == pytest.approx((1 - 0.16113, 1.0), abs=1e-4)
+    assert rate([True] * 7 + [False] * 3) == pytest.approx(
+        {"n": 10, "rate": 0.7, "ci_low": low, "ci_high": high})  # fmt: skip

@@ -18,21 +18,25 @@ from shoal.types import info_metrics
 
 @dataclass
 class Episodes:
-    """The first episode of every env of an evaluation: ``returns`` and ``lengths`` ``[n]``
-    (for several groups, the mean over all agents), each agent's and group's returns
-    ``{name: [n]}`` where the env has agents, and the env's own statistics (``eval/<name>``
-    means)."""
+    """The first episode of every env of an evaluation, one sample per episode: ``returns``
+    and ``lengths`` ``[n]`` (with several agents, the mean over them: over opposing groups
+    only a bookkeeping figure, so reports show ``groups`` instead), each agent's and group's
+    returns ``{name: [n]}`` where the env has agents, the env's own statistics
+    (``eval/<name>`` means), and for games ``outcomes``: ``{seat or group: [n]}`` of 1 (won),
+    0 (drawn) and -1 (lost), by the sign of its return (`game_outcomes`)."""
 
     returns: np.ndarray
     lengths: np.ndarray
     agents: dict[str, np.ndarray] = field(default_factory=dict)
     groups: dict[str, np.ndarray] = field(default_factory=dict)
     info: dict[str, float] = field(default_factory=dict)
+    outcomes: dict[str, np.ndarray] = field(default_factory=dict)
 
     def metrics(self) -> dict[str, float]:
         """What the loop logs: ``eval/return`` (mean), ``_std``, ``_min``, ``eval/length``,
-        ``eval/return/<group>`` and ``eval/return/<agent>`` of several groups, and the env's
-        statistics."""
+        ``eval/return/<group>`` and ``eval/return/<agent>`` where the env has agents, the env's
+        statistics, and a game's ``eval/win/<name>``, ``eval/draw/<name>`` and
+        ``eval/loss/<name>`` rates."""
         metrics = {
             "eval/return": float(self.returns.mean()),
             "eval/return_std": float(self.returns.std()),
@@ -40,10 +44,31 @@ class Episodes:
             "eval/length": float(self.lengths.mean()),
             **self.info,
         }
-        if self.groups:
-            for name, values in {**self.groups, **self.agents}.items():
-                metrics[f"eval/return/{name}"] = float(values.mean())
+        for name, values in {**self.groups, **self.agents}.items():  # per group and agent
+            metrics[f"eval/return/{name}"] = float(values.mean())
+        for name, outcome in self.outcomes.items():
+            for word, sign in (("win", 1), ("draw", 0), ("loss", -1)):
+                metrics[f"eval/{word}/{name}"] = float(np.mean(outcome == sign))
         return metrics
+
+
+def game_outcomes(
+    agents: dict[str, np.ndarray], groups: dict[str, np.ndarray], turn_based: bool
+) -> dict[str, np.ndarray]:
+    """Each seat's (agent's) and, with several groups, each group's outcome per episode,
+    1 / 0 / -1 by the sign of its return, for games: a turn-based env, or one whose every
+    episode is zero-sum over the agents with some return not zero (a cooperative team whose
+    returns are all 0 is no game). Other envs have none (``{}``)."""
+    if len(agents) < 2:
+        return {}
+    every = np.stack(list(agents.values()), axis=1)  # [n, agents]
+    zero_sum = np.all(np.abs(every.sum(1)) <= 1e-6 * (1.0 + np.abs(every).sum(1)))
+    if not (turn_based or (zero_sum and np.any(every != 0))):
+        return {}
+    outcomes = {name: np.sign(values).astype(np.int64) for name, values in agents.items()}
+    if len(groups) > 1:
+        outcomes.update({name: np.sign(values).astype(np.int64) for name, values in groups.items()})
+    return outcomes
 
 
 def evaluate(
@@ -86,6 +111,10 @@ def evaluate_episodes(
     if names is not None:  # rows of agents: row r is agent r % agents_per_env
         per_env = returns.reshape(-1, len(names))
         agents = {name: per_env[:, i] for i, name in enumerate(names)}
+        # One sample per episode (env), not per row: an interval over n envs x N agents
+        # would count N correlated agents of one episode as N episodes.
+        returns = per_env.mean(axis=1)
+        lengths = lengths.reshape(-1, len(names)).max(axis=1)
     return Episodes(returns, lengths.astype(np.float64), agents=agents, info=info.metrics())
 
 
@@ -148,4 +177,8 @@ def evaluate_joint_episodes(
         for g, group in env.groups.items()
         for index, agent in enumerate(group.agents)
     }
-    return Episodes(every.mean(axis=1), lengths.astype(np.float64), agents, groups, info.metrics())
+    sums = {g: total.sum(axis=1) for g, total in totals.items()}
+    outcomes = game_outcomes(agents, sums, bool(getattr(env, "turn_based", False)))
+    return Episodes(
+        every.mean(axis=1), lengths.astype(np.float64), agents, groups, info.metrics(), outcomes
+    )

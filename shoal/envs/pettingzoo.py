@@ -151,6 +151,9 @@ class PettingZooVectorEnv:
             for name, group in self.groups.items()
         }
         self.state_space: gym.Space | None = getattr(env, "state_space", None)
+        self.turn_based = isinstance(env, TurnBasedParallel)
+        """A turn-based game (an AEC env): evaluation reports each seat's wins, draws and
+        losses."""
 
         b = num_envs
         self._obs: dict[str, np.ndarray] = {}

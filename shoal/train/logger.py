@@ -270,6 +270,17 @@ class TensorBoardLogger:
         self._writer.close()
 
 
+def eval_rates(metrics: Mapping[str, float]) -> str:
+    """The evaluation's rates for the progress line: a game's wins per seat or group
+    (``eval/win/<name>``) and the env's own rates (``eval/<name>_rate``: a traffic env's
+    completion and collision rates), e.g. ``win player_1 0.70 player_2 0.20``."""
+    wins = [f"{k.removeprefix('eval/win/')} {v:.2f}" for k, v in metrics.items()
+            if k.startswith("eval/win/")]  # fmt: skip
+    rates = [f"{k.removeprefix('eval/').removesuffix('_rate')} {v:.2f}" for k, v in metrics.items()
+             if k.startswith("eval/") and k.endswith("_rate") and k.count("/") == 1]  # fmt: skip
+    return " ".join((["win", *wins] if wins else []) + rates)
+
+
 class ConsoleLogger:
     """Human-readable progress on the console.
 
@@ -307,6 +318,7 @@ class ConsoleLogger:
         self._reported_rate: float | None = None
         self._return: float | None = None
         self._eval_return: float | None = None
+        self._eval_rates = ""
         self._closed = False
 
         self._progress: Progress | None = None
@@ -338,6 +350,7 @@ class ConsoleLogger:
             self._return = float(metrics[RETURN_KEY])
         if EVAL_RETURN_KEY in metrics:
             self._eval_return = float(metrics[EVAL_RETURN_KEY])
+            self._eval_rates = eval_rates(metrics)
 
         if now >= self._next_render_time:
             self._next_render_time = now + self._min_interval_s
@@ -378,6 +391,8 @@ class ConsoleLogger:
             parts.append(f"return {self._return:.1f}")
         if self._eval_return is not None:
             parts.append(f"eval {self._eval_return:.1f}")
+        if self._eval_rates:
+            parts.append(self._eval_rates)
         return parts
 
     def format_line(self, now: float | None = None) -> str:

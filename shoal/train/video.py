@@ -65,14 +65,20 @@ def record_video(policy: Policy, env: VectorEnv, path: Path, seed: int, episodes
     if suffix not in (".gif", ".mp4"):
         raise ShoalError(f"video path {path} must end in .gif or .mp4")
     joint = isinstance(env, MultiAgentVectorEnv)
-    obs = env.reset(seed=seed)[0] if joint else env.reset(seed=seed)
+    obs, state = env.reset(seed=seed) if joint else (env.reset(seed=seed), None)
+    extras = {"state": state} if joint else {}  # the global state a joint policy may read
     frames = [env.render()]
     if frames[0] is None:
         raise ShoalError("this environment cannot render rgb_array frames")
     finished = 0
     while finished < episodes:
-        result = env.step(policy.act(obs, deterministic=True))
+        mask = getattr(env, "action_mask", None)  # legal actions, where the env has them
+        if mask is not None:
+            extras["action_mask"] = mask
+        result = env.step(policy.act(obs, deterministic=True, **extras))
         obs = result.obs
+        if joint:
+            extras["state"] = result.state
         if result.autoreset[0]:
             continue  # the autoreset step shows the first frame of the next episode
         frames.append(env.render())

@@ -1,0 +1,122 @@
+"""Evaluation statistics: one sample per episode on rows of agents, each group and seat
+reported apart, a game's win / draw / loss from scripted games with known outcomes, and
+`shoal eval` on multi-agent runs with fixed players."""
+
+import json
+
+import numpy as np
+import pytest
+
+import shoal
+from shoal.cli import main
+from shoal.collect.evaluate import evaluate_episodes, evaluate_joint_episodes, game_outcomes
+from shoal.config import EnvConfig
+from shoal.envs import make_env
+from shoal.envs.make import make_multi_agent_env
+
+TICTACTOE = "pettingzoo:pettingzoo.classic.tictactoe_v3"
+QUIET = {"run.console": False, "run.tensorboard": False, "run.eval_every_steps": 0}
+
+
+def test_game_outcomes_by_hand():
+    a, b = np.array([1.0, 0.0, -1.0, 0.5]), np.array([-1.0, 0.0, 1.0, -0.5])
+    outcomes = game_outcomes({"a": a, "b": b}, {"g": a + b}, turn_based=False)
+    assert outcomes["a"].tolist() == [1, 0, -1, 1] and outcomes["b"].tolist() == [-1, 0, 1, -1]
+    assert "g" not in outcomes  # one group: its seats are the players
+    # Two opposing groups: each group's summed return decides its outcome too.
+    two = game_outcomes({"a": a, "b": b}, {"x": a, "y": b}, turn_based=False)
+    assert two["x"].tolist() == [1, 0, -1, 1]
+    # A cooperative team with all-zero returns, and a general-sum env, are no games ...
+    assert game_outcomes({"a": 0 * a, "b": 0 * b}, {"g": 0 * a}, turn_based=False) == {}
+    assert game_outcomes({"a": a, "b": a}, {"g": 2 * a}, turn_based=False) == {}
+    # ... but a turn-based game is one even where a move is not zero-sum (an illegal move
+    # costs its mover -1 and the other player nothing: a loss and a draw).
+    illegal = game_outcomes({"a": np.array([-1.0]), "b": np.array([0.0])}, {}, turn_based=True)
+    assert illegal["a"].tolist() == [-1] and illegal["b"].tolist() == [0]
+
+
+class LowestLegalSquare:
+    """Both players take the lowest legal square: player_1 takes 0, 2, 4, 6 and completes
+    the diagonal 2-4-6 on the game's 7th move, every game."""
+
+    groups = ["player"]
+
+    def act(self, obs, deterministic=True, state=None, action_mask=None):
+        return {g: np.argmax(m, axis=-1) for g, m in action_mask.items()}
+
+
+@pytest.mark.extra("pettingzoo")
+def test_scripted_tictactoe_games_have_known_outcomes():
+    env = make_multi_agent_env(EnvConfig(id=TICTACTOE, num_envs=5))
+    episodes = evaluate_joint_episodes(LowestLegalSquare(), env, seed=0)
+    env.close()
+    assert episodes.outcomes["player_1"].tolist() == [1] * 5
+    assert episodes.outcomes["player_2"].tolist() == [-1] * 5
+    assert episodes.lengths.tolist() == [7.0] * 5
+    metrics = episodes.metrics()
+    assert metrics["eval/win/player_1"] == 1.0 and metrics["eval/loss/player_2"] == 1.0
+    assert metrics["eval/draw/player_1"] == 0.0
+
+
+def test_rows_of_agents_give_one_sample_per_episode():
+    """5 episodes of a 4-agent env are 5 samples (the mean over the agents), not 20."""
+    env = make_env(EnvConfig(id="shoal/intersection-v0", num_envs=5))
+
+    class KeepLane:
+        def act(self, obs, deterministic=True):
+            return np.zeros(len(obs), np.int64)
+
+    episodes = evaluate_episodes(KeepLane(), env, seed=1)
+    env.close()
+    assert episodes.returns.shape == (5,) and episodes.lengths.shape == (5,)
+    agents = np.stack(list(episodes.agents.values()), axis=1)
+    assert agents.shape == (5, 4)
+    np.testing.assert_allclose(episodes.returns, agents.mean(axis=1))
+
+
+@pytest.mark.extra("pettingzoo")
+def test_shoal_eval_reports_seats_and_fixed_players_of_a_rows_run(tmp_path, capsys):
+    """PPO trained one policy for both seats (rows of agents): `shoal eval` plays the env's
+    own seats, sets a random player in player_2's place, and reports each seat's win, draw
+    and loss over the games, never a seats-averaged return."""
+    small = {"env.num_envs": 4, "num_steps": 32, "minibatch_size": 64}
+    result = shoal.train("ppo", env=TICTACTOE, total_steps=256, run_dir=str(tmp_path / "run"),
+                         **small, **QUIET)  # fmt: skip
+    args = ["eval", str(result.run_dir), "--episodes", "12", "--fixed", "player_2", "random"]
+    assert main([*args, "--json", "-"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert "return" not in report and report["players"] == {"player": "trained",
+                                                            "player_2": "random"}  # fmt: skip
+    for seat in ("player_1", "player_2"):
+        rates = report["outcomes"][seat]
+        assert rates["win"]["n"] == 12
+        assert sum(r["rate"] for r in rates.values()) == pytest.approx(1.0)
+        assert rates["win"]["ci_low"] <= rates["win"]["rate"] <= rates["win"]["ci_high"]
+    assert rates["win"]["rate"] == report["outcomes"]["player_1"]["loss"]["rate"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "players: player trained, player_2 random" in out and "12 games" in out
+    assert "player_1: win " in out and "return 0.00" not in out
+
+
+def test_shoal_eval_on_a_team_counts_episodes_and_takes_env_options(tmp_path, capsys):
+    """A 4-agent team: the interval is over the 6 episodes; a scripted driver can take every
+    agent's place; env options override the run's."""
+    result = shoal.train("ppo", env="shoal/intersection-v0", total_steps=256,
+                         run_dir=str(tmp_path / "run"), **QUIET,
+                         **{"env.num_envs": 4, "num_steps": 16, "minibatch_size": 64})  # fmt: skip
+    run = str(result.run_dir)
+    assert main(["eval", run, "--episodes", "6", "--json", "-"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["return"]["n"] == 6 and len(report["agents"]) == 4
+    assert "completion_rate" in report["env_statistics"]
+    driver = "shoal.envs.heuristics:IntersectionHeuristic"
+    args = ["eval", run, "--episodes", "6", "--fixed", "agent", driver, "--json", "-"]
+    assert main([*args, "--env.kwargs", "traffic=high"]) == 0
+    scripted = json.loads(capsys.readouterr().out)
+    assert scripted["players"] == {"agent": driver} and scripted["return"]["n"] == 6
+    assert scripted["return"]["mean"] != report["return"]["mean"]
+    assert main(["eval", run, "--fixed", "agnt", "random"]) == 2
+    assert "no groups or agents ['agnt']" in capsys.readouterr().out
+    assert main(["eval", run, "--env.kwargs", "traffic"]) == 2
+    assert "KEY=VALUE" in capsys.readouterr().out
