@@ -47,6 +47,24 @@ class Broken(nn.Module):
         raise ValueError("this encoder needs images")
 
 
+class FloatOnly(nn.Module):
+    """The README's example encoder: a linear layer over float observations, which cannot
+    read a Dict space's packed uint8 records."""
+
+    def __init__(self, obs_space, config):
+        super().__init__()
+        self.layer = nn.Linear(obs_space.shape[0], 16)
+        self.out_dim = 16
+
+    def forward(self, obs):
+        return torch.relu(self.layer(obs))
+
+
+class WrongWidth(FloatOnly):
+    def forward(self, obs):
+        return super().forward(obs)[:, :8]
+
+
 class HalfTemperatureHead(nn.Module):
     """A categorical policy head of its own: logits at temperature 2."""
 

@@ -26,8 +26,9 @@ def check_bounded_box(space: gym.Space, algorithm: str) -> gym.spaces.Box:
     if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
         raise UnsupportedSpaceError(
             f"action space {space} is unbounded; {algorithm} squashes actions into the env's "
-            "bounds and needs finite low and high (wrap the env with "
-            "gymnasium.wrappers.ClipAction or give it bounds)"
+            "bounds and needs finite low and high: give the env's action space bounds (a "
+            'wrapper that sets them, e.g. "RescaleAction(min_action=-1, max_action=1)" on an '
+            "env with bounds; gymnasium's ClipAction makes the space unbounded)"
         )
     return space
 

@@ -26,6 +26,8 @@ from __future__ import annotations
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
+import torch
 from torch import nn
 
 from shoal.errors import ConfigError
@@ -56,7 +58,41 @@ def custom_encoder(obs_space: gym.Space, config: Any) -> nn.Module:
             f"model.encoder {path!r} must set out_dim, the number of features its forward "
             f"pass returns per observation (a positive int); got {out_dim!r}"
         )
+    check_forward(encoder, obs_space, path, out_dim)
     return encoder
+
+
+def check_forward(encoder: nn.Module, obs_space: gym.Space, path: str, out_dim: int) -> None:
+    """Run the encoder once on two observations of ``obs_space`` as storage holds them
+    (float32 vectors, uint8 images and packed records, int64 discrete values), so that an
+    encoder that cannot read them fails here, naming what it got, not mid-training."""
+    sample = np.stack([obs_space.sample() for _ in range(2)])
+    if np.issubdtype(sample.dtype, np.floating):
+        sample = sample.astype(np.float32)
+    elif np.issubdtype(sample.dtype, np.signedinteger):
+        sample = sample.astype(np.int64)
+    batch = torch.as_tensor(sample)
+    training = encoder.training
+    encoder.eval()
+    try:
+        with torch.no_grad():
+            features = encoder(batch)
+    except Exception as exc:
+        packed = hasattr(obs_space, "unpack_tensor")
+        hint = " (a Dict or Tuple space comes packed: obs_space.unpack_tensor(obs) gives its parts)"
+        raise ConfigError(
+            f"model.encoder {path!r} fails on a batch of observations of {obs_space} as "
+            f"stored ({batch.dtype} {list(batch.shape)}): {type(exc).__name__}: {exc}"
+            + (hint if packed else "")
+        ) from exc
+    finally:
+        encoder.train(training)
+    shape = tuple(getattr(features, "shape", ()))
+    if shape != (2, out_dim):
+        raise ConfigError(
+            f"model.encoder {path!r} returned features of shape {list(shape)} for 2 "
+            f"observations; it must return [N, out_dim] = [2, {out_dim}]"
+        )
 
 
 def _build(path: str, field: str, *args: Any) -> nn.Module:

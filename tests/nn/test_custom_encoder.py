@@ -75,12 +75,17 @@ def test_ppo_learns_with_a_custom_dict_encoder(tmp_path):
         ("tests.custom_nets:Missing", "has no 'Missing'"),
         ("tests.custom_nets:NoOutDim", "must set out_dim"),
         ("tests.custom_nets:Broken", "ValueError: this encoder needs images"),
+        ("tests.custom_nets:WrongWidth", r"shape \[2, 8\] .* \[2, 16\]"),
+        # A float-only encoder on a Dict space: named before training, not mid-way.
+        ("tests.custom_nets:FloatOnly", r"fails on .* \(torch.uint8 \[2, 16\]\): .*unpack_tensor"),
     ],
 )
 def test_a_bad_encoder_is_a_clear_error_before_training(path, message, tmp_path):
     run_dir = tmp_path / "run"
+    env = "shoal/GoalLine-v0" if path.endswith("FloatOnly") else "CartPole-v1"
     with pytest.raises(ConfigError, match=message):
-        shoal.train("ppo", total_steps=64, run_dir=str(run_dir), **{"model.encoder": path, **QUIET})
+        shoal.train("ppo", env=env, total_steps=64, run_dir=str(run_dir),
+                    **{"model.encoder": path, **QUIET})  # fmt: skip
     assert not run_dir.exists()  # nothing left behind
 
 
