@@ -99,8 +99,9 @@ def main(argv: list[str] | None = None) -> int:
         nargs="+",
         action="extend",
         default=[],
-        metavar="KEY=VALUE",
-        help="env options over the run's own (e.g. backend=sumo traffic=high)",
+        metavar="NAME VALUE",
+        help="env options over the run's own, as shoal train takes them (e.g. backend sumo "
+        "traffic high)",
     )
     experiment_p = commands.add_parser(
         "experiment", help="a grid of configs x seeds, run in parallel (resumable)"
@@ -486,15 +487,14 @@ def _players(policy: Any, groups: dict[str, Any], fixed: dict[str, str]) -> dict
     return {**players, **fixed}
 
 
-def _env_kwargs(pairs: list[str]) -> dict[str, Any]:
-    """``--env.kwargs KEY=VALUE ...``: the env's options, values read as YAML scalars."""
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise ShoalError(f"--env.kwargs takes KEY=VALUE pairs, not {pair!r}")
-        out[key] = yaml.safe_load(value) if value else ""
-    return out
+def _env_kwargs(words: list[str]) -> dict[str, Any]:
+    """``--env.kwargs NAME VALUE ...`` (as ``shoal train`` takes them): the env's options,
+    values read as YAML scalars."""
+    if len(words) % 2:
+        raise ShoalError(f"--env.kwargs takes NAME VALUE pairs, not {' '.join(words)!r}")
+    return {
+        name: yaml.safe_load(value) for name, value in zip(words[::2], words[1::2], strict=True)
+    }
 
 
 def _eval_lines(report: dict[str, Any], env_id: str, episodes: int) -> list[str]:

@@ -112,11 +112,11 @@ def test_shoal_eval_on_a_team_counts_episodes_and_takes_env_options(tmp_path, ca
     assert "completion_rate" in report["env_statistics"]
     driver = "shoal.envs.heuristics:IntersectionHeuristic"
     args = ["eval", run, "--episodes", "6", "--fixed", "agent", driver, "--json", "-"]
-    assert main([*args, "--env.kwargs", "traffic=high"]) == 0
+    assert main([*args, "--env.kwargs", "traffic", "high"]) == 0
     scripted = json.loads(capsys.readouterr().out)
     assert scripted["players"] == {"agent": driver} and scripted["return"]["n"] == 6
     assert scripted["return"]["mean"] != report["return"]["mean"]
     assert main(["eval", run, "--fixed", "agnt", "random"]) == 2
     assert "no groups or agents ['agnt']" in capsys.readouterr().out
     assert main(["eval", run, "--env.kwargs", "traffic"]) == 2
-    assert "KEY=VALUE" in capsys.readouterr().out
+    assert "NAME VALUE pairs" in capsys.readouterr().out
