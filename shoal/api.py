@@ -10,6 +10,7 @@ from shoal.config import EnvConfig, from_dict, replace
 from shoal.envs import VectorEnv
 from shoal.envs import make_env as _make_env
 from shoal.envs.spaces import space_from_json
+from shoal.evaluation import Evaluation
 from shoal.policy import ActorPolicy, JointPolicy
 from shoal.registry import algorithm_for_config, find_tuned, get_algorithm
 from shoal.train.checkpoint import incompatible, load_checkpoint
@@ -49,6 +50,7 @@ def train(
     resume: str | Path | None = None,
     on_iteration: IterationCallback | None = None,
     callbacks: Sequence[Any] = (),
+    quiet: bool = False,
     **overrides: Any,
 ) -> RunResult:
     """Train and return a `RunResult` (run directory, checkpoint, final evaluation, timings).
@@ -57,8 +59,11 @@ def train(
     ``shoal.train(PPOConfig(...))`` or ``shoal.train(resume="runs/...", total_steps=10**6)``
     (a resumed run keeps its saved config unless a config of the same algorithm is given).
     ``callbacks``: objects with training events (`shoal.train.callbacks.Callback`), called
-    after those ``run.callbacks`` names.
+    after those ``run.callbacks`` names. ``quiet``: no progress on the console
+    (``run.console`` off).
     """
+    if quiet:
+        overrides["run.console"] = False
     if resume is not None:
         checkpoint = load_checkpoint(resume)
         spec = get_algorithm(checkpoint.meta["algo"])
@@ -109,6 +114,23 @@ def load(path: str | Path) -> ActorPolicy | JointPolicy:
     )
 
 
+def evaluate(
+    run: str | Path,
+    episodes: int = 10,
+    *,
+    seed: int = 12345,
+    deterministic: bool = True,
+    fixed: dict[str, str] | None = None,
+    env_kwargs: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """``shoal eval`` in Python: the statistics ``shoal eval RUN --json`` prints (the return
+    over ``episodes`` episodes with its 95% interval, per group and agent, a game's win /
+    draw / loss rates, the env's own statistics). ``fixed`` puts ``{group or agent:
+    "random" | "module:Class"}`` players in trained ones' places; ``env_kwargs`` changes env
+    options (`shoal.evaluation.Evaluation`)."""
+    return Evaluation(load(run), fixed, env_kwargs).statistics(episodes, seed, deterministic)
+
+
 def make_env(env: str | EnvConfig, num_envs: int | None = None, **kwargs: Any) -> VectorEnv:
     """A shoal vector env (not yet reset) from an id or an `EnvConfig`, with ``num_envs``
     parallel envs (default: the config's own, or 1 for an id)."""
@@ -123,4 +145,4 @@ def make_env(env: str | EnvConfig, num_envs: int | None = None, **kwargs: Any) -
     return _make_env(config)
 
 
-__all__ = ["build_config", "load", "make_env", "train"]
+__all__ = ["build_config", "evaluate", "load", "make_env", "train"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -228,12 +229,45 @@ def _train(args: argparse.Namespace, rest: list[str]) -> int:
     else:
         raise ShoalError("name an algorithm (shoal train ppo), --tuned NAME, --config or --resume")
     rest = renamed_flags(spec.config_cls, [SHORTHANDS.get(a, a) for a in rest])
+    rest = whole_numbers(spec.config_cls, rest)
     rest += ["--help"] if args.help else []
     config = tyro.cli(spec.config_cls, default=base, args=rest, prog=f"shoal train {spec.name}")
     console.print(f"training [bold]{spec.name}[/] on [bold]{config.env.id}[/]", highlight=False)
     result = train(config, resume=args.resume)
     _print_result(result)
     return EXIT_INTERRUPTED if result.stop_reason == "interrupted" else 0
+
+
+_SCIENTIFIC = re.compile(r"^[0-9]+(\.[0-9]*)?[eE]\+?[0-9]+$")
+
+
+def whole_numbers(cls: type, argv: list[str]) -> list[str]:
+    """``argv`` with the values of integer fields written in scientific notation (``--run.
+    total-steps 1e5``, as users write budgets) spelled as integers, which tyro requires;
+    a value that is not a whole number is left for tyro to refuse."""
+    out = list(argv)
+    for i, arg in enumerate(argv[:-1]):
+        value = argv[i + 1]
+        flag = arg[2:].replace("-", "_").split(".")
+        if arg.startswith("--") and _SCIENTIFIC.match(value) and _field_type(cls, flag) is int:
+            number = float(value)
+            out[i + 1] = str(int(number)) if number.is_integer() else value
+    return out
+
+
+def _field_type(cls: type, path: list[str]) -> Any:
+    """The type of the (nested) dataclass field ``path`` of ``cls``, or None."""
+    import dataclasses
+    import typing
+
+    for name in path:
+        if not dataclasses.is_dataclass(cls):
+            return None
+        hints = typing.get_type_hints(cls)
+        if name not in hints:
+            return None
+        cls = hints[name]
+    return cls
 
 
 def renamed_flags(cls: type, argv: list[str]) -> list[str]:
@@ -401,73 +435,24 @@ def _export(args: argparse.Namespace) -> int:
 
 def _eval(args: argparse.Namespace) -> int:
     from shoal.api import load
-    from shoal.collect.evaluate import evaluate_episodes, evaluate_joint_episodes
-    from shoal.config import replace
-    from shoal.envs import make_env
-    from shoal.envs.make import make_multi_agent_env
-    from shoal.envs.multi_agent import is_multi_agent_id
-    from shoal.policy import GroupPolicy, JointPolicy
-    from shoal.stats import rate, summary
+    from shoal.evaluation import Evaluation
     from shoal.train.video import record_video
 
-    policy = load(args.run_dir)
-    # Raw observations (the policy applies its frozen statistics); whole Atari games with
-    # true rewards (no episodic life, no reward clipping), as the training loop evaluates.
-    trained = policy.config.env
-    env_config = replace(
-        trained, normalize_obs=False, normalize_reward=False, atari_training=False,
-        kwargs={**trained.kwargs, **_env_kwargs(args.env_kwargs)},
-    )  # fmt: skip
-    # Multi-agent envs are evaluated on the env's own groups (a policy trained on rows of
-    # agents acts through GroupPolicy), so that samples are episodes, every group and seat
-    # is reported, and fixed players can take agents' places.
-    joint = isinstance(policy, JointPolicy) or is_multi_agent_id(env_config.id)
-    if args.fixed and not joint:
-        raise ShoalError("--fixed applies to runs on multi-agent envs (it names a group or agent)")
-    build = make_multi_agent_env if joint else make_env
-    env = build(replace(env_config, num_envs=args.episodes))
-    try:
-        if joint and not isinstance(policy, JointPolicy):
-            policy = GroupPolicy(policy, env.groups, env.state_space)
-        if args.fixed:
-            policy = policy.with_fixed(dict(args.fixed), env.groups)
-        players = _players(policy, env.groups if joint else {}, dict(args.fixed))
-        run_eval = evaluate_joint_episodes if joint else evaluate_episodes
-        episodes = run_eval(policy, env, args.seed, deterministic=not args.stochastic)
-    finally:
-        env.close()
-    # Opposing groups, or a game's seats, are never averaged into one number.
-    one_return = len(episodes.groups) <= 1 and not episodes.outcomes
-    game = len(episodes.groups) == 1 and bool(episodes.outcomes)  # one group's seats compete
-    report: dict[str, Any] = {
-        "run": str(args.run_dir),
-        "env": env_config.id,
-        "episodes": args.episodes,
-        "deterministic": not args.stochastic,
-        "players": players,
-        **({"return": summary(episodes.returns)} if one_return else {}),
-        "length": summary(episodes.lengths),
-        "groups": {name: summary(v) for name, v in episodes.groups.items() if not game},
-        "agents": {name: summary(v) for name, v in episodes.agents.items()},
-        "outcomes": {
-            name: {word: rate(o == sign) for word, sign in (("win", 1), ("draw", 0), ("loss", -1))}
-            for name, o in episodes.outcomes.items()
-        },
-        "env_statistics": {k.removeprefix("eval/"): v for k, v in episodes.info.items()},
-    }
+    evaluation = Evaluation(load(args.run_dir), dict(args.fixed), _env_kwargs(args.env_kwargs))
+    report = evaluation.statistics(args.episodes, args.seed, deterministic=not args.stochastic)
+    report["run"] = str(args.run_dir)
     if args.json == "-":
         print(json.dumps(report, indent=2))
         return 0
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
-    for line in _eval_lines(report, env_config.id, args.episodes):
+    for line in _eval_lines(report, report["env"], args.episodes):
         console.print(line, highlight=False, markup=False)
     if args.video:
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # render off-screen, no display
-        video_env = build(
-            replace(env_config, num_envs=1, vectorization="sync"), render_mode="rgb_array"
-        )
+        video_env = evaluation.make_env(1, render_mode="rgb_array")
         try:
+            policy = evaluation.playing(video_env)
             video = record_video(policy, video_env, Path(args.video), args.seed)
         except ImportError as exc:
             raise ShoalError(f"rendering needs an extra package: {exc}") from exc
@@ -475,16 +460,6 @@ def _eval(args: argparse.Namespace) -> int:
             video_env.close()
         console.print(f"video: {video.describe()}", highlight=False)
     return 0
-
-
-def _players(policy: Any, groups: dict[str, Any], fixed: dict[str, str]) -> dict[str, str]:
-    """Who plays each group, or seat where one is fixed: ``trained``, the run's
-    ``env.opponents`` or ``--fixed``'s policy."""
-    if not groups:
-        return {}
-    players = {g: "trained" for g in groups}
-    players.update(policy.config.env.opponents or {})
-    return {**players, **fixed}
 
 
 def _env_kwargs(words: list[str]) -> dict[str, Any]:

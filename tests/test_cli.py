@@ -1,5 +1,6 @@
 """The `shoal` command line: train, resume, eval (with video), list, and its error messages."""
 
+import contextlib
 import json
 import re
 
@@ -259,3 +260,17 @@ def test_help_of_the_command_and_of_each_subcommand(args, capsys):
         main(args)
     assert exit_.value.code == 0
     assert capsys.readouterr().out.startswith("usage: shoal")
+
+
+def test_budgets_in_scientific_notation(monkeypatch):
+    import shoal.api
+
+    built = []
+    monkeypatch.setattr(shoal.api, "train", lambda config, resume=None: built.append(config))
+    with contextlib.suppress(AttributeError):  # the stub returns no result to print
+        main(["train", "ppo", "--total-steps", "1e5", "--run.eval-every-steps", "2.5E4",
+              "--optim.lr", "3e-4"])  # fmt: skip
+    assert built[0].run.total_steps == 100_000 and built[0].run.eval_every_steps == 25_000
+    assert built[0].optim.lr == 3e-4
+    with pytest.raises(SystemExit):  # not a whole number: tyro refuses it
+        main(["train", "ppo", "--total-steps", "1.5e0"])

@@ -13,7 +13,7 @@ import shoal
 ROOT = Path(shoal.__file__).parent
 
 LAYERS: list[tuple[str, ...]] = [
-    ("__init__", "__main__", "cli", "api", "experiment", "tune", "report", "export"),
+    ("__init__", "__main__", "cli", "api", "evaluation", "experiment", "tune", "report", "export"),
     ("registry",),
     ("train",),
     ("algos",),

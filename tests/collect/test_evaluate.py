@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import shoal
+import shoal.errors
 from shoal.cli import main
 from shoal.collect.evaluate import evaluate_episodes, evaluate_joint_episodes, game_outcomes
 from shoal.config import EnvConfig
@@ -120,3 +121,16 @@ def test_shoal_eval_on_a_team_counts_episodes_and_takes_env_options(tmp_path, ca
     assert "no groups or agents ['agnt']" in capsys.readouterr().out
     assert main(["eval", run, "--env.kwargs", "traffic"]) == 2
     assert "NAME VALUE pairs" in capsys.readouterr().out
+
+
+def test_evaluate_and_a_quiet_run_from_python(tmp_path, capsys):
+    result = shoal.train("ppo", env="CartPole-v1", total_steps=256, run_dir=str(tmp_path / "r"),
+                         quiet=True, **{"env.num_envs": 4, "num_steps": 32, "minibatch_size": 64,
+                                        "run.tensorboard": False})  # fmt: skip
+    assert capsys.readouterr().out == ""
+    stats = shoal.evaluate(result.run_dir, episodes=6, seed=3)
+    assert stats["return"]["n"] == 6 and stats["episodes"] == 6 and stats["players"] == {}
+    assert stats["return"]["ci_low"] <= stats["return"]["mean"] <= stats["return"]["ci_high"]
+    assert stats == shoal.evaluate(result.run_dir, episodes=6, seed=3)  # reproducible
+    with pytest.raises(shoal.errors.ShoalError, match="multi-agent"):
+        shoal.evaluate(result.run_dir, fixed={"agent": "random"})

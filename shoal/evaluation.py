@@ -1,0 +1,109 @@
+"""Evaluating a trained run as ``shoal eval`` does, from Python too (``shoal.evaluate``).
+
+A run is evaluated on fresh envs built from its config with raw observations (the policy
+applies its frozen statistics) and whole Atari games with true rewards, one episode per env.
+Multi-agent envs are played on the env's own groups: a policy trained on rows of agents acts
+through `GroupPolicy`, so that samples are episodes, every group and seat is reported, and
+fixed players (``random`` or ``module:Class``) can take a group's or a seat's place.
+Opposing groups, or a game's seats, are never averaged into one return."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shoal.collect.evaluate import evaluate_episodes, evaluate_joint_episodes
+from shoal.config import replace
+from shoal.envs import make_env
+from shoal.envs.make import make_multi_agent_env
+from shoal.envs.multi_agent import is_multi_agent_id
+from shoal.errors import ShoalError
+from shoal.policy import GroupPolicy, JointPolicy
+from shoal.stats import rate, summary
+
+OUTCOMES = (("win", 1), ("draw", 0), ("loss", -1))
+
+
+class Evaluation:
+    """A run's policy and the env config it is evaluated on.
+
+    Args:
+        policy: the run's policy (`shoal.load`), with the run's config.
+        fixed: ``{group or agent: "random" | "module:Class"}`` players in place of trained
+            ones (multi-agent envs only).
+        env_kwargs: env options over the run's own (``{"backend": "sumo"}``).
+    """
+
+    def __init__(
+        self,
+        policy: Any,
+        fixed: dict[str, str] | None = None,
+        env_kwargs: dict[str, Any] | None = None,
+    ):
+        self.policy = policy
+        trained = self.policy.config.env
+        self.env_config = replace(
+            trained, normalize_obs=False, normalize_reward=False, atari_training=False,
+            kwargs={**trained.kwargs, **(env_kwargs or {})},
+        )  # fmt: skip
+        self.joint = isinstance(self.policy, JointPolicy) or is_multi_agent_id(self.env_config.id)
+        self.fixed = dict(fixed or {})
+        if self.fixed and not self.joint:
+            raise ShoalError(
+                "fixed players apply to runs on multi-agent envs (they name a group or agent)"
+            )
+
+    def make_env(self, num_envs: int, render_mode: str | None = None) -> Any:
+        """``num_envs`` evaluation envs (a multi-agent vector env for multi-agent runs)."""
+        if render_mode is not None:
+            config = replace(self.env_config, num_envs=num_envs, vectorization="sync")
+        else:
+            config = replace(self.env_config, num_envs=num_envs)
+        build = make_multi_agent_env if self.joint else make_env
+        return build(config, render_mode=render_mode) if render_mode else build(config)
+
+    def playing(self, env: Any) -> Any:
+        """The policy that plays ``env``: the run's, on the env's groups, with the fixed
+        players in place."""
+        policy = self.policy
+        if self.joint and not isinstance(policy, JointPolicy):
+            policy = GroupPolicy(policy, env.groups, env.state_space)
+        return policy.with_fixed(self.fixed, env.groups) if self.fixed else policy
+
+    def players(self, groups: dict[str, Any]) -> dict[str, str]:
+        """Who plays each group (or seat, where one is fixed): ``trained``, the run's
+        ``env.opponents`` or a fixed player."""
+        if not groups:
+            return {}
+        return {**dict.fromkeys(groups, "trained"), **self.env_config.opponents, **self.fixed}
+
+    def statistics(self, episodes: int, seed: int = 12345, deterministic: bool = True) -> dict:
+        """The first episode of ``episodes`` envs: the return's statistics over episodes
+        (`shoal.stats.summary`: mean, std, median, min, max, IQM, 95% bootstrap interval),
+        each group's and agent's, a game's win / draw / loss rates (95% Wilson intervals),
+        the episode length and the env's own statistics. ``return`` is absent where groups
+        oppose each other or a group's seats play each other."""
+        env = self.make_env(episodes)
+        try:
+            policy = self.playing(env)
+            players = self.players(env.groups if self.joint else {})
+            run_eval = evaluate_joint_episodes if self.joint else evaluate_episodes
+            result = run_eval(policy, env, seed, deterministic=deterministic)
+        finally:
+            env.close()
+        one_return = len(result.groups) <= 1 and not result.outcomes
+        game = len(result.groups) == 1 and bool(result.outcomes)  # one group's seats compete
+        return {
+            "env": self.env_config.id,
+            "episodes": episodes,
+            "deterministic": deterministic,
+            "players": players,
+            **({"return": summary(result.returns)} if one_return else {}),
+            "length": summary(result.lengths),
+            "groups": {} if game else {g: summary(v) for g, v in result.groups.items()},
+            "agents": {a: summary(v) for a, v in result.agents.items()},
+            "outcomes": {
+                name: {word: rate(o == sign) for word, sign in OUTCOMES}
+                for name, o in result.outcomes.items()
+            },
+            "env_statistics": {k.removeprefix("eval/"): v for k, v in result.info.items()},
+        }
