@@ -274,3 +274,21 @@ def test_budgets_in_scientific_notation(monkeypatch):
     assert built[0].optim.lr == 3e-4
     with pytest.raises(SystemExit):  # not a whole number: tyro refuses it
         main(["train", "ppo", "--total-steps", "1.5e0"])
+
+
+def test_resuming_a_run_that_reached_its_target(tmp_path, capsys):
+    """A plain --resume stops at once (the README's promise); only a raised total trains on,
+    without the reached target."""
+    run_dir = tmp_path / "run"
+    args = train_args(run_dir, 512, "--run.target-return", "5", "--run.eval-every-steps", "64")
+    assert main(args) == 0
+    first = json.loads(next((run_dir / "checkpoints").glob("step_*/meta.json")).read_text())
+    assert "reached run.target_return 5" in capsys.readouterr().out
+    assert main(["train", "--resume", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "nothing to train (raise --run.total-steps to train on)" in out
+    assert f"step_{first['env_steps']:012d}" in out  # no step trained
+    assert main(["train", "--resume", str(run_dir), "--total-steps", "640"]) == 0
+    out = capsys.readouterr().out
+    assert "training on to run.total_steps 640 without a target" in out
+    assert "run.total_steps 640 reached" in out
