@@ -292,3 +292,31 @@ def test_resuming_a_run_that_reached_its_target(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "training on to run.total_steps 640 without a target" in out
     assert "run.total_steps 640 reached" in out
+
+
+def test_the_resume_note_says_what_was_not_restored(tmp_path, capsys):
+    """DQN without replay.save: the note names the replay (by its current field name) and
+    not the episodes, which CartPole's snapshots restore."""
+    run_dir = tmp_path / "run"
+    small = ["--replay.learning-starts", "64", "--replay.batch-size", "16",
+             "--run.eval-every-steps", "0", "--run.no-console", "--run.no-tensorboard"]  # fmt: skip
+    assert main(["train", "dqn", "--env", "CartPole-v1", "--total-steps", "128",
+                 "--run-dir", str(run_dir), *small]) == 0  # fmt: skip
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run_dir), "--total-steps", "192"]) == 0
+    out = capsys.readouterr().out
+    assert "note: this resume is not exact: the replay buffer was not saved (replay.save" in out
+    assert "save_replay" not in out and "mid-episode" not in out
+
+
+def test_a_resume_on_another_env_says_so_and_leaves_the_run_as_it_was(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert main(train_args(run_dir, 128)) == 0
+    config = (run_dir / "config.json").read_text()
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run_dir), "--env", "Acrobot-v1",
+                 "--total-steps", "256"]) == 2  # fmt: skip
+    out = " ".join(capsys.readouterr().out.split())
+    assert "it changes env.id ('CartPole-v1' -> 'Acrobot-v1')" in out
+    assert "another shoal version" not in out
+    assert (run_dir / "config.json").read_text() == config

@@ -154,13 +154,43 @@ def load_checkpoint(path: str | Path, algo: str | None = None) -> Checkpoint:
     return Checkpoint(ckpt, meta, config, state)
 
 
-def incompatible(path: Path, exc: Exception) -> CheckpointError:
+def incompatible(path: Path, exc: Exception, changes: list[str] | None = None) -> CheckpointError:
     """The error for a checkpoint whose contents do not fit the model or algorithm built from
-    its own config, e.g. one written by a shoal version with another network layout."""
+    its config: one resumed with another env or other networks (``changes``, from
+    `config_changes`), else one written by a shoal version with another network layout."""
     detail = " ".join(str(exc).split()) or type(exc).__name__
     if len(detail) > 240:
         detail = detail[:240] + "..."
+    if changes:
+        return CheckpointError(
+            f"checkpoint {path} does not fit the networks this resume builds: it changes "
+            f"{', '.join(changes)}; a run resumes with the env and networks it trained with "
+            f"(start a new run for another) ({detail})"
+        )
     return CheckpointError(
         f"checkpoint {path} does not match the model this shoal builds from its config "
         f"({detail}); it was probably written by another shoal version"
     )
+
+
+def config_changes(
+    saved: dict[str, Any], current: dict[str, Any], blocks: tuple[str, ...] = ("env", "model")
+) -> list[str]:
+    """``field (old -> new)`` for each field of ``blocks`` (nested anywhere) whose value
+    differs between a checkpoint's config and a resume's."""
+
+    def flat(data: Any, prefix: str = "") -> dict[str, Any]:
+        if not isinstance(data, dict):
+            return {prefix: data}
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            out.update(flat(value, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+
+    old, new = flat(saved), flat(current)
+
+    def shaping(name: str) -> bool:
+        return any(part in blocks for part in name.split(".")[:-1])
+
+    return [f"{k} ({old.get(k)!r} -> {new.get(k)!r})" for k in sorted(set(old) | set(new))
+            if shaping(k) and old.get(k) != new.get(k)]  # fmt: skip

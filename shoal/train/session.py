@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from shoal.collect.evaluate import evaluate, evaluate_joint
-from shoal.config import to_dict
+from shoal.config import from_dict, to_dict
 from shoal.envs import make_env
 from shoal.envs.make import make_multi_agent_env
 from shoal.interfaces import AlgorithmSpec
@@ -29,7 +29,7 @@ from shoal.policy import JointPolicy
 from shoal.seeding import derive_seed, rng_state, seed_torch, set_rng_state
 from shoal.threads import set_compute_threads
 from shoal.train.callbacks import Callbacks, TrainContext
-from shoal.train.checkpoint import Checkpoint, incompatible, save_checkpoint
+from shoal.train.checkpoint import Checkpoint, config_changes, incompatible, save_checkpoint
 from shoal.train.logger import MultiLogger, make_loggers
 from shoal.train.run_dir import guarded_write, record_for_deploy, resolve_run_dir
 from shoal.train.trackers import make_trackers
@@ -98,7 +98,9 @@ class Session:
     resumed_from: int | None
     """The checkpoint's env step when this process resumed a run."""
     exact: bool
-    """False when a resume could not restore the run exactly (`start` says why)."""
+    """False when a resume could not restore the envs mid-episode (`start` says so)."""
+    replay_lost: bool
+    """True when a resumed run's replay was not saved (``replay.save`` off)."""
     stop_asked: bool
     """A callback asked to stop after the last iteration."""
     started: float
@@ -119,7 +121,7 @@ class Session:
         self.loop = LoopState(
             next_eval=config.run.eval_every_steps, next_checkpoint=config.run.checkpoint_every_steps
         )
-        self.resumed_from, self.exact = None, True
+        self.resumed_from, self.exact, self.replay_lost = None, True, False
         if resume is not None:
             try:
                 self.loop = LoopState(**resume.state["loop"])
@@ -146,17 +148,25 @@ class Session:
         config, run_cfg = self.config, self.config.run
         self.config_json = to_dict(config)  # what every checkpoint records
         config_text = json.dumps(self.config_json, indent=2)
-        guarded_write(lambda: (self.run_dir / "config.json").write_text(config_text))
         seed_torch(run_cfg.seed)  # before building: network init draws from the torch generator
         self.started = time.perf_counter()
         self.algorithm = self.spec.algorithm_cls(config)
         self.setup_s = time.perf_counter() - self.started
         if resume is not None:
             try:
-                self.exact = self.algorithm.load_state_dict(resume.state["algorithm"])
+                algorithm_state = resume.state["algorithm"]
+                self.exact = bool(self.algorithm.load_state_dict(algorithm_state))
+                self.replay_lost = (
+                    isinstance(algorithm_state, dict)
+                    and "replay" in algorithm_state
+                    and algorithm_state["replay"] is None
+                )
                 set_rng_state(resume.state["rng"])
             except (KeyError, RuntimeError, TypeError, ValueError) as exc:
-                raise incompatible(resume.path, exc) from exc
+                raise incompatible(resume.path, exc, self._changes_from(resume)) from exc
+        # Written once the run is built (and restored): a resume that fails leaves the run's
+        # config as it was.
+        guarded_write(lambda: (self.run_dir / "config.json").write_text(config_text))
         joint = getattr(self.algorithm, "joint", False)  # several groups' policies act together
         self.eval_env = make_eval_env(config, joint)
         self.deploy_meta = record_for_deploy(config, self.eval_env, joint)
@@ -177,6 +187,15 @@ class Session:
         context = TrainContext(config, self.run_dir, self.algorithm, self.save, self.resumed_from)
         self.hooks.start(context)
 
+    def _changes_from(self, resume: Checkpoint) -> list[str]:
+        """The env and model fields this resume changes from the checkpoint's config (read
+        with today's field names)."""
+        try:
+            saved = to_dict(from_dict(type(self.config), resume.config))
+        except Exception:  # a config this shoal cannot read: nothing to compare
+            return []
+        return config_changes(saved, self.config_json)
+
     def _say_how_it_resumed(self) -> None:
         if self.resumed_from is None:
             return
@@ -185,12 +204,20 @@ class Session:
             f"resumed from step {self.resumed_from:,}"
             + (f" ({lost:,} steps since the last checkpoint were lost)" if lost else "")
         )
+        lost = []
         if not self.exact:
-            print(
-                "note: the run could not be restored exactly: the checkpoint lacks the state of "
-                f"{self.config.env.id} mid-episode (episodes restart) or the replay buffer "
-                "(save_replay is off); training continues from the saved weights"
+            lost.append(
+                f"the episodes of {self.config.env.id} could not be restored mid-episode, so "
+                "they restart from fresh resets"
             )
+        if self.replay_lost:
+            lost.append(
+                "the replay buffer was not saved (replay.save is off), so it refills from the "
+                "restored policy"
+            )
+        if lost:
+            print(f"note: this resume is not exact: {'; '.join(lost)}; the weights, optimizer "
+                  "and counters are restored")  # fmt: skip
 
     # --- one iteration --------------------------------------------------------------------
 

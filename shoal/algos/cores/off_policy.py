@@ -205,7 +205,8 @@ class ReplayAlgorithm:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> bool:
-        """Restore; returns False when envs restarted (or the replay was not saved)."""
+        """Restore; returns whether the envs were restored mid-episode (a replay that was not
+        saved refills: the training loop reads that from ``state``)."""
         self.learner.load_state_dict(state["learner"])
         self.sampler.set_weights(self.learner.get_weights())
         self.env_steps = state["counters"]["env_steps"]
@@ -214,7 +215,7 @@ class ReplayAlgorithm:
         if replay_restored:
             self.replay.load_state_dict(state["replay"])
         fallback = derive_seed(self.config.run.seed, "env-restart", self.iteration)
-        return self.sampler.set_state(state["sampler"], fallback) and replay_restored
+        return self.sampler.set_state(state["sampler"], fallback)
 
     def close(self) -> None:
         self.sampler.close()

@@ -479,8 +479,8 @@ class CTEDD:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> bool:
-        """Restore; returns False when the replay was not saved (training goes on from the
-        saved weights with an empty replay)."""
+        """Restore; returns whether the envs were restored mid-episode (a replay that was not
+        saved refills: the training loop reads that from ``state``)."""
         self.learner.load_state_dict(state["learner"])
         for m, student in self.students.items():
             student.load_state_dict(state["students"][str(m)])
@@ -490,9 +490,8 @@ class CTEDD:
         self.distill_rounds = counters["distill_rounds"]
         seed = derive_seed(self.config.run.seed, "env-restart", self.iteration)
         env_restored = self.runner.set_state(state["runner"], seed)
-        if state.get("replay") is None:
-            return False
-        self.replay.load_state_dict(state["replay"])
+        if state.get("replay") is not None:
+            self.replay.load_state_dict(state["replay"])
         return env_restored
 
     def close(self) -> None:

@@ -350,7 +350,8 @@ class MADDPG:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> bool:
-        """Restore; returns False when the envs restarted or the replay was not saved."""
+        """Restore; returns whether the envs were restored mid-episode (a replay that was not
+        saved refills: the training loop reads that from ``state``)."""
         self.learner.load_state_dict(state["learner"])
         self.runner.set_weights(self.learner.get_weights())
         self.env_steps = state["counters"]["env_steps"]
@@ -360,7 +361,7 @@ class MADDPG:
         replay_restored = state.get("replay") is not None
         if replay_restored:
             self.replay.load_state_dict(state["replay"])
-        return env_restored and replay_restored
+        return env_restored
 
     def close(self) -> None:
         self.runner.close()

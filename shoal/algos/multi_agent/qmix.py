@@ -440,7 +440,8 @@ class QMIX:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> bool:
-        """Restore; returns False when envs restarted (or the replay was not saved)."""
+        """Restore; returns whether the envs were restored mid-episode (a replay that was not
+        saved refills: the training loop reads that from ``state``)."""
         self.learner.load_state_dict(state["learner"])
         if not self.on_cpu:
             self.runner.set_weights(self.learner.online.agent.state_dict())
@@ -454,7 +455,7 @@ class QMIX:
             self._start_episodes()
             return False
         self.builder.load_state_dict(state["builder"])
-        return replay_restored
+        return True
 
     def close(self) -> None:
         self.runner.close()
