@@ -170,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         return 2
     except KeyboardInterrupt:  # the second Ctrl-C: abort without saving
-        console.print("aborted", highlight=False)
+        # On a terminal the cursor stands after the echoed ^C: start a line of its own.
+        console.print(("\n" if console.is_terminal else "") + "aborted", highlight=False)
         return EXIT_INTERRUPTED
 
 

@@ -247,13 +247,17 @@ def _replace_lines(path: Path, lines: list[str]) -> None:
 class TensorBoardLogger:
     """Write each metric as a TensorBoard scalar under its own name. On resume
     (``resume_step``), events logged after that step by the interrupted run are purged, so
-    the curves do not double back."""
+    the curves do not double back; a new run removes the event files a start killed before
+    its first checkpoint left in the same directory, so old curves never mix in."""
 
     def __init__(self, log_dir: str | os.PathLike[str], resume_step: int | None = None) -> None:
         # Imported here so that runs without TensorBoard logging don't pay for importing it.
         from torch.utils.tensorboard import SummaryWriter
 
         self.log_dir = Path(log_dir)
+        if resume_step is None:
+            for stale in self.log_dir.glob("events.out.tfevents.*"):
+                stale.unlink()
         purge = None if resume_step is None else resume_step + 1
         self._writer = SummaryWriter(log_dir=str(self.log_dir), purge_step=purge)
 
@@ -319,6 +323,7 @@ class ConsoleLogger:
         self._return: float | None = None
         self._eval_return: float | None = None
         self._eval_rates = ""
+        self._rendered: tuple | None = None
         self._closed = False
 
         self._progress: Progress | None = None
@@ -370,6 +375,11 @@ class ConsoleLogger:
             )
         else:
             self._console.out(self.format_line(now), highlight=False)
+        self._rendered = self._state()
+
+    def _state(self) -> tuple:
+        """What a progress line shows besides the clock: a line is not printed again for it."""
+        return (self._step, self._return, self._eval_return, self._eval_rates)
 
     def _rate(self, now: float) -> float | None:
         if self._reported_rate is not None:
@@ -417,8 +427,10 @@ class ConsoleLogger:
             # Nothing was logged, so there is no progress worth reporting.
             return
         now = time.monotonic()
-        # Always show the final state, even if the last log call fell inside the throttle window.
-        self._render(now)
+        # Show the final state, even if the last log call fell inside the throttle window,
+        # but not a second time where the last line already showed it.
+        if self._progress is not None or self._rendered != self._state():
+            self._render(now)
         if self._progress is not None:
             self._progress.stop()
 

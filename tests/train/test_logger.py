@@ -118,6 +118,22 @@ def test_tensorboard_writes_readable_scalars(tmp_path):
     assert [s.value for s in scalars] == pytest.approx([0.75, 0.5])
 
 
+def test_a_new_run_in_a_killed_starts_directory_shows_only_its_own_curves(tmp_path):
+    """A start killed before its first checkpoint left events at steps 5 and 10; the new run
+    in the same directory (not a resume) writes from step 1, and only its points remain."""
+    old = TensorBoardLogger(tmp_path / "tb")
+    old.log({"train/loss": 9.0}, step=5)
+    old.log({"train/loss": 9.0}, step=10)
+    old.close()
+    new = TensorBoardLogger(tmp_path / "tb")
+    new.log({"train/loss": 1.0}, step=1)
+    new.close()
+    assert len(list((tmp_path / "tb").glob("events.out.tfevents.*"))) == 1
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert [(s.step, s.value) for s in events.Scalars("train/loss")] == [(1, 1.0)]
+
+
 def test_console_plain_line_when_not_a_tty(tmp_path):
     console = plain_console()
     logger = ConsoleLogger(total_steps=100_000, every_s=3600.0, console=console)
@@ -146,6 +162,7 @@ def test_console_plain_line_without_total_or_optional_metrics(capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("steps 7 | ")
     assert "return" not in out[0]
+    assert len(out) == 1  # close() does not print the last line a second time
 
 
 def test_console_live_display_on_a_terminal():
