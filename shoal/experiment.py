@@ -303,6 +303,8 @@ def run_experiment(
                 return subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT)
 
     pending = [r for r in experiment.runs if status[r.name]["state"] != "done"]
+    if on_update is not None:  # finished runs show at once (all of them, run again when done)
+        on_update(status)
     active: dict[str, tuple[Any, float]] = {}
     ended: dict[str, float] = {}
     changed = threading.Event()  # a run ended: schedule the next one at once

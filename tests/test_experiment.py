@@ -66,6 +66,11 @@ def test_runs_in_parallel_and_records_a_failure(tmp_path):
     assert (tmp_path / "exp" / experiment.runs[0].name / "checkpoints" / "latest").exists()
     saved = json.loads((tmp_path / "exp" / "status.json").read_text())
     assert saved[experiment.runs[1].name]["state"] == "failed"
+    # Run again: nothing left to run, and the table shows the finished runs at once.
+    seen = []
+    run_experiment(experiment, jobs=2, on_update=lambda s: seen.append(json.loads(json.dumps(s))))
+    assert seen and seen[0][experiment.runs[0].name]["state"] == "done"
+    assert seen[0][experiment.runs[0].name]["steps"] == 1024
     other = plan({**spec(axes={"optim.lr": [1e-2]}), "name": "other"}, tmp_path / "exp")
     with pytest.raises(ShoalError, match="holds the runs of another experiment"):
         run_experiment(other)
