@@ -533,8 +533,8 @@ def _list(args: argparse.Namespace) -> int:
             _entry(f"{example_name}: {example.algo} on {env_ids[example_name]}", example.expected)
         return 0
 
-    # One line each. Names never wrap or truncate (they are what users type next); the other
-    # columns are cut with an ellipsis at the terminal's width.
+    # Names never wrap or truncate (they are what users type next), nor do the action spaces;
+    # the descriptions are cut with an ellipsis at the terminal's width (--long has them).
     def name(header: str, values: list[str]) -> Column:
         return Column(header, no_wrap=True, min_width=max(map(len, [header, *values])))
 
@@ -546,7 +546,7 @@ def _list(args: argparse.Namespace) -> int:
 
     algos = Table(
         name("algorithm", [s.name for s in specs]),
-        text("actions"),
+        Column("actions", ratio=1, overflow="fold"),  # wrapped, never cut: what a learner takes
         text("what"),
         title="algorithms",
         expand=True,

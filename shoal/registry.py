@@ -63,7 +63,7 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
         multi_policy.multi_agent_ppo,  # PPO, or several policies on a multi-agent env
         multi_policy.build_multi_agent_model,
         "Proximal Policy Optimization (clipped surrogate, GAE, adaptive KL)",
-        "Discrete, Box",
+        "Discrete, Box, MultiDiscrete, MultiBinary, Tuple, Dict",
         backends=NUMPY_BACKENDS,
     ),
 }
@@ -115,7 +115,7 @@ ALGORITHMS["pg"] = AlgorithmSpec(
     pg.PG,
     pg.build_model,
     "REINFORCE: vanilla policy gradient on full-episode returns, optional learned baseline",
-    "Discrete, Box",
+    "Discrete, Box, MultiDiscrete, MultiBinary, Tuple, Dict",
 )
 ALGORITHMS["a2c"] = AlgorithmSpec(
     "a2c",
@@ -123,7 +123,7 @@ ALGORITHMS["a2c"] = AlgorithmSpec(
     a2c.A2C,
     a2c.build_model,
     "A2C: synchronous advantage actor-critic (n-step/GAE, RMSProp or Adam)",
-    "Discrete, Box",
+    "Discrete, Box, MultiDiscrete, MultiBinary, Tuple, Dict",
     backends=NUMPY_BACKENDS,
 )
 
@@ -133,7 +133,7 @@ ALGORITHMS["trpo"] = AlgorithmSpec(
     trpo.TRPO,
     trpo.build_model,
     "Trust Region Policy Optimization (conjugate-gradient natural step, KL line search, GAE)",
-    "Discrete, Box",
+    "Discrete, Box, MultiDiscrete, MultiBinary, Tuple, Dict",
 )
 
 
@@ -235,7 +235,7 @@ ALGORITHMS["impala"] = AlgorithmSpec(
     impala.IMPALA,
     impala.build_model,
     "IMPALA: asynchronous actor-learner with V-trace off-policy correction (Ray runners)",
-    "Discrete, Box",
+    "Discrete, Box, MultiDiscrete, MultiBinary, Tuple, Dict",
 )
 ALGORITHMS["a3c"] = AlgorithmSpec(
     "a3c",
@@ -243,7 +243,7 @@ ALGORITHMS["a3c"] = AlgorithmSpec(
     a3c.A3C,
     a3c.build_model,
     "A3C: asynchronous advantage actor-critic, gradients from Ray workers applied on arrival",
-    "Discrete, Box",
+    "Discrete, Box, MultiDiscrete, MultiBinary, Tuple, Dict",
 )
 ALGORITHMS["ddppo"] = AlgorithmSpec(
     "ddppo",
@@ -251,7 +251,7 @@ ALGORITHMS["ddppo"] = AlgorithmSpec(
     ddppo.DDPPO,
     ddppo.build_model,
     "DD-PPO: decentralized data-parallel PPO, gradients all-reduced over Ray learner processes",
-    "Discrete, Box",
+    "Discrete, Box, MultiDiscrete, MultiBinary, Tuple, Dict",
 )
 ALGORITHMS["appo"] = AlgorithmSpec(
     "appo",
@@ -259,7 +259,7 @@ ALGORITHMS["appo"] = AlgorithmSpec(
     appo.APPO,
     appo.build_model,
     "APPO: PPO sampling in a thread during the update, fixed policy lag, clip or V-trace",
-    "Discrete, Box",
+    "Discrete, Box, MultiDiscrete, MultiBinary, Tuple, Dict",
     backends=NUMPY_BACKENDS,
 )
 ALGORITHMS["apex-dqn"] = AlgorithmSpec(

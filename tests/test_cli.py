@@ -139,10 +139,27 @@ def test_eval_statistics_with_a_bootstrap_interval_and_json(tmp_path, capsys):
     assert json.loads(saved.read_text())["return"] == r  # same seed, same episodes
 
 
-def test_list_shows_algorithms_and_tuned_examples(capsys):
+def test_list_shows_algorithms_and_tuned_examples(capsys, monkeypatch):
+    """At 80 columns: every line fits, and every action space of every learner is stated
+    (the descriptions may be cut; --long has them)."""
+    from shoal.cli import console
+    from shoal.registry import ALGORITHMS
+
+    monkeypatch.setattr(console, "_width", 80)
     assert main(["list"]) == 0
     out = capsys.readouterr().out
     assert "ppo" in out and "ppo-cartpole" in out and "ppo-pendulum" in out
+    assert max(map(len, out.splitlines())) <= 80
+    table = out.split("tuned examples")[0]
+    cells = {}  # algorithm -> its actions cell, joined over its wrapped lines
+    name = None
+    for line in table.splitlines():
+        parts = [p.strip() for p in line.split("│")]
+        if len(parts) == 5:
+            name = parts[1] or name
+            cells[name] = (cells.get(name, "") + " " + parts[2]).strip()
+    for spec in ALGORITHMS.values():
+        assert cells[spec.name] == " ".join(spec.action_spaces.split()), spec.name
 
 
 def test_list_envs(capsys):

@@ -13,7 +13,7 @@ KINDS = ["multidiscrete", "multibinary", "tuple", "dict"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("algo", ["ppo", "a2c", "pg", "trpo", "impala"])
+@pytest.mark.parametrize("algo", ["ppo", "a2c", "pg", "trpo", "impala", "appo"])
 def test_each_on_policy_algorithm_trains_on_each_kind(algo, kind, tmp_path):
     result = shoal.train(
         algo,
@@ -71,3 +71,15 @@ def test_value_based_and_off_policy_learners_name_what_works(tmp_path):
         shoal.train(
             "dqn", env=ENV, run_dir=str(tmp_path / "run"), **{"env.kwargs": {"kind": "tuple"}}
         )
+
+
+@pytest.mark.parametrize("algo", ["a3c", "ddppo"])
+def test_the_ray_learners_train_on_composite_actions(algo, ray_session, tmp_path):
+    """A3C and DD-PPO (Ray workers) on MultiDiscrete and Dict actions, as `shoal list`
+    states."""
+    for kind in ("multidiscrete", "dict"):
+        result = shoal.train(algo, env=ENV, seed=0, total_steps=256,
+                             run_dir=str(tmp_path / kind), **{"env.kwargs": {"kind": kind},
+                             "env.num_envs": 4, "run.eval_every_steps": 256,
+                             "run.eval_episodes": 4, **QUIET})  # fmt: skip
+        assert np.isfinite(result.eval_return)
