@@ -31,6 +31,7 @@ crop80-stack / crop80-diff
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import gymnasium as gym
@@ -51,6 +52,10 @@ __all__ = [
 ]
 
 FRAME_SKIP = 4
+EVAL_MAX_STEPS = 27_000
+"""The evaluation time limit of Atari games: 108,000 frames (30 minutes of play), the limit
+of Machado et al., "Revisiting the Arcade Learning Environment: Evaluation Protocols and Open
+Problems for General Agents" (2018)."""
 NOOP_MAX = 30
 SCREEN_SIZE = 84
 STACK = 4
@@ -249,8 +254,12 @@ def make_atari_vector_env(
     config: EnvConfig, training: bool = True, render_mode: str | None = None
 ) -> gym.vector.VectorEnv:
     """The vector env for ``config.atari`` (not "none"); ``training`` enables episodic life and
-    reward clipping of the deepmind pipeline."""
+    reward clipping of the deepmind pipeline. Evaluation envs (``training`` off) without a
+    ``max_episode_steps`` of their own end a game at `EVAL_MAX_STEPS`, so that a policy that
+    never finishes one cannot hold an evaluation for the env's own limit (400,000 frames)."""
     require_ale()
+    if not training and config.max_episode_steps is None:
+        config = dataclasses.replace(config, max_episode_steps=EVAL_MAX_STEPS)
     spec = env_spec(config.id)
     if not str(spec.entry_point).startswith("ale_py"):
         raise ConfigError(f"EnvConfig.atari = {config.atari!r} needs an ALE id, not {config.id}")

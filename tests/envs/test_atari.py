@@ -209,6 +209,28 @@ def test_evaluation_env_has_no_training_preprocessing():
     train_env.close()
 
 
+@pytest.mark.parametrize("vectorization", ["native", "sync"])
+def test_evaluation_games_end_at_the_protocol_time_limit(vectorization, monkeypatch):
+    """An evaluation game ends at EVAL_MAX_STEPS (here 30) where the config sets no limit of
+    its own: a policy that never finishes a game cannot hold an evaluation; training is not
+    cut there."""
+    import shoal.envs.atari as atari
+
+    monkeypatch.setattr(atari, "EVAL_MAX_STEPS", 30)
+    config = SimpleNamespace(
+        run=RunConfig(eval_episodes=1), env=_config(vectorization=vectorization, num_envs=1)
+    )
+    for env, limited in ((make_eval_env(config), True), (make_env(config.env), False)):
+        env.reset(seed=0)
+        ended = []
+        for step in range(1, 41):
+            result = env.step(np.zeros(1, np.int64))
+            if result.truncated[0] or result.terminated[0]:
+                ended.append(step)
+        env.close()
+        assert (ended[:1] == [30]) == limited, ended
+
+
 def _hand_made_frames():
     frame = np.zeros((210, 160, 3), np.uint8)
     frame[:34] = 200  # score area: cropped away
