@@ -417,7 +417,7 @@ def _report(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     from shoal.api import load
-    from shoal.export import SUFFIX, export
+    from shoal.export import SUFFIX, export, has_mask
 
     policy = load(args.run_dir)
     run_dir = Path(args.run_dir)
@@ -425,12 +425,14 @@ def _export(args: argparse.Namespace) -> int:
         "policy" + SUFFIX[args.format]
     )
     files = export(policy, output, args.format)
+    masked = bool(getattr(policy, "_takes_mask", False)) and has_mask(policy)
     for path in files:
         console.print(
             f"exported: {path} ({args.format}; its actions equal shoal.load(RUN).act's on 64 "
-            "observations)",
+            + ("observations and legal-action masks; inputs obs and action_mask)" if masked
+               else "observations)"),
             highlight=False,
-        )
+        )  # fmt: skip
     return 0
 
 

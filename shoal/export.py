@@ -27,7 +27,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from shoal.config import replace
 from shoal.envs.composite import PackedActions, PackedObs
+from shoal.envs.make import make_multi_agent_env
+from shoal.envs.multi_agent import is_multi_agent_id
 from shoal.envs.normalize import RunningMeanStd
 from shoal.errors import ShoalError
 from shoal.nn.recurrent import is_recurrent
@@ -64,6 +67,15 @@ class DeterministicActor(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.model.distribution(self.normalize(obs)).mode()
+
+
+class MaskedDeterministicActor(DeterministicActor):
+    """``(obs, action_mask) -> action`` for a policy trained with legal-action masks: the
+    file takes the mask ``[B, A]`` (True: legal) as its second input and never picks an
+    illegal action, as ``policy.act(obs, action_mask=m)``."""
+
+    def forward(self, obs: torch.Tensor, action_mask: torch.Tensor) -> torch.Tensor:
+        return self.model.distribution(self.normalize(obs), action_mask.bool()).mode()
 
 
 class RecurrentDeterministicActor(DeterministicActor):
@@ -146,14 +158,23 @@ def export(
     if isinstance(policy, JointPolicy):
         return [_export_group(policy, g, path, format, check) for g in policy.groups]
     space = policy.observation_space
-    if (
-        space is None
-        or (isinstance(space, PackedObs) and not critic_part(space))
-        or isinstance(policy.action_space, PackedActions)
-    ):
+    if space is None or (isinstance(space, PackedObs) and not critic_part(space)):
+        shown = getattr(space, "original", space)
         raise ShoalError(
-            "export supports Box, Discrete and MultiDiscrete observations and actions; this "
-            f"policy's spaces are {space} -> {policy.action_space}"
+            f"export takes policies whose observation is one array (Box, Discrete, "
+            f"MultiDiscrete); this one reads {shown}: use shoal.load(RUN).act in Python, "
+            "which takes Dict and Tuple observations as the env gives them"
+        )
+    if isinstance(policy.action_space, PackedActions):
+        raise ShoalError(
+            f"export takes policies whose action is one array (Discrete, MultiDiscrete, Box); "
+            f"this one acts in {policy.action_space.original}: use shoal.load(RUN).act in Python"
+        )
+    masked = bool(getattr(policy, "_takes_mask", False)) and has_mask(policy)
+    if masked and is_recurrent(policy.model):
+        raise ShoalError(
+            "export of a recurrent policy with action masks is not supported yet: use "
+            "shoal.load(RUN).act(obs, action_mask=m) in Python"
         )
     obs = example_observations(actor_space(space), check, seed=0)
     full = obs
@@ -165,6 +186,11 @@ def export(
         state = policy.model.initial_state(check).cpu()
         inputs: tuple = (torch.as_tensor(obs), state)
         names, outputs = ["obs", "state"], ["action", "next_state"]
+    elif masked:
+        module = MaskedDeterministicActor(policy).eval()
+        mask = example_masks(policy.action_space, check, seed=2)
+        inputs = (torch.as_tensor(obs), torch.as_tensor(mask))
+        names, outputs = ["obs", "action_mask"], ["action"]
     else:
         module = DeterministicActor(policy).eval()
         inputs = (torch.as_tensor(obs),)
@@ -172,10 +198,42 @@ def export(
     _write(module, inputs, names, outputs, path, format)
     if hasattr(policy.model, "reset_state"):  # act from a zero state, as the file is checked
         policy.model.reset_state()
-    want = policy.act(full)
-    got = run_exported(path, obs, format, recurrent=is_recurrent(policy.model))
+    if masked:
+        want = policy.act(full, action_mask=mask)
+        got = run_exported(path, obs, format, action_mask=mask)
+        if not np.take_along_axis(mask, np.asarray(got).reshape(-1, 1), 1).all():
+            raise ShoalError(f"{path}: the exported policy picked an illegal action")
+    else:
+        want = policy.act(full)
+        got = run_exported(path, obs, format, recurrent=is_recurrent(policy.model))
     _compare(got, want, path)
     return [path]
+
+
+def has_mask(policy: ActorPolicy) -> bool:
+    """Whether the run trained with legal-action masks (``env.action_mask``, or a masked
+    multi-agent env): then the exported file takes them."""
+    env = getattr(policy.config, "env", None)
+    if env is None:
+        return False
+    if getattr(env, "action_mask", "none") not in ("none", None, ""):
+        return True
+    if not is_multi_agent_id(env.id):
+        return False
+    probe = make_multi_agent_env(replace(env, num_envs=1))  # masks in its observations?
+    try:
+        probe.reset(seed=0)
+        return getattr(probe, "action_mask", None) is not None
+    finally:
+        probe.close()
+
+
+def example_masks(space: gym.Space, batch: int, seed: int) -> np.ndarray:
+    """``batch`` random legal-action masks of a Discrete space, each with a legal action."""
+    rng = np.random.default_rng(seed)
+    mask = rng.random((batch, int(space.n))) < 0.5
+    mask[np.arange(batch), rng.integers(0, int(space.n), batch)] = True
+    return mask
 
 
 def _export_group(joint: JointPolicy, group: str, path: Path, format: str, check: int) -> Path:
@@ -218,11 +276,25 @@ def _write(module: nn.Module, inputs: tuple, names: list[str], outputs: list[str
 
 
 def run_exported(
-    path: Path, obs: np.ndarray, format: str, recurrent: bool = False, state: Any = None
+    path: Path,
+    obs: np.ndarray,
+    format: str,
+    recurrent: bool = False,
+    state: Any = None,
+    action_mask: np.ndarray | None = None,
 ) -> np.ndarray:
     """The actions an exported file gives for ``obs`` (a recurrent one from a zero state,
-    unless ``state`` is given)."""
+    unless ``state`` is given; a masked one with ``action_mask``)."""
     obs = np.asarray(obs, np.float32)
+    if action_mask is not None:
+        if format == "torchscript":
+            with torch.no_grad():
+                out = torch.jit.load(str(path))(torch.as_tensor(obs), torch.as_tensor(action_mask))
+            return out.numpy()
+        import onnxruntime
+
+        session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        return session.run(["action"], {"obs": obs, "action_mask": np.asarray(action_mask)})[0]
     if recurrent and state is None:
         hidden = _state_size(path, format)
         state = np.zeros((len(obs), 2, hidden), np.float32)

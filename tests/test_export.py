@@ -108,3 +108,27 @@ def test_command_line_and_errors(tmp_path, capsys):
     assert "its actions equal shoal.load(RUN).act's" in capsys.readouterr().out
     with pytest.raises(ShoalError, match="format must be one of"):
         export(shoal.load(run_dir), tmp_path / "x", "tflite")
+
+
+@pytest.mark.extra("pettingzoo")
+@pytest.mark.parametrize("format", FORMATS)
+def test_an_action_masked_policy_exports_with_a_mask_input(format, tmp_path):
+    """Tic-tac-toe (PettingZoo masks): the file takes ``action_mask`` and, like
+    ``act(obs, action_mask=m)``, never picks an illegal square."""
+    from shoal.export import example_masks
+
+    run_dir = train(tmp_path, "ppo", env="pettingzoo:pettingzoo.classic.tictactoe_v3",
+                    num_steps=32)  # fmt: skip
+    policy = shoal.load(run_dir)
+    [path] = export(policy, tmp_path / "policy", format)
+    obs = example_observations(policy.observation_space, 100, seed=11)
+    mask = example_masks(policy.action_space, 100, seed=12)
+    got = run_exported(path, obs, format, action_mask=mask)
+    np.testing.assert_array_equal(got, policy.act(obs, action_mask=mask))
+    assert mask[np.arange(100), got].all()
+
+
+def test_a_dict_observation_policy_is_refused_in_user_terms(tmp_path):
+    run_dir = train(tmp_path, "ppo", env="shoal/GoalLine-v0", num_steps=32)
+    with pytest.raises(ShoalError, match=r"reads Dict\('goal'.*shoal.load\(RUN\).act in Python"):
+        export(shoal.load(run_dir), tmp_path / "policy", "torchscript")
