@@ -133,7 +133,9 @@ def evaluate(
 
 def make_env(env: str | EnvConfig, num_envs: int | None = None, **kwargs: Any) -> VectorEnv:
     """A shoal vector env (not yet reset) from an id or an `EnvConfig`, with ``num_envs``
-    parallel envs (default: the config's own, or 1 for an id)."""
+    parallel envs (default: the config's own, or 1 for an id). Unlike Gymnasium's vector
+    envs, ``reset(seed)`` returns the observations alone and ``step`` one `StepResult`
+    (`shoal.envs.base.VectorEnv`)."""
     if isinstance(env, EnvConfig):
         if kwargs:
             raise TypeError(f"pass settings in the EnvConfig, not as keywords: {sorted(kwargs)}")
