@@ -9,6 +9,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+CORE_STAMP := $(VENV)/.shoal-core-installed
 STAMP := $(VENV)/.shoal-installed
 BENCH_STAMP := $(VENV)/.shoal-bench-installed
 
@@ -16,9 +17,15 @@ BENCH_STAMP := $(VENV)/.shoal-bench-installed
 
 install: $(STAMP)
 
-# constraints.txt pins torch to the CPU build this project is developed against.
-$(STAMP): pyproject.toml constraints.txt
+# constraints.txt pins torch to the CPU build this project is developed against. `make train`
+# needs shoal's own dependencies only (seconds to install beside torch); the tests need every
+# extra (Ray, SUMO, SMARTS, MuJoCo, Atari, ...: several GB), installed on top.
+$(CORE_STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e .
+	touch $(CORE_STAMP)
+
+$(STAMP): $(CORE_STAMP)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,video,mujoco,pettingzoo,atari,ray,sumo,smarts,export,report,tune,wandb,mlflow]'
 	touch $(STAMP)
 
@@ -26,7 +33,7 @@ $(BENCH_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,video,mujoco,pettingzoo,atari,ray,sumo,smarts,export,report,tune,wandb,mlflow,bench]'
 	touch $(BENCH_STAMP)
 
-train: $(STAMP)
+train: $(CORE_STAMP)
 	$(BIN)/shoal train --tuned ppo-cartpole $(TRAIN_ARGS)
 
 lint: $(STAMP)
