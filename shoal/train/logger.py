@@ -16,7 +16,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -305,8 +305,11 @@ class ConsoleLogger:
         total_steps: int | None,
         every_s: float = 1.0,
         console: Console | None = None,
+        groups: Sequence[str] = (),
     ) -> None:
         self.total_steps = total_steps
+        self.groups = list(groups) if len(groups) > 1 else []
+        """Several groups: each group's evaluation return is shown, never their mean."""
         self.every_s = every_s
         self._console = console if console is not None else Console()
         self._live = self._console.is_terminal
@@ -323,6 +326,8 @@ class ConsoleLogger:
         self._return: float | None = None
         self._eval_return: float | None = None
         self._eval_rates = ""
+        self._eval_groups = ""
+        self._groups_return = ""
         self._rendered: tuple | None = None
         self._closed = False
 
@@ -353,13 +358,21 @@ class ConsoleLogger:
             self._reported_rate = float(metrics[STEPS_PER_S_KEY])
         if RETURN_KEY in metrics:
             self._return = float(metrics[RETURN_KEY])
+            self._groups_return = self._per_group(metrics, RETURN_KEY)
         if EVAL_RETURN_KEY in metrics:
             self._eval_return = float(metrics[EVAL_RETURN_KEY])
             self._eval_rates = eval_rates(metrics)
+            self._eval_groups = self._per_group(metrics, EVAL_RETURN_KEY)
 
         if now >= self._next_render_time:
             self._next_render_time = now + self._min_interval_s
             self._render(now)
+
+    def _per_group(self, metrics: Mapping[str, float], key: str) -> str:
+        """``adversary 7.0 agent -7.5``: each group's ``key/<group>``, or "" with one group."""
+        return " ".join(
+            f"{g} {metrics[f'{key}/{g}']:.1f}" for g in self.groups if f"{key}/{g}" in metrics
+        )
 
     def _render(self, now: float) -> None:
         if self._progress is not None:
@@ -397,9 +410,13 @@ class ConsoleLogger:
 
     def _return_parts(self) -> list[str]:
         parts = []
-        if self._return is not None:
+        if self._groups_return:
+            parts.append(f"return {self._groups_return}")
+        elif self._return is not None:
             parts.append(f"return {self._return:.1f}")
-        if self._eval_return is not None:
+        if self._eval_groups:
+            parts.append(f"eval {self._eval_groups}")
+        elif self._eval_return is not None:
             parts.append(f"eval {self._eval_return:.1f}")
         if self._eval_rates:
             parts.append(self._eval_rates)
@@ -492,6 +509,7 @@ def make_loggers(
     tensorboard: bool = True,
     resume_step: int | None = None,
     trackers: Iterable[Logger] = (),
+    groups: Sequence[str] = (),
 ) -> MultiLogger:
     """The standard set of loggers for a run directory.
 
@@ -499,7 +517,8 @@ def make_loggers(
     ``run_dir/tb/`` (if ``tensorboard``) and a console progress display (if ``console``).
     A run resumed from a checkpoint at env step ``resume_step`` continues the files, without
     what the interrupted run logged after that step (`MultiLogger.lost_steps` says how much).
-    ``trackers`` (`shoal.train.trackers`) log beside them.
+    ``trackers`` (`shoal.train.trackers`) log beside them. ``groups``: the agent groups of
+    a run whose groups act together, each shown with its own evaluation return.
     """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -511,5 +530,5 @@ def make_loggers(
         loggers.append(TensorBoardLogger(run_dir / "tb", resume_step=resume_step))
     loggers.extend(trackers)
     if console:
-        loggers.append(ConsoleLogger(total_steps))
+        loggers.append(ConsoleLogger(total_steps, groups=groups))
     return MultiLogger(loggers)

@@ -180,6 +180,7 @@ class Session:
                 trackers=make_trackers(
                     self.run_dir, json.loads(config_text), run_cfg.wandb, run_cfg.mlflow
                 ),
+                groups=list(getattr(self.eval_env, "groups", {}) or {}) if joint else (),
             )
         )
         if resume is not None:

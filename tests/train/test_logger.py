@@ -250,3 +250,17 @@ def test_resume_cuts_every_metric_file_back_to_the_checkpoint(tmp_path):
     scalars = events.Scalars("loss/total")
     assert [s.step for s in scalars] == [1, 2, 3, 4, 5, 6, 7]
     assert [s.value for s in scalars][3:] == [40.0, 50.0, 60.0, 70.0]
+
+
+def test_console_shows_each_group_and_the_evaluation_rates():
+    """Opposing groups each with their return (never the mean over both), a game's wins per
+    seat and the env's own rates."""
+    console = plain_console()
+    logger = ConsoleLogger(total_steps=100, every_s=0.0, console=console, groups=["pred", "prey"])
+    logger.log({"episode/return": 0.0, "episode/return/pred": 4.0, "episode/return/prey": -4.0,
+                "eval/return": 0.5, "eval/return/pred": 6.0, "eval/return/prey": -5.0,
+                "eval/win/pred": 0.75, "eval/collision_rate": 0.25}, step=10)  # fmt: skip
+    logger.close()
+    line = console.file.getvalue().splitlines()[-1]
+    assert "| return pred 4.0 prey -4.0 | eval pred 6.0 prey -5.0 |" in line
+    assert "win pred 0.75 collision 0.25" in line and "eval 0.5" not in line
