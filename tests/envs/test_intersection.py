@@ -222,8 +222,16 @@ def test_learners_train_on_it_and_log_the_traffic_statistics(algo, tmp_path):
     assert any(key.startswith("loss/") for key in logged)
     frame = IntersectionEnv(1, traffic="high", seed=0)
     frame.reset(seed=0)
+    for _ in range(30):  # background cars enter
+        frame.step({"agent": np.zeros((1, 4), np.int64)})
     image = frame.render()
-    assert image.shape == (240, 240, 3) and image.dtype == np.uint8
+    assert image.shape == (480, 480, 3) and image.dtype == np.uint8
+    # The learning agents stand out: each in its colour inside a white halo, the background
+    # traffic dark grey.
+    pixels = image.reshape(-1, 3)
+    assert (pixels == (255, 255, 255)).all(1).sum() > 100  # the halos, about 4 pixels a metre
+    assert (pixels == (220, 60, 60)).all(1).sum() > 20  # agent 0's colour
+    assert (pixels == (40, 40, 40)).all(1).any()  # high traffic: other cars
 
 
 def test_bad_options_backends_and_missing_simulators_are_clear_errors(monkeypatch):
