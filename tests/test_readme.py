@@ -1,6 +1,8 @@
 """Every example of the README as written: each YAML block parses and is a valid file of
-its kind, and each ``shoal train`` command line parses into a config (training is replaced by
-a stub: the budgets of the examples are the user's, not a test's)."""
+its kind, each ``shoal train`` command line parses into a config (training is replaced by a
+stub: the budgets of the examples are the user's, not a test's), and each block's other
+commands (eval, export, experiment, report, tune, list) run as written, at a tiny budget, on
+the run the block's train line before them makes (trained for real, at a tiny budget)."""
 
 import contextlib
 import re
@@ -10,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import shoal
 import shoal.api
 from shoal.cli import main
 
@@ -77,3 +80,101 @@ def test_each_train_command_parses_into_a_config(line, monkeypatch, capsys):
     with contextlib.suppress(AttributeError, TypeError):  # the stub returns no result
         main(shlex.split(line)[1:])
     assert built, capsys.readouterr().out
+
+
+TINY = ["--run.total-steps", "256", "--run.eval-every-steps", "0", "--run.no-console",
+        "--run.no-tensorboard"]  # fmt: skip
+"""Appended to the train line whose run a later command of its block reads."""
+
+
+def block_scripts() -> list[list[str]]:
+    """The bash blocks with a command besides ``shoal train``, as lists of shoal lines."""
+    scripts = []
+    for kind, text in BLOCKS:
+        if kind != "bash":
+            continue
+        lines = [line.split(" #")[0].strip() for line in text.replace("\\\n", " ").splitlines()]
+        lines = [line for line in lines if line.startswith("shoal ")]
+        if any(not line.startswith("shoal train") for line in lines):
+            scripts.append(lines)
+    return scripts
+
+
+def write_readme_files(directory: Path) -> None:
+    """The README's YAML files (each names itself on its first line) and the user modules
+    its examples import: ``mynets`` as the README writes it, ``my_envs`` with a whole
+    Corridor (the README leaves its body out)."""
+    from test_first_hour import CUSTOM_ENV
+
+    for kind, text in BLOCKS:
+        first = text.splitlines()[0]
+        if kind == "yaml" and first.startswith("# ") and first.endswith(".yaml"):
+            (directory / first[2:]).write_text(text)
+        if kind == "python" and first == "# mynets.py":
+            (directory / "mynets.py").write_text(text)
+    (directory / "my_envs.py").write_text(CUSTOM_ENV)
+
+
+def tiny_files(directory: Path) -> None:
+    """The experiment and the search at a tiny budget: 2,048 steps a run, 1 seed, 2 trials."""
+    sweep = yaml.safe_load((directory / "lr-sweep.yaml").read_text())
+    sweep.update(seeds=1, config={"run": {"total_steps": 2048, "target_return": None}})
+    (directory / "lr-sweep.yaml").write_text(yaml.safe_dump(sweep))
+    search = yaml.safe_load((directory / "search.yaml").read_text())
+    search.update(trials=2, config={"run": {"total_steps": 2048, "eval_every_steps": 1024,
+                                            "target_return": None}})  # fmt: skip
+    (directory / "search.yaml").write_text(yaml.safe_dump(search))
+
+
+def reads_a_run(argv: list[str]) -> bool:
+    return argv[0] in ("eval", "export") or "--resume" in argv
+
+
+def with_run(argv: list[str], run: str) -> list[str]:
+    """``argv`` with the README's placeholder run (``runs/...``, ``RUN``) replaced."""
+    return [run if a == "RUN" or (a.startswith("runs/") and "experiments" not in a) else a
+            for a in argv]  # fmt: skip
+
+
+def scripts_and_marks() -> list:
+    """Each block, the MuJoCo one in the slow tier: rendering a 1,000-step HalfCheetah
+    episode headless (EGL) takes about a minute on 2 cores."""
+    return [
+        pytest.param(lines, id=lines[-1][:40],
+                     marks=[pytest.mark.slow] if any("cheetah" in x for x in lines) else [])
+        for lines in block_scripts()
+    ]  # fmt: skip
+
+
+@pytest.mark.extra("report", "tune", "export", "pettingzoo", "video")
+@pytest.mark.parametrize("lines", scripts_and_marks())
+def test_each_blocks_commands_run_as_written(lines, tmp_path, monkeypatch, capsys):
+    if any("cheetah.mp4" in line for line in lines):
+        pytest.importorskip("mujoco", reason="needs pip install 'shoal[mujoco]'")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    write_readme_files(tmp_path)
+    tiny_files(tmp_path)
+    real_train = shoal.api.train
+    argvs = [shlex.split(line)[1:] for line in lines]
+    run, built = None, []
+    for i, argv in enumerate(argvs):
+        if argv[0] == "train" and "--help" in argv:
+            continue  # test_each_train_command_parses_into_a_config runs the help lines
+        if argv[0] == "train" and not reads_a_run(argv):
+            needed = any(reads_a_run(later) for later in argvs[i + 1 :])
+            if not needed:
+                continue  # parsed by test_each_train_command_parses_into_a_config
+            run = str(tmp_path / "runs" / f"r{i}")
+            assert main([*argv, *TINY, "--run.run-dir", run]) == 0, capsys.readouterr().out
+            continue
+        if argv[0] == "train":  # a resume: parsed on the run, not trained for the budget
+            built.clear()
+            monkeypatch.setattr(shoal.api, "train", lambda c, resume=None: built.append(c))
+            with contextlib.suppress(AttributeError, TypeError):
+                main(with_run(argv, run))
+            monkeypatch.setattr(shoal.api, "train", real_train)
+            assert built, capsys.readouterr().out
+            continue
+        code = main(with_run(argv, run) if reads_a_run(argv) else argv)
+        assert code == 0, (argv, capsys.readouterr().out)
