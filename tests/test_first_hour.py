@@ -216,14 +216,14 @@ def test_train_help_says_what_it_takes():
         assert what in out, out
 
 
-# Items 10 and 11: listings.
+# Items 10 and 11: listings (an algorithm's action spaces wrap rather than being cut).
 def test_list_is_one_line_per_algorithm_and_tuned_example():
     code, out = shoal_cli("list")
     assert code == 0, out
     lines = out.splitlines()
     assert all(len(line) <= 80 for line in lines), max(lines, key=len)
     algorithms, tuned = len(shoal.ALGORITHMS), len(shoal.registry.tuned_examples())
-    assert len(lines) <= algorithms + tuned + 16  # titles, rules, headers and a hint
+    assert len(lines) <= 3 * algorithms + tuned + 16  # titles, rules, headers and a hint
     for name in (*shoal.ALGORITHMS, *shoal.registry.tuned_examples()):
         assert re.search(rf"^\S*\s*{re.escape(name)}\s", out, re.M), name
     code, long = shoal_cli("list", "--long")

@@ -404,15 +404,17 @@ def make_eval_env(config: Any, joint: bool = False):
 
 
 def _drop_reached_target(config: Any, resume: Checkpoint, loop: LoopState) -> Any:
-    """Resuming a run with ``run.total_steps`` raised beyond the run's own means "train for
-    longer": a ``run.target_return`` the run has already reached would stop it after one
-    iteration, so it is dropped, with a note. A higher target, not yet reached, is kept; a
-    plain resume of a run that reached its target keeps it, and stops at once."""
+    """Resuming a run with a ``run.total_steps`` of its own (not the run's), beyond the
+    checkpoint, means "train for longer": a ``run.target_return`` the run has already
+    reached would stop it after one iteration, so it is dropped, with a note. A higher
+    target, not yet reached, is kept; a plain resume of a run that reached its target keeps
+    it, and stops at once."""
     target = config.run.target_return
     if target is None or loop.eval_return is None or loop.eval_return < target:
         return config
     saved_total = int((resume.config.get("run") or {}).get("total_steps", 0))
-    if config.run.total_steps <= max(saved_total, int(resume.meta["env_steps"])):
+    given = config.run.total_steps != saved_total  # a total named on the resume
+    if not given or config.run.total_steps <= int(resume.meta["env_steps"]):
         print(
             f"note: the run had reached its target_return {target:g} (eval return "
             f"{loop.eval_return:.1f}): nothing to train (raise --run.total-steps to train on)"
