@@ -128,7 +128,8 @@ def evaluate(
     draw / loss rates, the env's own statistics). ``fixed`` puts ``{group or agent:
     "random" | "module:Class"}`` players in trained ones' places; ``env_kwargs`` changes env
     options (`shoal.evaluation.Evaluation`)."""
-    return Evaluation(load(run), fixed, env_kwargs).statistics(episodes, seed, deterministic)
+    evaluation = Evaluation(load(run), fixed, env_kwargs, loader=load)
+    return evaluation.statistics(episodes, seed, deterministic)
 
 
 def make_env(env: str | EnvConfig, num_envs: int | None = None, **kwargs: Any) -> VectorEnv:

@@ -92,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         metavar=("GROUP", "POLICY"),
         default=[],
         help="multi-agent envs: let GROUP (or one agent, a seat) act by a fixed POLICY (random, "
-        "or module:Class) instead of its trained one (or the run's env.opponents); repeatable",
+        "module:Class, or run:PATH, another run or checkpoint) instead of its trained one (or "
+        "the run's env.opponents); repeatable",
     )
     eval_p.add_argument(
         "--env.kwargs",
@@ -441,7 +442,9 @@ def _eval(args: argparse.Namespace) -> int:
     from shoal.evaluation import Evaluation
     from shoal.train.video import record_video
 
-    evaluation = Evaluation(load(args.run_dir), dict(args.fixed), _env_kwargs(args.env_kwargs))
+    evaluation = Evaluation(
+        load(args.run_dir), dict(args.fixed), _env_kwargs(args.env_kwargs), loader=load
+    )
     report = evaluation.statistics(args.episodes, args.seed, deterministic=not args.stochastic)
     report["run"] = str(args.run_dir)
     if args.json == "-":

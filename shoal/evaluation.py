@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from shoal.collect.evaluate import evaluate_episodes, evaluate_joint_episodes
 from shoal.config import replace
 from shoal.envs import make_env
@@ -23,13 +25,36 @@ from shoal.stats import rate, summary
 OUTCOMES = (("win", 1), ("draw", 0), ("loss", -1))
 
 
+class RunPlayer:
+    """A trained run (or one checkpoint of it, ``RUN/checkpoints/step_N``) as a fixed player
+    of ``key``'s group or seat: another run, or an earlier checkpoint of the same self-play
+    run, set against the one evaluated. Its ``act(obs, action_mask)`` takes the group's
+    observations ``[B, N, ...]``, as fixed players do."""
+
+    def __init__(self, policy: Any, path: str, key: str, env: Any):
+        agents = {a: g.name for g in env.groups.values() for a in g.agents}
+        self.group = agents.get(key, key)
+        if isinstance(policy, JointPolicy):
+            if self.group not in policy.groups:
+                raise ShoalError(f"run {path} has no policy for group {self.group!r}")
+        else:
+            policy = GroupPolicy(policy, {self.group: env.groups[self.group]}, None)
+            if policy.layout.global_state:
+                raise ShoalError(f"run {path} reads the global state: it cannot play one group")
+        self.policy = policy
+
+    def act(self, obs: np.ndarray, action_mask: np.ndarray | None = None) -> np.ndarray:
+        masks = None if action_mask is None else {self.group: action_mask}
+        return self.policy.act({self.group: obs}, action_mask=masks)[self.group]
+
+
 class Evaluation:
     """A run's policy and the env config it is evaluated on.
 
     Args:
         policy: the run's policy (`shoal.load`), with the run's config.
-        fixed: ``{group or agent: "random" | "module:Class"}`` players in place of trained
-            ones (multi-agent envs only).
+        fixed: ``{group or agent: "random" | "module:Class" | "run:PATH"}`` players in place
+            of trained ones (multi-agent envs only); ``run:PATH`` is another run or checkpoint.
         env_kwargs: env options over the run's own (``{"backend": "sumo"}``).
     """
 
@@ -38,8 +63,11 @@ class Evaluation:
         policy: Any,
         fixed: dict[str, str] | None = None,
         env_kwargs: dict[str, Any] | None = None,
+        loader: Any = None,
     ):
         self.policy = policy
+        self.loader = loader
+        """``shoal.load``, for ``run:PATH`` players."""
         trained = self.policy.config.env
         self.env_config = replace(
             trained, normalize_obs=False, normalize_reward=False, atari_training=False,
@@ -63,11 +91,24 @@ class Evaluation:
 
     def playing(self, env: Any) -> Any:
         """The policy that plays ``env``: the run's, on the env's groups, with the fixed
-        players in place."""
+        players in place (``run:PATH``: the policy of another run or checkpoint)."""
         policy = self.policy
         if self.joint and not isinstance(policy, JointPolicy):
             policy = GroupPolicy(policy, env.groups, env.state_space)
-        return policy.with_fixed(self.fixed, env.groups) if self.fixed else policy
+        if not self.fixed:
+            return policy
+        players: dict[str, Any] = {}
+        for key, spec in self.fixed.items():
+            path = spec.removeprefix("run:")
+            if path == spec:
+                players[key] = spec
+            elif self.loader is None:
+                raise ShoalError(
+                    "run:PATH players need a loader (shoal.evaluate passes shoal.load)"
+                )
+            else:
+                players[key] = RunPlayer(self.loader(path), path, key, env)
+        return policy.with_fixed(players, env.groups)
 
     def players(self, groups: dict[str, Any]) -> dict[str, str]:
         """Who plays each group (or seat, where one is fixed): ``trained``, the run's

@@ -236,10 +236,11 @@ class GroupPolicy:
         return play_fixed(out, self.fixed, obs, action_mask)
 
 
-def fixed_players(specs: dict[str, str], groups: dict[str, Any]) -> dict[str, tuple]:
+def fixed_players(specs: dict[str, Any], groups: dict[str, Any]) -> dict[str, tuple]:
     """``{group or agent id: spec}`` -> ``{key: (group, seat or None, player)}``, each
-    player built from its group's spaces (`shoal.envs.opponents`); an unknown name is one
-    error naming the env's groups and agents."""
+    player built from its group's spaces (`shoal.envs.opponents`), or given built (an object
+    with ``act(obs, action_mask)``); an unknown name is one error naming the env's groups and
+    agents."""
     agents = {a: (g.name, i) for g in groups.values() for i, a in enumerate(g.agents)}
     unknown = [k for k in specs if k not in groups and k not in agents]
     if unknown:
@@ -251,7 +252,10 @@ def fixed_players(specs: dict[str, str], groups: dict[str, Any]) -> dict[str, tu
     for index, (key, spec) in enumerate(specs.items()):
         group, seat = (key, None) if key in groups else agents[key]
         g = groups[group]
-        player = make_opponent(group, spec, g.observation_space, g.action_space)
+        if isinstance(spec, str):
+            player = make_opponent(group, spec, g.observation_space, g.action_space)
+        else:
+            player = spec
         if hasattr(player, "reset"):
             player.reset(index)
         players[key] = (group, seat, player)

@@ -134,3 +134,22 @@ def test_evaluate_and_a_quiet_run_from_python(tmp_path, capsys):
     assert stats == shoal.evaluate(result.run_dir, episodes=6, seed=3)  # reproducible
     with pytest.raises(shoal.errors.ShoalError, match="multi-agent"):
         shoal.evaluate(result.run_dir, fixed={"agent": "random"})
+
+
+@pytest.mark.extra("pettingzoo")
+def test_a_seat_played_by_another_run_or_checkpoint(tmp_path):
+    """``run:PATH`` players: the run set against its own checkpoint plays exactly as the run
+    on both seats (deterministic actions); another run can take a seat too."""
+    small = {"env.num_envs": 4, "num_steps": 32, "minibatch_size": 64}
+    first = shoal.train("ppo", env=TICTACTOE, total_steps=256, run_dir=str(tmp_path / "a"),
+                        seed=1, **small, **QUIET)  # fmt: skip
+    other = shoal.train("ippo", env=TICTACTOE, total_steps=256, run_dir=str(tmp_path / "b"),
+                        seed=2, **small, **QUIET)  # fmt: skip
+    alone = shoal.evaluate(first.run_dir, episodes=8)
+    [checkpoint] = (tmp_path / "a" / "checkpoints").glob("step_*")
+    itself = shoal.evaluate(first.run_dir, episodes=8, fixed={"player_2": f"run:{checkpoint}"})
+    assert itself["players"]["player_2"] == f"run:{checkpoint}"
+    assert itself["outcomes"] == alone["outcomes"] and itself["agents"] == alone["agents"]
+    versus = shoal.evaluate(first.run_dir, episodes=8, fixed={"player_2": f"run:{other.run_dir}"})
+    rates = versus["outcomes"]["player_1"]
+    assert sum(r["rate"] for r in rates.values()) == pytest.approx(1.0)
