@@ -128,7 +128,9 @@ def evaluate(
     draw / loss rates, the env's own statistics). ``fixed`` puts ``{group or agent:
     "random" | "module:Class"}`` players in trained ones' places; ``env_kwargs`` changes env
     options (`shoal.evaluation.Evaluation`)."""
-    evaluation = Evaluation(load(run), fixed, env_kwargs, loader=load)
+    pools = any(str(spec).startswith("pool:") for spec in (fixed or {}).values())
+    checkpoint = load_checkpoint(run) if pools else None
+    evaluation = Evaluation(load(run), fixed, env_kwargs, loader=load, checkpoint=checkpoint)
     return evaluation.statistics(episodes, seed, deterministic)
 
 

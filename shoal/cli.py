@@ -92,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         metavar=("GROUP", "POLICY"),
         default=[],
         help="multi-agent envs: let GROUP (or one agent, a seat) act by a fixed POLICY (random, "
-        "module:Class, or run:PATH, another run or checkpoint) instead of its trained one (or "
-        "the run's env.opponents); repeatable",
+        "module:Class, run:PATH: another run or checkpoint, pool:ID: a snapshot of the run's "
+        "self-play pool) instead of its trained one (or the run's env.opponents); repeatable",
     )
     eval_p.add_argument(
         "--env.kwargs",
@@ -440,11 +440,15 @@ def _export(args: argparse.Namespace) -> int:
 def _eval(args: argparse.Namespace) -> int:
     from shoal.api import load
     from shoal.evaluation import Evaluation
+    from shoal.train.checkpoint import load_checkpoint
     from shoal.train.video import record_video
 
+    fixed = dict(args.fixed)
+    pools = any(spec.startswith("pool:") for spec in fixed.values())
     evaluation = Evaluation(
-        load(args.run_dir), dict(args.fixed), _env_kwargs(args.env_kwargs), loader=load
-    )
+        load(args.run_dir), fixed, _env_kwargs(args.env_kwargs), loader=load,
+        checkpoint=load_checkpoint(args.run_dir) if pools else None,
+    )  # fmt: skip
     report = evaluation.statistics(args.episodes, args.seed, deterministic=not args.stochastic)
     report["run"] = str(args.run_dir)
     if args.json == "-":

@@ -9,6 +9,7 @@ Opposing groups, or a game's seats, are never averaged into one return."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import numpy as np
@@ -48,13 +49,28 @@ class RunPlayer:
         return self.policy.act({self.group: obs}, action_mask=masks)[self.group]
 
 
+def _find_pool(state: Any) -> dict[str, Any] | None:
+    """The self-play pool's state (`shoal.collect.self_play.SnapshotPool.state_dict`) inside
+    an algorithm's checkpoint state, wherever its sampler keeps it; None without one."""
+    if isinstance(state, dict):
+        pool = state.get("pool")
+        if isinstance(pool, dict) and "weights" in pool and "elo" in pool:
+            return pool
+        for value in state.values():
+            found = _find_pool(value)
+            if found is not None:
+                return found
+    return None
+
+
 class Evaluation:
     """A run's policy and the env config it is evaluated on.
 
     Args:
         policy: the run's policy (`shoal.load`), with the run's config.
-        fixed: ``{group or agent: "random" | "module:Class" | "run:PATH"}`` players in place
-            of trained ones (multi-agent envs only); ``run:PATH`` is another run or checkpoint.
+        fixed: ``{group or agent: "random" | "module:Class" | "run:PATH" | "pool:ID"}``
+            players in place of trained ones (multi-agent envs only); ``run:PATH`` is another
+            run or checkpoint, ``pool:ID`` a snapshot of the run's self-play pool.
         env_kwargs: env options over the run's own (``{"backend": "sumo"}``).
     """
 
@@ -64,10 +80,14 @@ class Evaluation:
         fixed: dict[str, str] | None = None,
         env_kwargs: dict[str, Any] | None = None,
         loader: Any = None,
+        checkpoint: Any = None,
     ):
         self.policy = policy
         self.loader = loader
         """``shoal.load``, for ``run:PATH`` players."""
+        self.checkpoint = checkpoint
+        """The run's checkpoint (`shoal.train.checkpoint.load_checkpoint`), for ``pool:ID``
+        players: the snapshots of its self-play pool."""
         trained = self.policy.config.env
         self.env_config = replace(
             trained, normalize_obs=False, normalize_reward=False, atari_training=False,
@@ -99,16 +119,33 @@ class Evaluation:
             return policy
         players: dict[str, Any] = {}
         for key, spec in self.fixed.items():
-            path = spec.removeprefix("run:")
-            if path == spec:
+            if spec.startswith("pool:"):
+                players[key] = RunPlayer(self.snapshot(spec.removeprefix("pool:")), spec, key, env)
+            elif not spec.startswith("run:"):
                 players[key] = spec
             elif self.loader is None:
                 raise ShoalError(
                     "run:PATH players need a loader (shoal.evaluate passes shoal.load)"
                 )
             else:
+                path = spec.removeprefix("run:")
                 players[key] = RunPlayer(self.loader(path), path, key, env)
         return policy.with_fixed(players, env.groups)
+
+    def snapshot(self, which: str) -> JointPolicy:
+        """The run's policy with the weights of snapshot ``which`` (an id) of its self-play
+        pool, as the checkpoint holds it."""
+        pool = _find_pool(self.checkpoint.state["algorithm"]) if self.checkpoint else None
+        if pool is None or not isinstance(self.policy, JointPolicy):
+            raise ShoalError("pool:ID players need a self-play run (self_play.snapshot_every)")
+        weights = {str(k): v for k, v in pool["weights"].items()}
+        if which not in weights:
+            raise ShoalError(f"the run's self-play pool holds snapshots {sorted(weights, key=int)}"
+                             f", not {which!r}")  # fmt: skip
+        group = self.policy.groups[0]
+        model = copy.deepcopy(self.policy.model)
+        model.models[group].load_state_dict(weights[which])
+        return JointPolicy(model, self.policy.config)
 
     def players(self, groups: dict[str, Any]) -> dict[str, str]:
         """Who plays each group (or seat, where one is fixed): ``trained``, the run's

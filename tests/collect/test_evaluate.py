@@ -153,3 +153,19 @@ def test_a_seat_played_by_another_run_or_checkpoint(tmp_path):
     versus = shoal.evaluate(first.run_dir, episodes=8, fixed={"player_2": f"run:{other.run_dir}"})
     rates = versus["outcomes"]["player_1"]
     assert sum(r["rate"] for r in rates.values()) == pytest.approx(1.0)
+
+
+@pytest.mark.extra("pettingzoo")
+def test_a_seat_played_by_a_snapshot_of_the_self_play_pool(tmp_path, capsys):
+    """``pool:ID``: the newest snapshot, taken after the last update, is the policy itself,
+    so it plays exactly as the run on both seats; an id the pool lacks is one error naming
+    the ids it holds."""
+    settings = {"env.num_envs": 4, "num_steps": 8, "minibatch_size": 16, "num_epochs": 1,
+                "self_play.snapshot_every": 1, "self_play.pool_size": 2}  # fmt: skip
+    result = shoal.train("ippo", env=TICTACTOE, total_steps=96, run_dir=str(tmp_path / "r"),
+                         **settings, **QUIET)  # fmt: skip
+    alone = shoal.evaluate(result.run_dir, episodes=8)
+    newest = shoal.evaluate(result.run_dir, episodes=8, fixed={"player_2": "pool:3"})
+    assert newest["outcomes"] == alone["outcomes"] and newest["agents"] == alone["agents"]
+    assert main(["eval", str(result.run_dir), "--fixed", "player_2", "pool:0"]) == 2
+    assert "the run's self-play pool holds snapshots ['2', '3'], not '0'" in capsys.readouterr().out
