@@ -13,6 +13,7 @@ from shoal.envs.base import VectorEnv
 from shoal.envs.multi_agent import MultiAgentVectorEnv, episode_ended
 from shoal.interfaces import Policy
 from shoal.policy import JointPolicy
+from shoal.stats import bootstrap_ci
 from shoal.types import info_metrics
 
 
@@ -34,7 +35,9 @@ class Episodes:
 
     def metrics(self) -> dict[str, float]:
         """What the loop logs: ``eval/return`` (mean), ``_std``, ``_min``, ``eval/length``,
-        ``eval/return/<group>`` and ``eval/return/<agent>`` where the env has agents, the env's
+        ``eval/return/<group>`` and ``eval/return/<agent>`` where the env has agents (with
+        several groups each group's 95% bootstrap interval over episodes,
+        ``eval/return_low/<group>`` and ``eval/return_high/<group>``), the env's
         statistics, and a game's ``eval/win/<name>``, ``eval/draw/<name>`` and
         ``eval/loss/<name>`` rates."""
         metrics = {
@@ -46,6 +49,10 @@ class Episodes:
         }
         for name, values in {**self.groups, **self.agents}.items():  # per group and agent
             metrics[f"eval/return/{name}"] = float(values.mean())
+        if len(self.groups) > 1:  # opposing groups: each with its interval over episodes
+            for name, values in self.groups.items():
+                low, high = bootstrap_ci(values)
+                metrics[f"eval/return_low/{name}"], metrics[f"eval/return_high/{name}"] = low, high
         for name, outcome in self.outcomes.items():
             for word, sign in (("win", 1), ("draw", 0), ("loss", -1)):
                 metrics[f"eval/{word}/{name}"] = float(np.mean(outcome == sign))

@@ -274,6 +274,12 @@ class TensorBoardLogger:
         self._writer.close()
 
 
+def _interval(metrics: Mapping[str, float], group: str) -> str:
+    """`` [low, high]``: a group's evaluation interval, where the metrics have it."""
+    low, high = metrics.get(f"eval/return_low/{group}"), metrics.get(f"eval/return_high/{group}")
+    return "" if low is None or high is None else f" [{low:.1f}, {high:.1f}]"
+
+
 def eval_rates(metrics: Mapping[str, float]) -> str:
     """The evaluation's rates for the progress line: a game's wins per seat or group
     (``eval/win/<name>``) and the env's own rates (``eval/<name>_rate``: a traffic env's
@@ -362,7 +368,11 @@ class ConsoleLogger:
         if EVAL_RETURN_KEY in metrics:
             self._eval_return = float(metrics[EVAL_RETURN_KEY])
             self._eval_rates = eval_rates(metrics)
-            self._eval_groups = self._per_group(metrics, EVAL_RETURN_KEY)
+            self._eval_groups = " ".join(
+                f"{g} {metrics[f'{EVAL_RETURN_KEY}/{g}']:.1f}" + _interval(metrics, g)
+                for g in self.groups
+                if f"{EVAL_RETURN_KEY}/{g}" in metrics
+            )
 
         if now >= self._next_render_time:
             self._next_render_time = now + self._min_interval_s

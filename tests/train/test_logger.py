@@ -259,8 +259,10 @@ def test_console_shows_each_group_and_the_evaluation_rates():
     logger = ConsoleLogger(total_steps=100, every_s=0.0, console=console, groups=["pred", "prey"])
     logger.log({"episode/return": 0.0, "episode/return/pred": 4.0, "episode/return/prey": -4.0,
                 "eval/return": 0.5, "eval/return/pred": 6.0, "eval/return/prey": -5.0,
+                "eval/return_low/pred": 5.0, "eval/return_high/pred": 7.0,
+                "eval/return_low/prey": -6.0, "eval/return_high/prey": -4.0,
                 "eval/win/pred": 0.75, "eval/collision_rate": 0.25}, step=10)  # fmt: skip
     logger.close()
     line = console.file.getvalue().splitlines()[-1]
-    assert "| return pred 4.0 prey -4.0 | eval pred 6.0 prey -5.0 |" in line
+    assert "| return pred 4.0 prey -4.0 | eval pred 6.0 [5.0, 7.0] prey -5.0 [-6.0, -4.0] |" in line
     assert "win pred 0.75 collision 0.25" in line and "eval 0.5" not in line
