@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,7 @@ def train(
     on_iteration: IterationCallback | None = None,
     callbacks: Sequence[Any] = (),
     quiet: bool = False,
+    trust_code: bool = False,
     **overrides: Any,
 ) -> RunResult:
     """Train and return a `RunResult` (run directory, checkpoint, final evaluation, timings).
@@ -60,12 +62,14 @@ def train(
     (a resumed run keeps its saved config unless a config of the same algorithm is given).
     ``callbacks``: objects with training events (`shoal.train.callbacks.Callback`), called
     after those ``run.callbacks`` names. ``quiet``: no progress on the console
-    (``run.console`` off).
+    (``run.console`` off). ``trust_code``: a resumed run may import users' modules from the
+    directories its checkpoint records (off: only from the installed packages and the
+    working directory).
     """
     if quiet:
         overrides["run.console"] = False
     if resume is not None:
-        checkpoint = load_checkpoint(resume)
+        checkpoint = load_checkpoint(resume, trust_code=trust_code)
         spec = get_algorithm(checkpoint.meta["algo"])
         config = algo_or_config
         if not isinstance(config, spec.config_cls):  # default: the run's own config
@@ -77,10 +81,12 @@ def train(
     return run(spec, config, on_iteration=on_iteration, callbacks=callbacks)
 
 
-def load(path: str | Path) -> ActorPolicy | JointPolicy:
+def load(path: str | Path, trust_code: bool = False) -> ActorPolicy | JointPolicy:
     """The trained policy of a run (or of one checkpoint) with ``act(obs)``: an `ActorPolicy`,
-    or a `JointPolicy` (``act({group: obs})``) for a run whose agent groups all learned."""
-    checkpoint = load_checkpoint(path)
+    or a `JointPolicy` (``act({group: obs})``) for a run whose agent groups all learned.
+    ``trust_code``: import users' modules (an encoder, say) from the directories the run
+    records; off, only from the installed packages and the working directory."""
+    checkpoint = load_checkpoint(path, trust_code=trust_code)
     spec = get_algorithm(checkpoint.meta["algo"])
     config = from_dict(spec.config_cls, checkpoint.config)
     spaces = checkpoint.meta.get("spaces")
@@ -122,15 +128,17 @@ def evaluate(
     deterministic: bool = True,
     fixed: dict[str, str] | None = None,
     env_kwargs: dict[str, Any] | None = None,
+    trust_code: bool = False,
 ) -> dict[str, Any]:
     """``shoal eval`` in Python: the statistics ``shoal eval RUN --json`` prints (the return
     over ``episodes`` episodes with its 95% interval, per group and agent, a game's win /
     draw / loss rates, the env's own statistics). ``fixed`` puts ``{group or agent:
     "random" | "module:Class"}`` players in trained ones' places; ``env_kwargs`` changes env
-    options (`shoal.evaluation.Evaluation`)."""
+    options (`shoal.evaluation.Evaluation`); ``trust_code`` as `load`'s."""
     pools = any(str(spec).startswith("pool:") for spec in (fixed or {}).values())
-    checkpoint = load_checkpoint(run) if pools else None
-    evaluation = Evaluation(load(run), fixed, env_kwargs, loader=load, checkpoint=checkpoint)
+    checkpoint = load_checkpoint(run, trust_code=trust_code) if pools else None
+    loader = functools.partial(load, trust_code=trust_code)
+    evaluation = Evaluation(loader(run), fixed, env_kwargs, loader=loader, checkpoint=checkpoint)
     return evaluation.statistics(episodes, seed, deterministic)
 
 

@@ -8,6 +8,7 @@ fields of its config dataclass (nested blocks with a dot: ``--run.seed 3``, ``--
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -47,6 +48,8 @@ Train an agent and save its run (logs, checkpoints, config) under runs/.
   --tuned NAME      a tuned example (shoal list shows them with their envs)
   --config FILE     a YAML file in the tuned-example format
   --resume RUN_DIR  continue a run exactly where its last checkpoint left it
+  --trust-code      with --resume: import users' modules from the directories the run
+                    records (only for runs whose code you trust)
   --FIELD VALUE     any config field, nested with dots: --env CartPole-v1,
                     --run.total-steps 200000, --optim.lr 3e-4, --model.hidden 64 64
                     (shorthands: --env, --seed, --total-steps, --run-dir,
@@ -78,6 +81,12 @@ def main(argv: list[str] | None = None) -> int:
     eval_p.add_argument("--seed", type=int, default=12345, help="seed of the evaluation envs")
     eval_p.add_argument("--video", help="also record one episode to this .gif or .mp4")
     eval_p.add_argument("--stochastic", action="store_true", help="sample actions")
+    eval_p.add_argument(
+        "--trust-code",
+        action="store_true",
+        help="import users' modules from the directories the run records (only for runs whose "
+        "code you trust; without it, only installed packages and the working directory)",
+    )
     eval_p.add_argument(
         "--json",
         nargs="?",
@@ -142,6 +151,12 @@ def main(argv: list[str] | None = None) -> int:
         "export", help="write a run's policy as a standalone ONNX or TorchScript file"
     )
     export_p.add_argument("run_dir", help="run directory or checkpoint directory")
+    export_p.add_argument(
+        "--trust-code",
+        action="store_true",
+        help="import users' modules from the directories the run records (only for runs whose "
+        "code you trust; without it, only installed packages and the working directory)",
+    )
     export_p.add_argument("--format", choices=["onnx", "torchscript"], default="onnx")
     export_p.add_argument(
         "--output", help="file to write (default: RUN/policy.onnx or RUN/policy.pt)"
@@ -182,7 +197,9 @@ def _split_train_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     argparse cannot do this split: it would take the value of an unknown ``--field value``
     for the positional algorithm name.
     """
-    args = argparse.Namespace(algo=None, config=None, tuned=None, resume=None, help=False)
+    args = argparse.Namespace(
+        algo=None, config=None, tuned=None, resume=None, help=False, trust_code=False
+    )
     rest: list[str] = []
     i = 0
     while i < len(argv):
@@ -196,6 +213,8 @@ def _split_train_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
             setattr(args, name[2:], value)
         elif arg in ("-h", "--help"):
             args.help = True
+        elif arg == "--trust-code":
+            args.trust_code = True
         elif i == 0 and not arg.startswith("-"):
             args.algo = arg
         else:
@@ -213,7 +232,7 @@ def _train(args: argparse.Namespace, rest: list[str]) -> int:
     from shoal.train.checkpoint import load_checkpoint
 
     if args.resume:
-        checkpoint = load_checkpoint(args.resume)
+        checkpoint = load_checkpoint(args.resume, trust_code=args.trust_code)
         spec = get_algorithm(checkpoint.meta["algo"])
         base = from_dict(spec.config_cls, checkpoint.config)
     elif args.config or args.tuned:
@@ -235,7 +254,7 @@ def _train(args: argparse.Namespace, rest: list[str]) -> int:
     rest += ["--help"] if args.help else []
     config = tyro.cli(spec.config_cls, default=base, args=rest, prog=f"shoal train {spec.name}")
     console.print(f"training [bold]{spec.name}[/] on [bold]{config.env.id}[/]", highlight=False)
-    result = train(config, resume=args.resume)
+    result = train(config, resume=args.resume, trust_code=args.trust_code)
     _print_result(result)
     return EXIT_INTERRUPTED if result.stop_reason == "interrupted" else 0
 
@@ -420,7 +439,7 @@ def _export(args: argparse.Namespace) -> int:
     from shoal.api import load
     from shoal.export import SUFFIX, export, has_mask
 
-    policy = load(args.run_dir)
+    policy = load(args.run_dir, trust_code=args.trust_code)
     run_dir = Path(args.run_dir)
     output = args.output or (run_dir if run_dir.is_dir() else run_dir.parent) / (
         "policy" + SUFFIX[args.format]
@@ -445,9 +464,10 @@ def _eval(args: argparse.Namespace) -> int:
 
     fixed = dict(args.fixed)
     pools = any(spec.startswith("pool:") for spec in fixed.values())
+    loader = functools.partial(load, trust_code=args.trust_code)
     evaluation = Evaluation(
-        load(args.run_dir), fixed, _env_kwargs(args.env_kwargs), loader=load,
-        checkpoint=load_checkpoint(args.run_dir) if pools else None,
+        loader(args.run_dir), fixed, _env_kwargs(args.env_kwargs), loader=loader,
+        checkpoint=load_checkpoint(args.run_dir, trust_code=args.trust_code) if pools else None,
     )  # fmt: skip
     report = evaluation.statistics(args.episodes, args.seed, deterministic=not args.stochastic)
     report["run"] = str(args.run_dir)

@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import ast
 import importlib
+import inspect
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from shoal.errors import ConfigError
 
 _IMPORT_DIRS: list[str] = []
+_UNTRUSTED_DIRS: list[str] = []
+"""Directories a loaded checkpoint recorded that were not added to ``sys.path``."""
 
 
 def import_module(module: str) -> Any:
@@ -49,6 +53,9 @@ def import_object(path: str, what: str) -> Any:
     try:
         found: Any = import_module(module)
     except ImportError as exc:
+        untrusted = untrusted_note(module)
+        if untrusted:
+            raise ConfigError(f"{what} {path!r}: {untrusted}") from None
         raise ConfigError(
             f"{what} {path!r}: cannot import module {module!r} ({exc}). Run shoal from the "
             f"directory that holds {module.partition('.')[0]}, or add that directory to "
@@ -87,17 +94,57 @@ def parse_call(spec: str) -> tuple[str, dict[str, Any]]:
     return name, kwargs
 
 
-def build_named(spec: str, what: str, noun: str, built_in: dict[str, Any], *args: Any) -> Any:
+Check = Callable[[type], str | None]
+"""What a setting needs of the class it names: None when ``cls`` fits, else what it must be
+(``"an nn.Module subclass"``)."""
+
+
+def subclass_of(base: type, words: str) -> Check:
+    """A `Check` that the class derives from ``base`` (described as ``words``)."""
+    return lambda cls: None if issubclass(cls, base) else words
+
+
+def with_methods(names: tuple[str, ...], words: str) -> Check:
+    """A `Check` that the class defines at least one of the methods ``names``."""
+    return lambda cls: None if any(callable(getattr(cls, n, None)) for n in names) else words
+
+
+def checked_class(found: Any, spec: str, what: str, check: Check | None) -> type:
+    """``found`` (what ``spec`` names for the setting ``what``), refused unless it is a class
+    that passes ``check``: a function, a builtin or any other callable named in a config is
+    never called, so a run directory's config cannot make shoal run code that is not a
+    class of the kind the setting takes."""
+    if not inspect.isclass(found):
+        kind = "a builtin" if inspect.isbuiltin(found) else f"a {type(found).__name__}"
+        raise ConfigError(
+            f"{what} {spec!r} is refused: it names {kind}, not a class; shoal calls only "
+            "classes of the kind the setting takes"
+        )
+    needs = check(found) if check is not None else None
+    if needs is not None:
+        raise ConfigError(f"{what} {spec!r} is refused: {found.__name__} is not {needs}")
+    return found
+
+
+def build_named(
+    spec: str,
+    what: str,
+    noun: str,
+    built_in: dict[str, Any],
+    *args: Any,
+    check: Check | None = None,
+) -> Any:
     """The object a config string names: a built-in ``Name`` or a user's ``module:Class``,
-    with optional ``(key=literal, ...)``, built as ``Class(*args, **kwargs)``. Every failure
-    is a `ConfigError` that names ``what`` (the setting) and ``spec``; ``noun`` names the
-    kind of object in the error for an unknown name."""
+    with optional ``(key=literal, ...)``, built as ``Class(*args, **kwargs)``. A user's name
+    must be a class that passes ``check`` (`checked_class`) before it is called. Every
+    failure is a `ConfigError` that names ``what`` (the setting) and ``spec``; ``noun`` names
+    the kind of object in the error for an unknown name."""
     try:
         name, kwargs = parse_call(spec)
     except ValueError as exc:
         raise ConfigError(f"{what} {spec!r} is invalid: {exc}") from None
     if ":" in name:
-        cls = import_object(name, what)
+        cls = checked_class(import_object(name, what), spec, what, check)
     elif name in built_in:
         cls = built_in[name]
     else:
@@ -118,8 +165,32 @@ def import_dirs() -> list[str]:
     return list(_IMPORT_DIRS)
 
 
-def add_import_dirs(dirs: list[str]) -> None:
-    """Make a checkpoint's recorded module directories importable (those that exist)."""
+def add_import_dirs(dirs: list[str], trust: bool = False) -> None:
+    """A checkpoint's recorded module directories: made importable (those that exist) only
+    when the user trusts the run's code (``--trust-code``); otherwise remembered, so that a
+    module found only there is named in the error with the way to allow it. A run directory
+    shared by someone else may ship a module and record its directory: nothing from it runs
+    unless the user says so."""
     for directory in dirs:
-        if os.path.isdir(directory) and directory not in sys.path:
+        if not os.path.isdir(directory):
+            continue
+        if trust and directory not in sys.path:
             sys.path.append(directory)
+        elif not trust and directory not in _UNTRUSTED_DIRS:
+            _UNTRUSTED_DIRS.append(directory)
+
+
+def untrusted_note(module: str) -> str:
+    """Why ``module`` did not import, when a loaded run records a directory that holds it but
+    was not trusted: the sentence that says how to allow it; "" otherwise."""
+    top = module.partition(".")[0]
+    for directory in _UNTRUSTED_DIRS:
+        path = os.path.join(directory, top)
+        if os.path.isfile(path + ".py") or os.path.isdir(path):
+            return (
+                f"module {module!r} is not importable here; the run records it in {directory}, "
+                "which shoal does not import from unless you trust the run's code: pass "
+                "--trust-code (trust_code=True in Python), or install the module or put its "
+                "directory on PYTHONPATH"
+            )
+    return ""

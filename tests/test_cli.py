@@ -283,7 +283,7 @@ def test_budgets_in_scientific_notation(monkeypatch):
     import shoal.api
 
     built = []
-    monkeypatch.setattr(shoal.api, "train", lambda config, resume=None: built.append(config))
+    monkeypatch.setattr(shoal.api, "train", lambda config, resume=None, **_: built.append(config))
     with contextlib.suppress(AttributeError):  # the stub returns no result to print
         main(["train", "ppo", "--total-steps", "1e5", "--run.eval-every-steps", "2.5E4",
               "--optim.lr", "3e-4"])  # fmt: skip

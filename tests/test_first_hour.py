@@ -286,7 +286,11 @@ def test_a_custom_env_from_the_working_directory(tmp_path):
     assert code == 0, out
     [run_dir] = (project / "runs").iterdir()
     assert ":" not in run_dir.name and run_dir.name.startswith("ppo-my_envs_Corridor-v0-")
+    # From elsewhere the env's module comes from the directory the run records only when the
+    # user trusts the run's code.
     code, out = shoal_cli("eval", run_dir, "--episodes", "2", cwd=elsewhere)
+    assert code == 2 and "module 'my_envs'" in out and "--trust-code" in out, out
+    code, out = shoal_cli("eval", run_dir, "--episodes", "2", "--trust-code", cwd=elsewhere)
     assert code == 0 and "2 episodes on my_envs:Corridor-v0" in out, out
 
     # The spaces are in the checkpoint: the policy loads and acts without the env's module.

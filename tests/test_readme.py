@@ -80,7 +80,7 @@ def test_each_train_command_parses_into_a_config(line, tmp_path, monkeypatch, ca
             assert exit_.code == 0
         return
     built = []
-    monkeypatch.setattr(shoal.api, "train", lambda config, resume=None: built.append(config))
+    monkeypatch.setattr(shoal.api, "train", lambda config, resume=None, **_: built.append(config))
     with contextlib.suppress(AttributeError, TypeError):  # the stub returns no result
         main(shlex.split(line)[1:])
     assert built, capsys.readouterr().out
@@ -174,7 +174,7 @@ def test_each_blocks_commands_run_as_written(lines, tmp_path, monkeypatch, capsy
             continue
         if argv[0] == "train":  # a resume: parsed on the run, not trained for the budget
             built.clear()
-            monkeypatch.setattr(shoal.api, "train", lambda c, resume=None: built.append(c))
+            monkeypatch.setattr(shoal.api, "train", lambda c, resume=None, **_: built.append(c))
             with contextlib.suppress(AttributeError, TypeError):
                 main(with_run(argv, run))
             monkeypatch.setattr(shoal.api, "train", real_train)

@@ -9,7 +9,7 @@ import difflib
 import gymnasium as gym
 
 from shoal.errors import UnknownEnvError
-from shoal.imports import import_module
+from shoal.imports import import_module, untrusted_note
 
 
 def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
@@ -41,6 +41,9 @@ def import_env_module(module: str, env_id: str) -> None:
     try:
         import_module(module)
     except ImportError as exc:
+        untrusted = untrusted_note(module)
+        if untrusted:
+            raise UnknownEnvError(f"environment id {env_id!r}: {untrusted}") from exc
         raise UnknownEnvError(
             f"environment id {env_id!r}: cannot import module {module!r} ({exc}). Run shoal "
             f"from the directory that holds {module.partition('.')[0]}, or add that directory "

@@ -25,7 +25,7 @@ import gymnasium as gym
 import numpy as np
 
 from shoal.errors import ConfigError
-from shoal.imports import build_named
+from shoal.imports import build_named, with_methods
 
 
 class Opponent(Protocol):
@@ -71,7 +71,10 @@ def make_opponent(group: str, spec: str, observation_space: gym.Space, action_sp
     """The opponent ``spec`` names for ``group`` (module docstring)."""
     what = f"env.opponents {group}"
     built_in = {"random": RandomOpponent}
-    opponent = build_named(spec, what, "opponent", built_in, observation_space, action_space)
+    needs = with_methods(("act",), "an opponent class (one with act(obs, action_mask))")
+    opponent = build_named(
+        spec, what, "opponent", built_in, observation_space, action_space, check=needs
+    )
     if not callable(getattr(opponent, "act", None)):
         raise ConfigError(f"{what} {spec!r} is invalid: it has no act(obs, action_mask) method")
     return opponent

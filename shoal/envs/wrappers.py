@@ -28,7 +28,7 @@ import gymnasium as gym
 
 from shoal.config import EnvConfig
 from shoal.errors import ConfigError
-from shoal.imports import import_object, parse_call
+from shoal.imports import checked_class, import_object, parse_call, subclass_of
 
 WrapperFn = Callable[[gym.Env], gym.Env]
 
@@ -81,12 +81,13 @@ def _apply(spec: str, cls: type, kwargs: dict[str, Any], kind: tuple, env: Any) 
 
 
 def _resolve(spec: str, name: str, kind: tuple) -> type:
+    _, module, base = kind
     if ":" in name:
         try:
-            return import_object(name, "wrapper")
+            found = import_object(name, "wrapper")
+            return checked_class(found, spec, "wrapper", subclass_of(base, f"a {base.__name__}"))
         except ConfigError as exc:
             raise _bad(spec, str(exc).partition(": ")[2] or str(exc), kind) from None
-    _, module, base = kind
     found = getattr(module, name, None)
     if not isinstance(found, type) or not issubclass(found, base):
         known = [n for n in dir(module) if n[:1].isupper()]

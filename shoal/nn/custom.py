@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from shoal.errors import ConfigError
-from shoal.imports import build_named
+from shoal.imports import build_named, subclass_of
 
 
 def custom_head(in_dim: int, action_space: gym.Space, config: Any) -> nn.Module:
@@ -97,7 +97,8 @@ def check_forward(encoder: nn.Module, obs_space: gym.Space, path: str, out_dim: 
 
 def _build(path: str, field: str, *args: Any) -> nn.Module:
     """``Class(*args)`` for the class ``path`` names in ``field``, checked to be a module."""
-    built = build_named(path, field, "class", {}, *args)
+    built = build_named(path, field, "class", {}, *args,
+                        check=subclass_of(nn.Module, "an nn.Module subclass"))  # fmt: skip
     if not isinstance(built, nn.Module):
         raise ConfigError(f"{field} {path!r} built a {type(built).__name__}, not an nn.Module")
     return built

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from shoal.errors import ConfigError, ShoalError
-from shoal.imports import build_named
+from shoal.imports import build_named, with_methods
 
 EVENTS = ("on_train_start", "on_iteration", "on_evaluation", "on_checkpoint", "on_train_end")
 
@@ -200,7 +200,8 @@ BUILT_IN: dict[str, type] = {"EarlyStopping": EarlyStopping, "SaveBest": SaveBes
 def make_callback(spec: str) -> Any:
     """The callback a ``run.callbacks`` entry names: ``Name`` or ``module:Class``, with
     optional ``(key=literal, ...)`` arguments."""
-    callback = build_named(spec, "run.callbacks entry", "callback", BUILT_IN)
+    needs = with_methods(EVENTS, f"a callback class (one with {', '.join(EVENTS)})")
+    callback = build_named(spec, "run.callbacks entry", "callback", BUILT_IN, check=needs)
     return checked(callback, f"run.callbacks entry {spec!r} is invalid: it")
 
 

@@ -123,8 +123,12 @@ def resolve_checkpoint(path: str | Path) -> Path:
     return found[-1].parent
 
 
-def load_checkpoint(path: str | Path, algo: str | None = None) -> Checkpoint:
-    """Load and validate a checkpoint; every failure is a `CheckpointError` saying why."""
+def load_checkpoint(
+    path: str | Path, algo: str | None = None, trust_code: bool = False
+) -> Checkpoint:
+    """Load and validate a checkpoint; every failure is a `CheckpointError` saying why. The
+    directories it records for users' modules are imported from only with ``trust_code``
+    (`shoal.imports.add_import_dirs`)."""
     ckpt = resolve_checkpoint(path)
     try:
         meta = json.loads((ckpt / "meta.json").read_text())
@@ -139,8 +143,9 @@ def load_checkpoint(path: str | Path, algo: str | None = None) -> Checkpoint:
             f"checkpoint {ckpt} has format version {version}; this shoal reads version "
             f"{FORMAT_VERSION}. Use the shoal version that wrote it."
         )
-    # Custom env modules imported from a run's working directory import again from here.
-    add_import_dirs(meta.get("import_dirs", []))
+    # Custom env modules imported from a run's working directory import again from here,
+    # when the user trusts the run's code.
+    add_import_dirs(meta.get("import_dirs", []), trust=trust_code)
     if algo is not None and meta.get("algo") != algo:
         raise CheckpointError(
             f"checkpoint {ckpt} was written by {meta.get('algo')!r}, not {algo!r}"

@@ -119,19 +119,25 @@ def test_cli_imports_the_encoder_from_the_working_directory(tmp_path):
     ]  # fmt: skip
     done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    # shoal.load from another directory finds the module through the run's record.
+    # shoal.load from another directory imports the module from the run's record only when
+    # the user trusts the run's code; without it, the error names the module and the way.
     code = (
-        "import shoal, numpy as np; p = shoal.load('run'); "
+        "import shoal, numpy as np; p = shoal.load('run', trust_code=TRUST); "
         "print(type(p.model.body.members[0]).__name__, p.act(np.zeros(4, np.float32)))"
     )
-    loaded = subprocess.run(
-        [sys.executable, "-c", code.replace("'run'", repr(str(tmp_path / "run")))],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert loaded.returncode == 0, loaded.stderr
-    assert loaded.stdout.startswith("Wide ")
+    for trust in (True, False):
+        loaded = subprocess.run(
+            [sys.executable, "-c",
+             code.replace("'run'", repr(str(tmp_path / "run"))).replace("TRUST", str(trust))],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        if trust:
+            assert loaded.returncode == 0, loaded.stderr
+            assert loaded.stdout.startswith("Wide ")
+        else:
+            assert loaded.returncode != 0
+            assert "module 'mynets' is not importable here" in loaded.stderr
+            assert "--trust-code (trust_code=True in Python)" in loaded.stderr
 
 
 @pytest.mark.parametrize("algo", ["ppo", "trpo"])

@@ -194,7 +194,7 @@ def test_callbacks_by_name_in_yaml_and_bad_names(tmp_path):
         ("Nope", "no built-in callback 'Nope'"),
         ("EarlyStopping(patience=0)", "patience = 0 is invalid"),
         ("EarlyStopping(wait=3)", "unexpected keyword argument 'wait'"),
-        ("builtins:object", "none of the events"),
+        ("builtins:object", "is not a callback class"),
     ]:
         run_dir = tmp_path / "bad"
         with pytest.raises(ConfigError, match=message):
