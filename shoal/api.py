@@ -69,7 +69,7 @@ def train(
     if quiet:
         overrides["run.console"] = False
     if resume is not None:
-        checkpoint = load_checkpoint(resume, trust_code=trust_code)
+        checkpoint = load_checkpoint(resume, trust_code=trust_code, set_aside=True)
         spec = get_algorithm(checkpoint.meta["algo"])
         config = algo_or_config
         if not isinstance(config, spec.config_cls):  # default: the run's own config

@@ -232,7 +232,7 @@ def _train(args: argparse.Namespace, rest: list[str]) -> int:
     from shoal.train.checkpoint import load_checkpoint
 
     if args.resume:
-        checkpoint = load_checkpoint(args.resume, trust_code=args.trust_code)
+        checkpoint = load_checkpoint(args.resume, trust_code=args.trust_code, set_aside=True)
         spec = get_algorithm(checkpoint.meta["algo"])
         base = from_dict(spec.config_cls, checkpoint.config)
     elif args.config or args.tuned:

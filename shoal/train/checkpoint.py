@@ -75,33 +75,70 @@ def save_checkpoint(
     extra_meta: dict[str, Any] | None = None,
 ) -> Path:
     """Write a checkpoint for env step ``step`` and prune all but the ``keep`` newest.
-    ``extra_meta`` goes into ``meta.json`` (JSON data: the policy's spaces, import paths)."""
+    ``extra_meta`` goes into ``meta.json`` (JSON data: the policy's spaces, import paths).
+
+    Crash-safe: the files are written into a temporary directory, flushed to disk (``fsync``,
+    the directory too), and only then renamed into place, so a kill or a power loss leaves
+    either the whole new checkpoint or none of it; older checkpoints are pruned only after
+    the new one and ``latest`` are on disk. A write that fails (a full disk) removes the
+    partial directory and raises; the checkpoints before it stay as they were."""
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
+    for stale in root.glob(".tmp-*"):  # the partial writes of saves killed before
+        shutil.rmtree(stale, ignore_errors=True)
     final = root / f"step_{step:012d}"
     tmp = root / f".tmp-{uuid.uuid4().hex}"
     tmp.mkdir()
     meta = {"format_version": FORMAT_VERSION, "algo": algo, "env_steps": step, **(extra_meta or {})}
     try:
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
-        (tmp / "config.json").write_text(json.dumps(config, indent=2))
-        torch.save(encode(state), tmp / "state.pt")
+        _write_synced(tmp / "meta.json", json.dumps(meta, indent=2).encode())
+        _write_synced(tmp / "config.json", json.dumps(config, indent=2).encode())
+        with open(tmp / "state.pt", "wb") as handle:
+            torch.save(encode(state), handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        _fsync_dir(tmp)
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
+        _fsync_dir(root)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     _write_atomic(root / "latest", final.name)
-    for old in sorted(root.glob("step_*"))[:-keep]:
+    # Prune the oldest, never the one just written (a run resumed from an older checkpoint
+    # may save below a newer one that is still there).
+    for old in [p for p in sorted(root.glob("step_*")) if p != final][: -(keep - 1) or None]:
         shutil.rmtree(old, ignore_errors=True)
     return final
 
 
+def _write_synced(path: Path, data: bytes) -> None:
+    with open(path, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    """Flush a directory's entries (a rename into it) to disk, where the OS allows it."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # platforms that cannot open directories
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
-    tmp.write_text(text)
+    _write_synced(tmp, text.encode())
     os.replace(tmp, path)
+    _fsync_dir(path.parent)
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
@@ -123,29 +160,80 @@ def resolve_checkpoint(path: str | Path) -> Path:
     return found[-1].parent
 
 
+class _Unreadable(CheckpointError):
+    """A checkpoint cut short or damaged (a kill mid-write on a file system that does not
+    order renames, a disk fault, a hand edit): an older one may stand in for it."""
+
+
+def checkpoint_candidates(path: Path) -> list[Path]:
+    """The checkpoints of a run directory, the one ``latest`` names first, then the others
+    newest first."""
+    root = path / "checkpoints"
+    found = sorted((p for p in root.glob("step_*") if p.is_dir()), reverse=True)
+    latest = root / "latest"
+    if latest.exists():
+        named = root / latest.read_text().strip()
+        if named in found:
+            found.remove(named)
+            found.insert(0, named)
+    return found
+
+
 def load_checkpoint(
-    path: str | Path, algo: str | None = None, trust_code: bool = False
+    path: str | Path, algo: str | None = None, trust_code: bool = False, set_aside: bool = False
 ) -> Checkpoint:
-    """Load and validate a checkpoint; every failure is a `CheckpointError` saying why. The
-    directories it records for users' modules are imported from only with ``trust_code``
-    (`shoal.imports.add_import_dirs`)."""
-    ckpt = resolve_checkpoint(path)
+    """Load and validate a checkpoint (a run directory's newest, or a checkpoint directory
+    named); every failure is a `CheckpointError` saying why. Where a run's newest checkpoint
+    is unreadable (cut short, damaged), the newest good one before it is used, with a one-line
+    note; ``set_aside`` (a resume, which will write new ones) renames the unreadable newer
+    ones to ``.unreadable-step_N`` so that they neither shadow nor outlast new checkpoints.
+    The directories a checkpoint records for users' modules are imported from only with
+    ``trust_code`` (`shoal.imports.add_import_dirs`)."""
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"no such run or checkpoint directory: {path}")
+    named = any((path / f).exists() for f in ("meta.json", "state.pt"))
+    if not (path / "checkpoints").is_dir() and (named or path.name.startswith("step_")):
+        return _read_checkpoint(path, algo, trust_code)  # this checkpoint, and no other
+    candidates = checkpoint_candidates(path)
+    if not candidates:
+        raise CheckpointError(
+            f"{path} holds no checkpoint (expected {path / 'checkpoints'}/step_*/state.pt)"
+        )
+    unreadable: list[_Unreadable] = []
+    for candidate in candidates:
+        try:
+            checkpoint = _read_checkpoint(candidate, algo, trust_code)
+        except _Unreadable as exc:
+            unreadable.append(exc)
+            continue
+        for exc in unreadable:
+            print(f"note: {exc}; using {checkpoint.path.name}, the newest good one")
+        if set_aside:
+            for bad in candidates[: candidates.index(candidate)]:
+                if bad.name > candidate.name:
+                    os.replace(bad, bad.with_name(f".unreadable-{bad.name}"))
+        return checkpoint
+    raise CheckpointError(
+        f"{path} holds no readable checkpoint: " + "; ".join(str(exc) for exc in unreadable)
+    )
+
+
+def _read_checkpoint(ckpt: Path, algo: str | None, trust_code: bool) -> Checkpoint:
+    """One checkpoint directory, read and checked."""
+    if not (ckpt / "state.pt").exists():
+        raise _Unreadable(f"checkpoint {ckpt} is incomplete (no state.pt)")
     try:
         meta = json.loads((ckpt / "meta.json").read_text())
         config = json.loads((ckpt / "config.json").read_text())
     except (OSError, json.JSONDecodeError) as exc:
-        raise CheckpointError(
-            f"checkpoint {ckpt} is corrupted (metadata unreadable: {exc})"
-        ) from exc
+        raise _Unreadable(f"checkpoint {ckpt} is corrupted (metadata unreadable: {exc})") from exc
     version = meta.get("format_version")
     if version != FORMAT_VERSION:
         raise CheckpointError(
             f"checkpoint {ckpt} has format version {version}; this shoal reads version "
             f"{FORMAT_VERSION}. Use the shoal version that wrote it."
         )
-    # Custom env modules imported from a run's working directory import again from here,
-    # when the user trusts the run's code.
-    add_import_dirs(meta.get("import_dirs", []), trust=trust_code)
     if algo is not None and meta.get("algo") != algo:
         raise CheckpointError(
             f"checkpoint {ckpt} was written by {meta.get('algo')!r}, not {algo!r}"
@@ -153,9 +241,10 @@ def load_checkpoint(
     try:
         state = decode(torch.load(ckpt / "state.pt", weights_only=True, map_location="cpu"))
     except Exception as exc:  # torch raises several types for truncated or foreign files
-        raise CheckpointError(
-            f"checkpoint {ckpt} is corrupted (state.pt unreadable: {exc})"
-        ) from exc
+        raise _Unreadable(f"checkpoint {ckpt} is corrupted (state.pt unreadable: {exc})") from exc
+    # Custom env modules imported from a run's working directory import again from here,
+    # when the user trusts the run's code.
+    add_import_dirs(meta.get("import_dirs", []), trust=trust_code)
     return Checkpoint(ckpt, meta, config, state)
 
 
