@@ -35,6 +35,7 @@ import dataclasses
 import hashlib
 import itertools
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -109,13 +110,20 @@ def plan(spec: dict[str, Any], directory: str | Path | None = None) -> Experimen
     unknown = sorted(set(spec) - known)
     if unknown:
         raise ConfigError(f"experiment: unknown keys {unknown}; the keys are {sorted(known)}")
-    name = str(spec["name"])
+    if not isinstance(spec.get("name"), str) or not spec["name"]:
+        raise ConfigError(f"experiment: name is a string, not {spec.get('name')!r}")
+    name = spec["name"]
     axes = spec.get("axes") or {}
     if not isinstance(axes, dict) or any(not isinstance(v, list) or not v for v in axes.values()):
         raise ConfigError("experiment: axes map a field to a non-empty list of values")
-    seeds = int(spec.get("seeds", 1))
+    seeds = _whole(spec.get("seeds", 1), "seeds")
     if seeds < 1:
         raise ConfigError(f"experiment: seeds must be >= 1, not {seeds}")
+    base_seed = _whole(spec.get("seed", 0), "seed")
+    if base_seed < 0:
+        raise ConfigError(f"experiment: seed must be >= 0, not {base_seed}")
+    if not isinstance(spec.get("config") or {}, dict):
+        raise ConfigError(f"experiment: config maps fields to values, not {spec['config']!r}")
     root = Path(directory) if directory else Path("runs") / "experiments" / name
     variants = spec.get("variants") or {"": {}}
     if not isinstance(variants, dict) or any(not isinstance(v, dict) for v in variants.values()):
@@ -135,11 +143,19 @@ def plan(spec: dict[str, Any], directory: str | Path | None = None) -> Experimen
             variant = ",".join(p for p in (label, variant_name(values) if values else "") if p)
             variant = variant or "base"
             for k in range(seeds):
-                seed = derive_seed(int(spec.get("seed", 0)), variant, k)
+                seed = derive_seed(base_seed, variant, k)
                 run_name = f"{variant}-s{k}"
                 algo, config = build(local, values, seed, root / run_name)
                 runs.append(PlannedRun(run_name, variant, values, seed, algo, config))
     return Experiment(name, root, runs, spec)
+
+
+def _whole(value: Any, key: str) -> int:
+    """An experiment file's whole-number entry, or a ConfigError naming it."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or not math.isfinite(value) or value != int(value):
+        raise ConfigError(f"experiment: {key} is a whole number, not {value!r}")
+    return int(value)
 
 
 def nested(values: dict[str, Any]) -> dict[str, Any]:

@@ -289,6 +289,8 @@ ALGORITHMS["maddpg-distributed"] = AlgorithmSpec(
 
 
 def get_algorithm(name: str) -> AlgorithmSpec:
+    if not isinstance(name, str):
+        raise ConfigError(f"algo must name an algorithm (e.g. ppo), not {name!r}")
     key = name.lower()
     if key not in ALGORITHMS:
         close = difflib.get_close_matches(key, list(ALGORITHMS), n=3)
@@ -360,9 +362,10 @@ def find_tuned(name_or_path: str) -> TunedExample:
         if not path.exists():
             raise ConfigError(f"config file {path} does not exist")
         return read_tuned(path)
-    examples = tuned_examples()
-    if name_or_path not in examples:
-        close = difflib.get_close_matches(name_or_path, list(examples), n=3)
+    file = tuned_dir() / f"{name_or_path}.yaml"  # one file read, not every example's
+    if "/" in name_or_path or not file.is_file():
+        names = sorted(p.stem for p in tuned_dir().glob("*.yaml"))
+        close = difflib.get_close_matches(name_or_path, names, n=3)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
         raise ConfigError(f"unknown tuned example {name_or_path!r}.{hint}")
-    return examples[name_or_path]
+    return read_tuned(file)
