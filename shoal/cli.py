@@ -122,6 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     experiment_p.add_argument("--jobs", type=int, help="runs at a time (default: the cores)")
     experiment_p.add_argument("--plan", action="store_true", help="list the runs, run nothing")
     experiment_p.add_argument(
+        "--retries", type=int, default=2,
+        help="start a run that crashed again (from its checkpoint) up to this many times",
+    )  # fmt: skip
+    experiment_p.add_argument(
         "--ray-address",
         help="run each run as a Ray task: 'auto' or HOST:PORT joins a cluster (the directory "
         "must be shared storage), 'local' starts a Ray here",
@@ -391,6 +395,7 @@ def _experiment(args: argparse.Namespace) -> int:
             args.jobs,
             on_update=lambda s: live.update(table(s)),
             ray_address=args.ray_address,
+            retries=args.retries,
         )
     failed = [name for name, entry in status.items() if entry["state"] == "failed"]
     for name in failed:

@@ -291,13 +291,16 @@ def run_experiment(
     on_update: Callable[[dict[str, dict[str, Any]]], None] | None = None,
     poll: float = 0.5,
     ray_address: str | None = None,
+    retries: int = 2,
 ) -> dict[str, dict[str, Any]]:
     """Run every unfinished run of ``experiment``, ``jobs`` at a time (default: the cores),
     each in its own process; returns the runs' status. With ``ray_address`` (``auto``, or
     HOST:PORT; ``local`` starts a Ray here) each run is a Ray task on whichever node has a
     CPU free, ``jobs`` (default: the cluster's CPUs) at a time: the experiment directory
     must then be on storage every node shares, and every node needs shoal installed at the
-    same Python path."""
+    same Python path. A run that crashes (killed, out of memory, an exception) is started
+    again, from its last checkpoint, up to ``retries`` times before it is recorded as failed
+    with its error; a run refused for bad input (exit status 2) is not retried."""
     status = prepare(experiment)
     launch: Callable[[list[str], Path], Any]
     if ray_address is not None:
@@ -319,6 +322,8 @@ def run_experiment(
                 return subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT)
 
     pending = [r for r in experiment.runs if status[r.name]["state"] != "done"]
+    for run in pending:
+        status[run.name]["attempts"] = 0
     if on_update is not None:  # finished runs show at once (all of them, run again when done)
         on_update(status)
     active: dict[str, tuple[Any, float]] = {}
@@ -353,8 +358,12 @@ def run_experiment(
                 del active[name]
                 finished = True
                 entry["wall_before_s"] = entry["wall_s"]
+                entry["attempts"] = entry.get("attempts", 0) + 1
                 if code == 0:
                     entry["state"] = "done"
+                elif code not in (2, 130) and entry["attempts"] <= retries:
+                    entry["state"] = "pending"  # a crash: again, from its last checkpoint
+                    pending.append(next(r for r in experiment.runs if r.name == name))
                 else:
                     entry["state"] = "interrupted" if code == 130 else "failed"
                     tail = (experiment.directory / "configs" / f"{name}.log").read_text(

@@ -218,6 +218,7 @@ class Tuner:
 
         study = self.study(worker)
         objective = objective or train_objective
+        fail_orphans(study)
 
         def trial_fn(trial: Any) -> float:
             values = {f: suggest(trial, f, kind, args) for f, (kind, args) in self.space.items()}
@@ -283,6 +284,32 @@ class Tuner:
             example = find_tuned(str(text.pop("base")))
             text = {"algo": example.algo, **text, "config": merge(example.config, config)}
         return yaml.safe_dump(text, sort_keys=False)
+
+
+def fail_orphans(study: Any) -> list[int]:
+    """Mark as failed the running trials whose worker process (on this host) is gone: a
+    search killed mid-trial left them running, and they would never finish. Returns their
+    numbers. Trials of workers on other hosts are left to those hosts."""
+    import optuna
+
+    host = socket.gethostname()
+    orphans = []
+    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        worker_host, _, pid = str(trial.user_attrs.get("worker", "")).rpartition(":")
+        if worker_host == host and pid.isdigit() and not _alive(int(pid)):
+            study._storage.set_trial_state_values(trial._trial_id, optuna.trial.TrialState.FAIL)
+            orphans.append(trial.number)
+    return orphans
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def derive_seed(seed: int, worker: int) -> int:

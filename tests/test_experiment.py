@@ -154,3 +154,41 @@ def test_runs_as_ray_tasks(ray_session, tmp_path):
     good, failed = (status[r.name] for r in experiment.runs)
     assert good["state"] == "done" and good["steps"] == 1024
     assert failed["state"] == "failed" and "NoSuchEnv" in failed["error"]
+
+
+CRASH_ONCE = '''
+import os
+from pathlib import Path
+
+
+class CrashOnce:
+    """Crash the run process (as a kill would) at its first iteration, the first time."""
+
+    def __init__(self, marker):
+        self.marker = Path(marker)
+
+    def on_iteration(self, metrics):
+        if not self.marker.exists():
+            self.marker.write_text("crashed")
+            os._exit(1)
+'''
+
+
+def test_a_crashed_run_is_retried_and_a_refused_one_is_not(tmp_path, monkeypatch):
+    """A run that crashes once finishes on its retry; one refused for bad input (exit 2)
+    is recorded as failed at once, with its error."""
+    (tmp_path / "crash_once.py").write_text(CRASH_ONCE)
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
+    )
+    marker = tmp_path / "crashed"
+    callback = f"crash_once:CrashOnce(marker={str(marker)!r})"
+    crashing = {**SMALL, "run": {**SMALL["run"], "callbacks": [callback]}}
+    spec = {"name": "retry", "base": "ppo-cartpole", "config": crashing,
+            "axes": {"env.id": ["CartPole-v1", "NoSuchEnv-v0"]}}  # fmt: skip
+    experiment = plan(spec, tmp_path / "exp")
+    status = run_experiment(experiment, jobs=1, retries=2)
+    good, bad = (status[r.name] for r in experiment.runs)
+    assert marker.read_text() == "crashed"
+    assert good["state"] == "done" and good["attempts"] == 2 and good["steps"] == 1024
+    assert bad["state"] == "failed" and bad["attempts"] == 1 and "NoSuchEnv" in bad["error"]

@@ -165,3 +165,48 @@ def test_a_repeated_combination_takes_the_earlier_result_and_each_trial_is_print
         assert trial.value == first.value == 1.0
         assert ("repeats trial" in line) == (trial.number != first.number)
         assert "value 1.00" in line and "model.hidden=[" in line
+
+
+def test_a_search_killed_mid_trial_finishes_on_restart_with_no_trial_left_running(tmp_path):
+    """kill -9 the search while a trial trains; started again, it marks that trial failed
+    (its worker is gone) and runs on to the trials asked for, none left running."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import optuna
+
+    from shoal.tune import tune
+
+    spec = {**BASE, "search": {"optim.lr": "loguniform(1e-4, 1e-2)"}, "trials": 5,
+            "sampler": "random", "pruner": "none",
+            "config": {"run": {"total_steps": 4096, "eval_every_steps": 2048,
+                               "target_return": None}}}  # fmt: skip
+    directory = tmp_path / "study"
+    code = (
+        "import json, sys; from shoal.tune import tune; tune(json.loads(sys.argv[1]), sys.argv[2])"
+    )
+    search = subprocess.Popen([sys.executable, "-c", code, json.dumps(spec), str(directory)])
+    storage = f"sqlite:///{directory / 'study.db'}"
+    deadline, running = time.time() + 120, []
+    while time.time() < deadline and not running:
+        time.sleep(0.2)
+        try:
+            study = optuna.load_study(study_name="toy", storage=storage)
+        except Exception:  # not created yet
+            continue
+        done = [t for t in study.trials if t.state.name == "COMPLETE"]
+        running = [t for t in study.trials
+                   if t.state.name == "RUNNING" and "worker" in t.user_attrs and done]  # fmt: skip
+    search.send_signal(signal.SIGKILL)
+    search.wait()
+    assert running, "the search never had a trial running after a finished one"
+    killed = optuna.load_study(study_name="toy", storage=storage)
+    orphans = [t.number for t in killed.trials if t.state.name == "RUNNING"]
+    assert orphans  # the trial the kill cut short
+    study = tune(spec, directory).study()
+    states = [t.state.name for t in study.trials]
+    assert "RUNNING" not in states and states.count("COMPLETE") == 5
+    assert all(study.trials[n].state.name == "FAIL" for n in orphans)
