@@ -244,6 +244,22 @@ def _replace_lines(path: Path, lines: list[str]) -> None:
     os.replace(tmp, path)
 
 
+def _after_existing_events(log_dir: Path) -> None:
+    """Wait, if need be, until this second is past every event file's in ``log_dir``.
+    TensorBoard reads a directory's event files in name order, and a name starts with the
+    second it was made in: a resumed run's file made within the same second as the
+    interrupted one's could sort before it (by the writer's counter, compared as text), and
+    the resume's purge of the steps after its checkpoint would then come first and purge
+    nothing."""
+    seconds = []
+    for path in log_dir.glob("events.out.tfevents.*"):
+        stamp = path.name.split(".")[3]
+        if stamp.isdigit():
+            seconds.append(int(stamp))
+    if seconds and max(seconds) >= int(time.time()):
+        time.sleep(max(seconds) + 1 - time.time())
+
+
 class TensorBoardLogger:
     """Write each metric as a TensorBoard scalar under its own name. On resume
     (``resume_step``), events logged after that step by the interrupted run are purged, so
@@ -258,6 +274,8 @@ class TensorBoardLogger:
         if resume_step is None:
             for stale in self.log_dir.glob("events.out.tfevents.*"):
                 stale.unlink()
+        else:
+            _after_existing_events(self.log_dir)
         purge = None if resume_step is None else resume_step + 1
         self._writer = SummaryWriter(log_dir=str(self.log_dir), purge_step=purge)
 
