@@ -181,16 +181,16 @@ def test_a_search_killed_mid_trial_finishes_on_restart_with_no_trial_left_runnin
     from shoal.tune import tune
 
     spec = {**BASE, "search": {"optim.lr": "loguniform(1e-4, 1e-2)"}, "trials": 5,
-            "sampler": "random", "pruner": "none",
-            "config": {"run": {"total_steps": 4096, "eval_every_steps": 2048,
-                               "target_return": None}}}  # fmt: skip
+            "sampler": "random", "pruner": "none"}  # fmt: skip
     directory = tmp_path / "study"
-    code = (
-        "import json, sys; from shoal.tune import tune; tune(json.loads(sys.argv[1]), sys.argv[2])"
+    code = (  # trials of a second each, so that the kill lands inside one
+        "import json, sys, time\nfrom shoal.tune import tune\n"
+        "def slow(config, report):\n    time.sleep(1.0)\n    return 1.0\n"
+        "tune(json.loads(sys.argv[1]), sys.argv[2], objective=slow)\n"
     )
     search = subprocess.Popen([sys.executable, "-c", code, json.dumps(spec), str(directory)])
     storage = f"sqlite:///{directory / 'study.db'}"
-    deadline, running = time.time() + 120, []
+    deadline, running = time.time() + 240, []
     while time.time() < deadline and not running:
         time.sleep(0.2)
         try:
@@ -206,7 +206,7 @@ def test_a_search_killed_mid_trial_finishes_on_restart_with_no_trial_left_runnin
     killed = optuna.load_study(study_name="toy", storage=storage)
     orphans = [t.number for t in killed.trials if t.state.name == "RUNNING"]
     assert orphans  # the trial the kill cut short
-    study = tune(spec, directory).study()
+    study = tune(spec, directory, objective=toy).study()
     states = [t.state.name for t in study.trials]
     assert "RUNNING" not in states and states.count("COMPLETE") == 5
     assert all(study.trials[n].state.name == "FAIL" for n in orphans)
