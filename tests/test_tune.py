@@ -183,27 +183,28 @@ def test_a_search_killed_mid_trial_finishes_on_restart_with_no_trial_left_runnin
     spec = {**BASE, "search": {"optim.lr": "loguniform(1e-4, 1e-2)"}, "trials": 5,
             "sampler": "random", "pruner": "none"}  # fmt: skip
     directory = tmp_path / "study"
-    code = (  # trials of a second each, so that the kill lands inside one
+    started = tmp_path / "started"
+    code = (  # 3-second trials, so that the kill lands inside one; each notes its start
         "import json, sys, time\nfrom shoal.tune import tune\n"
-        "def slow(config, report):\n    time.sleep(1.0)\n    return 1.0\n"
+        "def slow(config, report):\n"
+        f"    with open({str(started)!r}, 'a') as f:\n        f.write('x')\n"
+        "    time.sleep(3.0)\n    return 1.0\n"
         "tune(json.loads(sys.argv[1]), sys.argv[2], objective=slow)\n"
     )
     search = subprocess.Popen([sys.executable, "-c", code, json.dumps(spec), str(directory)])
-    storage = f"sqlite:///{directory / 'study.db'}"
-    deadline, running = time.time() + 240, []
-    while time.time() < deadline and not running:
-        time.sleep(0.2)
-        try:
-            study = optuna.load_study(study_name="toy", storage=storage)
-        except Exception:  # not created yet
-            continue
-        done = [t for t in study.trials if t.state.name == "COMPLETE"]
-        running = [t for t in study.trials
-                   if t.state.name == "RUNNING" and "worker" in t.user_attrs and done]  # fmt: skip
+    # wait on the marker file, not the database: reading a study while the search creates it
+    # races its schema creation
+    deadline = time.time() + 240
+    while time.time() < deadline and search.poll() is None:
+        if started.exists() and len(started.read_text()) >= 2:  # the first trial finished
+            break
+        time.sleep(0.1)
+    time.sleep(0.3)  # inside the second trial's second
+    assert search.poll() is None, "the search ended before its second trial"
     search.send_signal(signal.SIGKILL)
     search.wait()
-    assert running, "the search never had a trial running after a finished one"
-    killed = optuna.load_study(study_name="toy", storage=storage)
+    killed = optuna.load_study(study_name="toy", storage=f"sqlite:///{directory / 'study.db'}")
+    assert any(t.state.name == "COMPLETE" for t in killed.trials)
     orphans = [t.number for t in killed.trials if t.state.name == "RUNNING"]
     assert orphans  # the trial the kill cut short
     study = tune(spec, directory, objective=toy).study()
