@@ -1,7 +1,7 @@
-"""Checkpoints survive their faults: a save killed at random points always leaves a loadable
-checkpoint; an unreadable newest checkpoint gives way to the newest good one, with a note
-(and a resume sets it aside); a full disk while saving is one clear error that keeps the
-previous checkpoint and the metrics."""
+"""Checkpoints survive their faults: a save killed at random points, or before any of its disk
+steps, always leaves a loadable checkpoint; an unreadable newest checkpoint gives way to the
+newest good one, with a note (and a resume sets it aside); a full disk while saving is one
+clear error that keeps the previous checkpoint and the metrics."""
 
 import errno
 import json
@@ -59,7 +59,55 @@ def test_a_save_killed_at_random_points_leaves_a_loadable_checkpoint(tmp_path):
                                       np.random.default_rng(0).normal(size=3) + step)  # fmt: skip
         loaded_steps.append(step)
     assert len(loaded_steps) == 12
-    assert mid_write >= 4, mid_write  # the kills did land inside saves
+    assert mid_write >= 1, mid_write  # some landed inside saves (the next test hits each step)
+
+
+KILLED_AT = """
+import os, shutil, signal, sys, numpy as np
+from shoal.train.checkpoint import save_checkpoint
+run, at = sys.argv[1], int(sys.argv[2])
+big = np.random.default_rng(0).normal(size=(1000,))
+save_checkpoint(run, 1, "ppo", {"step": 1}, {"step": 1, "big": big + 1}, keep=2)
+save_checkpoint(run, 2, "ppo", {"step": 2}, {"step": 2, "big": big + 2}, keep=2)
+calls = 0
+def killing(step):  # counts the save's steps that touch the disk, and dies before step `at`
+    def call(*args, **kwargs):
+        global calls
+        calls += 1
+        if calls == at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return step(*args, **kwargs)
+    return call
+os.fsync, os.replace, shutil.rmtree = (killing(os.fsync), killing(os.replace),
+                                       killing(shutil.rmtree))
+save_checkpoint(run, 3, "ppo", {"step": 3}, {"step": 3, "big": big + 3}, keep=2)
+"""
+
+
+def test_a_save_killed_before_each_of_its_disk_steps_leaves_a_loadable_checkpoint(tmp_path):
+    """The same, deterministically: the third save is killed before its first, second, ...
+    fsync, rename or removal, until it runs through; each time the run loads a whole save
+    (the third once its rename landed), and the next save cleans up after the killed one."""
+    at, outcomes = 0, []
+    while True:
+        at += 1
+        run = tmp_path / f"run{at}"
+        saver = subprocess.run([sys.executable, "-c", KILLED_AT, str(run), str(at)], timeout=120)
+        checkpoint = load_checkpoint(run)
+        step = checkpoint.state["step"]
+        assert step in (2, 3) and checkpoint.config == {"step": step}
+        assert checkpoint.meta["env_steps"] == step
+        np.testing.assert_array_equal(checkpoint.state["big"][:3],
+                                      np.random.default_rng(0).normal(size=3) + step)  # fmt: skip
+        save_checkpoint(run, 4, "ppo", {"step": 4}, {"step": 4}, keep=2)
+        assert not list((run / "checkpoints").glob(".tmp-*"))
+        assert load_checkpoint(run).state["step"] == 4
+        outcomes.append(step)
+        if saver.returncode == 0:
+            break
+        assert saver.returncode == -signal.SIGKILL, saver.returncode
+    assert at >= 8  # fsyncs of three files and two directories, the rename, latest, pruning
+    assert outcomes[0] == 2 and outcomes[-1] == 3  # killed early: the old one; late: the new
 
 
 @pytest.mark.parametrize("damage", ["truncated", "emptied", "no state.pt"])
