@@ -26,11 +26,11 @@ $(CORE_STAMP): pyproject.toml constraints.txt
 	touch $(CORE_STAMP)
 
 $(STAMP): $(CORE_STAMP)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,video,mujoco,pettingzoo,atari,ray,sumo,smarts,export,report,tune,wandb,mlflow]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,video,mujoco,pettingzoo,atari,ray,sumo,smarts,export,report,tune,wandb,mlflow,cma]'
 	touch $(STAMP)
 
 $(BENCH_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,video,mujoco,pettingzoo,atari,ray,sumo,smarts,export,report,tune,wandb,mlflow,bench]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,video,mujoco,pettingzoo,atari,ray,sumo,smarts,export,report,tune,wandb,mlflow,cma,bench]'
 	touch $(BENCH_STAMP)
 
 train: $(CORE_STAMP)
@@ -56,7 +56,7 @@ FLOOR_VENV ?= .venv-floor
 $(FLOOR_VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(FLOOR_VENV)
 	echo 'torch==$(TORCH_FLOOR)' > $(FLOOR_VENV)/constraints.txt
-	$(FLOOR_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -c $(FLOOR_VENV)/constraints.txt -e '.[dev,video,mujoco,pettingzoo,atari,ray,sumo,smarts,export,report,tune,wandb,mlflow]'
+	$(FLOOR_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -c $(FLOOR_VENV)/constraints.txt -e '.[dev,video,mujoco,pettingzoo,atari,ray,sumo,smarts,export,report,tune,wandb,mlflow,cma]'
 	touch $(FLOOR_VENV)/.installed
 
 test-floor: $(FLOOR_VENV)/.installed
@@ -107,6 +107,16 @@ $(ZOO_VENV)/.installed:
 
 bench-tune: $(STAMP) $(ZOO_VENV)/.installed
 	$(BIN)/python benchmarks/tune_cartpole.py --seeds 3 --zoo-python $(ZOO_VENV)/bin/python --json benchmarks/results/tune_cartpole.json
+
+# EvoTorch for benchmarks/evolution.py's comparison (its own pins of Ray and Gymnasium).
+EVOTORCH_VENV ?= .venv-evotorch
+$(EVOTORCH_VENV)/.installed:
+	$(PYTHON) -m venv $(EVOTORCH_VENV)
+	$(EVOTORCH_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt 'evotorch==0.6.1' 'gymnasium[mujoco]==1.4.0' torch
+	touch $(EVOTORCH_VENV)/.installed
+
+bench-evolution: $(BENCH_STAMP) $(EVOTORCH_VENV)/.installed
+	$(BIN)/python benchmarks/evolution.py --seeds 3 --evotorch-python $(EVOTORCH_VENV)/bin/python
 
 # The peers of benchmarks/peers.py, each in its own environment where its pins conflict with
 # shoal's: TorchRL (its TensorDict), Tianshou (its Atari wrappers need NumPy < 2.3), Sample

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from shoal.algos.continuous import d4pg, ddpg, sac, td3
+from shoal.algos.evolution import ars, cmaes, es, ga
 from shoal.algos.multi_agent import ctedd, distributed_maddpg, maddpg, multi_policy, qmix
 from shoal.algos.policy_gradient import a2c, a3c, appo, ddppo, impala, pg, ppo, trpo
 from shoal.algos.value import apex, dqn, tabular
@@ -285,6 +286,40 @@ ALGORITHMS["maddpg-distributed"] = AlgorithmSpec(
     distributed_maddpg.build_model,
     "Distributed MADDPG: Ray collectors, asynchronous learners, last-writer-wins parameter server",
     "Discrete, Box (multi-agent envs)",
+)
+
+
+ALGORITHMS["es"] = AlgorithmSpec(
+    "es",
+    es.ESConfig,
+    es.ES,
+    es.build_model,
+    "Evolution strategies: antithetic noise-table perturbations, centered ranks, Adam",
+    "Discrete, Box, MultiDiscrete, MultiBinary",
+)
+ALGORITHMS["ars"] = AlgorithmSpec(
+    "ars",
+    ars.ARSConfig,
+    ars.ARS,
+    ars.build_model,
+    "Augmented random search: linear policies, top-b directions, return-std step",
+    "Discrete, Box",
+)
+ALGORITHMS["ga"] = AlgorithmSpec(
+    "ga",
+    ga.GAConfig,
+    ga.GA,
+    ga.build_model,
+    "Genetic algorithm: truncation selection, Gaussian mutation, elite, seed-chain individuals",
+    "Discrete, Box, MultiDiscrete, MultiBinary",
+)
+ALGORITHMS["cmaes"] = AlgorithmSpec(
+    "cmaes",
+    cmaes.CMAESConfig,
+    cmaes.CMAES,
+    cmaes.build_model,
+    "CMA-ES (the cma package) over a small policy's parameters",
+    "Discrete, Box, MultiDiscrete, MultiBinary",
 )
 
 

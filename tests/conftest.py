@@ -59,6 +59,7 @@ EXTRAS = {
     "tune": ("optuna",),
     "report": ("matplotlib",),
     "ray": ("ray",),
+    "cma": ("cma",),
     "atari": ("ale_py", "cv2"),
     "mujoco": ("mujoco",),
     "sumo": ("libsumo",),

@@ -181,7 +181,12 @@ class WorkerPool:
     def call_all(self, method: str, *args: Any) -> list[Any]:
         """``method`` on every worker in parallel; the results in worker order. Failed
         workers are restarted and their call retried."""
-        refs = [self.submit(i, method, *args) for i in range(len(self.workers))]
+        return self.call_each(method, lambda i: args)
+
+    def call_each(self, method: str, args: Callable[[int], tuple]) -> list[Any]:
+        """``method(*args(i))`` on every worker ``i`` in parallel; the results in worker
+        order. A failed worker is restarted and its own call sent again."""
+        refs = [self.submit(i, method, *args(i)) for i in range(len(self.workers))]
         results = []
         for i, ref in enumerate(refs):
             try:
@@ -189,7 +194,7 @@ class WorkerPool:
                 self._failures_in_a_row[i] = 0
             except WORKER_FAILURES as exc:
                 self.restart(i, exc)
-                results.append(self.call_one(i, method, *args))
+                results.append(self.call_one(i, method, *args(i)))
         return results
 
     def tell_all(self, method: str, *args: Any) -> None:

@@ -21,9 +21,15 @@ class RunningMeanStd:
         self.count = epsilon
 
     def update(self, batch: np.ndarray) -> None:
-        batch_mean = batch.mean(axis=0)
-        batch_var = batch.var(axis=0)
-        n = batch.shape[0]
+        if batch.shape[0]:
+            self.merge(batch.mean(axis=0), batch.var(axis=0), batch.shape[0])
+
+    def merge(self, batch_mean: np.ndarray, batch_var: np.ndarray, n: float) -> None:
+        """Fold in the statistics of other data (``n`` samples with that mean and population
+        variance): the result is that of all the data together (workers' statistics merged
+        by the learner, say)."""
+        if n == 0:
+            return
         delta = batch_mean - self.mean
         total = self.count + n
         self.mean = self.mean + delta * n / total

@@ -1,0 +1,128 @@
+"""Evolution strategies (Salimans, Ho, Chen, Sidor and Sutskever 2017, "Evolution Strategies as
+a Scalable Alternative to Reinforcement Learning").
+
+Each generation perturbs the policy's parameter vector ``theta`` in antithetic pairs
+``theta +- sigma * eps_i`` (``eps_i`` read from the shared noise table by offset), plays every
+perturbed policy for whole episodes, replaces the returns by their centered ranks, and moves
+``theta`` along the estimated gradient with Adam, with an L2 penalty. A generation plays rounds
+of ``episodes_per_batch`` episodes until it has also taken ``train_batch_size`` env steps (the
+references' two batch sizes). The defaults are those of RLlib's ES (2018).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from shoal.algos.cores.population import Population, SearchConfig, build_model, search_model
+from shoal.collect.population import Individual
+from shoal.config import EnvConfig, ModelConfig, RunConfig, check, check_positive
+from shoal.losses.evolution import centered_ranks, es_gradient
+from shoal.policy import ActorPolicy
+
+__all__ = ["ES", "ESConfig", "build_model"]
+
+
+@dataclass(frozen=True)
+class ESConfig:
+    """Evolution-strategies hyperparameters (RLlib's ES defaults, 2018)."""
+
+    run: RunConfig = field(default_factory=RunConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    model: ModelConfig = field(default_factory=search_model)
+    search: SearchConfig = field(default_factory=SearchConfig)
+    noise_stdev: float = 0.02
+    """sigma: the standard deviation of the parameter perturbations."""
+    stepsize: float = 0.01
+    """Adam's step size on the parameter vector."""
+    l2_coeff: float = 0.005
+    """Weight of the L2 penalty on the parameters, added to the (negated) gradient estimate."""
+    episodes_per_batch: int = 1000
+    """Episodes per round of perturbations (half of them mirror the other half): a round has
+    episodes_per_batch / (2 * search.episodes) pairs."""
+    train_batch_size: int = 10_000
+    """Fewest env steps a generation takes: rounds are played until it has them."""
+    return_proc_mode: Literal["centered_rank", "raw"] = "centered_rank"
+    """Fitness shaping: the returns' centered ranks in [-0.5, 0.5], or the raw returns."""
+
+    def __post_init__(self) -> None:
+        check_positive(self, "noise_stdev", "stepsize", "episodes_per_batch", "train_batch_size")
+        check(self, "l2_coeff", self.l2_coeff >= 0, "must be >= 0")
+        check(self, "episodes_per_batch", self.pairs >= 1,
+              f"must be at least 2 * search.episodes = {2 * self.search.episodes}")  # fmt: skip
+
+    @property
+    def pairs(self) -> int:
+        """Antithetic pairs per round."""
+        return self.episodes_per_batch // (2 * self.search.episodes)
+
+
+class ES:
+    """One ES generation: rounds of antithetic pairs, centered ranks, one Adam step."""
+
+    def __init__(self, config: ESConfig):
+        self.config = config
+        self.population = Population(config)
+        start = torch.as_tensor(self.population.center, dtype=torch.float64)
+        self.theta = torch.nn.Parameter(start)
+        self.optimizer = torch.optim.Adam([self.theta], lr=config.stepsize, eps=1e-8)
+
+    @property
+    def env_steps(self) -> int:
+        return self.population.env_steps
+
+    @property
+    def iteration(self) -> int:
+        return self.population.iteration
+
+    def train_iteration(self) -> dict[str, float]:
+        cfg, population = self.config, self.population
+        population.start_generation()
+        sigma, steps_before = cfg.noise_stdev, population.env_steps
+        offsets, returns, lengths = [], [], []
+        while not offsets or population.env_steps - steps_before < cfg.train_batch_size:
+            round_offsets = population.offsets(cfg.pairs)
+            pairs = [Individual((int(o),), (sign * sigma,)) for o in round_offsets
+                     for sign in (1.0, -1.0)]  # fmt: skip
+            result = population.evaluate(pairs, group=2)  # a pair shares its starts
+            offsets.append(round_offsets)
+            returns.append(result.returns.mean(1).reshape(-1, 2))  # [pairs, (+, -)]
+            lengths.append(result.lengths.sum(1))
+        offsets, returns = np.concatenate(offsets), np.concatenate(returns)
+        metrics = population.center_return(returns.size)
+        fitness = centered_ranks(returns) if cfg.return_proc_mode == "centered_rank" else returns
+        noise = population.noise.rows(offsets, population.dim)
+        gradient = es_gradient(fitness[:, 0], fitness[:, 1], noise, sigma)
+        # The authors' code steps along sigma * gradient (its sum over pairs divided by the
+        # number of returns), and weighs the L2 penalty against that.
+        self.optimizer.zero_grad()
+        self.theta.grad = torch.as_tensor(-sigma * gradient) + cfg.l2_coeff * self.theta.detach()
+        self.optimizer.step()
+        population.center = self.theta.detach().numpy().astype(np.float32)
+        metrics.update(population.end_generation(returns, np.concatenate(lengths)))
+        metrics["search/gradient_norm"] = float(np.linalg.norm(gradient))
+        metrics["search/pairs"] = len(offsets)
+        return metrics
+
+    def policy(self) -> ActorPolicy:
+        return self.population.policy()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            **self.population.state_dict(),
+            "theta": self.theta.detach().clone(),  # float64; the center is its float32 copy
+            "optimizer": self.optimizer.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> bool:
+        self.population.load_state_dict(state)
+        with torch.no_grad():
+            self.theta.copy_(state["theta"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        return True
+
+    def close(self) -> None:
+        self.population.close()
