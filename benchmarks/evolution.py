@@ -177,17 +177,19 @@ def scaling(generations: int) -> dict:
                                         **{"run.console": False, "run.runners": runners,
                                            **SHOAL_ES})  # fmt: skip
         learner = get_algorithm("es").algorithm_cls(config)
-        rates, bytes_sent, update = [], [], []
+        rates, bytes_sent, update, communicate = [], [], [], []
         for generation in range(generations + 1):
             metrics = learner.train_iteration()
             if generation:  # the first generation starts the workers' envs
                 rates.append(metrics["episode/count"] / metrics["perf/generation_s"])
                 bytes_sent.append(metrics["perf/bytes_per_worker"])
                 update.append(metrics["perf/update_s"])
+                communicate.append(metrics["perf/communicate_s"])
         learner.close()
         rows[runners] = {"episodes_per_s": statistics.median(rates),
                          "bytes_per_worker": statistics.median(bytes_sent),
-                         "update_and_communication_s": statistics.median(update)}  # fmt: skip
+                         "update_s": statistics.median(update),
+                         "communicate_s": statistics.median(communicate)}  # fmt: skip
         print(f"  {runners} worker(s): {rows[runners]['episodes_per_s']:.1f} episodes/s, "
               f"{rows[runners]['bytes_per_worker']:.0f} bytes per worker per generation",
               flush=True)  # fmt: skip

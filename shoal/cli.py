@@ -516,8 +516,9 @@ def _eval_lines(report: dict[str, Any], env_id: str, episodes: int) -> list[str]
         return f"{s['mean']:.2f} [{s['ci_low']:.2f}, {s['ci_high']:.2f}]"
 
     lines = []
-    if len(report["players"]) > 1 or "trained" not in report["players"].values():
-        each = ", ".join(f"{k} {v}" for k, v in report["players"].items())
+    players = report["players"]
+    if players and (len(players) > 1 or "trained" not in players.values()):
+        each = ", ".join(f"{k} {v}" for k, v in players.items())
         lines.append(f"players: {each}")
     length = report["length"]["mean"]
     if "return" in report:

@@ -115,6 +115,7 @@ def test_eval_and_video(suffix, tmp_path, capsys):
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "3 episodes on CartPole-v1: return" in out
+    assert "players:" not in out  # one trained player: nothing to name
     assert video.exists() and video.stat().st_size > 0
     import imageio.v2 as imageio
 

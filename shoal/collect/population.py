@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -71,6 +72,10 @@ class PopulationResult(NamedTuple):
     D]`` and counts ``[K, episodes]`` (float64; None without a filter). Kept per episode so
     that a population's statistics are reduced in one order however it was split."""
 
+    seconds: float = 0.0
+    """How long the playing took where it ran (the slowest worker's, for a split population):
+    the rest of a pool's wall clock is communication."""
+
     def obs_stats(self) -> tuple[np.ndarray, np.ndarray, float] | None:
         """Mean, variance and count of every observation the population saw."""
         if self.obs_sums is None:
@@ -93,6 +98,7 @@ def _join(parts: Sequence[PopulationResult]) -> PopulationResult:
         np.concatenate([p.returns for p in parts]),
         np.concatenate([p.lengths for p in parts]),
         sums,
+        max(p.seconds for p in parts),
     )
 
 
@@ -172,6 +178,7 @@ class PopulationEvaluator:
         index in the whole population and ``group`` how many consecutive individuals share
         start states (`episode_seeds`). ``obs_filter``: the frozen statistics (a
         `RunningMeanStd` state) to standardize observations with, or None."""
+        started = time.perf_counter()
         vectors = torch.as_tensor(self.vectors(base, individuals), device=self.device)
         count = len(vectors)
         if count == 0:
@@ -210,7 +217,8 @@ class PopulationEvaluator:
         if stats is not None:
             observed = (sums.reshape(*shape, -1), squares.reshape(*shape, -1),
                         counts.reshape(shape))  # fmt: skip
-        return PopulationResult(returns.reshape(shape), lengths.reshape(shape), observed)
+        seconds = time.perf_counter() - started
+        return PopulationResult(returns.reshape(shape), lengths.reshape(shape), observed, seconds)
 
     def close(self) -> None:
         for env in self._envs.values():

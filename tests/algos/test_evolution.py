@@ -275,3 +275,30 @@ def test_es_solves_inverted_pendulum():
     result = shoal.train(tuned="es-invertedpendulum", seed=2, quiet=True,
                          **{"run.console": False, "run.tensorboard": False})  # fmt: skip
     assert result.solved and result.eval_return >= 950, result
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")
+def test_the_population_forward_runs_on_the_gpu(tmp_path):
+    """With run.device cuda the population's parameters and forward live on the GPU, and
+    its episodes score as on the CPU (float rounding may flip a rare tie)."""
+    config = EnvConfig(id="CartPole-v1")
+    table = NoiseTable(0, 100_000)
+
+    def model_fn(obs_space, action_space):
+        torch.manual_seed(0)
+        return PolicyNetwork(obs_space, action_space, ModelConfig(hidden=(32, 32)))
+
+    people = [Individual((o,), (0.1,)) for o in range(0, 32_000, 1000)]
+    scores = {}
+    for device in ("cpu", "cuda"):
+        evaluator = PopulationEvaluator(config, model_fn, table, device=device)
+        assert next(evaluator.model.parameters()).device.type == device
+        base = parameter_vector(evaluator.model.cpu()).numpy()
+        evaluator.model.to(device)
+        scores[device] = evaluator.evaluate(base, people, 2, env_seed=11).returns
+        evaluator.close()
+    assert np.mean(scores["cpu"] == scores["cuda"]) >= 0.9
+    result = shoal.train("es", env="CartPole-v1", seed=0, run_dir=str(tmp_path / "run"),
+                         total_steps=2000, **small("es", **{"run.device": "cuda"}))  # fmt: skip
+    assert result.env_steps >= 2000 and shoal.load(result.run_dir) is not None

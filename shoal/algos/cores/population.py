@@ -145,7 +145,9 @@ class Population:
             clip_obs=self.config.env.clip_obs,
             group=group,
         )
-        self.timing["evaluate"] = self.timing.get("evaluate", 0.0) + time.perf_counter() - started
+        wall = time.perf_counter() - started
+        self.timing["evaluate"] = self.timing.get("evaluate", 0.0) + result.seconds
+        self.timing["communicate"] = self.timing.get("communicate", 0.0) + wall - result.seconds
         self._seen.append(result)
         self.env_steps += result.env_steps
         self.episodes += result.returns.size
@@ -173,7 +175,7 @@ class Population:
         self.iteration += 1
         total = time.perf_counter() - self._started
         evaluate = self.timing.get("evaluate", 0.0)
-        update = total - evaluate
+        communicate = self.timing.get("communicate", 0.0)
         metrics = {
             "episode/return": float(np.mean(returns)),
             "episode/return_max": float(np.max(returns)),
@@ -181,7 +183,8 @@ class Population:
             "episode/count": int(np.size(returns)),
             "perf/generation_s": total,
             "perf/evaluate_s": evaluate,
-            "perf/update_s": update,
+            "perf/communicate_s": communicate,
+            "perf/update_s": total - evaluate - communicate,
             "perf/episodes_per_s": float(np.size(returns)) / max(evaluate, 1e-9),
             "perf/env_steps_per_s": float(np.sum(lengths)) / max(evaluate, 1e-9),
             "search/parameter_norm": float(np.linalg.norm(self.center)),
