@@ -82,7 +82,7 @@ def shoal_search(algo: str, seed: int, generations: int, overrides: dict[str, An
         metrics = learner.train_iteration()
         train_s += time.perf_counter() - tick
         curve.append(metrics["episode/return"])
-        episodes += metrics["episode/count"] * (2 if algo == "ars" else 1)
+        episodes += metrics["episode/count"]  # the mirrored pairs, both members
     final = evaluate_policy(learner.policy())
     result = {"library": f"shoal {algo}", "seed": seed, "episodes": episodes,
               "env_steps": learner.env_steps, "setup_s": setup_s, "train_s": train_s,

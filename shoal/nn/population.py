@@ -5,7 +5,8 @@ network's forward is its deterministic action (the search perturbs parameters, n
 `population_actions` runs ``P`` parameter vectors over their own observations ``[P, E, ...]``
 in one vectorized call (`torch.func.vmap` over `torch.func.functional_call`): the Python cost
 of a step is that of one network, whatever the population's size, and on a GPU the whole
-population's forward is one set of kernels.
+population's forward is one set of kernels. Networks `vmap` cannot batch (image encoders)
+run one forward per individual instead, through the same `functional_call`.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ class PolicyNetwork(nn.Module):
         bounds = _bounds(action_space)
         self.register_buffer("low", None if bounds is None else bounds[0])
         self.register_buffer("high", None if bounds is None else bounds[1])
+        self.vmappable = model.encoder == "mlp"
+        """Image encoders (channels-last convolutions) and users' networks may use operations
+        `torch.func.vmap` cannot batch: their population is run one individual at a time."""
 
     def distribution(self, obs: torch.Tensor) -> ActionChoice:
         action = self.forward(obs)
@@ -136,4 +140,7 @@ def population_actions(model: nn.Module, vectors: torch.Tensor, obs: torch.Tenso
         return functional_call(model, own, (own_obs,), strict=False)
 
     with torch.no_grad():
-        return vmap(act)(params, obs)
+        if getattr(model, "vmappable", True):
+            return vmap(act)(params, obs)
+        rows = range(len(vectors))  # the seam: one forward per individual, same parameters
+        return torch.stack([act({k: v[p] for k, v in params.items()}, obs[p]) for p in rows])

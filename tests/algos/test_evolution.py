@@ -127,6 +127,27 @@ def test_batched_population_forward_equals_a_loop(linear, action_space):
             assert batched[p].abs().max() <= 1.0  # clipped to the bounds
 
 
+def test_image_policies_run_one_individual_at_a_time_with_the_same_actions():
+    """The Nature CNN cannot go through vmap (channels-last memory): its population takes the
+    per-individual path, which acts as each network alone does; for an MLP both paths agree."""
+    obs_space, action_space = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8), gym.spaces.Discrete(6)
+    torch.manual_seed(0)
+    model = PolicyNetwork(obs_space, action_space, ModelConfig(encoder="nature"))
+    assert not model.vmappable
+    vectors = parameter_vector(model)[None].repeat(3, 1)
+    vectors += 0.01 * torch.randn_like(vectors)
+    obs = torch.randint(0, 255, (3, 2, 4, 84, 84), dtype=torch.uint8)
+    actions = population_actions(model, vectors, obs)
+    for p in range(3):
+        set_parameter_vector(model, vectors[p])
+        assert torch.equal(actions[p], model(obs[p]))
+    mlp = PolicyNetwork(gym.spaces.Box(-1, 1, (4,)), action_space, ModelConfig(hidden=(8,)))
+    vectors, obs = torch.randn(5, parameter_vector(mlp).numel()), torch.randn(5, 3, 4)
+    batched = population_actions(mlp, vectors, obs)
+    mlp.vmappable = False
+    assert torch.equal(population_actions(mlp, vectors, obs), batched)
+
+
 def test_a_population_split_anywhere_plays_the_same_episodes():
     """Seeds follow an individual's index in the population, so evaluating it in two parts
     (as two workers would) gives the returns of one whole pass."""
@@ -239,6 +260,24 @@ def test_ray_missing_is_one_clear_error(monkeypatch, tmp_path):
     with pytest.raises(DistributedError, match="needs Ray"):
         shoal.train("ars", env="CartPole-v1", run_dir=str(tmp_path / "run"),
                     **{"run.console": False, "run.runners": 2})  # fmt: skip
+
+
+def test_the_es_gradient_in_chunks_equals_one_pass(monkeypatch):
+    """ES reads the noise rows of a large generation a chunk at a time; the step is the same
+    as from all rows at once (up to float summation order)."""
+    import shoal.algos.evolution.es as es_module
+
+    steps = {}
+    for chunk in (3, 10_000):
+        monkeypatch.setattr(es_module, "GRADIENT_CHUNK", chunk)
+        config = shoal.api.build_config("es", env="CartPole-v1", seed=3, **small("es"))
+        learner = es_module.ES(config)
+        before = learner.population.center.copy()
+        learner.train_iteration()
+        steps[chunk] = learner.population.center - before
+        learner.close()
+    np.testing.assert_allclose(steps[3], steps[10_000], rtol=1e-5, atol=1e-8)
+    assert np.abs(steps[3]).max() > 0
 
 
 def test_the_center_policy_is_what_is_deployed():

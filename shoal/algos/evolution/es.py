@@ -25,6 +25,10 @@ from shoal.policy import ActorPolicy
 
 __all__ = ["ES", "ESConfig", "build_model"]
 
+GRADIENT_CHUNK = 512
+"""Pairs whose noise rows are read at once for the gradient: a generation of thousands of
+pairs of a large network would otherwise hold gigabytes of noise (``[pairs, D]`` floats)."""
+
 
 @dataclass(frozen=True)
 class ESConfig:
@@ -94,8 +98,12 @@ class ES:
         offsets, returns = np.concatenate(offsets), np.concatenate(returns)
         metrics = population.center_return(returns.size)
         fitness = centered_ranks(returns) if cfg.return_proc_mode == "centered_rank" else returns
-        noise = population.noise.rows(offsets, population.dim)
-        gradient = es_gradient(fitness[:, 0], fitness[:, 1], noise, sigma)
+        gradient = np.zeros(population.dim)
+        for start in range(0, len(offsets), GRADIENT_CHUNK):  # a few rows of noise at a time
+            part = slice(start, start + GRADIENT_CHUNK)
+            noise = population.noise.rows(offsets[part], population.dim)
+            weight = len(noise) / len(offsets)  # es_gradient averages over its own rows
+            gradient += weight * es_gradient(fitness[part, 0], fitness[part, 1], noise, sigma)
         # The authors' code steps along sigma * gradient (its sum over pairs divided by the
         # number of returns), and weighs the L2 penalty against that.
         self.optimizer.zero_grad()
