@@ -14,7 +14,9 @@ individual at index ``i`` of the population resets its env with seed ``env_seed 
 + e`` wherever it runs (pairs share theirs, `episode_seeds`), so a population's returns do not
 depend on how it was split. That needs envs seeded one by one, so ``env.vectorization`` auto
 means Gymnasium's sync vector env here; a natively vectorized env (``native``, CartPole's)
-draws every env's start from one generator, and its returns then depend on the split.
+draws every env's start from one generator, and its returns then depend on the split (as
+do those of shoal's built-in multi-agent worlds, whose agents all act with the individual's
+policy).
 
 Observations are standardized with the learner's running statistics of the generation
 (Salimans et al.'s ``MeanStdFilter``), frozen while it is evaluated; each worker returns the
@@ -36,8 +38,9 @@ from shoal.config import EnvConfig
 from shoal.data.noise import NoiseTable
 from shoal.device import resolve_device
 from shoal.envs import make_env
+from shoal.envs.multi_agent import is_multi_agent_id
 from shoal.envs.normalize import RunningMeanStd, normalize
-from shoal.errors import ConfigError, UnsupportedSpaceError
+from shoal.errors import ConfigError
 from shoal.nn.population import population_actions
 from shoal.threads import set_compute_threads
 
@@ -126,11 +129,13 @@ class PopulationEvaluator:
         self._envs: dict[int, Any] = {}
         probe = self._env(1)
         self.observation_space, self.action_space = probe.observation_space, probe.action_space
-        if getattr(probe, "agents_per_env", 1) != 1:
-            raise UnsupportedSpaceError(
-                f"{env_config.id} is a multi-agent env; the derivative-free learners train "
-                "one policy on a single-agent env"
-            )
+        self.agents = getattr(probe, "agents_per_env", 1)
+        """A multi-agent env's agents all act with the individual's policy (shared weights,
+        rows of `shoal.envs.agents_as_batch`)."""
+        self.per_env_seeds = not is_multi_agent_id(env_config.id) and (
+            self._env_config(1).vectorization in ("sync", "async")
+        )
+        """Whether each env is reset with its own seed (see the module docstring)."""
         self.model = model_fn(self.observation_space, self.action_space).to(self.device).eval()
         self.dim = sum(p.numel() for p in self.model.parameters())
         if isinstance(noise, tuple):
@@ -144,12 +149,15 @@ class PopulationEvaluator:
             "dim": self.dim,
         }
 
+    def _env_config(self, num_envs: int) -> EnvConfig:
+        config = dataclasses.replace(self.env_config, num_envs=num_envs)
+        if config.vectorization == "auto" and not is_multi_agent_id(config.id):
+            config = dataclasses.replace(config, vectorization="sync")  # per-env seeds
+        return config
+
     def _env(self, num_envs: int) -> Any:
         if num_envs not in self._envs:
-            config = dataclasses.replace(self.env_config, num_envs=num_envs)
-            if config.vectorization == "auto":  # per-env seeds: see the module docstring
-                config = dataclasses.replace(config, vectorization="sync")
-            self._envs[num_envs] = make_env(config)
+            self._envs[num_envs] = make_env(self._env_config(num_envs))
         return self._envs[num_envs]
 
     def vectors(
@@ -185,7 +193,9 @@ class PopulationEvaluator:
             empty = np.zeros((0, episodes))
             return PopulationResult(empty, empty.astype(np.int64), None)
         env = self._env(count * episodes)
-        obs = env.reset(seed=episode_seeds(env_seed, first_index, count, episodes, group))
+        seeds = episode_seeds(env_seed, first_index, count, episodes, group)
+        obs = env.reset(seed=seeds if self.per_env_seeds else seeds[0])
+        agents = self.agents  # rows per env: an env's agents share the individual's policy
         stats = None
         if obs_filter is not None:
             stats = RunningMeanStd(obs.shape[1:])
@@ -203,7 +213,7 @@ class PopulationEvaluator:
                 counts += active
                 obs = normalize(obs, stats, clip_obs)
             batch = torch.as_tensor(obs, device=self.device)
-            batch = batch.reshape(count, episodes, *obs.shape[1:])
+            batch = batch.reshape(count, episodes * agents, *obs.shape[1:])
             actions = population_actions(self.model, vectors, batch)
             step = env.step(actions.reshape(len(obs), *actions.shape[2:]).cpu().numpy())
             returns += np.where(active, step.reward, 0.0)
@@ -212,13 +222,16 @@ class PopulationEvaluator:
             if not active.any():
                 break
             obs = step.obs
-        shape = (count, episodes)
+        shape = (count, episodes, agents)
         observed = None
         if stats is not None:
-            observed = (sums.reshape(*shape, -1), squares.reshape(*shape, -1),
-                        counts.reshape(shape))  # fmt: skip
+            observed = (sums.reshape(*shape, -1).sum(2), squares.reshape(*shape, -1).sum(2),
+                        counts.reshape(shape).sum(2))  # fmt: skip
         seconds = time.perf_counter() - started
-        return PopulationResult(returns.reshape(shape), lengths.reshape(shape), observed, seconds)
+        # An episode's return is its agents' mean (the per-agent return shoal reports for
+        # multi-agent envs); its length, the env's steps.
+        returns, lengths = returns.reshape(shape).mean(2), lengths.reshape(shape)[..., 0]
+        return PopulationResult(returns, lengths, observed, seconds)
 
     def close(self) -> None:
         for env in self._envs.values():

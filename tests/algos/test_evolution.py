@@ -195,6 +195,30 @@ def test_a_mirrored_pair_plays_from_the_same_starts():
     evaluator.close()
 
 
+def test_a_built_in_multi_agent_world_plays_every_agent_with_the_individuals_policy(tmp_path):
+    """shoal/spread-v0 (3 agents, rows of agents): each env's agents act with their
+    individual's parameters; an episode's return is its agents' mean and its length the env's
+    steps; ES trains on it and its policy loads."""
+    table = NoiseTable(0, 100_000)
+
+    def model_fn(obs_space, action_space):
+        torch.manual_seed(0)
+        return PolicyNetwork(obs_space, action_space, ModelConfig(hidden=(8,)))
+
+    evaluator = PopulationEvaluator(EnvConfig(id="shoal/spread-v0"), model_fn, table)
+    assert evaluator.agents == 3 and not evaluator.per_env_seeds
+    base = parameter_vector(evaluator.model).numpy()
+    result = evaluator.evaluate(base, [Individual((o,), (0.5,)) for o in (0, 50, 90)], 2, 1)
+    assert result.returns.shape == result.lengths.shape == (3, 2)
+    assert (result.lengths == result.lengths[0, 0]).all() and result.lengths[0, 0] > 1
+    assert len(set(result.returns.ravel())) > 1
+    evaluator.close()
+    run = shoal.train("es", env="shoal/spread-v0", seed=0, total_steps=500,
+                      run_dir=str(tmp_path / "r"),
+                      **small("es", **{"run.eval_every_steps": 250}))  # fmt: skip
+    assert run.env_steps >= 500 and np.isfinite(run.eval_return)
+
+
 # --- the algorithms --------------------------------------------------------------------------
 
 
@@ -298,20 +322,21 @@ def test_the_center_policy_is_what_is_deployed():
 # --- learning -------------------------------------------------------------------------------
 
 
-def test_ars_solves_cartpole():
+def test_ars_solves_cartpole(tmp_path):
     """ARS's tuned example, seed 0: an evaluation mean of 475 over 20 episodes (a random
     linear policy scores about 20; the zero policy, where ARS starts, 9)."""
-    result = shoal.train(tuned="ars-cartpole", seed=0, quiet=True,
+    result = shoal.train(tuned="ars-cartpole", seed=0, quiet=True, run_dir=str(tmp_path / "run"),
                          **{"run.console": False, "run.tensorboard": False})  # fmt: skip
     assert result.solved and result.eval_return >= 475, result
 
 
 @pytest.mark.extra("mujoco")
-def test_es_solves_inverted_pendulum():
+def test_es_solves_inverted_pendulum(tmp_path):
     """ES's tuned example, seed 2: an evaluation mean of 950 (of 1,000) over 20 episodes
     within its budget (seeds 0-2 took 60k-101k env steps; a random policy balances for about
     5 steps, the network ES starts from for about 10)."""
     result = shoal.train(tuned="es-invertedpendulum", seed=2, quiet=True,
+                         run_dir=str(tmp_path / "run"),
                          **{"run.console": False, "run.tensorboard": False})  # fmt: skip
     assert result.solved and result.eval_return >= 950, result
 
