@@ -26,6 +26,7 @@ sums of the raw observations it saw, which the learner merges.
 from __future__ import annotations
 
 import dataclasses
+import os
 import pickle
 import time
 from collections.abc import Callable, Sequence
@@ -308,7 +309,8 @@ class PopulationPool:
             from shoal.distributed import require_ray
 
             workers = require_ray()
-            workers.connect(address)
+            # A local Ray gets a CPU slot per worker (and the driver), even on fewer cores.
+            workers.connect(address, num_cpus=max(os.cpu_count() or 1, runners + 1))
             table = workers.put(noise.table)
             self._workers = workers
             self.pool = workers.WorkerPool(

@@ -90,7 +90,8 @@ class Population:
     ``center`` is the search's current parameter vector ``[D]`` (float32 numpy): the policy
     deployed, evaluated and checkpointed is that of ``center``."""
 
-    def __init__(self, config: Any):
+    def __init__(self, config: Any, noise: bool = True):
+        """``noise`` False: the learner sends whole vectors (CMA-ES), so no table is made."""
         check_search(config)
         self.config = config
         run, search = config.run, config.search
@@ -100,8 +101,10 @@ class Population:
         self.model = model_fn(*probe_space)
         self.center = parameter_vector(self.model).numpy()
         self.dim = self.center.size
-        check_noise_size(search.noise_size, self.dim)
-        self.noise = NoiseTable(derive_seed(run.seed, "noise"), search.noise_size)
+        if noise:
+            check_noise_size(search.noise_size, self.dim)
+        size = search.noise_size if noise else 0
+        self.noise = NoiseTable(derive_seed(run.seed, "noise"), size)
         self.pool = PopulationPool(
             config.env,
             model_fn,

@@ -39,10 +39,8 @@ class CMAESConfig:
     run: RunConfig = field(default_factory=RunConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
     model: ModelConfig = field(default_factory=lambda: search_model((16,)))
-    search: SearchConfig = field(
-        default_factory=lambda: SearchConfig(eval_prob=0.0, noise_size=10_000)
-    )
-    """noise_size is unused beyond its check: candidates travel whole."""
+    search: SearchConfig = field(default_factory=lambda: SearchConfig(eval_prob=0.0))
+    """search.noise_size is unused: candidates travel whole, no noise table is made."""
     sigma0: float = 0.5
     """The initial step size (standard deviation of the first population)."""
     popsize: int | None = None
@@ -67,7 +65,7 @@ class CMAES:
     def __init__(self, config: CMAESConfig):
         cma = _require_cma()  # before any env or worker is made
         self.config = config
-        self.population = Population(config)
+        self.population = Population(config, noise=False)
         if self.population.dim > MAX_PARAMETERS:
             raise ConfigError(
                 f"cmaes adapts a {self.population.dim:,} x {self.population.dim:,} covariance: "
