@@ -324,8 +324,9 @@ def test_the_center_policy_is_what_is_deployed():
 
 
 def test_ars_solves_cartpole(tmp_path):
-    """ARS's tuned example, seed 0: an evaluation mean of 475 over 20 episodes (a random
-    linear policy scores about 20; the zero policy, where ARS starts, 9)."""
+    """ARS's tuned example, seed 0: an evaluation mean of 475 over 20 episodes (random
+    linear policies, weights N(0, 1), score 65 on average over 200 draws; the zero policy,
+    where ARS starts, 9.4)."""
     result = shoal.train(tuned="ars-cartpole", seed=0, quiet=True, run_dir=str(tmp_path / "run"),
                          **{"run.console": False, "run.tensorboard": False})  # fmt: skip
     assert result.solved and result.eval_return >= 475, result
