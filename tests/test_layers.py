@@ -17,7 +17,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("registry",),
     ("train",),
     ("algos",),
-    ("collect", "data", "distributed"),
+    ("collect", "data", "distributed", "search"),
     ("backend", "fast"),
     ("nn", "losses", "optim", "policy"),
     ("envs",),
@@ -35,7 +35,7 @@ LAYERS: list[tuple[str, ...]] = [
     ),
 ]
 """Top to bottom: cli/api (with the experiment runner, search, reports and export that
-drive runs) -> registry -> train -> algos -> collect / data -> the backend
+drive runs) -> registry -> train -> algos -> collect / data / tree search -> the backend
 seam -> nn / losses -> envs -> config / types. Parts on one line may import each other."""
 
 RANK = {part: rank for rank, parts in enumerate(LAYERS) for part in parts}

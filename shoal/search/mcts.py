@@ -1,0 +1,250 @@
+"""Batched Monte-Carlo tree search: PUCT selection, expansion by a model, backup with min-max
+normalized values, Dirichlet noise at the root, visit-count policies with a temperature, and
+tree reuse between moves. Every step is an array operation over a batch of trees
+(`shoal.search.tree.Tree`), so ``B`` searches cost about one search's Python overhead.
+
+The selection rule is MuZero's (Schrittwieser et al. 2020, "Mastering Atari, Go, Chess and
+Shogi by Planning with a Learned Model", appendix B):
+
+    a = argmax_a  Q(s, a) + P(s, a) * sqrt(N(s)) / (1 + N(s, a)) * (c1 + log((N(s) + c2 + 1) / c2))
+
+with ``Q(s, a) = r(s, a) + discount(s, a) * V(child)`` normalized by the smallest and largest
+edge values seen in the tree (unvisited edges score 0), and ``N(s)`` the node's visits
+(its expansion counts as one). Root noise is AlphaZero's (Silver et al. 2018, "A general
+reinforcement learning algorithm that masters chess, shogi, and Go through self-play"):
+``P = (1 - fraction) * P + fraction * Dirichlet(alpha)`` over the legal actions.
+
+A model is anything with the two methods of `Model`: the true environment through its
+snapshots (planning, AlphaZero) or a learned one (MuZero).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol
+
+import torch
+
+from shoal.errors import ConfigError
+from shoal.search.tree import UNVISITED, Tree, empty_tree, grow
+
+
+class Expansion(NamedTuple):
+    """What a model says about a batch of states: ``[B, A]`` prior logits and legal actions,
+    ``[B]`` value estimates (of the player to move there), and for a step the reward and
+    discount of the edge into them (discount -1 in a two-player zero-sum game, 0 after a
+    terminal state)."""
+
+    states: list[Any]
+    prior_logits: torch.Tensor
+    legal: torch.Tensor
+    value: torch.Tensor
+    reward: torch.Tensor | None = None
+    discount: torch.Tensor | None = None
+
+
+class Model(Protocol):
+    num_actions: int
+
+    def root(self, states: list[Any]) -> Expansion:
+        """Evaluate the roots (``reward`` and ``discount`` unused)."""
+        ...
+
+    def step(self, states: list[Any], actions: torch.Tensor) -> Expansion:
+        """Take ``actions`` ``[B]`` from ``states`` and evaluate where they lead."""
+        ...
+
+
+@dataclass(frozen=True)
+class MCTSConfig:
+    """Search settings."""
+
+    num_simulations: int = 50
+    """Simulations per search (each expands one node)."""
+    c1: float = 1.25
+    """PUCT's exploration weight (MuZero's c1)."""
+    c2: float = 19652.0
+    """PUCT's visit-count scale (MuZero's c2): exploration grows slowly past it."""
+    dirichlet_alpha: float = 0.3
+    """Concentration of the root noise (0.3 for chess in AlphaZero; larger for fewer moves)."""
+    dirichlet_fraction: float = 0.25
+    """Weight of the root noise in the root's prior (0: no noise, for evaluation)."""
+    normalize_values: bool = True
+    """Min-max normalize Q over the tree (for rewards of any scale); off: raw Q."""
+
+    def __post_init__(self) -> None:
+        if self.num_simulations < 1:
+            raise ConfigError(
+                f"MCTSConfig.num_simulations = {self.num_simulations} is invalid: must be >= 1"
+            )
+        if not 0.0 <= self.dirichlet_fraction <= 1.0:
+            raise ConfigError(
+                f"MCTSConfig.dirichlet_fraction = {self.dirichlet_fraction} is invalid: "
+                "must be in [0, 1]"
+            )
+
+
+def _masked_softmax(logits: torch.Tensor, legal: torch.Tensor) -> torch.Tensor:
+    logits = logits.masked_fill(~legal, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    return torch.nan_to_num(probs, nan=0.0)  # a node with no legal action (terminal)
+
+
+def puct_scores(tree: Tree, nodes: torch.Tensor, config: MCTSConfig) -> torch.Tensor:
+    """``[B, A]``: the PUCT score of every action at ``nodes[b]`` of tree ``b``; illegal
+    actions score -inf."""
+    b = torch.arange(tree.batch, device=nodes.device)
+    visits = tree.child_visits[b, nodes].float()
+    parent_visits = tree.node_visits[b, nodes].float()[:, None]
+    q = tree.child_reward[b, nodes] + tree.child_discount[b, nodes] * tree.child_value[b, nodes]
+    if config.normalize_values:
+        low, high = tree.q_min[:, None], tree.q_max[:, None]
+        spread = high - low
+        q = torch.where(spread > 0, (q - low) / spread.clamp(min=1e-12), q)
+    q = torch.where(visits > 0, q, torch.zeros_like(q))
+    scale = config.c1 + torch.log((parent_visits + config.c2 + 1.0) / config.c2)
+    u = tree.prior[b, nodes] * torch.sqrt(parent_visits) / (1.0 + visits) * scale
+    return (q + u).masked_fill(~tree.legal[b, nodes], float("-inf"))
+
+
+def _set_node(tree: Tree, b: torch.Tensor, n: torch.Tensor, out: Expansion) -> None:
+    tree.prior[b, n] = _masked_softmax(out.prior_logits.to(tree.prior), out.legal)
+    tree.legal[b, n] = out.legal.to(tree.legal.device)
+    tree.raw_value[b, n] = out.value.to(tree.raw_value)
+    for i, (bb, nn) in enumerate(zip(b.tolist(), n.tolist(), strict=True)):
+        tree.states[bb][nn] = out.states[i]
+
+
+def add_root_noise(tree: Tree, config: MCTSConfig, generator: torch.Generator) -> None:
+    """Mix Dirichlet noise into each root's prior, over its legal actions."""
+    if config.dirichlet_fraction == 0.0:
+        return
+    legal = tree.legal[:, 0]
+    concentration = torch.full(legal.shape, config.dirichlet_alpha, dtype=torch.float64)
+    gamma = torch._standard_gamma(concentration, generator=generator)  # Dirichlet by gammas
+    gamma = torch.where(legal.cpu(), gamma, torch.zeros_like(gamma))
+    noise = (gamma / gamma.sum(-1, keepdim=True).clamp(min=1e-30)).to(tree.prior)
+    mixed = (1 - config.dirichlet_fraction) * tree.prior[:, 0] + config.dirichlet_fraction * noise
+    tree.prior[:, 0] = torch.where(legal, mixed, torch.zeros_like(mixed))
+
+
+def search(
+    model: Model,
+    roots: list[Any],
+    config: MCTSConfig,
+    generator: torch.Generator | None = None,
+    tree: Tree | None = None,
+) -> Tree:
+    """Run ``config.num_simulations`` simulations in each of ``len(roots)`` trees at once.
+
+    ``tree``: the trees of the previous move, already cut to the chosen subtrees
+    (`shoal.search.tree.subtree`); their roots are kept, with their statistics, and an empty
+    one is started from ``roots``. Returns the trees (read the policy with `visit_policy`)."""
+    batch = len(roots)
+    if tree is None:
+        tree = empty_tree(batch, config.num_simulations + 1, model.num_actions)
+    tree = grow(tree, int(tree.size.max()) + config.num_simulations + 1)
+    fresh = (tree.size == 0).nonzero().squeeze(1)
+    if fresh.numel():
+        out = model.root([roots[i] for i in fresh.tolist()])
+        zero = torch.zeros_like(fresh)
+        _set_node(tree, fresh, zero, out)
+        tree.node_visits[fresh, 0] = 1
+        tree.node_value[fresh, 0] = out.value.to(tree.node_value)
+        tree.size[fresh] = 1
+    if generator is not None:
+        add_root_noise(tree, config, generator)
+    for _ in range(config.num_simulations):
+        nodes, actions = select(tree, config)
+        leaves = expand(tree, model, nodes, actions)
+        backup(tree, leaves)
+    return tree
+
+
+def select(tree: Tree, config: MCTSConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """Descend every tree from its root by PUCT to an unexpanded edge: ``(nodes, actions)``,
+    ``[B]`` each. A tree that reaches a terminal node (no legal action) stops there with
+    action ``UNVISITED``: it is backed up again without an expansion."""
+    device = tree.node_visits.device
+    b = torch.arange(tree.batch, device=device)
+    nodes = torch.zeros(tree.batch, dtype=torch.long, device=device)
+    actions = torch.full_like(nodes, UNVISITED)
+    active = torch.ones(tree.batch, dtype=torch.bool, device=device)
+    while active.any():
+        terminal = ~tree.legal[b, nodes].any(-1)
+        chosen = puct_scores(tree, nodes, config).argmax(-1)
+        child = tree.children[b, nodes, chosen]
+        stop = active & (terminal | (child == UNVISITED))
+        actions = torch.where(stop & ~terminal, chosen, actions)
+        active &= ~stop
+        nodes = torch.where(active, child, nodes)
+    return nodes, actions
+
+
+def expand(tree: Tree, model: Model, nodes: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """Expand edge ``actions[b]`` of ``nodes[b]`` with the model; returns the leaf to back up
+    from in each tree (the new node, or the terminal node where no edge was taken)."""
+    leaves = nodes.clone()
+    todo = (actions != UNVISITED).nonzero().squeeze(1)
+    if todo.numel() == 0:
+        return leaves
+    parents, taken = nodes[todo], actions[todo]
+    out = model.step([tree.states[b][n] for b, n in zip(todo.tolist(), parents.tolist(),
+                                                        strict=True)], taken)  # fmt: skip
+    new = tree.size[todo]
+    if int(new.max()) >= tree.capacity:
+        raise RuntimeError("search tree is full: grow it before searching")  # a bug if seen
+    _set_node(tree, todo, new, out)
+    tree.parent[todo, new] = parents
+    tree.action_from_parent[todo, new] = taken
+    tree.children[todo, parents, taken] = new
+    tree.child_reward[todo, parents, taken] = out.reward.to(tree.child_reward)
+    tree.child_discount[todo, parents, taken] = out.discount.to(tree.child_discount)
+    tree.size[todo] += 1
+    leaves[todo] = new
+    return leaves
+
+
+def backup(tree: Tree, leaves: torch.Tensor) -> None:
+    """Back the leaves' values up to the roots: each node on the path averages in the return
+    ``G`` seen from it (``G <- r + discount * G`` going up), each edge takes its child's new
+    mean, and the tree's min-max bounds take in the edges' new values."""
+    b = torch.arange(tree.batch, device=leaves.device)
+    nodes = leaves.clone()
+    value = tree.raw_value[b, nodes]
+    _average_in(tree, b, nodes, value)
+    while True:
+        parents = tree.parent[b, nodes]
+        up = parents != UNVISITED
+        if not up.any():
+            return
+        bb, child, parent = b[up], nodes[up], parents[up]
+        action = tree.action_from_parent[bb, child]
+        reward = tree.child_reward[bb, parent, action]
+        discount = tree.child_discount[bb, parent, action]
+        tree.child_visits[bb, parent, action] += 1
+        tree.child_value[bb, parent, action] = tree.node_value[bb, child]
+        q = reward + discount * tree.node_value[bb, child]
+        tree.q_min[bb] = torch.minimum(tree.q_min[bb], q)
+        tree.q_max[bb] = torch.maximum(tree.q_max[bb], q)
+        value = value.clone()
+        value[up] = reward + discount * value[up]
+        _average_in(tree, bb, parent, value[up])
+        nodes = torch.where(up, parents, nodes)  # trees at their root stay there
+
+
+def _average_in(tree: Tree, b: torch.Tensor, nodes: torch.Tensor, value: torch.Tensor) -> None:
+    visits = tree.node_visits[b, nodes]
+    tree.node_value[b, nodes] = (tree.node_value[b, nodes] * visits + value) / (visits + 1)
+    tree.node_visits[b, nodes] = visits + 1
+
+
+def visit_policy(tree: Tree, temperature: float = 1.0) -> torch.Tensor:
+    """``[B, A]``: each root's visit counts as a policy, ``N(a)^(1 / temperature)``
+    normalized; temperature 0 puts all mass on the most visited actions (shared on ties)."""
+    visits = tree.child_visits[:, 0].double()
+    if temperature == 0.0:
+        best = visits == visits.max(-1, keepdim=True).values
+        return (best / best.sum(-1, keepdim=True)).float()
+    weights = visits ** (1.0 / temperature)
+    return (weights / weights.sum(-1, keepdim=True).clamp(min=1e-30)).float()

@@ -1,0 +1,157 @@
+"""A batch of search trees as preallocated arrays: ``B`` trees of up to ``N`` nodes each,
+never a Python object per node (the layout of DeepMind's mctx, written for PyTorch).
+
+Node 0 of every tree is its root. A node's children are indexed by action: ``children[b, n, a]``
+is the node reached by taking ``a`` at node ``n`` (``UNVISITED`` until it is expanded), and
+the per-edge statistics (``child_visits``, ``child_reward``, ``child_discount``,
+``child_value``) live on the parent, so that selecting among a node's children reads one row.
+Nodes are allocated in order, so a node's parent always has a smaller index.
+
+Values are those of the player to move at a node. A two-player zero-sum game is searched with
+discount -1 (the next node's value is the opponent's), so one backup rule serves one-player
+planning and two-player games alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+import torch
+
+UNVISITED = -1
+"""``children`` of an edge that has not been expanded; ``parent`` of a root."""
+
+
+@dataclass
+class Tree:
+    """``B`` trees of capacity ``N`` nodes and ``A`` actions (shapes in brackets)."""
+
+    node_visits: torch.Tensor  # [B, N] int
+    node_value: torch.Tensor  # [B, N] mean of the backed-up returns through the node
+    raw_value: torch.Tensor  # [B, N] the model's value estimate when the node was expanded
+    parent: torch.Tensor  # [B, N] int, UNVISITED for the root and unused nodes
+    action_from_parent: torch.Tensor  # [B, N] int
+    children: torch.Tensor  # [B, N, A] int, UNVISITED where not expanded
+    prior: torch.Tensor  # [B, N, A] the policy's probabilities (0 for illegal actions)
+    legal: torch.Tensor  # [B, N, A] bool
+    child_visits: torch.Tensor  # [B, N, A] int
+    child_reward: torch.Tensor  # [B, N, A]
+    child_discount: torch.Tensor  # [B, N, A]
+    child_value: torch.Tensor  # [B, N, A] node_value of the child (0 where unvisited)
+    size: torch.Tensor  # [B] int, nodes allocated in each tree
+    q_min: torch.Tensor  # [B] the smallest edge value r + discount * v seen in the tree
+    q_max: torch.Tensor  # [B] the largest
+    states: list[list[Any]]
+    """``states[b][n]``: the model's state at node ``n`` of tree ``b`` (an env snapshot, a
+    latent tensor), ``None`` where not expanded."""
+
+    @property
+    def batch(self) -> int:
+        return self.node_visits.shape[0]
+
+    @property
+    def capacity(self) -> int:
+        return self.node_visits.shape[1]
+
+    @property
+    def num_actions(self) -> int:
+        return self.children.shape[2]
+
+
+def empty_tree(batch: int, capacity: int, num_actions: int, device: Any = "cpu") -> Tree:
+    """``batch`` trees with no nodes yet."""
+
+    def zeros(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.zeros(*shape, dtype=dtype, device=device)
+
+    def unvisited(*shape: int) -> torch.Tensor:
+        return torch.full(shape, UNVISITED, dtype=torch.long, device=device)
+
+    b, n, a = batch, capacity, num_actions
+    return Tree(
+        node_visits=zeros(b, n, dtype=torch.long),
+        node_value=zeros(b, n),
+        raw_value=zeros(b, n),
+        parent=unvisited(b, n),
+        action_from_parent=unvisited(b, n),
+        children=unvisited(b, n, a),
+        prior=zeros(b, n, a),
+        legal=torch.zeros(b, n, a, dtype=torch.bool, device=device),
+        child_visits=zeros(b, n, a, dtype=torch.long),
+        child_reward=zeros(b, n, a),
+        child_discount=zeros(b, n, a),
+        child_value=zeros(b, n, a),
+        size=zeros(b, dtype=torch.long),
+        q_min=torch.full((b,), float("inf"), device=device),
+        q_max=torch.full((b,), float("-inf"), device=device),
+        states=[[None] * n for _ in range(b)],
+    )
+
+
+def grow(tree: Tree, capacity: int) -> Tree:
+    """The same trees with room for ``capacity`` nodes (never fewer than they hold)."""
+    if capacity <= tree.capacity:
+        return tree
+    bigger = empty_tree(tree.batch, capacity, tree.num_actions, tree.node_visits.device)
+    out = {}
+    for field in fields(Tree):
+        name = field.name
+        old, new = getattr(tree, name), getattr(bigger, name)
+        if name == "states":
+            out[name] = [row + [None] * (capacity - tree.capacity) for row in old]
+        elif name in ("size", "q_min", "q_max"):
+            out[name] = old.clone()
+        else:
+            new[:, : tree.capacity] = old
+            out[name] = new
+    return Tree(**out)
+
+
+def subtree(tree: Tree, actions: torch.Tensor) -> Tree:
+    """Tree reuse: in each tree ``b``, the subtree under the root's child ``actions[b]``
+    becomes the whole tree, its nodes renumbered in their old order (the child is the new
+    root). A tree whose chosen child was never expanded starts empty."""
+    b_index = torch.arange(tree.batch, device=actions.device)
+    new_root = tree.children[b_index, 0, actions]  # [B]
+    keep = torch.zeros_like(tree.parent, dtype=torch.bool)
+    has_root = new_root != UNVISITED
+    keep[b_index[has_root], new_root[has_root]] = True
+    # Parents come before children, so one pass in index order finds every descendant.
+    for n in range(1, tree.capacity):
+        parents = tree.parent[:, n]
+        inside = parents != UNVISITED
+        keep[inside, n] |= keep[inside, parents[inside]]
+    new_index = torch.cumsum(keep.long(), dim=1) - 1  # [B, N]: where a kept node goes
+    new_index[~keep] = UNVISITED
+    out = empty_tree(tree.batch, tree.capacity, tree.num_actions, tree.node_visits.device)
+    for b in range(tree.batch):
+        old = keep[b].nonzero().squeeze(1)
+        if old.numel() == 0:
+            continue
+        count = old.numel()
+        for name in ("node_visits", "node_value", "raw_value", "action_from_parent"):
+            getattr(out, name)[b, :count] = getattr(tree, name)[b, old]
+        for name in ("prior", "legal", "child_visits", "child_reward", "child_discount",
+                     "child_value"):  # fmt: skip
+            getattr(out, name)[b, :count] = getattr(tree, name)[b, old]
+        remap = new_index[b]
+        parents = tree.parent[b, old]
+        out.parent[b, :count] = torch.where(parents == UNVISITED, UNVISITED,
+                                            remap[parents.clamp(min=0)])  # fmt: skip
+        out.parent[b, 0] = UNVISITED
+        out.action_from_parent[b, 0] = UNVISITED
+        children = tree.children[b, old]
+        out.children[b, :count] = torch.where(children == UNVISITED, UNVISITED,
+                                              remap[children.clamp(min=0)])  # fmt: skip
+        out.states[b][:count] = [tree.states[b][int(i)] for i in old]
+        out.size[b] = count
+        out.q_min[b], out.q_max[b] = tree.q_min[b], tree.q_max[b]
+    return out
+
+
+def clone(tree: Tree) -> Tree:
+    """A deep copy of the arrays (states are shared: the models treat them as immutable)."""
+    values = {f.name: getattr(tree, f.name) for f in fields(Tree)}
+    copied = {k: ([list(r) for r in v] if k == "states" else v.clone()) for k, v in values.items()}
+    return replace(tree, **copied)
