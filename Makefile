@@ -118,6 +118,16 @@ $(EVOTORCH_VENV)/.installed:
 bench-evolution: $(BENCH_STAMP) $(EVOTORCH_VENV)/.installed
 	$(BIN)/python benchmarks/evolution.py --seeds 3 --evotorch-python $(EVOTORCH_VENV)/bin/python
 
+# DeepMind's mctx (JAX, on the CPU) for benchmarks/search.py's comparison.
+MCTX_VENV ?= .venv-mctx
+$(MCTX_VENV)/.installed:
+	$(PYTHON) -m venv $(MCTX_VENV)
+	$(MCTX_VENV)/bin/python -m pip install --quiet --disable-pip-version-check 'mctx==0.0.71' 'jax==0.10.2'
+	touch $(MCTX_VENV)/.installed
+
+bench-search: $(STAMP) $(MCTX_VENV)/.installed
+	$(BIN)/python benchmarks/search.py --mctx-python $(MCTX_VENV)/bin/python
+
 # The peers of benchmarks/peers.py, each in its own environment where its pins conflict with
 # shoal's: TorchRL (its TensorDict), Tianshou (its Atari wrappers need NumPy < 2.3), Sample
 # Factory (Gymnasium 0.29, with ale-py 0.9 for the ROMs). SB3 runs in shoal's bench extra.

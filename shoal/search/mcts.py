@@ -35,7 +35,7 @@ class Expansion(NamedTuple):
     discount of the edge into them (discount -1 in a two-player zero-sum game, 0 after a
     terminal state)."""
 
-    states: list[Any]
+    states: list[Any] | torch.Tensor
     prior_logits: torch.Tensor
     legal: torch.Tensor
     value: torch.Tensor
@@ -44,13 +44,16 @@ class Expansion(NamedTuple):
 
 
 class Model(Protocol):
+    """``num_actions``; optionally ``state_shape`` (its states are tensors of that shape, kept
+    in one array; roots then come as a ``[B, ...]`` tensor) and ``device``."""
+
     num_actions: int
 
-    def root(self, states: list[Any]) -> Expansion:
+    def root(self, states: list[Any] | torch.Tensor) -> Expansion:
         """Evaluate the roots (``reward`` and ``discount`` unused)."""
         ...
 
-    def step(self, states: list[Any], actions: torch.Tensor) -> Expansion:
+    def step(self, states: list[Any] | torch.Tensor, actions: torch.Tensor) -> Expansion:
         """Take ``actions`` ``[B]`` from ``states`` and evaluate where they lead."""
         ...
 
@@ -111,8 +114,18 @@ def _set_node(tree: Tree, b: torch.Tensor, n: torch.Tensor, out: Expansion) -> N
     tree.prior[b, n] = _masked_softmax(out.prior_logits.to(tree.prior), out.legal)
     tree.legal[b, n] = out.legal.to(tree.legal.device)
     tree.raw_value[b, n] = out.value.to(tree.raw_value)
+    if tree.embeddings is not None:
+        tree.embeddings[b, n] = out.states.to(tree.embeddings)
+        return
     for i, (bb, nn) in enumerate(zip(b.tolist(), n.tolist(), strict=True)):
         tree.states[bb][nn] = out.states[i]
+
+
+def _states(tree: Tree, b: torch.Tensor, n: torch.Tensor) -> Any:
+    """The states at nodes ``n[i]`` of trees ``b[i]``: a tensor, or a list."""
+    if tree.embeddings is not None:
+        return tree.embeddings[b, n]
+    return [tree.states[bb][nn] for bb, nn in zip(b.tolist(), n.tolist(), strict=True)]
 
 
 def add_root_noise(tree: Tree, config: MCTSConfig, generator: torch.Generator) -> None:
@@ -130,7 +143,7 @@ def add_root_noise(tree: Tree, config: MCTSConfig, generator: torch.Generator) -
 
 def search(
     model: Model,
-    roots: list[Any],
+    roots: list[Any] | torch.Tensor,
     config: MCTSConfig,
     generator: torch.Generator | None = None,
     tree: Tree | None = None,
@@ -142,11 +155,16 @@ def search(
     one is started from ``roots``. Returns the trees (read the policy with `visit_policy`)."""
     batch = len(roots)
     if tree is None:
-        tree = empty_tree(batch, config.num_simulations + 1, model.num_actions)
+        shape = getattr(model, "state_shape", None)
+        device = getattr(model, "device", "cpu")
+        tree = empty_tree(batch, config.num_simulations + 1, model.num_actions, device, shape)
     tree = grow(tree, int(tree.size.max()) + config.num_simulations + 1)
     fresh = (tree.size == 0).nonzero().squeeze(1)
     if fresh.numel():
-        out = model.root([roots[i] for i in fresh.tolist()])
+        if isinstance(roots, torch.Tensor):
+            out = model.root(roots[fresh])
+        else:
+            out = model.root([roots[i] for i in fresh.tolist()])
         zero = torch.zeros_like(fresh)
         _set_node(tree, fresh, zero, out)
         tree.node_visits[fresh, 0] = 1
@@ -189,8 +207,7 @@ def expand(tree: Tree, model: Model, nodes: torch.Tensor, actions: torch.Tensor)
     if todo.numel() == 0:
         return leaves
     parents, taken = nodes[todo], actions[todo]
-    out = model.step([tree.states[b][n] for b, n in zip(todo.tolist(), parents.tolist(),
-                                                        strict=True)], taken)  # fmt: skip
+    out = model.step(_states(tree, todo, parents), taken)
     new = tree.size[todo]
     if int(new.max()) >= tree.capacity:
         raise RuntimeError("search tree is full: grow it before searching")  # a bug if seen

@@ -43,8 +43,11 @@ class Tree:
     q_min: torch.Tensor  # [B] the smallest edge value r + discount * v seen in the tree
     q_max: torch.Tensor  # [B] the largest
     states: list[list[Any]]
-    """``states[b][n]``: the model's state at node ``n`` of tree ``b`` (an env snapshot, a
-    latent tensor), ``None`` where not expanded."""
+    """``states[b][n]``: the model's state at node ``n`` of tree ``b`` (an env snapshot),
+    ``None`` where not expanded; unused when the states are tensors (``embeddings``)."""
+    embeddings: torch.Tensor | None = None
+    """``[B, N, ...]``: the states of a model whose states are tensors of one shape (a learned
+    model's latent states), kept as one array so that no step loops over the trees."""
 
     @property
     def batch(self) -> int:
@@ -59,8 +62,15 @@ class Tree:
         return self.children.shape[2]
 
 
-def empty_tree(batch: int, capacity: int, num_actions: int, device: Any = "cpu") -> Tree:
-    """``batch`` trees with no nodes yet."""
+def empty_tree(
+    batch: int,
+    capacity: int,
+    num_actions: int,
+    device: Any = "cpu",
+    state_shape: tuple[int, ...] | None = None,
+) -> Tree:
+    """``batch`` trees with no nodes yet; ``state_shape``: the shape of tensor states (kept in
+    ``embeddings``), or None for states of any kind (kept in ``states``)."""
 
     def zeros(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         return torch.zeros(*shape, dtype=dtype, device=device)
@@ -85,7 +95,8 @@ def empty_tree(batch: int, capacity: int, num_actions: int, device: Any = "cpu")
         size=zeros(b, dtype=torch.long),
         q_min=torch.full((b,), float("inf"), device=device),
         q_max=torch.full((b,), float("-inf"), device=device),
-        states=[[None] * n for _ in range(b)],
+        states=[[None] * n for _ in range(b)] if state_shape is None else [],
+        embeddings=None if state_shape is None else zeros(b, n, *state_shape),
     )
 
 
@@ -93,12 +104,17 @@ def grow(tree: Tree, capacity: int) -> Tree:
     """The same trees with room for ``capacity`` nodes (never fewer than they hold)."""
     if capacity <= tree.capacity:
         return tree
-    bigger = empty_tree(tree.batch, capacity, tree.num_actions, tree.node_visits.device)
+    shape = None if tree.embeddings is None else tuple(tree.embeddings.shape[2:])
+    bigger = empty_tree(tree.batch, capacity, tree.num_actions, tree.node_visits.device, shape)
     out = {}
     for field in fields(Tree):
         name = field.name
         old, new = getattr(tree, name), getattr(bigger, name)
-        if name == "states":
+        if old is None:
+            out[name] = None
+        elif name == "states" and tree.embeddings is not None:
+            out[name] = []
+        elif name == "states":
             out[name] = [row + [None] * (capacity - tree.capacity) for row in old]
         elif name in ("size", "q_min", "q_max"):
             out[name] = old.clone()
@@ -124,7 +140,8 @@ def subtree(tree: Tree, actions: torch.Tensor) -> Tree:
         keep[inside, n] |= keep[inside, parents[inside]]
     new_index = torch.cumsum(keep.long(), dim=1) - 1  # [B, N]: where a kept node goes
     new_index[~keep] = UNVISITED
-    out = empty_tree(tree.batch, tree.capacity, tree.num_actions, tree.node_visits.device)
+    shape = None if tree.embeddings is None else tuple(tree.embeddings.shape[2:])
+    out = empty_tree(tree.batch, tree.capacity, tree.num_actions, tree.node_visits.device, shape)
     for b in range(tree.batch):
         old = keep[b].nonzero().squeeze(1)
         if old.numel() == 0:
@@ -144,7 +161,10 @@ def subtree(tree: Tree, actions: torch.Tensor) -> Tree:
         children = tree.children[b, old]
         out.children[b, :count] = torch.where(children == UNVISITED, UNVISITED,
                                               remap[children.clamp(min=0)])  # fmt: skip
-        out.states[b][:count] = [tree.states[b][int(i)] for i in old]
+        if tree.embeddings is None:
+            out.states[b][:count] = [tree.states[b][int(i)] for i in old]
+        else:
+            out.embeddings[b, :count] = tree.embeddings[b, old]
         out.size[b] = count
         out.q_min[b], out.q_max[b] = tree.q_min[b], tree.q_max[b]
     return out
@@ -153,5 +173,8 @@ def subtree(tree: Tree, actions: torch.Tensor) -> Tree:
 def clone(tree: Tree) -> Tree:
     """A deep copy of the arrays (states are shared: the models treat them as immutable)."""
     values = {f.name: getattr(tree, f.name) for f in fields(Tree)}
-    copied = {k: ([list(r) for r in v] if k == "states" else v.clone()) for k, v in values.items()}
+    copied = {
+        k: v if v is None else [list(r) for r in v] if k == "states" else v.clone()
+        for k, v in values.items()
+    }
     return replace(tree, **copied)

@@ -245,3 +245,61 @@ def test_the_search_with_the_true_model_finds_the_winning_move():
     config = MCTSConfig(num_simulations=400, dirichlet_fraction=0.0)
     tree = search(TicTacToe(), [win, block], config)
     assert visit_policy(tree, 0.0).argmax(-1).tolist() == [2, 7]
+
+
+class LatentModel:
+    """A small fixed network as a learned model: latent states [8], dynamics and prediction
+    MLPs (MuZero's shape of model, random weights)."""
+
+    num_actions, state_shape = 4, (8,)
+
+    def __init__(self, seed=0):
+        generator = torch.Generator().manual_seed(seed)
+        self.dynamics = torch.randn(8 + 4, 8, generator=generator) * 0.5
+        self.head = torch.randn(8, 4 + 2, generator=generator) * 0.5
+
+    def _predict(self, latent):
+        out = torch.tanh(latent) @ self.head
+        legal = torch.ones(len(latent), 4, dtype=torch.bool)
+        return out[:, :4], legal, out[:, 4], out[:, 5]
+
+    def root(self, latent):
+        logits, legal, value, _ = self._predict(latent)
+        return Expansion(latent, logits, legal, value)
+
+    def step(self, latent, actions):
+        hot = torch.nn.functional.one_hot(actions, 4).float()
+        nxt = torch.tanh(torch.cat([latent, hot], -1) @ self.dynamics)
+        logits, legal, value, reward = self._predict(nxt)
+        return Expansion(nxt, logits, legal, value, reward, torch.full((len(nxt),), 0.95))
+
+
+class ListLatentModel(LatentModel):
+    """The same model with its states as a list of tensors (the path for states of any kind)."""
+
+    state_shape = None
+
+    def root(self, states):
+        out = super().root(torch.stack(states))
+        return out._replace(states=list(out.states))
+
+    def step(self, states, actions):
+        out = super().step(torch.stack(states), actions)
+        return out._replace(states=list(out.states))
+
+
+def test_tensor_states_search_as_listed_states_do():
+    """States kept as one [B, N, 8] array give the trees that per-node lists give, reused
+    subtrees included."""
+    config = MCTSConfig(num_simulations=25, dirichlet_fraction=0.0)
+    roots = torch.randn(6, 8, generator=torch.Generator().manual_seed(1))
+    as_tensor = search(LatentModel(), roots, config)
+    as_list = search(ListLatentModel(), list(roots), config)
+    assert as_tensor.embeddings is not None and as_list.embeddings is None
+    for name in ("child_visits", "node_visits", "children", "parent"):
+        assert torch.equal(getattr(as_tensor, name), getattr(as_list, name)), name
+    torch.testing.assert_close(as_tensor.node_value, as_list.node_value)
+    actions = visit_policy(as_tensor, 0.0).argmax(-1)
+    again_tensor = search(LatentModel(), roots, config, tree=subtree(as_tensor, actions))
+    again_list = search(ListLatentModel(), list(roots), config, tree=subtree(as_list, actions))
+    assert torch.equal(again_tensor.child_visits, again_list.child_visits)
