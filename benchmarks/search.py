@@ -64,10 +64,10 @@ class LatentModel:
         return Expansion(nxt, logits, legal, value, reward, discount)
 
 
-def shoal_rate(batch: int, repeats: int) -> float:
+def shoal_rate(batch: int, repeats: int, compile: bool) -> float:
     torch.set_num_threads(1)
     model = LatentModel()
-    config = MCTSConfig(num_simulations=SIMULATIONS, dirichlet_fraction=0.0)
+    config = MCTSConfig(num_simulations=SIMULATIONS, dirichlet_fraction=0.0, compile=compile)
     roots = torch.randn(batch, LATENT, generator=torch.Generator().manual_seed(batch))
     search(model, roots, config)  # warm-up
     rates = []
@@ -87,7 +87,8 @@ def main() -> None:
     report: dict = {"settings": {"latent": LATENT, "actions": ACTIONS, "hidden": HIDDEN,
                                  "simulations": SIMULATIONS}, "rows": {}}  # fmt: skip
     for batch in BATCHES:
-        row = {"shoal": shoal_rate(batch, args.repeats)}
+        row = {"shoal": shoal_rate(batch, args.repeats, False),
+               "shoal compiled": shoal_rate(batch, args.repeats, True)}  # fmt: skip
         if Path(args.mctx_python).exists():
             command = [args.mctx_python, str(HERE / "mctx_side.py"), "--batch", str(batch),
                        "--repeats", str(args.repeats)]  # fmt: skip
@@ -99,6 +100,7 @@ def main() -> None:
             side = json.loads(out.strip().splitlines()[-1])
             row["mctx"], row["mctx_compile_s"] = side["rate"], side["compile_s"]
             row["shoal_over_mctx"] = row["shoal"] / row["mctx"]
+            row["compiled_over_mctx"] = row["shoal compiled"] / row["mctx"]
         report["rows"][batch] = row
         print(f"batch {batch:>3}: " + ", ".join(f"{k} {v:,.1f}" for k, v in row.items()),
               flush=True)  # fmt: skip

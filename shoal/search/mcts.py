@@ -74,6 +74,9 @@ class MCTSConfig:
     """Weight of the root noise in the root's prior (0: no noise, for evaluation)."""
     normalize_values: bool = True
     """Min-max normalize Q over the tree (for rewards of any scale); off: raw Q."""
+    compile: bool = False
+    """Compile the PUCT scoring with `torch.compile` (several seconds once per tree shape;
+    then each level of the descent is one fused kernel instead of some thirty operations)."""
 
     def __post_init__(self) -> None:
         if self.num_simulations < 1:
@@ -96,18 +99,54 @@ def _masked_softmax(logits: torch.Tensor, legal: torch.Tensor) -> torch.Tensor:
 def puct_scores(tree: Tree, nodes: torch.Tensor, config: MCTSConfig) -> torch.Tensor:
     """``[B, A]``: the PUCT score of every action at ``nodes[b]`` of tree ``b``; illegal
     actions score -inf."""
-    b = torch.arange(tree.batch, device=nodes.device)
-    visits = tree.child_visits[b, nodes].float()
-    parent_visits = tree.node_visits[b, nodes].float()[:, None]
-    q = tree.child_reward[b, nodes] + tree.child_discount[b, nodes] * tree.child_value[b, nodes]
-    if config.normalize_values:
-        low, high = tree.q_min[:, None], tree.q_max[:, None]
+    return _puct(
+        tree.child_visits, tree.node_visits, tree.child_reward, tree.child_discount,
+        tree.child_value, tree.prior, tree.legal, tree.q_min, tree.q_max, nodes,
+        config.c1, config.c2, config.normalize_values,
+    )  # fmt: skip
+
+
+def _puct(
+    child_visits: torch.Tensor,
+    node_visits: torch.Tensor,
+    child_reward: torch.Tensor,
+    child_discount: torch.Tensor,
+    child_value: torch.Tensor,
+    prior: torch.Tensor,
+    legal: torch.Tensor,
+    q_min: torch.Tensor,
+    q_max: torch.Tensor,
+    nodes: torch.Tensor,
+    c1: float,
+    c2: float,
+    normalize: bool,
+) -> torch.Tensor:
+    """`puct_scores` on the tree's arrays (what ``compile`` compiles)."""
+    b = torch.arange(child_visits.shape[0], device=nodes.device)
+    visits = child_visits[b, nodes].float()
+    parent_visits = node_visits[b, nodes].float()[:, None]
+    q = child_reward[b, nodes] + child_discount[b, nodes] * child_value[b, nodes]
+    if normalize:
+        low, high = q_min[:, None], q_max[:, None]
         spread = high - low
         q = torch.where(spread > 0, (q - low) / spread.clamp(min=1e-12), q)
     q = torch.where(visits > 0, q, torch.zeros_like(q))
-    scale = config.c1 + torch.log((parent_visits + config.c2 + 1.0) / config.c2)
-    u = tree.prior[b, nodes] * torch.sqrt(parent_visits) / (1.0 + visits) * scale
-    return (q + u).masked_fill(~tree.legal[b, nodes], float("-inf"))
+    scale = c1 + torch.log((parent_visits + c2 + 1.0) / c2)
+    u = prior[b, nodes] * torch.sqrt(parent_visits) / (1.0 + visits) * scale
+    return (q + u).masked_fill(~legal[b, nodes], float("-inf"))
+
+
+_COMPILED: dict[str, Any] = {}
+
+
+def _scorer(config: MCTSConfig) -> Any:
+    """`_puct`, compiled by `torch.compile` when ``config.compile`` asks (one compile per
+    process and tree shape; the same function either way)."""
+    if not config.compile:
+        return _puct
+    if "puct" not in _COMPILED:
+        _COMPILED["puct"] = torch.compile(_puct, dynamic=False)
+    return _COMPILED["puct"]
 
 
 def _set_node(tree: Tree, b: torch.Tensor, n: torch.Tensor, out: Expansion) -> None:
@@ -188,9 +227,15 @@ def select(tree: Tree, config: MCTSConfig) -> tuple[torch.Tensor, torch.Tensor]:
     nodes = torch.zeros(tree.batch, dtype=torch.long, device=device)
     actions = torch.full_like(nodes, UNVISITED)
     active = torch.ones(tree.batch, dtype=torch.bool, device=device)
+    scorer = _scorer(config)
     while active.any():
         terminal = ~tree.legal[b, nodes].any(-1)
-        chosen = puct_scores(tree, nodes, config).argmax(-1)
+        scores = scorer(
+            tree.child_visits, tree.node_visits, tree.child_reward, tree.child_discount,
+            tree.child_value, tree.prior, tree.legal, tree.q_min, tree.q_max, nodes,
+            config.c1, config.c2, config.normalize_values,
+        )  # fmt: skip
+        chosen = scores.argmax(-1)
         child = tree.children[b, nodes, chosen]
         stop = active & (terminal | (child == UNVISITED))
         actions = torch.where(stop & ~terminal, chosen, actions)
@@ -225,7 +270,9 @@ def expand(tree: Tree, model: Model, nodes: torch.Tensor, actions: torch.Tensor)
 def backup(tree: Tree, leaves: torch.Tensor) -> None:
     """Back the leaves' values up to the roots: each node on the path averages in the return
     ``G`` seen from it (``G <- r + discount * G`` going up), each edge takes its child's new
-    mean, and the tree's min-max bounds take in the edges' new values."""
+    mean, and the tree's min-max bounds take in the edges' new values. Every tree moves up one
+    level per step, as masked whole-batch operations (a tree already at its root is left as
+    it is)."""
     b = torch.arange(tree.batch, device=leaves.device)
     nodes = leaves.clone()
     value = tree.raw_value[b, nodes]
@@ -235,19 +282,23 @@ def backup(tree: Tree, leaves: torch.Tensor) -> None:
         up = parents != UNVISITED
         if not up.any():
             return
-        bb, child, parent = b[up], nodes[up], parents[up]
-        action = tree.action_from_parent[bb, child]
-        reward = tree.child_reward[bb, parent, action]
-        discount = tree.child_discount[bb, parent, action]
-        tree.child_visits[bb, parent, action] += 1
-        tree.child_value[bb, parent, action] = tree.node_value[bb, child]
-        q = reward + discount * tree.node_value[bb, child]
-        tree.q_min[bb] = torch.minimum(tree.q_min[bb], q)
-        tree.q_max[bb] = torch.maximum(tree.q_max[bb], q)
-        value = value.clone()
-        value[up] = reward + discount * value[up]
-        _average_in(tree, bb, parent, value[up])
-        nodes = torch.where(up, parents, nodes)  # trees at their root stay there
+        parent = parents.clamp(min=0)
+        action = tree.action_from_parent[b, nodes].clamp(min=0)
+        reward = tree.child_reward[b, parent, action]
+        discount = tree.child_discount[b, parent, action]
+        child_mean = tree.node_value[b, nodes]
+        tree.child_visits[b, parent, action] += up.long()
+        edge_value = tree.child_value[b, parent, action]
+        tree.child_value[b, parent, action] = torch.where(up, child_mean, edge_value)
+        q = reward + discount * child_mean
+        tree.q_min.copy_(torch.where(up, torch.minimum(tree.q_min, q), tree.q_min))
+        tree.q_max.copy_(torch.where(up, torch.maximum(tree.q_max, q), tree.q_max))
+        value = torch.where(up, reward + discount * value, value)
+        visits = tree.node_visits[b, parent]
+        mean = tree.node_value[b, parent]
+        tree.node_value[b, parent] = torch.where(up, (mean * visits + value) / (visits + 1), mean)
+        tree.node_visits[b, parent] = visits + up.long()
+        nodes = torch.where(up, parents, nodes)
 
 
 def _average_in(tree: Tree, b: torch.Tensor, nodes: torch.Tensor, value: torch.Tensor) -> None:

@@ -303,3 +303,13 @@ def test_tensor_states_search_as_listed_states_do():
     again_tensor = search(LatentModel(), roots, config, tree=subtree(as_tensor, actions))
     again_list = search(ListLatentModel(), list(roots), config, tree=subtree(as_list, actions))
     assert torch.equal(again_tensor.child_visits, again_list.child_visits)
+
+
+def test_the_compiled_search_equals_the_eager_one():
+    """``compile`` wraps the same PUCT function in `torch.compile`: the trees are the same."""
+    roots = torch.randn(5, 8, generator=torch.Generator().manual_seed(3))
+    settings = {"num_simulations": 20, "dirichlet_fraction": 0.0}
+    eager = search(LatentModel(), roots, MCTSConfig(**settings))
+    compiled = search(LatentModel(), roots, MCTSConfig(**settings, compile=True))
+    assert torch.equal(eager.child_visits, compiled.child_visits)
+    torch.testing.assert_close(eager.node_value, compiled.node_value)
