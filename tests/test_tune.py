@@ -184,11 +184,12 @@ def test_a_search_killed_mid_trial_finishes_on_restart_with_no_trial_left_runnin
             "sampler": "random", "pruner": "none"}  # fmt: skip
     directory = tmp_path / "study"
     started = tmp_path / "started"
-    code = (  # 3-second trials, so that the kill lands inside one; each notes its start
+    code = (  # the first trial finishes; the second never does, so the kill lands inside it
         "import json, sys, time\nfrom shoal.tune import tune\n"
         "def slow(config, report):\n"
         f"    with open({str(started)!r}, 'a') as f:\n        f.write('x')\n"
-        "    time.sleep(3.0)\n    return 1.0\n"
+        f"    if len(open({str(started)!r}).read()) > 1:\n        time.sleep(3600)\n"
+        "    return 1.0\n"
         "tune(json.loads(sys.argv[1]), sys.argv[2], objective=slow)\n"
     )
     search = subprocess.Popen([sys.executable, "-c", code, json.dumps(spec), str(directory)])
@@ -196,10 +197,9 @@ def test_a_search_killed_mid_trial_finishes_on_restart_with_no_trial_left_runnin
     # races its schema creation
     deadline = time.time() + 240
     while time.time() < deadline and search.poll() is None:
-        if started.exists() and len(started.read_text()) >= 2:  # the first trial finished
+        if started.exists() and len(started.read_text()) >= 2:  # the second trial began
             break
         time.sleep(0.1)
-    time.sleep(0.3)  # inside the second trial's second
     assert search.poll() is None, "the search ended before its second trial"
     search.send_signal(signal.SIGKILL)
     search.wait()
