@@ -141,7 +141,7 @@ class PopulationEvaluator:
         self.dim = sum(p.numel() for p in self.model.parameters())
         if isinstance(noise, tuple):
             noise = NoiseTable(*noise)
-        self.noise = noise if isinstance(noise, NoiseTable) else _wrap(noise)
+        self.noise = noise if isinstance(noise, NoiseTable) else NoiseTable.of(noise)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -253,13 +253,6 @@ def episode_seeds(
         for k in range(count)
         for e in range(episodes)
     ]
-
-
-def _wrap(table: np.ndarray) -> NoiseTable:
-    """A `NoiseTable` around numbers made elsewhere (a read-only copy from the object store)."""
-    wrapped = NoiseTable.__new__(NoiseTable)
-    wrapped.seed, wrapped.size, wrapped.table = -1, len(table), table
-    return wrapped
 
 
 def _parts(count: int, workers: int) -> list[tuple[int, int]]:

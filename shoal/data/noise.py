@@ -55,6 +55,14 @@ class NoiseTable:
         rng = np.random.default_rng(self.seed)
         self.table = rng.standard_normal(self.size, dtype=np.float32)
 
+    @classmethod
+    def of(cls, table: np.ndarray) -> NoiseTable:
+        """A table around numbers made elsewhere (a worker's read-only copy from Ray's object
+        store), without drawing them again."""
+        wrapped = cls.__new__(cls)
+        wrapped.seed, wrapped.size, wrapped.table = -1, len(table), table
+        return wrapped
+
     def get(self, offset: int, dim: int) -> np.ndarray:
         if not 0 <= offset <= self.size - dim:
             raise IndexError(f"offset {offset} + {dim} numbers lies outside a table of {self.size}")

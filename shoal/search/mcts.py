@@ -191,7 +191,8 @@ def search(
 
     ``tree``: the trees of the previous move, already cut to the chosen subtrees
     (`shoal.search.tree.subtree`); their roots are kept, with their statistics, and an empty
-    one is started from ``roots``. Returns the trees (read the policy with `visit_policy`)."""
+    one is started from ``roots``. ``generator``: draws the root noise (none without one, as
+    for evaluation). Returns the trees (read the policy with `visit_policy`)."""
     batch = len(roots)
     if tree is None:
         shape = getattr(model, "state_shape", None)

@@ -14,7 +14,7 @@ planning and two-player games alike.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
@@ -168,13 +168,3 @@ def subtree(tree: Tree, actions: torch.Tensor) -> Tree:
         out.size[b] = count
         out.q_min[b], out.q_max[b] = tree.q_min[b], tree.q_max[b]
     return out
-
-
-def clone(tree: Tree) -> Tree:
-    """A deep copy of the arrays (states are shared: the models treat them as immutable)."""
-    values = {f.name: getattr(tree, f.name) for f in fields(Tree)}
-    copied = {
-        k: v if v is None else [list(r) for r in v] if k == "states" else v.clone()
-        for k, v in values.items()
-    }
-    return replace(tree, **copied)

@@ -10,6 +10,8 @@ so ``run.total_steps``, evaluation and checkpoints count what the population pla
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import functools
 import time
 from dataclasses import dataclass
@@ -22,6 +24,7 @@ import torch
 from shoal.collect.population import Individual, PopulationPool, PopulationResult
 from shoal.config import ModelConfig, check, check_positive
 from shoal.data.noise import NoiseTable, check_noise_size
+from shoal.envs import make_env
 from shoal.envs.normalize import RunningMeanStd
 from shoal.errors import ConfigError
 from shoal.nn.population import LinearPolicy, PolicyNetwork, parameter_vector, set_parameter_vector
@@ -69,6 +72,12 @@ def check_search(config: Any) -> None:
         from shoal.distributed import require_ray
 
         require_ray()  # a clear error now, not after the noise table was made
+
+
+def counter(name: str) -> property:
+    """A learner's progress counter (``env_steps``, ``iteration``), read from its
+    ``population``: the `Algorithm` protocol asks the learner for them."""
+    return property(lambda self: getattr(self.population, name))
 
 
 def build_model(config: Any, obs_space: gym.Space, action_space: gym.Space) -> torch.nn.Module:
@@ -200,13 +209,21 @@ class Population:
     def offsets(self, count: int) -> np.ndarray:
         return self.noise.sample_offsets(self.rng, self.dim, count)
 
+    def evaluate_pairs(self, offsets: np.ndarray, sigma: float) -> tuple[np.ndarray, np.ndarray]:
+        """Play ``center +- sigma * noise[offset]`` for each offset, a pair from the same
+        starts: their mean returns ``[n, 2]`` (+, -) and the env steps of each ``[n, 2]``."""
+        pairs = [Individual((int(o),), (sign * sigma,)) for o in offsets for sign in (1.0, -1.0)]
+        result = self.evaluate(pairs, group=2)
+        return result.returns.mean(1).reshape(-1, 2), result.lengths.sum(1).reshape(-1, 2)
+
     # --- the policy and its state ---------------------------------------------------------
 
-    def policy(self, vector: np.ndarray | None = None) -> ActorPolicy:
-        set_parameter_vector(self.model, torch.as_tensor(self.center if vector is None else vector))
+    def policy(self) -> ActorPolicy:
+        """The center's policy, with the observation filter of the moment."""
+        set_parameter_vector(self.model, torch.as_tensor(self.center))
         stats = None if self.obs_filter is None else self.obs_filter.state_dict()
         return ActorPolicy(
-            _copy(self.model), stats, self.config.env.clip_obs,
+            copy.deepcopy(self.model), stats, self.config.env.clip_obs,
             observation_space=self.pool.observation_space, action_space=self.pool.action_space,
         )  # fmt: skip
 
@@ -245,18 +262,8 @@ class Population:
         self.pool.close()
 
 
-def _copy(model: torch.nn.Module) -> torch.nn.Module:
-    import copy
-
-    return copy.deepcopy(model)
-
-
 def _spaces(config: Any) -> tuple[gym.Space, gym.Space]:
     """The env's observation and action spaces, from one env."""
-    import dataclasses
-
-    from shoal.envs import make_env
-
     env = make_env(dataclasses.replace(config.env, num_envs=1, vectorization="sync"))
     try:
         return env.observation_space, env.action_space

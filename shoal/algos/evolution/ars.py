@@ -16,8 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from shoal.algos.cores.population import Population, SearchConfig, build_model, search_model
-from shoal.collect.population import Individual
+from shoal.algos.cores.population import (
+    Population,
+    SearchConfig,
+    build_model,
+    counter,
+    search_model,
+)
 from shoal.config import EnvConfig, ModelConfig, RunConfig, check, check_positive
 from shoal.losses.evolution import ars_step
 from shoal.policy import ActorPolicy
@@ -58,27 +63,19 @@ class ARS:
         self.config = config
         self.population = Population(config)
 
-    @property
-    def env_steps(self) -> int:
-        return self.population.env_steps
-
-    @property
-    def iteration(self) -> int:
-        return self.population.iteration
+    env_steps = counter("env_steps")
+    iteration = counter("iteration")
 
     def train_iteration(self) -> dict[str, float]:
         cfg, population = self.config, self.population
         population.start_generation()
         offsets = population.offsets(cfg.num_rollouts)
-        pairs = [Individual((int(o),), (sign * cfg.noise_stdev,)) for o in offsets
-                 for sign in (1.0, -1.0)]  # fmt: skip
-        result = population.evaluate(pairs, group=2)  # a pair shares its starts
-        returns = result.returns.mean(1).reshape(-1, 2)  # [N, (+, -)]
-        metrics = population.center_return(len(pairs))
+        returns, lengths = population.evaluate_pairs(offsets, cfg.noise_stdev)  # [N, (+, -)]
+        metrics = population.center_return(returns.size)
         noise = population.noise.rows(offsets, population.dim)
         step = ars_step(returns[:, 0], returns[:, 1], noise, cfg.sgd_stepsize, cfg.rollouts_used)
         population.center = (population.center + step).astype(np.float32)
-        metrics.update(population.end_generation(returns, result.lengths.sum(1)))
+        metrics.update(population.end_generation(returns, lengths))
         metrics["search/step_norm"] = float(np.linalg.norm(step))
         return metrics
 

@@ -20,7 +20,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from shoal.algos.cores.population import Population, SearchConfig, build_model, search_model
+from shoal.algos.cores.population import (
+    Population,
+    SearchConfig,
+    build_model,
+    counter,
+    search_model,
+)
 from shoal.config import EnvConfig, ModelConfig, RunConfig, check, check_positive
 from shoal.errors import ConfigError
 from shoal.policy import ActorPolicy
@@ -90,13 +96,8 @@ class CMAES:
             options["popsize"] = cfg.popsize
         return self._cma.CMAEvolutionStrategy(self.start, cfg.sigma0, options)
 
-    @property
-    def env_steps(self) -> int:
-        return self.population.env_steps
-
-    @property
-    def iteration(self) -> int:
-        return self.population.iteration
+    env_steps = counter("env_steps")
+    iteration = counter("iteration")
 
     def train_iteration(self) -> dict[str, float]:
         population = self.population

@@ -17,8 +17,13 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from shoal.algos.cores.population import Population, SearchConfig, build_model, search_model
-from shoal.collect.population import Individual
+from shoal.algos.cores.population import (
+    Population,
+    SearchConfig,
+    build_model,
+    counter,
+    search_model,
+)
 from shoal.config import EnvConfig, ModelConfig, RunConfig, check, check_positive
 from shoal.losses.evolution import centered_ranks, es_gradient
 from shoal.policy import ActorPolicy
@@ -74,13 +79,8 @@ class ES:
         self.theta = torch.nn.Parameter(start)
         self.optimizer = torch.optim.Adam([self.theta], lr=config.stepsize, eps=1e-8)
 
-    @property
-    def env_steps(self) -> int:
-        return self.population.env_steps
-
-    @property
-    def iteration(self) -> int:
-        return self.population.iteration
+    env_steps = counter("env_steps")
+    iteration = counter("iteration")
 
     def train_iteration(self) -> dict[str, float]:
         cfg, population = self.config, self.population
@@ -88,13 +88,10 @@ class ES:
         sigma, steps_before = cfg.noise_stdev, population.env_steps
         offsets, returns, lengths = [], [], []
         while not offsets or population.env_steps - steps_before < cfg.train_batch_size:
-            round_offsets = population.offsets(cfg.pairs)
-            pairs = [Individual((int(o),), (sign * sigma,)) for o in round_offsets
-                     for sign in (1.0, -1.0)]  # fmt: skip
-            result = population.evaluate(pairs, group=2)  # a pair shares its starts
-            offsets.append(round_offsets)
-            returns.append(result.returns.mean(1).reshape(-1, 2))  # [pairs, (+, -)]
-            lengths.append(result.lengths.sum(1))
+            offsets.append(population.offsets(cfg.pairs))
+            round_returns, round_lengths = population.evaluate_pairs(offsets[-1], sigma)
+            returns.append(round_returns)  # [pairs, (+, -)]
+            lengths.append(round_lengths)
         offsets, returns = np.concatenate(offsets), np.concatenate(returns)
         metrics = population.center_return(returns.size)
         fitness = centered_ranks(returns) if cfg.return_proc_mode == "centered_rank" else returns

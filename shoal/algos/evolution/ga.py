@@ -22,7 +22,13 @@ from typing import Any
 
 import numpy as np
 
-from shoal.algos.cores.population import Population, SearchConfig, build_model, search_model
+from shoal.algos.cores.population import (
+    Population,
+    SearchConfig,
+    build_model,
+    counter,
+    search_model,
+)
 from shoal.collect.population import Individual, individual_vector
 from shoal.config import EnvConfig, ModelConfig, RunConfig, check, check_positive
 from shoal.losses.evolution import truncation_selection
@@ -77,13 +83,8 @@ class GA:
         self.parents: list[Individual] = []
         self.elite: Individual | None = None
 
-    @property
-    def env_steps(self) -> int:
-        return self.population.env_steps
-
-    @property
-    def iteration(self) -> int:
-        return self.population.iteration
+    env_steps = counter("env_steps")
+    iteration = counter("iteration")
 
     def train_iteration(self) -> dict[str, float]:
         cfg, population = self.config, self.population
