@@ -9,9 +9,12 @@ Shogi by Planning with a Learned Model", appendix B):
     a = argmax_a  Q(s, a) + P(s, a) * sqrt(N(s)) / (1 + N(s, a)) * (c1 + log((N(s) + c2 + 1) / c2))
 
 with ``Q(s, a) = r(s, a) + discount(s, a) * V(child)`` normalized by the smallest and largest
-edge values seen in the tree (unvisited edges score 0), and ``N(s)`` the node's visits
-(its expansion counts as one). Root noise is AlphaZero's (Silver et al. 2018, "A general
-reinforcement learning algorithm that masters chess, shogi, and Go through self-play"):
+edge values seen in the tree, and ``N(s)`` the node's visits (its expansion counts as one).
+An unvisited edge's Q is the node's own mean value (as mctx completes it), not MuZero's 0: on
+the normalized scale 0 is the worst value in the tree, which makes a search with few
+simulations stick with the first moves it tried. Root noise is AlphaZero's (Silver et al.
+2018, "A general reinforcement learning algorithm that masters chess, shogi, and Go through
+self-play"):
 ``P = (1 - fraction) * P + fraction * Dirichlet(alpha)`` over the legal actions.
 
 A model is anything with the two methods of `Model`: the true environment through its
@@ -20,6 +23,7 @@ snapshots (planning, AlphaZero) or a learned one (MuZero).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
@@ -74,6 +78,16 @@ class MCTSConfig:
     """Weight of the root noise in the root's prior (0: no noise, for evaluation)."""
     normalize_values: bool = True
     """Min-max normalize Q over the tree (for rewards of any scale); off: raw Q."""
+    gumbel: bool = False
+    """Choose the root's actions by Gumbel sampling and sequential halving (Danihelka et al.
+    2022) instead of PUCT and root noise; read the move with `gumbel_action` and the policy
+    target with `improved_policy`."""
+    max_considered: int = 16
+    """Gumbel: the root actions sampled (without replacement) to halve down from."""
+    c_visit: float = 50.0
+    """Gumbel: ``sigma(q) = (c_visit + max_a N(a)) * c_scale * q``, the paper's 50."""
+    c_scale: float = 1.0
+    """Gumbel: see ``c_visit`` (the paper's 1.0)."""
     compile: bool = False
     """Compile the PUCT scoring with `torch.compile` (several seconds once per tree shape;
     then each level of the descent is one fused kernel instead of some thirty operations)."""
@@ -82,6 +96,10 @@ class MCTSConfig:
         if self.num_simulations < 1:
             raise ConfigError(
                 f"MCTSConfig.num_simulations = {self.num_simulations} is invalid: must be >= 1"
+            )
+        if self.max_considered < 1:
+            raise ConfigError(
+                f"MCTSConfig.max_considered = {self.max_considered} is invalid: must be >= 1"
             )
         if not 0.0 <= self.dirichlet_fraction <= 1.0:
             raise ConfigError(
@@ -101,8 +119,8 @@ def puct_scores(tree: Tree, nodes: torch.Tensor, config: MCTSConfig) -> torch.Te
     actions score -inf."""
     return _puct(
         tree.child_visits, tree.node_visits, tree.child_reward, tree.child_discount,
-        tree.child_value, tree.prior, tree.legal, tree.q_min, tree.q_max, nodes,
-        config.c1, config.c2, config.normalize_values,
+        tree.child_value, tree.node_value, tree.prior, tree.legal, tree.q_min, tree.q_max,
+        nodes, config.c1, config.c2, config.normalize_values,
     )  # fmt: skip
 
 
@@ -112,6 +130,7 @@ def _puct(
     child_reward: torch.Tensor,
     child_discount: torch.Tensor,
     child_value: torch.Tensor,
+    node_value: torch.Tensor,
     prior: torch.Tensor,
     legal: torch.Tensor,
     q_min: torch.Tensor,
@@ -126,11 +145,12 @@ def _puct(
     visits = child_visits[b, nodes].float()
     parent_visits = node_visits[b, nodes].float()[:, None]
     q = child_reward[b, nodes] + child_discount[b, nodes] * child_value[b, nodes]
+    q = torch.where(visits > 0, q, node_value[b, nodes][:, None])
     if normalize:
         low, high = q_min[:, None], q_max[:, None]
         spread = high - low
-        q = torch.where(spread > 0, (q - low) / spread.clamp(min=1e-12), q)
-    q = torch.where(visits > 0, q, torch.zeros_like(q))
+        scaled = ((q - low) / spread.clamp(min=1e-12)).clamp(0.0, 1.0)
+        q = torch.where(spread > 0, scaled, q)
     scale = c1 + torch.log((parent_visits + c2 + 1.0) / c2)
     u = prior[b, nodes] * torch.sqrt(parent_visits) / (1.0 + visits) * scale
     return (q + u).masked_fill(~legal[b, nodes], float("-inf"))
@@ -210,19 +230,28 @@ def search(
         tree.node_visits[fresh, 0] = 1
         tree.node_value[fresh, 0] = out.value.to(tree.node_value)
         tree.size[fresh] = 1
-    if generator is not None:
+    tree.search_start = tree.child_visits[:, 0].clone()
+    root_choice = None
+    if config.gumbel:
+        tree.gumbel = draw_gumbel(tree, generator)
+        schedule = halving_schedules(config.max_considered, config.num_simulations)
+        root_choice = lambda tree, k: _halving_choice(tree, config, schedule, k)  # noqa: E731
+    elif generator is not None:
         add_root_noise(tree, config, generator)
-    for _ in range(config.num_simulations):
-        nodes, actions = select(tree, config)
+    for k in range(config.num_simulations):
+        nodes, actions = select(tree, config, None if root_choice is None else root_choice(tree, k))
         leaves = expand(tree, model, nodes, actions)
         backup(tree, leaves)
     return tree
 
 
-def select(tree: Tree, config: MCTSConfig) -> tuple[torch.Tensor, torch.Tensor]:
+def select(
+    tree: Tree, config: MCTSConfig, root_actions: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Descend every tree from its root by PUCT to an unexpanded edge: ``(nodes, actions)``,
     ``[B]`` each. A tree that reaches a terminal node (no legal action) stops there with
-    action ``UNVISITED``: it is backed up again without an expansion."""
+    action ``UNVISITED``: it is backed up again without an expansion. ``root_actions``
+    ``[B]``: the actions to take at the roots instead of PUCT's (Gumbel's)."""
     device = tree.node_visits.device
     b = torch.arange(tree.batch, device=device)
     nodes = torch.zeros(tree.batch, dtype=torch.long, device=device)
@@ -233,10 +262,13 @@ def select(tree: Tree, config: MCTSConfig) -> tuple[torch.Tensor, torch.Tensor]:
         terminal = ~tree.legal[b, nodes].any(-1)
         scores = scorer(
             tree.child_visits, tree.node_visits, tree.child_reward, tree.child_discount,
-            tree.child_value, tree.prior, tree.legal, tree.q_min, tree.q_max, nodes,
-            config.c1, config.c2, config.normalize_values,
+            tree.child_value, tree.node_value, tree.prior, tree.legal, tree.q_min, tree.q_max,
+            nodes, config.c1, config.c2, config.normalize_values,
         )  # fmt: skip
         chosen = scores.argmax(-1)
+        if root_actions is not None:
+            chosen = torch.where(nodes == 0, root_actions, chosen)
+            root_actions = None  # the root is only the first level
         child = tree.children[b, nodes, chosen]
         stop = active & (terminal | (child == UNVISITED))
         actions = torch.where(stop & ~terminal, chosen, actions)
@@ -317,3 +349,105 @@ def visit_policy(tree: Tree, temperature: float = 1.0) -> torch.Tensor:
         return (best / best.sum(-1, keepdim=True)).float()
     weights = visits ** (1.0 / temperature)
     return (weights / weights.sum(-1, keepdim=True).clamp(min=1e-30)).float()
+
+
+# --- Gumbel root selection -------------------------------------------------------------------
+# Danihelka, Guez, Schrittwieser and Silver 2022, "Policy improvement by planning with Gumbel":
+# sample the root's ``m`` best actions by ``g + logits`` (Gumbel-top-k: a sample without
+# replacement), then sequential halving: the simulations go in rounds to every action still
+# considered, and after each phase the better half by ``g + logits + sigma(q)`` stays.
+
+
+def draw_gumbel(tree: Tree, generator: torch.Generator | None) -> torch.Tensor:
+    """``[B, A]`` Gumbel(0, 1) noise for the roots (zeros without a generator: the ``m``
+    actions of highest prior, deterministically)."""
+    shape = tree.prior[:, 0].shape
+    if generator is None:
+        return torch.zeros(shape, device=tree.prior.device)
+    uniform = torch.rand(shape, generator=generator, dtype=torch.float64)
+    return (-torch.log(-torch.log(uniform.clamp(1e-12, 1 - 1e-12)))).float().to(tree.prior.device)
+
+
+def halving_schedule(considered: int, simulations: int) -> list[int]:
+    """Sequential halving as a list: entry ``k`` is the visit count (within this search) that
+    the root action taken by simulation ``k`` has before it. Each of the
+    ``ceil(log2(considered))`` phases gives each remaining action
+    ``max(1, simulations // (phases * remaining))`` visits, then halves the remaining (down
+    to two); once the schedule is spent the survivors go on in rounds."""
+    if considered <= 1:
+        return list(range(simulations))
+    phases = math.ceil(math.log2(considered))
+    out: list[int] = []
+    remaining, level = considered, 0
+    while len(out) < simulations:
+        rounds = max(1, simulations // (phases * remaining))
+        for _ in range(rounds):
+            out += [level] * remaining
+            level += 1
+        remaining = max(2, remaining // 2)
+    return out[:simulations]
+
+
+def halving_schedules(max_considered: int, simulations: int) -> torch.Tensor:
+    """``[max_considered + 1, simulations]``: `halving_schedule` for every ``m`` up to
+    ``max_considered`` (row ``m``; row 0 unused)."""
+    rows = [halving_schedule(max(m, 1), simulations) for m in range(max_considered + 1)]
+    return torch.tensor(rows, dtype=torch.long)
+
+
+def completed_q(tree: Tree, config: MCTSConfig) -> torch.Tensor:
+    """``[B, A]``: the roots' edge values ``r + discount * V``, unvisited ones completed with
+    the root's mean value, min-max normalized to [0, 1] by the tree's bounds."""
+    visits = tree.child_visits[:, 0]
+    q = tree.child_reward[:, 0] + tree.child_discount[:, 0] * tree.child_value[:, 0]
+    q = torch.where(visits > 0, q, tree.node_value[:, 0:1])
+    low, high = tree.q_min[:, None], tree.q_max[:, None]
+    spread = high - low
+    return torch.where(spread > 0, ((q - low) / spread.clamp(min=1e-12)).clamp(0, 1), 0.5)
+
+
+def _sigma(tree: Tree, config: MCTSConfig) -> torch.Tensor:
+    """``sigma(q_hat) = (c_visit + max_a N(a)) * c_scale * q_hat`` at the roots, ``[B, A]``."""
+    most = tree.child_visits[:, 0].max(-1, keepdim=True).values.float()
+    return (config.c_visit + most) * config.c_scale * completed_q(tree, config)
+
+
+def _root_logits(tree: Tree) -> torch.Tensor:
+    prior = tree.prior[:, 0]
+    return torch.log(prior.clamp(min=1e-30)).masked_fill(~tree.legal[:, 0], float("-inf"))
+
+
+def _halving_choice(
+    tree: Tree, config: MCTSConfig, schedules: torch.Tensor, k: int
+) -> torch.Tensor:
+    """The root action of simulation ``k`` in every tree: among the actions whose visits in
+    this search equal the schedule's count for simulation ``k``, the best by
+    ``g + logits + sigma(q)``."""
+    legal = tree.legal[:, 0]
+    considered = legal.sum(-1).clamp(max=config.max_considered, min=1)
+    want = schedules.to(considered.device)[considered, k]  # [B]
+    visits = tree.child_visits[:, 0] - tree.search_start
+    score = tree.gumbel + _root_logits(tree) + _sigma(tree, config)
+    candidates = legal & (visits == want[:, None])
+    # Where no action has exactly that count (all legal actions fewer than m), the least
+    # visited legal ones are the candidates.
+    fewest = visits.masked_fill(~legal, torch.iinfo(visits.dtype).max).min(-1, keepdim=True)
+    fallback = legal & (visits == fewest.values)
+    candidates = torch.where(candidates.any(-1, keepdim=True), candidates, fallback)
+    return score.masked_fill(~candidates, float("-inf")).argmax(-1)
+
+
+def gumbel_action(tree: Tree, config: MCTSConfig) -> torch.Tensor:
+    """``[B]``: the move after a Gumbel search: among the most visited root actions of the
+    search, the best by ``g + logits + sigma(q)``."""
+    legal = tree.legal[:, 0]
+    visits = (tree.child_visits[:, 0] - tree.search_start).masked_fill(~legal, -1)
+    most = visits == visits.max(-1, keepdim=True).values
+    score = tree.gumbel + _root_logits(tree) + _sigma(tree, config)
+    return score.masked_fill(~most, float("-inf")).argmax(-1)
+
+
+def improved_policy(tree: Tree, config: MCTSConfig) -> torch.Tensor:
+    """``[B, A]``: Gumbel MuZero's policy target ``softmax(logits + sigma(completed q))`` over
+    the legal root actions."""
+    return torch.softmax(_root_logits(tree) + _sigma(tree, config), dim=-1)

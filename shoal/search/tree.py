@@ -22,6 +22,9 @@ import torch
 UNVISITED = -1
 """``children`` of an edge that has not been expanded; ``parent`` of a root."""
 
+ROW_FIELDS = ("size", "q_min", "q_max", "gumbel", "search_start")
+"""Fields with one row per tree, not one per node."""
+
 
 @dataclass
 class Tree:
@@ -48,6 +51,12 @@ class Tree:
     embeddings: torch.Tensor | None = None
     """``[B, N, ...]``: the states of a model whose states are tensors of one shape (a learned
     model's latent states), kept as one array so that no step loops over the trees."""
+    gumbel: torch.Tensor | None = None
+    """``[B, A]``: the Gumbel noise of the last search's root, when it chose its root actions
+    by sequential halving (`shoal.search.mcts.MCTSConfig.gumbel`)."""
+    search_start: torch.Tensor | None = None
+    """``[B, A]``: the root's child visits when the last search started (a reused tree has
+    some already)."""
 
     @property
     def batch(self) -> int:
@@ -116,7 +125,7 @@ def grow(tree: Tree, capacity: int) -> Tree:
             out[name] = []
         elif name == "states":
             out[name] = [row + [None] * (capacity - tree.capacity) for row in old]
-        elif name in ("size", "q_min", "q_max"):
+        elif name in ROW_FIELDS:
             out[name] = old.clone()
         else:
             new[:, : tree.capacity] = old
@@ -168,3 +177,56 @@ def subtree(tree: Tree, actions: torch.Tensor) -> Tree:
         out.size[b] = count
         out.q_min[b], out.q_max[b] = tree.q_min[b], tree.q_max[b]
     return out
+
+
+def clear(tree: Tree, rows: torch.Tensor) -> Tree:
+    """The same trees with the trees at ``rows`` (indices) emptied: their next search starts
+    from a new root (a finished game's tree, say)."""
+    if rows.numel() == 0:
+        return tree
+    shape = None if tree.embeddings is None else tuple(tree.embeddings.shape[2:])
+    blank = empty_tree(len(rows), tree.capacity, tree.num_actions, tree.node_visits.device, shape)
+    for field in fields(Tree):
+        name = field.name
+        if name == "states":
+            for b in rows.tolist():
+                if tree.embeddings is None:
+                    tree.states[b] = [None] * tree.capacity
+        elif name in ("gumbel", "search_start"):
+            continue  # describe the last search only
+        elif getattr(tree, name) is not None:
+            getattr(tree, name)[rows] = getattr(blank, name)
+    return tree
+
+
+ARRAYS = tuple(f.name for f in fields(Tree) if f.name not in ("states",))
+
+
+def tree_arrays(tree: Tree) -> dict[str, torch.Tensor | None]:
+    """The tree's arrays (for a checkpoint); per-node states of any kind are left out:
+    `restore_tree` replays them from the roots."""
+    return {name: getattr(tree, name) for name in ARRAYS}
+
+
+def restore_tree(
+    arrays: dict[str, torch.Tensor | None],
+    roots: list[Any],
+    step: Any,
+) -> Tree:
+    """A tree from `tree_arrays`, its per-node states rebuilt: node 0 of tree ``b`` is
+    ``roots[b]``, and every other node is ``step(parent's state, action from the parent)``
+    (parents come first, so one pass in index order rebuilds them all)."""
+    values = {name: arrays[name] for name in ARRAYS}
+    batch, capacity = values["node_visits"].shape
+    states: list[list[Any]] = []
+    if values["embeddings"] is None:
+        for b in range(batch):
+            row: list[Any] = [None] * capacity
+            size = int(values["size"][b])
+            if size:
+                row[0] = roots[b]
+            for n in range(1, size):
+                parent = int(values["parent"][b, n])
+                row[n] = step(row[parent], int(values["action_from_parent"][b, n]))
+            states.append(row)
+    return Tree(**values, states=states)

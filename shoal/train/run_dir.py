@@ -26,14 +26,20 @@ def default_run_dir(algo: str, env_id: str) -> Path:
     return Path("runs") / f"{algo}-{re.sub(r'[^A-Za-z0-9._-]', '_', env_id)}-{stamp}"
 
 
-def record_for_deploy(config: Any, eval_env: Any, joint: bool = False) -> dict[str, Any]:
+def record_for_deploy(
+    config: Any, eval_env: Any, joint: bool = False, spaces: tuple | None = None
+) -> dict[str, Any]:
     """What `shoal.load` needs besides the weights, for every checkpoint's ``meta.json``: the
     observation and action spaces of the deployed policy (so it loads without building its
     env) and the directories custom env modules were imported from. ``joint``: the run
     deploys the policies of several agent groups (`shoal.policy.JointPolicy`), which load
-    from the config alone."""
+    from the config alone. ``spaces``: the algorithm's own (observation, action) spaces, for
+    a learner whose env is not a Gymnasium one (a game searched by AlphaZero)."""
     if joint:
         return {"spaces": None, "joint": True, "import_dirs": import_dirs()}
+    if spaces is not None:
+        described = {"observation": space_to_json(spaces[0]), "action": space_to_json(spaces[1])}
+        return {"spaces": described, "import_dirs": import_dirs()}
     env = eval_env
     if env is None:
         env = make_env(dataclasses.replace(config.env, num_envs=1, vectorization="sync"))

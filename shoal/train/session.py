@@ -169,7 +169,9 @@ class Session:
         guarded_write(lambda: (self.run_dir / "config.json").write_text(config_text))
         joint = getattr(self.algorithm, "joint", False)  # several groups' policies act together
         self.eval_env = make_eval_env(config, joint)
-        self.deploy_meta = record_for_deploy(config, self.eval_env, joint)
+        self.deploy_meta = record_for_deploy(
+            config, self.eval_env, joint, getattr(self.algorithm, "deploy_spaces", None)
+        )
         self.loggers = guarded_write(
             lambda: make_loggers(
                 self.run_dir,

@@ -10,7 +10,15 @@ import torch
 
 from shoal.errors import ConfigError
 from shoal.search import Expansion, MCTSConfig, search, subtree, visit_policy
-from shoal.search.mcts import add_root_noise, backup, expand, puct_scores
+from shoal.search.mcts import (
+    add_root_noise,
+    backup,
+    expand,
+    gumbel_action,
+    halving_schedule,
+    improved_policy,
+    puct_scores,
+)
 from shoal.search.tree import UNVISITED, empty_tree
 
 PLAIN = MCTSConfig(num_simulations=1, dirichlet_fraction=0.0, normalize_values=False)
@@ -130,11 +138,11 @@ def reference_search(model, state, config, sims):
                 if a in node.children:
                     r, d = node.edges[a]
                     q = r + d * node.children[a].value
-                    if config.normalize_values and bounds[1] > bounds[0]:
-                        q = (q - bounds[0]) / (bounds[1] - bounds[0])
                     n = node.children[a].visits
-                else:
-                    q, n = 0.0, 0
+                else:  # an unvisited edge: the node's own mean value
+                    q, n = node.value, 0
+                if config.normalize_values and bounds[1] > bounds[0]:
+                    q = min(max((q - bounds[0]) / (bounds[1] - bounds[0]), 0.0), 1.0)
                 scores.append(q + node.prior[a] * math.sqrt(node.visits) / (1 + n) * scale)
             a = int(np.argmax(scores))
             if a not in node.children:
@@ -313,3 +321,54 @@ def test_the_compiled_search_equals_the_eager_one():
     compiled = search(LatentModel(), roots, MCTSConfig(**settings, compile=True))
     assert torch.equal(eager.child_visits, compiled.child_visits)
     torch.testing.assert_close(eager.node_value, compiled.node_value)
+
+
+# --- Gumbel root selection with sequential halving -------------------------------------------
+
+
+def test_halving_schedule_by_hand():
+    """4 actions, 8 simulations: log2(4) = 2 phases; the first gives each of the 4 actions
+    8 // (2 * 4) = 1 visit, the second each of the 2 survivors 8 // (2 * 2) = 2 more."""
+    assert halving_schedule(4, 8) == [0, 0, 0, 0, 1, 1, 2, 2]
+    # 3 actions, 6 simulations: 2 phases; 6 // 6 = 1 visit each, then 2 survivors 6 // 4 = 1
+    # round, then rounds of the two go on
+    assert halving_schedule(3, 6) == [0, 0, 0, 1, 1, 2]
+    assert halving_schedule(1, 4) == [0, 1, 2, 3]  # one action takes every simulation
+    assert len(halving_schedule(16, 200)) == 200
+
+
+def test_gumbel_search_visits_by_sequential_halving():
+    """With no generator the Gumbel noise is zero: the 4 considered actions are the 4 of
+    highest prior, each visited once, then the 2 best by logits + sigma(q) twice more; the
+    move is the best of those 2, and the improved policy is softmax(logits + sigma(q))."""
+    model = ToyModel(num_actions=6)
+    config = MCTSConfig(num_simulations=8, gumbel=True, max_considered=4)
+    tree = search(model, [0, 3], config)
+    logits = torch.log(tree.prior[:, 0])
+    top4 = logits.topk(4, dim=-1).indices
+    for b in range(2):
+        visits = tree.child_visits[b, 0]
+        assert int(visits.sum()) == 8
+        assert set(visits.nonzero().squeeze(1).tolist()) == set(top4[b].tolist())
+        assert sorted(visits.tolist()) == [0, 0, 1, 1, 3, 3]
+    action = gumbel_action(tree, config)
+    for b in range(2):
+        assert int(tree.child_visits[b, 0, action[b]]) == 3
+    policy = improved_policy(tree, config)
+    torch.testing.assert_close(policy.sum(-1), torch.ones(2))
+    # by hand for tree 0: sigma = (50 + max visits 3) * 1.0 * q_hat
+    q = tree.child_reward[0, 0] + tree.child_discount[0, 0] * tree.child_value[0, 0]
+    q = torch.where(tree.child_visits[0, 0] > 0, q, tree.node_value[0, 0])
+    q_hat = ((q - tree.q_min[0]) / (tree.q_max[0] - tree.q_min[0])).clamp(0, 1)
+    want = torch.softmax(logits[0] + 53.0 * q_hat, -1)
+    torch.testing.assert_close(policy[0], want)
+
+
+def test_gumbel_noise_changes_the_considered_actions():
+    model = ToyModel(num_actions=8)
+    config = MCTSConfig(num_simulations=4, gumbel=True, max_considered=2)
+    seen = set()
+    for seed in range(20):
+        tree = search(model, [0], config, generator=torch.Generator().manual_seed(seed))
+        seen.add(tuple(tree.child_visits[0, 0].nonzero().squeeze(1).tolist()))
+    assert len(seen) > 3  # a sample without replacement, not always the top two

@@ -1,0 +1,1 @@
+"""Learners that plan with search: AlphaZero (MuZero to follow)."""

@@ -1,0 +1,85 @@
+"""Losses of learners that plan with search: AlphaZero's policy-value loss, and MuZero's value
+transform and categorical supports.
+
+* AlphaZero (Silver et al. 2018, "A general reinforcement learning algorithm that masters
+  chess, shogi, and Go through self-play", eq. 1):
+  ``l = (z - v)^2 - pi^T log p + c ||theta||^2``, with ``pi`` the search's visit
+  distribution and ``z`` the game's outcome from the mover's side.
+* MuZero (Schrittwieser et al. 2020, "Mastering Atari, Go, Chess and Shogi by Planning with a
+  Learned Model", appendix F) predicts values and rewards as categorical distributions over
+  the integers ``-S..S`` of the transformed scalar ``h(x) = sign(x)(sqrt(|x| + 1) - 1) + eps x``
+  (Pohlen et al. 2018, "Observe and Look Further: Achieving Consistent Performance on Atari",
+  whose proposition A.2 gives the inverse), each scalar spread over its two nearest integers.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def policy_cross_entropy(logits: Tensor, target: Tensor, legal: Tensor | None = None) -> Tensor:
+    """``-sum_a target[a] log softmax(logits)[a]`` per row: ``logits``, ``target`` ``[B, A]``
+    (target rows sum to 1, zero on illegal actions); ``legal`` ``[B, A]`` bool leaves illegal
+    actions out of the softmax. Returns ``[B]``."""
+    if legal is not None:
+        logits = logits.masked_fill(~legal, torch.finfo(logits.dtype).min)
+    log_probs = torch.log_softmax(logits, dim=-1)
+    return -(target * log_probs).sum(-1)
+
+
+def alphazero_loss(
+    logits: Tensor,
+    value: Tensor,
+    target_policy: Tensor,
+    target_value: Tensor,
+    legal: Tensor | None = None,
+    value_coef: float = 1.0,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """AlphaZero's loss without the L2 term (weight decay in the optimizer): the mean of
+    ``value_coef (z - v)^2 + CE(pi, p)``. ``logits`` ``[B, A]``, ``value`` ``[B]`` (the
+    network's); ``target_policy`` ``[B, A]``, ``target_value`` ``[B]`` (the search's visits
+    and the outcome). Returns the loss and its parts (detached)."""
+    policy = policy_cross_entropy(logits, target_policy, legal).mean()
+    value_loss = (target_value - value).pow(2).mean()
+    loss = value_coef * value_loss + policy
+    return loss, {"loss/policy": policy.detach(), "loss/value": value_loss.detach()}
+
+
+def value_transform(x: Tensor, eps: float = 0.001) -> Tensor:
+    """``h(x) = sign(x) (sqrt(|x| + 1) - 1) + eps x``: squashes returns of any scale."""
+    return torch.sign(x) * (torch.sqrt(x.abs() + 1.0) - 1.0) + eps * x
+
+
+def inverse_value_transform(y: Tensor, eps: float = 0.001) -> Tensor:
+    """``h^-1(y) = sign(y) (((sqrt(1 + 4 eps (|y| + 1 + eps)) - 1) / (2 eps))^2 - 1)``."""
+    root = (torch.sqrt(1.0 + 4.0 * eps * (y.abs() + 1.0 + eps)) - 1.0) / (2.0 * eps)
+    return torch.sign(y) * (root.pow(2) - 1.0)
+
+
+def scalar_to_support(x: Tensor, support_size: int) -> Tensor:
+    """``[...]`` scalars (already transformed) -> ``[..., 2S + 1]`` probabilities over the
+    integers ``-S..S``: ``x`` between ``k`` and ``k + 1`` puts ``k + 1 - x`` on ``k`` and
+    ``x - k`` on ``k + 1``; values beyond ``+-S`` are clipped to it."""
+    x = x.clamp(-support_size, support_size)
+    low = x.floor()
+    upper_weight = x - low
+    index = (low + support_size).long()
+    out = torch.zeros(*x.shape, 2 * support_size + 1, dtype=x.dtype, device=x.device)
+    out.scatter_(-1, index.unsqueeze(-1), (1.0 - upper_weight).unsqueeze(-1))
+    upper = (index + 1).clamp(max=2 * support_size).unsqueeze(-1)
+    out.scatter_add_(-1, upper, torch.where(index.unsqueeze(-1) + 1 > 2 * support_size,
+                                            0.0, upper_weight.unsqueeze(-1)))  # fmt: skip
+    return out
+
+
+def support_to_scalar(logits: Tensor) -> Tensor:
+    """``[..., 2S + 1]`` logits over ``-S..S`` -> ``[...]`` expected (transformed) scalars."""
+    size = (logits.shape[-1] - 1) // 2
+    atoms = torch.arange(-size, size + 1, dtype=logits.dtype, device=logits.device)
+    return (torch.softmax(logits, dim=-1) * atoms).sum(-1)
+
+
+def support_cross_entropy(logits: Tensor, target: Tensor) -> Tensor:
+    """``[..., 2S + 1]`` logits and target probabilities -> ``[...]`` cross-entropies."""
+    return -(target * torch.log_softmax(logits, dim=-1)).sum(-1)

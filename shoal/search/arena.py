@@ -1,0 +1,118 @@
+"""Players of two-player games and matches between them: a search player (MCTS with a
+network, AlphaZero's), and batched matches that play many games at once, each player moving
+in all the games where it is to move with one call.
+
+A player has ``act(states, moves) -> actions``: a move for each state, ``moves`` the number
+of moves already played in each game (a search player samples its first moves).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from shoal.envs.games import Game
+from shoal.search.mcts import MCTSConfig, search, visit_policy
+from shoal.search.models import Evaluator, GameModel
+
+
+class Player(Protocol):
+    def act(self, states: list[Any], moves: list[int]) -> list[int]: ...
+
+
+def choose(visits: torch.Tensor, sample: torch.Tensor, rng: np.random.Generator) -> np.ndarray:
+    """Moves from each root's visit distribution ``[B, A]``: drawn from it where ``sample``
+    ``[B]`` is set, else the most visited (ties broken at random)."""
+    probs = visits.double().numpy()
+    out = np.empty(len(probs), np.int64)
+    for i, row in enumerate(probs):
+        if sample[i]:
+            out[i] = rng.choice(len(row), p=row / row.sum())
+        else:
+            out[i] = rng.choice(np.flatnonzero(row >= row.max() - 1e-12))
+    return out
+
+
+class SearchPlayer:
+    """MCTS on the true model with a network's priors and values; no root noise. Samples its
+    first ``sampled_moves`` moves of a game from the visit counts (variety between games),
+    then plays the most visited move."""
+
+    def __init__(self, game: Game, evaluate: Evaluator, config: MCTSConfig,
+                 sampled_moves: int = 0, seed: int = 0, network_device: Any = "cpu"):  # fmt: skip
+        self.model = GameModel(game, evaluate, network_device)
+        self.config = replace(config, dirichlet_fraction=0.0)
+        self.sampled_moves = sampled_moves
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, states: list[Any], moves: list[int]) -> list[int]:
+        tree = search(self.model, list(states), self.config)
+        sample = torch.tensor([m < self.sampled_moves for m in moves])
+        return choose(visit_policy(tree, 1.0), sample, self.rng).tolist()
+
+
+@dataclass
+class MatchResult:
+    """Outcomes for the first-named player: wins, draws and losses, in each seat."""
+
+    wins: int = 0
+    draws: int = 0
+    losses: int = 0
+    first_losses: int = 0
+    second_losses: int = 0
+
+    @property
+    def games(self) -> int:
+        return self.wins + self.draws + self.losses
+
+    @property
+    def score(self) -> float:
+        """(wins + draws / 2) / games."""
+        return (self.wins + 0.5 * self.draws) / max(self.games, 1)
+
+
+def play_games(game: Game, first: Player, second: Player, games: int,
+               seed: int = 0) -> list[tuple[float, float]]:  # fmt: skip
+    """Play ``games`` games at once, ``first`` moving first in all of them; each game's
+    returns ``(first's, second's)``."""
+    states = [game.initial(seed + i) for i in range(games)]
+    moves = [0] * games
+    done = [False] * games
+    players = (first, second)
+    while not all(done):
+        for seat, player in enumerate(players):
+            turn = [i for i in range(games) if not done[i] and game.to_move(states[i]) == seat]
+            if not turn:
+                continue
+            actions = player.act([states[i] for i in turn], [moves[i] for i in turn])
+            for i, action in zip(turn, actions, strict=True):
+                states[i], _, done[i] = game.play(states[i], action)
+                moves[i] += 1
+    return [game.returns(state) for state in states]
+
+
+def match(game: Game, player: Player, opponent: Player, games: int, seed: int = 0) -> MatchResult:
+    """``player`` against ``opponent``: half of the ``games`` with ``player`` first (the odd
+    one too), half second."""
+    result = MatchResult()
+    first_half = (games + 1) // 2
+    for seat, count in ((0, first_half), (1, games - first_half)):
+        if count == 0:
+            continue
+        pair = (player, opponent) if seat == 0 else (opponent, player)
+        for returns in play_games(game, *pair, count, seed=seed + 1000 * seat):
+            mine, theirs = returns[seat], returns[1 - seat]
+            if mine > theirs:
+                result.wins += 1
+            elif mine < theirs:
+                result.losses += 1
+                if seat == 0:
+                    result.first_losses += 1
+                else:
+                    result.second_losses += 1
+            else:
+                result.draws += 1
+    return result
