@@ -60,6 +60,7 @@ EXTRAS = {
     "report": ("matplotlib",),
     "ray": ("ray",),
     "cma": ("cma",),
+    "openspiel": ("pyspiel",),
     "atari": ("ale_py", "cv2"),
     "mujoco": ("mujoco",),
     "sumo": ("libsumo",),

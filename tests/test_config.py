@@ -19,6 +19,7 @@ from shoal.config import (
     to_dict,
 )
 from shoal.envs import env_spec
+from shoal.envs.games import make_game
 from shoal.envs.multi_agent import PETTINGZOO_PREFIX, is_multi_agent_id, multi_agent_ids
 from shoal.errors import ConfigError
 from shoal.registry import algorithm_for_config, find_tuned, get_algorithm, tuned_examples
@@ -203,7 +204,9 @@ def test_tuned_examples_load_and_build_valid_configs():
         assert isinstance(config, get_algorithm(example.algo).config_cls), name
         assert algorithm_for_config(config).name == example.algo, name
         # The environment must exist (env_spec raises UnknownEnvError otherwise).
-        if config.env.id.startswith(PETTINGZOO_PREFIX):  # the module must be importable
+        if config.env.id.startswith("openspiel:"):  # a game searched by AlphaZero
+            assert make_game(config.env.id).num_actions > 0, name
+        elif config.env.id.startswith(PETTINGZOO_PREFIX):  # the module must be importable
             assert importlib.util.find_spec(config.env.id[len(PETTINGZOO_PREFIX) :]), name
         elif is_multi_agent_id(config.env.id):
             assert config.env.id in multi_agent_ids(), name

@@ -11,7 +11,7 @@ from shoal.search.arena import SearchPlayer, match, play_games
 from shoal.search.minimax import MinimaxPlayer, RandomPlayer, move_values, negamax
 from shoal.search.models import GameModel, uniform_evaluator
 
-pytest.importorskip("pyspiel", reason="needs OpenSpiel: pip install 'shoal[openspiel]'")
+pytestmark = pytest.mark.extra("openspiel", "pettingzoo")
 
 GAMES = ["openspiel:tic_tac_toe", "pettingzoo:pettingzoo.classic.tictactoe_v3"]
 
