@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from shoal.envs.games import Game
-from shoal.search.mcts import MCTSConfig, search, visit_policy
+from shoal.search.mcts import MCTSConfig, gumbel_action, search, visit_policy
 from shoal.search.models import Evaluator, GameModel
 
 
@@ -50,6 +50,8 @@ class SearchPlayer:
 
     def act(self, states: list[Any], moves: list[int]) -> list[int]:
         tree = search(self.model, list(states), self.config)
+        if self.config.gumbel:  # no generator: the best of the top-m moves by the prior
+            return gumbel_action(tree, self.config).tolist()
         sample = torch.tensor([m < self.sampled_moves for m in moves])
         return choose(visit_policy(tree, 1.0), sample, self.rng).tolist()
 

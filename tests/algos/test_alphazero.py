@@ -100,3 +100,11 @@ def test_learns_to_draw_against_perfect_play():
         algo.train_iteration()
     assert untrained >= 10
     assert losses() <= 4
+
+
+def test_gumbel_self_play_trains(tmp_path):
+    """``search.gumbel``: moves by sequential halving, targets from the improved policy."""
+    result = shoal.train("alphazero", total_steps=32, run_dir=str(tmp_path / "r"),
+                         **{**SMALL, "search.gumbel": True, "search.max_considered": 4})  # fmt: skip
+    assert result.env_steps == 32
+    assert any("loss/policy" in row for row in metric_rows(tmp_path / "r"))

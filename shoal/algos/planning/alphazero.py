@@ -40,6 +40,7 @@ from shoal.optim import build_optimizer, minimize
 from shoal.policy import ActorPolicy
 from shoal.search import MCTSConfig, search, subtree, visit_policy
 from shoal.search.arena import SearchPlayer, choose, match
+from shoal.search.mcts import gumbel_action, improved_policy
 from shoal.search.minimax import MinimaxPlayer, RandomPlayer
 from shoal.search.models import GameModel
 from shoal.search.tree import clear, restore_tree, tree_arrays
@@ -196,9 +197,13 @@ class AlphaZero:
         player_net = self.best if cfg.arena_every else self.net
         model = GameModel(game, self._evaluator(player_net), self.device)
         tree = search(model, self.states, cfg.search, self.noise, tree=self.tree)
-        visits = visit_policy(tree, 1.0)
-        sample = torch.tensor([m < cfg.temperature_moves for m in self.moves])
-        actions = choose(visits, sample, self.rng)
+        if cfg.search.gumbel:  # Gumbel MuZero's move and policy target (its own exploration)
+            visits = improved_policy(tree, cfg.search)
+            actions = gumbel_action(tree, cfg.search).numpy()
+        else:
+            visits = visit_policy(tree, 1.0)
+            sample = torch.tensor([m < cfg.temperature_moves for m in self.moves])
+            actions = choose(visits, sample, self.rng)
         finished, outcomes = [], []
         for b, state in enumerate(self.states):
             legal = game.legal(state)
