@@ -12,7 +12,7 @@ from typing import Any
 from shoal.algos.continuous import d4pg, ddpg, sac, td3
 from shoal.algos.evolution import ars, cmaes, es, ga
 from shoal.algos.multi_agent import ctedd, distributed_maddpg, maddpg, multi_policy, qmix
-from shoal.algos.planning import alphazero
+from shoal.algos.planning import alphazero, muzero
 from shoal.algos.policy_gradient import a2c, a3c, appo, ddppo, impala, pg, ppo, trpo
 from shoal.algos.value import apex, dqn, tabular
 from shoal.config import from_dict, read_yaml, replace
@@ -329,6 +329,14 @@ ALGORITHMS["alphazero"] = AlgorithmSpec(
     alphazero.build_model,
     "AlphaZero: self-play with batched MCTS on a game's rules, policy-value network, arena",
     "Discrete (two-player turn-based games)",
+)
+ALGORITHMS["muzero"] = AlgorithmSpec(
+    "muzero",
+    muzero.MuZeroConfig,
+    muzero.MuZero,
+    muzero.build_model,
+    "MuZero: search in a learned model, unrolled dynamics, two-hot values, prioritized replay",
+    "Discrete",
 )
 
 

@@ -83,3 +83,77 @@ def support_to_scalar(logits: Tensor) -> Tensor:
 def support_cross_entropy(logits: Tensor, target: Tensor) -> Tensor:
     """``[..., 2S + 1]`` logits and target probabilities -> ``[...]`` cross-entropies."""
     return -(target * torch.log_softmax(logits, dim=-1)).sum(-1)
+
+
+def episode_value_targets(
+    rewards: Tensor,
+    values: Tensor,
+    terminated: bool,
+    final_value: float,
+    n_step: int,
+    gamma: float,
+) -> Tensor:
+    """MuZero's n-step value targets of one episode (appendix G):
+    ``z_t = sum_{j<n} gamma^j r_{t+j} + gamma^n v_{t+n}``, the sum stopping at the episode's
+    end, ``T``: there the bootstrap is 0 after a terminal step, and ``final_value`` (the
+    network's value of the final observation) after a truncation, discounted by
+    ``gamma^(T - t)``.
+
+    Args:
+        rewards: ``[T]``, ``rewards[t]`` the reward of the action taken at step ``t``.
+        values: ``[T]`` the search's root values at each step.
+        terminated: whether the episode ended in a terminal state (else it was truncated).
+        final_value: the value of the observation after the last step (used if truncated).
+    Returns ``[T]``.
+    """
+    length = rewards.shape[0]
+    steps = torch.arange(length, device=rewards.device)
+    targets = torch.zeros_like(rewards)
+    for j in range(n_step):
+        inside = steps + j < length
+        targets = targets + (gamma**j) * torch.where(
+            inside, rewards[(steps + j).clamp(max=length - 1)], 0.0
+        )
+    end = (steps + n_step).clamp(max=length)
+    tail = torch.full_like(rewards, 0.0 if terminated else float(final_value))
+    bootstrap = torch.where(end < length, values[end.clamp(max=length - 1)], tail)
+    return targets + gamma ** (end - steps).to(rewards.dtype) * bootstrap
+
+
+def muzero_loss(
+    policy_logits: Tensor,
+    value_logits: Tensor,
+    reward_logits: Tensor,
+    target_policy: Tensor,
+    target_value: Tensor,
+    target_reward: Tensor,
+    policy_mask: Tensor,
+    value_mask: Tensor,
+    reward_mask: Tensor,
+    weights: Tensor | None = None,
+    value_coef: float = 0.25,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """MuZero's loss over an unroll of ``K`` steps (appendix G; value weight 0.25 as in its
+    reanalyse runs): for each of ``k = 0..K`` the policy's cross-entropy with the search's
+    visits and the value's with the two-hot target, and for ``k = 1..K`` the reward's; the
+    unrolled steps' terms are scaled by ``1 / K``, each sample's sum weighted by its
+    importance weight. Shapes: ``policy_logits`` ``[K + 1, B, A]``; ``value_logits``
+    ``[K + 1, B, 2S + 1]``; ``reward_logits`` ``[K, B, 2S + 1]``; targets likewise (already
+    two-hot); masks ``[K + 1, B]`` / ``[K, B]`` bool (False past an episode's end where
+    nothing is known). Returns the loss and its parts (detached)."""
+    unroll = reward_logits.shape[0]
+    step_scale = torch.ones(unroll + 1, 1, device=policy_logits.device)
+    if unroll:
+        step_scale[1:] = 1.0 / unroll
+    policy = policy_cross_entropy(policy_logits, target_policy) * policy_mask * step_scale
+    value = support_cross_entropy(value_logits, target_value) * value_mask * step_scale
+    reward = support_cross_entropy(reward_logits, target_reward) * reward_mask * step_scale[1:]
+    per_sample = policy.sum(0) + value_coef * value.sum(0) + reward.sum(0)
+    if weights is not None:
+        per_sample = per_sample * weights
+    parts = {
+        "loss/policy": policy.sum(0).mean().detach(),
+        "loss/value": value.sum(0).mean().detach(),
+        "loss/reward": reward.sum(0).mean().detach(),
+    }
+    return per_sample.mean(), parts

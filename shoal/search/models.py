@@ -3,7 +3,8 @@
 `GameModel` is the true model of a two-player game (`shoal.envs.games.Game`) with a network
 that evaluates the positions it reaches: AlphaZero's search (Silver et al. 2018). Rewards are
 the mover's, and the discount of an edge is -1 where the turn passes to the opponent (values
-are always the player to move's), 0 after the game's end.
+are always the player to move's), 0 after the game's end. `LatentModel` is MuZero's learned
+model (Schrittwieser et al. 2020): the search plans in the network's hidden states.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import numpy as np
 import torch
 
 from shoal.envs.games import Game
+from shoal.losses.search import inverse_value_transform, support_to_scalar
 from shoal.search.mcts import Expansion
 
 Evaluator = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
@@ -74,3 +76,38 @@ class GameModel:
         logits, legal, value = self._expand(nxt)
         return Expansion(nxt, logits, legal, value, torch.tensor(rewards),
                          torch.tensor(discounts))  # fmt: skip
+
+
+class LatentModel:
+    """MuZero's learned model (`shoal.nn.muzero.MuZeroNet`) for the search: the roots are
+    observations, every node a hidden state (kept as one ``[B, N, L]`` array), every edge's
+    reward and every node's value the network's (decoded from its support), discount
+    ``discount`` on every edge. ``legal`` ``[B, A]`` restricts the roots' moves (deeper nodes
+    allow every action, as in MuZero)."""
+
+    def __init__(self, net: Any, discount: float, legal: torch.Tensor | None = None):
+        self.net, self.discount, self.legal = net, discount, legal
+        self.num_actions = net.num_actions
+        self.state_shape = (net.latent,)
+        self.device = next(net.parameters()).device
+
+    def _all_legal(self, count: int) -> torch.Tensor:
+        return torch.ones(count, self.num_actions, dtype=torch.bool, device=self.device)
+
+    @torch.inference_mode()
+    def root(self, obs: torch.Tensor) -> Expansion:
+        state, logits, value = self.net.initial(obs.to(self.device))
+        legal = self._all_legal(len(obs)) if self.legal is None else self.legal.to(self.device)
+        return Expansion(state, logits, legal, decode(value))
+
+    @torch.inference_mode()
+    def step(self, states: torch.Tensor, actions: torch.Tensor) -> Expansion:
+        state, reward, logits, value = self.net.recurrent(states, actions.to(self.device))
+        discount = torch.full((len(states),), self.discount, device=self.device)
+        return Expansion(state, logits, self._all_legal(len(states)), decode(value),
+                         decode(reward), discount)  # fmt: skip
+
+
+def decode(logits: torch.Tensor) -> torch.Tensor:
+    """Scalars from logits over a transformed support (MuZero's value and reward heads)."""
+    return inverse_value_transform(support_to_scalar(logits.float()))

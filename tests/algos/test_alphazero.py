@@ -104,7 +104,7 @@ def test_learns_to_draw_against_perfect_play():
 
 def test_gumbel_self_play_trains(tmp_path):
     """``search.gumbel``: moves by sequential halving, targets from the improved policy."""
-    result = shoal.train("alphazero", total_steps=32, run_dir=str(tmp_path / "r"),
-                         **{**SMALL, "search.gumbel": True, "search.max_considered": 4})  # fmt: skip
+    settings = {**SMALL, "search.gumbel": True, "search.max_considered": 4}
+    result = shoal.train("alphazero", total_steps=32, run_dir=str(tmp_path / "r"), **settings)
     assert result.env_steps == 32
     assert any("loss/policy" in row for row in metric_rows(tmp_path / "r"))

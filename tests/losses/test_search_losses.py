@@ -7,7 +7,9 @@ import torch
 
 from shoal.losses.search import (
     alphazero_loss,
+    episode_value_targets,
     inverse_value_transform,
+    muzero_loss,
     policy_cross_entropy,
     scalar_to_support,
     support_cross_entropy,
@@ -64,3 +66,34 @@ def test_scalar_to_support_by_hand_and_back():
     ce = support_cross_entropy(logits[:1], probs[:1])
     np.testing.assert_allclose(float(ce), -(0.75 * math.log(0.75) + 0.25 * math.log(0.25)),
                                rtol=1e-5)  # fmt: skip
+
+
+def test_episode_value_targets_by_hand():
+    rewards = torch.tensor([1.0, 2.0, 3.0])
+    values = torch.tensor([10.0, 20.0, 30.0])
+    g = 0.5
+    # n = 2, terminated: z0 = 1 + .5*2 + .25*30; z1 = 2 + .5*3 + 0; z2 = 3 + 0
+    got = episode_value_targets(rewards, values, True, 99.0, 2, g)
+    np.testing.assert_allclose(got.numpy(), [1 + 1 + 7.5, 2 + 1.5, 3.0])
+    # truncated: the final observation's value 8 bootstraps the windows that reach the end
+    got = episode_value_targets(rewards, values, False, 8.0, 2, g)
+    np.testing.assert_allclose(got.numpy(), [1 + 1 + 7.5, 2 + 1.5 + 0.25 * 8, 3 + 0.5 * 8])
+
+
+def test_muzero_loss_by_hand():
+    """K = 1, one sample: uniform logits over 2 actions and 3 atoms."""
+    policy_logits = torch.zeros(2, 1, 2)
+    value_logits = torch.zeros(2, 1, 3)
+    reward_logits = torch.zeros(1, 1, 3)
+    target_policy = torch.tensor([[[1.0, 0.0]], [[0.5, 0.5]]])
+    two_hot = torch.tensor([0.0, 1.0, 0.0]).expand(2, 1, 3)
+    ones = torch.ones(2, 1, dtype=torch.bool)
+    loss, parts = muzero_loss(policy_logits, value_logits, reward_logits,
+                                             target_policy, two_hot, two_hot[:1], ones,
+                                             torch.tensor([[True], [False]]), ones[:1])  # fmt: skip
+    log2, log3 = math.log(2.0), math.log(3.0)
+    policy = log2 + log2 / 1  # step 0 full, step 1 scaled by 1/K = 1
+    value = log3  # step 1 masked out
+    reward = log3
+    np.testing.assert_allclose(float(parts["loss/policy"]), policy, rtol=1e-6)
+    np.testing.assert_allclose(float(loss), policy + 0.25 * value + reward, rtol=1e-6)

@@ -1,1 +1,1 @@
-"""Learners that plan with search: AlphaZero (MuZero to follow)."""
+"""Learners that plan with search: AlphaZero (a game's rules) and MuZero (a learned model)."""

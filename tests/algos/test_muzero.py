@@ -1,0 +1,71 @@
+"""MuZero: a smoke run through `shoal.train` with the search as the deployed policy, exact
+resume, refused settings, and a support too small for the returns."""
+
+import numpy as np
+import pytest
+from state_helpers import assert_states_equal, metric_rows
+
+import shoal
+from shoal.errors import ConfigError
+from shoal.train.checkpoint import load_checkpoint
+
+SMALL = {
+    "env.num_envs": 4,
+    "search.num_simulations": 6,
+    "steps_per_iteration": 4,
+    "min_replay": 16,
+    "batch_size": 16,
+    "updates_per_iteration": 2,
+    "unroll_steps": 3,
+    "n_step": 5,
+    "run.console": False,
+    "run.eval_every_steps": 0,
+}
+
+
+def test_smoke_trains_evaluates_and_deploys_the_search(tmp_path):
+    result = shoal.train("muzero", env="CartPole-v1", total_steps=256,
+                         run_dir=str(tmp_path / "r"),
+                         **{**SMALL, "run.eval_every_steps": 128, "run.eval_episodes": 2})  # fmt: skip
+    assert result.env_steps == 256 and result.eval_return is not None
+    rows = metric_rows(tmp_path / "r")
+    assert any("loss/reward" in row for row in rows)
+    assert any("eval/return" in row for row in rows)
+    policy = shoal.load(result.run_dir)
+    actions = policy.act(np.zeros((3, 4), np.float32))
+    assert actions.shape == (3,) and set(actions.tolist()) <= {0, 1}
+
+
+def test_resume_is_exact(tmp_path):
+    settings = {**SMALL, "run.checkpoint_every_steps": 64}
+    part = shoal.train("muzero", env="CartPole-v1", seed=4, total_steps=128,
+                       run_dir=str(tmp_path / "a"), **settings)  # fmt: skip
+    resumed = shoal.train(resume=part.run_dir, total_steps=320)
+    straight = shoal.train("muzero", env="CartPole-v1", seed=4, total_steps=320,
+                           run_dir=str(tmp_path / "b"), **settings)  # fmt: skip
+    assert resumed.env_steps == straight.env_steps == 320
+    got, want = load_checkpoint(resumed.run_dir).state, load_checkpoint(straight.run_dir).state
+    assert_states_equal(got["algorithm"], want["algorithm"])
+    assert metric_rows(tmp_path / "a") == metric_rows(tmp_path / "b")
+
+
+@pytest.mark.parametrize(
+    ("env", "overrides", "match"),
+    [
+        ("Pendulum-v1", {}, "discrete actions"),
+        ("CartPole-v1", {"search.num_simulations": 0}, "num_simulations"),
+        ("CartPole-v1", {"discount": 1.5}, "discount"),
+        ("CartPole-v1", {"unroll_steps": 0}, "unroll_steps"),
+    ],
+)
+def test_bad_settings_are_refused_before_anything_runs(env, overrides, match, tmp_path):
+    with pytest.raises(ConfigError, match=match):
+        shoal.train("muzero", env=env, run_dir=str(tmp_path / "r"), **{**SMALL, **overrides})
+
+
+def test_a_support_too_small_for_the_returns_says_what_it_needs(tmp_path):
+    """CartPole's discounted returns reach well past h^-1(1) = 3: a support of 1 stops the
+    run at the first finished episode, naming the size it needs."""
+    with pytest.raises(ConfigError, match=r"support_size = 1 is too small; use support_size >= \d"):
+        shoal.train("muzero", env="CartPole-v1", total_steps=4096, run_dir=str(tmp_path / "r"),
+                    **{**SMALL, "support_size": 1, "n_step": 50})  # fmt: skip
