@@ -12,7 +12,7 @@ from typing import Any
 from shoal.algos.continuous import d4pg, ddpg, sac, td3
 from shoal.algos.evolution import ars, cmaes, es, ga
 from shoal.algos.multi_agent import ctedd, distributed_maddpg, maddpg, multi_policy, qmix
-from shoal.algos.planning import alphazero, muzero
+from shoal.algos.planning import alphazero, muzero, planner
 from shoal.algos.policy_gradient import a2c, a3c, appo, ddppo, impala, pg, ppo, trpo
 from shoal.algos.value import apex, dqn, tabular
 from shoal.config import from_dict, read_yaml, replace
@@ -337,6 +337,14 @@ ALGORITHMS["muzero"] = AlgorithmSpec(
     muzero.build_model,
     "MuZero: search in a learned model, unrolled dynamics, two-hot values, prioritized replay",
     "Discrete",
+)
+ALGORITHMS["mcts"] = AlgorithmSpec(
+    "mcts",
+    planner.PlannerConfig,
+    planner.Planner,
+    planner.build_model,
+    "MCTS planning with a Gymnasium env's true dynamics (exact snapshots), no learning",
+    "Discrete (pure-Python envs)",
 )
 
 

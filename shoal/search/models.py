@@ -4,7 +4,8 @@
 that evaluates the positions it reaches: AlphaZero's search (Silver et al. 2018). Rewards are
 the mover's, and the discount of an edge is -1 where the turn passes to the opponent (values
 are always the player to move's), 0 after the game's end. `LatentModel` is MuZero's learned
-model (Schrittwieser et al. 2020): the search plans in the network's hidden states.
+model (Schrittwieser et al. 2020): the search plans in the network's hidden states. `EnvModel`
+is a Gymnasium env's own dynamics through exact snapshots (planning with the true model).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import numpy as np
 import torch
 
 from shoal.envs.games import Game
+from shoal.envs.snapshot import EnvStateUnsupported, capture_env_state, restore_env_state
+from shoal.errors import ConfigError
 from shoal.losses.search import inverse_value_transform, support_to_scalar
 from shoal.search.mcts import Expansion
 
@@ -111,3 +114,77 @@ class LatentModel:
 def decode(logits: torch.Tensor) -> torch.Tensor:
     """Scalars from logits over a transformed support (MuZero's value and reward heads)."""
     return inverse_value_transform(support_to_scalar(logits.float()))
+
+
+class EnvModel:
+    """The true model of a Gymnasium env through exact snapshots of its state
+    (`shoal.envs.snapshot`): a node's state is a snapshot, and a step restores it into a
+    scratch env, steps it and snapshots the result. Envs whose state lives in a native
+    simulator (MuJoCo, Box2D, ALE) cannot be snapshotted this way and are refused;
+    pure-Python envs (classic control, toy text) can. A leaf is valued by
+    ``rollout_steps`` uniformly random steps from it (discounted; 0 steps: value 0). The
+    episode's end (terminated or truncated) ends the plan there (discount 0)."""
+
+    def __init__(self, make: Callable[[], Any], discount: float, rollout_steps: int = 0,
+                 seed: int = 0):  # fmt: skip
+        self.scratch = make()
+        self.scratch.reset(seed=seed)
+        space = self.scratch.action_space
+        if not hasattr(space, "n"):
+            raise ConfigError(f"planning searches over discrete actions, not {space}")
+        try:
+            capture_env_state(self.scratch)
+        except EnvStateUnsupported as err:
+            reason = str(err).split(";")[0]
+            raise ConfigError(
+                f"this env cannot be planned in with its true model: {reason}. Planning "
+                "snapshots the env's Python state, which pure-Python envs (classic control, "
+                "toy text, your own) hold whole; MuJoCo, Box2D and Atari keep theirs in native "
+                "simulators"
+            ) from err
+        self.num_actions = int(space.n)
+        self.discount, self.rollout_steps = discount, rollout_steps
+        self.rng = np.random.default_rng(seed)
+
+    def _value(self) -> float:
+        """A random rollout's discounted return from the scratch env's state."""
+        total, scale = 0.0, 1.0
+        for _ in range(self.rollout_steps):
+            _, reward, terminated, truncated, _ = self.scratch.step(
+                int(self.rng.integers(self.num_actions))
+            )
+            total += scale * float(reward)
+            scale *= self.discount
+            if terminated or truncated:
+                break
+        return total
+
+    def _expand(self, snapshots: list[Any], ended: list[bool]) -> Expansion:
+        values = []
+        for snapshot, done in zip(snapshots, ended, strict=True):
+            if done or self.rollout_steps == 0:
+                values.append(0.0)
+                continue
+            restore_env_state(self.scratch, snapshot)
+            values.append(self._value())
+        legal = torch.tensor([[not done] * self.num_actions for done in ended])
+        return Expansion(list(snapshots), torch.zeros(len(snapshots), self.num_actions), legal,
+                         torch.tensor(values))  # fmt: skip
+
+    def root(self, snapshots: list[Any]) -> Expansion:
+        return self._expand(list(snapshots), [False] * len(snapshots))
+
+    def play(self, snapshot: Any, action: int) -> tuple[Any, float, bool]:
+        """``(next snapshot, reward, episode over)``."""
+        restore_env_state(self.scratch, snapshot)
+        _, reward, terminated, truncated, _ = self.scratch.step(int(action))
+        return capture_env_state(self.scratch), float(reward), bool(terminated or truncated)
+
+    def step(self, snapshots: list[Any], actions: torch.Tensor) -> Expansion:
+        out, rewards, ended = [], [], []
+        for snapshot, action in zip(snapshots, actions.tolist(), strict=True):
+            nxt, reward, done = self.play(snapshot, action)
+            out.append(nxt), rewards.append(reward), ended.append(done)
+        expansion = self._expand(out, ended)
+        discount = torch.tensor([0.0 if done else self.discount for done in ended])
+        return expansion._replace(reward=torch.tensor(rewards), discount=discount)

@@ -24,9 +24,9 @@ SMALL = {
 
 
 def test_smoke_trains_evaluates_and_deploys_the_search(tmp_path):
+    settings = {**SMALL, "run.eval_every_steps": 128, "run.eval_episodes": 2}
     result = shoal.train("muzero", env="CartPole-v1", total_steps=256,
-                         run_dir=str(tmp_path / "r"),
-                         **{**SMALL, "run.eval_every_steps": 128, "run.eval_episodes": 2})  # fmt: skip
+                         run_dir=str(tmp_path / "r"), **settings)  # fmt: skip
     assert result.env_steps == 256 and result.eval_return is not None
     rows = metric_rows(tmp_path / "r")
     assert any("loss/reward" in row for row in rows)

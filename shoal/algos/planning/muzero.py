@@ -68,10 +68,10 @@ class MuZeroConfig:
     )
     latent: int = 32
     """Size of the hidden state."""
-    support_size: int = 10
+    support_size: int = 25
     """``S``: values and rewards are predicted over the integers ``-S..S`` of
-    ``h(x) = sign(x)(sqrt(|x| + 1) - 1) + 0.001 x``; ``S = 10`` covers returns up to about
-    110 (a run stops with an error naming the size it needs if a target falls outside)."""
+    ``h(x) = sign(x)(sqrt(|x| + 1) - 1) + 0.001 x``; ``S = 25`` covers returns up to about
+    640 (a run stops with an error naming the size it needs if a target falls outside)."""
     discount: float = 0.997
     unroll_steps: int = 5
     """``K``: dynamics steps unrolled per sample."""
