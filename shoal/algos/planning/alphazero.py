@@ -4,9 +4,12 @@ against itself with MCTS on the true rules, and the search plays better than the
 alone because it looks ahead.
 
 One iteration: ``env.num_envs`` self-play games advance ``moves_per_iteration`` moves, all
-searched as one batch of trees (`shoal.search.mcts.search`, tree reuse between moves). Each
-move's position, legal moves and root visit distribution are kept; when a game ends, its
-outcome becomes each position's value target and the positions go to the replay. Then
+searched as one batch of trees (`shoal.collect.search_play.SearchSelfPlay`, tree reuse
+between moves), in this process or, with ``run.runners`` N, in each of N Ray actors with
+their own games (weights sent to all, results gathered in worker order, a dead actor
+restarted with its seed and new games). Each move's position, legal moves and root visit
+distribution are kept; when a game ends, its outcome becomes each position's value target and
+the positions go to the replay. Then
 ``updates_per_iteration`` minibatch steps on the loss of `shoal.losses.search.alphazero_loss`
 (L2 through the optimizer's weight decay).
 
@@ -23,6 +26,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,20 +35,19 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from shoal.collect.search_play import SearchSelfPlay
 from shoal.config import EnvConfig, ModelConfig, OptimConfig, RunConfig, check, check_positive
 from shoal.data.positions import PositionReplay, Positions
 from shoal.device import resolve_device
 from shoal.envs.games import Game, make_game
+from shoal.errors import ConfigError
 from shoal.losses.search import alphazero_loss
 from shoal.nn.policy_value import PolicyValueNet
 from shoal.optim import build_optimizer, minimize
 from shoal.policy import ActorPolicy
-from shoal.search import MCTSConfig, search, subtree, visit_policy
-from shoal.search.arena import SearchPlayer, choose, match
-from shoal.search.mcts import gumbel_action, improved_policy
+from shoal.search import MCTSConfig
+from shoal.search.arena import SearchPlayer, match
 from shoal.search.minimax import MinimaxPlayer, RandomPlayer
-from shoal.search.models import GameModel
-from shoal.search.tree import clear, restore_tree, tree_arrays
 from shoal.seeding import derive_seed
 
 __all__ = ["AlphaZero", "AlphaZeroConfig", "build_model"]
@@ -141,27 +145,42 @@ class AlphaZero:
                                          opt.weight_decay)  # fmt: skip
         self.replay = PositionReplay(cfg.replay_size, game.observation_shape, game.num_actions,
                                      seed=derive_seed(cfg.run.seed, "replay"))  # fmt: skip
-        self.rng = np.random.default_rng(derive_seed(cfg.run.seed, "moves"))
-        self.noise = torch.Generator().manual_seed(derive_seed(cfg.run.seed, "root-noise"))
-        self.games_started = 0
-        self.seeds: list[int] = []
-        """The seed of each slot's game (PettingZoo games replay from it on a resume)."""
-        self.states = [self._new_game(b) for b in range(cfg.env.num_envs)]
-        self.moves = [0] * cfg.env.num_envs
-        self.histories: list[list[tuple[np.ndarray, np.ndarray, np.ndarray, int]]] = [
-            [] for _ in range(cfg.env.num_envs)
-        ]
-        self.tree = None
+        self.players = self._self_play_workers()
         self.env_steps = self.iteration = self.updates = self.games_finished = 0
         self.promotions = 0
 
-    def _new_game(self, slot: int) -> Any:
-        self.games_started += 1
-        seed = derive_seed(self.config.run.seed, "game", self.games_started)
-        if slot == len(self.seeds):
-            self.seeds.append(seed)
-        self.seeds[slot] = seed
-        return self.game.initial(seed)
+    def _self_play_workers(self) -> Any:
+        """One `SearchSelfPlay` in this process (``run.runners`` 0), else a pool of Ray
+        actors of it, each with ``env.num_envs`` games and a seed of its own."""
+        cfg, run = self.config, self.config.run
+        model_fn = functools.partial(build_model, cfg, *self.deploy_spaces)
+        args = lambda i: (cfg.env.id, model_fn, cfg.search, cfg.env.num_envs,  # noqa: E731
+                          cfg.temperature_moves, cfg.reuse_tree,
+                          derive_seed(run.seed, "self-play", i))  # fmt: skip
+        if run.runners == 0:
+            return [SearchSelfPlay(*args(0), device=str(self.device))]
+        if self.device.type != "cpu":
+            raise ConfigError(
+                f"run.device = {run.device!r} with run.runners > 0: the self-play workers "
+                "search on the CPU; use run.runners 0 to search on the device"
+            )
+        from shoal.distributed import require_ray
+
+        workers = require_ray()
+        workers.connect(run.ray_address, num_cpus=max(os.cpu_count() or 1, run.runners + 1))
+        self._workers = workers
+        pool = workers.WorkerPool(SearchSelfPlay, args, run.runners, name="self-play",
+                                  max_restarts=run.max_worker_restarts,
+                                  on_restart=self._on_restart)  # fmt: skip
+        return pool
+
+    def _on_restart(self, i: int) -> None:
+        """A restarted worker starts new games with its seed; it needs the weights."""
+        self.players.call_one(i, "set_weights", self._cpu_weights())
+
+    def _cpu_weights(self) -> dict[str, torch.Tensor]:
+        net = self.best if self.config.arena_every else self.net
+        return {k: v.detach().cpu() for k, v in net.state_dict().items()}
 
     def _evaluator(self, net: PolicyValueNet):
         net.eval()
@@ -172,9 +191,7 @@ class AlphaZero:
     def train_iteration(self) -> dict[str, float]:
         cfg = self.config
         metrics: dict[str, float] = {}
-        outcomes = []
-        for _ in range(cfg.moves_per_iteration):
-            outcomes += self._self_play_move()
+        outcomes = self._self_play()
         if len(self.replay) >= cfg.min_replay:
             metrics.update(self._update())
         self.iteration += 1
@@ -190,45 +207,25 @@ class AlphaZero:
         metrics["arena/promotions"] = float(self.promotions)
         return metrics
 
-    def _self_play_move(self) -> list[float]:
-        """One move in every self-play game; the first player's outcome of each game that
-        ended (their positions go to the replay, and a new game takes the slot)."""
-        cfg, game = self.config, self.game
-        player_net = self.best if cfg.arena_every else self.net
-        model = GameModel(game, self._evaluator(player_net), self.device)
-        tree = search(model, self.states, cfg.search, self.noise, tree=self.tree)
-        if cfg.search.gumbel:  # Gumbel MuZero's move and policy target (its own exploration)
-            visits = improved_policy(tree, cfg.search)
-            actions = gumbel_action(tree, cfg.search).numpy()
+    def _self_play(self) -> list[float]:
+        """``moves_per_iteration`` moves of every self-play game with the current weights
+        (the best network's when the arena gates); the finished games go to the replay, in
+        worker order. Returns their first players' outcomes."""
+        moves, weights = self.config.moves_per_iteration, self._cpu_weights()
+        if isinstance(self.players, list):
+            self.players[0].set_weights(weights)
+            results = [self.players[0].play(moves)]
         else:
-            visits = visit_policy(tree, 1.0)
-            sample = torch.tensor([m < cfg.temperature_moves for m in self.moves])
-            actions = choose(visits, sample, self.rng)
-        finished, outcomes = [], []
-        for b, state in enumerate(self.states):
-            legal = game.legal(state)
-            self.histories[b].append((game.observation(state), legal, visits[b].numpy(),
-                                      game.to_move(state)))  # fmt: skip
-            self.states[b], _, done = game.play(state, int(actions[b]))
-            self.moves[b] += 1
-            if done:
-                returns = game.returns(self.states[b])
-                self._store(self.histories[b], returns)
-                outcomes.append(returns[0])
-                finished.append(b)
-                self.histories[b], self.moves[b] = [], 0
-                self.states[b] = self._new_game(b)
-        self.env_steps += len(self.states)
-        self.games_finished += len(finished)
-        if cfg.reuse_tree:
-            reused = subtree(tree, torch.as_tensor(actions))
-            self.tree = clear(reused, torch.tensor(finished, dtype=torch.long))
+            self.players.call_all("set_weights", weights)
+            results = self.players.call_all("play", moves)
+        outcomes: list[float] = []
+        for result in results:
+            if result.positions is not None:
+                self.replay.add(result.positions)
+            outcomes += result.first_player_returns
+            self.env_steps += result.moves
+        self.games_finished += len(outcomes)
         return outcomes
-
-    def _store(self, history: list, returns: tuple[float, float]) -> None:
-        obs, legal, policy, players = zip(*history, strict=True)
-        outcome = np.array([returns[p] for p in players], np.float32)
-        self.replay.add(Positions(np.stack(obs), np.stack(legal), np.stack(policy), outcome))
 
     def _update(self) -> dict[str, float]:
         cfg = self.config
@@ -293,20 +290,16 @@ class AlphaZero:
                            action_space=self.deploy_spaces[1])  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:
-        game = self.game
+        if isinstance(self.players, list):
+            players = [self.players[0].state_dict()]
+        else:
+            players = self.players.call_all("state_dict")
         return {
             "policy": {"model": self.net.state_dict(), "obs_stats": None},
             "best": self.best.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "replay": self.replay.state_dict(),
-            "rng": self.rng.bit_generator.state,
-            "noise": self.noise.get_state(),
-            "games": [game.history(s) for s in self.states],
-            "games_started": self.games_started,
-            "seeds": list(self.seeds),
-            "moves": list(self.moves),
-            "histories": [_pack_history(h) for h in self.histories],
-            "tree": None if self.tree is None else tree_arrays(self.tree),
+            "players": players,
             "counters": [
                 self.env_steps,
                 self.iteration,
@@ -321,36 +314,20 @@ class AlphaZero:
         self.best.load_state_dict(state["best"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.replay.load_state_dict(state["replay"])
-        self.rng.bit_generator.state = state["rng"]
-        self.noise.set_state(state["noise"])
-        self.games_started = int(state["games_started"])
-        self.seeds = [int(seed) for seed in state["seeds"]]
-        self.states = [self.game.replay(moves, seed) for moves, seed in
-                       zip(state["games"], self.seeds, strict=True)]  # fmt: skip
-        self.moves = [int(m) for m in state["moves"]]
-        self.histories = [_unpack_history(h) for h in state["histories"]]
-        tree = state["tree"]
-        step = lambda s, a: self.game.play(s, a)[0]  # noqa: E731
-        self.tree = None if tree is None else restore_tree(tree, self.states, step)
-        counters = [int(c) for c in state["counters"]]
+        players = state["players"]
+        if len(players) != (1 if isinstance(self.players, list) else len(self.players)):
+            raise ValueError(
+                f"the checkpoint has {len(players)} self-play workers' games; resume with "
+                "the run's own run.runners"
+            )
+        if isinstance(self.players, list):
+            self.players[0].load_state_dict(players[0])
+        else:
+            self.players.call_each("load_state_dict", lambda i: (players[i],))
         (self.env_steps, self.iteration, self.updates, self.games_finished,
-         self.promotions) = counters  # fmt: skip
+         self.promotions) = (int(c) for c in state["counters"])  # fmt: skip
         return True
 
     def close(self) -> None:
-        pass
-
-
-def _pack_history(history: list) -> dict[str, Any]:
-    if not history:
-        return {"length": 0}
-    obs, legal, policy, players = zip(*history, strict=True)
-    return {"length": len(history), "obs": np.stack(obs), "legal": np.stack(legal),
-            "policy": np.stack(policy), "players": np.array(players)}  # fmt: skip
-
-
-def _unpack_history(packed: dict[str, Any]) -> list:
-    if int(packed["length"]) == 0:
-        return []
-    columns = [np.asarray(packed[k]) for k in ("obs", "legal", "policy", "players")]
-    return [(o, legal, p, int(player)) for o, legal, p, player in zip(*columns, strict=True)]
+        if not isinstance(self.players, list):
+            self.players.close()
