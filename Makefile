@@ -128,6 +128,16 @@ $(MCTX_VENV)/.installed:
 bench-search: $(STAMP) $(MCTX_VENV)/.installed
 	$(BIN)/python benchmarks/search.py --mctx-python $(MCTX_VENV)/bin/python
 
+# LightZero (its own pins: gymnasium 0.28, NumPy < 2, DI-engine's torch) for benchmarks/muzero.py.
+LIGHTZERO_VENV ?= .venv-lightzero
+$(LIGHTZERO_VENV)/.installed:
+	$(PYTHON) -m venv $(LIGHTZERO_VENV)
+	$(LIGHTZERO_VENV)/bin/python -m pip install --quiet --disable-pip-version-check 'lightzero==0.2.0'
+	touch $(LIGHTZERO_VENV)/.installed
+
+bench-muzero: $(STAMP) $(LIGHTZERO_VENV)/.installed
+	$(BIN)/python benchmarks/muzero.py --seeds 2 --lightzero-python $(LIGHTZERO_VENV)/bin/python --json benchmarks/results/muzero.json
+
 # The peers of benchmarks/peers.py, each in its own environment where its pins conflict with
 # shoal's: TorchRL (its TensorDict), Tianshou (its Atari wrappers need NumPy < 2.3), Sample
 # Factory (Gymnasium 0.29, with ale-py 0.9 for the ROMs). SB3 runs in shoal's bench extra.
