@@ -57,22 +57,34 @@ class PositionReplay:
         return Positions(*(torch.from_numpy(store[rows]) for store in self.storage))
 
     def state_dict(self) -> dict[str, Any]:
-        stored = len(self)
-        return {
-            "capacity": self.capacity,
-            "written": self.written,
-            "storage": {name: store[:stored] for name, store in self.storage._asdict().items()},
-            "rng": self.rng.bit_generator.state,
-        }
+        return ring_state(self.capacity, self.written, self.storage._asdict(), self.rng)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if int(state["capacity"]) != self.capacity:
-            raise ValueError(
-                f"replay state has capacity {state['capacity']} but this replay has "
-                f"{self.capacity}; build it with the saved settings"
-            )
-        self.written = int(state["written"])
-        for name, store in self.storage._asdict().items():
-            saved = np.asarray(state["storage"][name])
-            store[: len(saved)] = saved
-        self.rng.bit_generator.state = state["rng"]
+        self.written = load_ring(state, self.capacity, self.storage._asdict(), self.rng)
+
+
+def ring_state(capacity: int, written: int, arrays: dict[str, np.ndarray],
+               rng: np.random.Generator) -> dict[str, Any]:  # fmt: skip
+    """The state of a ring of ``capacity`` rows (the stored rows of each array, views)."""
+    stored = min(written, capacity)
+    return {
+        "capacity": capacity,
+        "written": written,
+        "storage": {name: array[:stored] for name, array in arrays.items()},
+        "rng": rng.bit_generator.state,
+    }
+
+
+def load_ring(state: dict[str, Any], capacity: int, arrays: dict[str, np.ndarray],
+              rng: np.random.Generator) -> int:  # fmt: skip
+    """Write `ring_state`'s rows back into ``arrays`` and the generator; returns ``written``."""
+    if int(state["capacity"]) != capacity:
+        raise ValueError(
+            f"replay state has capacity {state['capacity']} but this replay has {capacity}; "
+            "build it with the saved settings"
+        )
+    for name, array in arrays.items():
+        saved = np.asarray(state["storage"][name])
+        array[: len(saved)] = saved
+    rng.bit_generator.state = state["rng"]
+    return int(state["written"])

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from shoal.data.positions import load_ring, ring_state
 from shoal.data.prioritized import ProportionalPriorities
 
 
@@ -139,24 +140,11 @@ class TrajectoryReplay:
         )
 
     def state_dict(self) -> dict[str, Any]:
-        stored = len(self)
-        return {
-            "capacity": self.capacity,
-            "written": self.written,
-            "storage": {name: getattr(self, name)[:stored] for name in self._ARRAYS},
-            "priorities": self.priorities.state_dict(),
-            "rng": self.rng.bit_generator.state,
-        }
+        arrays = {name: getattr(self, name) for name in self._ARRAYS}
+        state = ring_state(self.capacity, self.written, arrays, self.rng)
+        return {**state, "priorities": self.priorities.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if int(state["capacity"]) != self.capacity:
-            raise ValueError(
-                f"replay state has capacity {state['capacity']} but this replay has "
-                f"{self.capacity}; build it with the saved settings"
-            )
-        self.written = int(state["written"])
-        for name in self._ARRAYS:
-            saved = np.asarray(state["storage"][name])
-            getattr(self, name)[: len(saved)] = saved
+        arrays = {name: getattr(self, name) for name in self._ARRAYS}
+        self.written = load_ring(state, self.capacity, arrays, self.rng)
         self.priorities.load_state_dict(state["priorities"])
-        self.rng.bit_generator.state = state["rng"]

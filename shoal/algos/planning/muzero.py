@@ -61,7 +61,7 @@ class MuZeroConfig:
     model: ModelConfig = field(default_factory=lambda: ModelConfig(hidden=(64,),
                                                                    activation="relu"))  # fmt: skip
     """``hidden``: the layers of each of the three MLPs."""
-    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=3e-3, weight_decay=1e-4,
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-3, weight_decay=1e-4,
                                                                    max_grad_norm=5.0))  # fmt: skip
     search: MCTSConfig = field(
         default_factory=lambda: MCTSConfig(num_simulations=25, dirichlet_alpha=0.25)
