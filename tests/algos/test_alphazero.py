@@ -47,6 +47,18 @@ def test_smoke_trains_and_deploys_the_network(env_id, tmp_path):
     assert actions[0] == 3 and actions[1] in (5, 7)
 
 
+@pytest.mark.parametrize("env_id", ["openspiel:connect_four",
+                                    "pettingzoo:pettingzoo.classic.connect_four_v3"])  # fmt: skip
+def test_board_games_train_with_a_residual_network(env_id, tmp_path):
+    """Connect four through both adapters, with the convolutional network."""
+    result = shoal.train("alphazero", env=env_id, total_steps=32, run_dir=str(tmp_path / "r"),
+                         **{**SMALL, "blocks": 1, "channels": 8, "eval_every": 0})  # fmt: skip
+    assert result.env_steps == 32
+    policy = shoal.load(result.run_dir)
+    assert policy.observation_space.shape[1:] == (6, 7)
+    assert policy.act(np.zeros((1, *policy.observation_space.shape), np.float32)).shape == (1,)
+
+
 def test_resume_is_exact(tmp_path):
     """Stopped mid-game (the games in progress, their trees and histories in the checkpoint)
     and resumed, a run ends where an unbroken one does."""
