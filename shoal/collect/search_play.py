@@ -153,3 +153,23 @@ def _unpack(packed: dict[str, Any]) -> list:
         return []
     columns = [np.asarray(packed[k]) for k in ("obs", "legal", "policy", "players")]
     return [(o, legal, p, int(player)) for o, legal, p, player in zip(*columns, strict=True)]
+
+
+class LocalPool:
+    """One `SearchSelfPlay` in this process behind the calls of a Ray worker pool
+    (`shoal.distributed.ray_workers.WorkerPool`), so the learner drives both alike."""
+
+    def __init__(self, worker: SearchSelfPlay):
+        self.workers = [worker]
+
+    def __len__(self) -> int:
+        return 1
+
+    def call_all(self, method: str, *args: Any) -> list[Any]:
+        return [getattr(self.workers[0], method)(*args)]
+
+    def call_each(self, method: str, args: Callable[[int], tuple]) -> list[Any]:
+        return [getattr(self.workers[0], method)(*args(0))]
+
+    def close(self) -> None:
+        pass

@@ -35,7 +35,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from shoal.collect.search_play import SearchSelfPlay
+from shoal.collect.search_play import LocalPool, SearchSelfPlay
 from shoal.config import EnvConfig, ModelConfig, OptimConfig, RunConfig, check, check_positive
 from shoal.data.positions import PositionReplay, Positions
 from shoal.device import resolve_device
@@ -158,7 +158,7 @@ class AlphaZero:
                           cfg.temperature_moves, cfg.reuse_tree,
                           derive_seed(run.seed, "self-play", i))  # fmt: skip
         if run.runners == 0:
-            return [SearchSelfPlay(*args(0), device=str(self.device))]
+            return LocalPool(SearchSelfPlay(*args(0), device=str(self.device)))
         if self.device.type != "cpu":
             raise ConfigError(
                 f"run.device = {run.device!r} with run.runners > 0: the self-play workers "
@@ -211,13 +211,8 @@ class AlphaZero:
         """``moves_per_iteration`` moves of every self-play game with the current weights
         (the best network's when the arena gates); the finished games go to the replay, in
         worker order. Returns their first players' outcomes."""
-        moves, weights = self.config.moves_per_iteration, self._cpu_weights()
-        if isinstance(self.players, list):
-            self.players[0].set_weights(weights)
-            results = [self.players[0].play(moves)]
-        else:
-            self.players.call_all("set_weights", weights)
-            results = self.players.call_all("play", moves)
+        self.players.call_all("set_weights", self._cpu_weights())
+        results = self.players.call_all("play", self.config.moves_per_iteration)
         outcomes: list[float] = []
         for result in results:
             if result.positions is not None:
@@ -258,8 +253,8 @@ class AlphaZero:
         cfg = self.config
         seed = derive_seed(cfg.run.seed, "arena", self.iteration)
         opening = cfg.temperature_moves  # sampled openings, so that the games differ
-        trained, best = self._player(self.net, seed, opening), self._player(self.best, seed + 1,
-                                                                            opening)  # fmt: skip
+        trained = self._player(self.net, seed, opening)
+        best = self._player(self.best, seed + 1, opening)
         result = match(self.game, trained, best, cfg.arena_games, seed=seed)
         promoted = result.score >= cfg.arena_threshold
         if promoted:
@@ -290,10 +285,7 @@ class AlphaZero:
                            action_space=self.deploy_spaces[1])  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:
-        if isinstance(self.players, list):
-            players = [self.players[0].state_dict()]
-        else:
-            players = self.players.call_all("state_dict")
+        players = self.players.call_all("state_dict")
         return {
             "policy": {"model": self.net.state_dict(), "obs_stats": None},
             "best": self.best.state_dict(),
@@ -315,19 +307,15 @@ class AlphaZero:
         self.optimizer.load_state_dict(state["optimizer"])
         self.replay.load_state_dict(state["replay"])
         players = state["players"]
-        if len(players) != (1 if isinstance(self.players, list) else len(self.players)):
+        if len(players) != len(self.players):
             raise ValueError(
                 f"the checkpoint has {len(players)} self-play workers' games; resume with "
                 "the run's own run.runners"
             )
-        if isinstance(self.players, list):
-            self.players[0].load_state_dict(players[0])
-        else:
-            self.players.call_each("load_state_dict", lambda i: (players[i],))
+        self.players.call_each("load_state_dict", lambda i: (players[i],))
         (self.env_steps, self.iteration, self.updates, self.games_finished,
          self.promotions) = (int(c) for c in state["counters"])  # fmt: skip
         return True
 
     def close(self) -> None:
-        if not isinstance(self.players, list):
-            self.players.close()
+        self.players.close()
