@@ -36,6 +36,15 @@ def test_smoke_trains_evaluates_and_deploys_the_search(tmp_path):
     assert actions.shape == (3,) and set(actions.tolist()) <= {0, 1}
 
 
+def test_gumbel_self_play_trains(tmp_path):
+    """``search.gumbel``: moves by sequential halving, targets from the improved policy."""
+    settings = {**SMALL, "search.gumbel": True, "search.max_considered": 2}
+    result = shoal.train("muzero", env="CartPole-v1", total_steps=128,
+                         run_dir=str(tmp_path / "r"), **settings)  # fmt: skip
+    assert any("loss/policy" in row for row in metric_rows(tmp_path / "r"))
+    assert result.env_steps == 128
+
+
 def test_resume_is_exact(tmp_path):
     settings = {**SMALL, "run.checkpoint_every_steps": 64}
     part = shoal.train("muzero", env="CartPole-v1", seed=4, total_steps=128,

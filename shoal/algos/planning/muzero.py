@@ -45,6 +45,7 @@ from shoal.nn.muzero import MuZeroNet
 from shoal.optim import build_optimizer, minimize
 from shoal.policy import ActorPolicy
 from shoal.search import MCTSConfig, search, visit_policy
+from shoal.search.mcts import gumbel_action, improved_policy
 from shoal.search.models import LatentModel, decode
 from shoal.seeding import derive_seed
 
@@ -192,9 +193,13 @@ class MuZero:
         self.net.eval()
         model = LatentModel(self.net, cfg.discount)
         tree = search(model, obs, cfg.search, self.noise)
-        visits = visit_policy(tree, 1.0).cpu()
-        sampled = visit_policy(tree, self.temperature()).double().cpu().numpy()
-        actions = np.array([self.rng.choice(len(p), p=p / p.sum()) for p in sampled])
+        if cfg.search.gumbel:  # Gumbel MuZero: its move and its improved-policy target
+            visits = improved_policy(tree, cfg.search).cpu()
+            actions = gumbel_action(tree, cfg.search).cpu().numpy()
+        else:
+            visits = visit_policy(tree, 1.0).cpu()
+            sampled = visit_policy(tree, self.temperature()).double().cpu().numpy()
+            actions = np.array([self.rng.choice(len(p), p=p / p.sum()) for p in sampled])
         root_values = tree.node_value[:, 0].cpu().numpy()
         result = env.step(actions)
         for b in range(env.num_envs):
