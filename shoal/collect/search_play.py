@@ -1,5 +1,6 @@
-"""AlphaZero's self-play by search: a batch of games played against itself with MCTS on the game's
-rules, in the learner's process or as a Ray actor (`shoal.algos.planning.alphazero`).
+"""Self-play by search, in the learner's process or as Ray actors: AlphaZero's games against
+itself with MCTS on the game's rules (`SearchSelfPlay`), and MuZero's episodes of a vector env
+with MCTS in the learned model (`LatentSelfPlay`).
 
 `SearchSelfPlay` holds ``num_games`` games in progress, searched as one batch of trees (the subtree
 under each move kept for the next search). `play` advances every game ``moves`` moves with
@@ -15,15 +16,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import gymnasium as gym
 import numpy as np
 import torch
 
+from shoal.config import EnvConfig
 from shoal.data.positions import Positions
 from shoal.envs.games import make_game
+from shoal.envs.make import make_env
+from shoal.envs.snapshot import EnvStateUnsupported
 from shoal.search import MCTSConfig, search, subtree, visit_policy
 from shoal.search.arena import choose
 from shoal.search.mcts import gumbel_action, improved_policy
-from shoal.search.models import GameModel
+from shoal.search.models import GameModel, LatentModel, decode
 from shoal.search.tree import clear, restore_tree, tree_arrays
 from shoal.seeding import derive_seed
 
@@ -116,7 +121,7 @@ class SearchSelfPlay:
             "games_started": self.games_started,
             "seeds": list(self.seeds),
             "moves": list(self.moves),
-            "histories": [_pack(h) for h in self.histories],
+            "histories": [_pack_columns(h, _HISTORY_COLUMNS) for h in self.histories],
             "tree": None if self.tree is None else tree_arrays(self.tree),
         }
 
@@ -128,7 +133,7 @@ class SearchSelfPlay:
         self.states = [self.game.replay(moves, seed) for moves, seed in
                        zip(state["games"], self.seeds, strict=True)]  # fmt: skip
         self.moves = [int(m) for m in state["moves"]]
-        self.histories = [_unpack(h) for h in state["histories"]]
+        self.histories = [_unpack_columns(h, _HISTORY_COLUMNS) for h in state["histories"]]
         step = lambda s, a: self.game.play(s, a)[0]  # noqa: E731
         tree = state["tree"]
         self.tree = None if tree is None else restore_tree(tree, self.states, step)
@@ -140,26 +145,154 @@ def _positions(history: list, returns: tuple[float, float]) -> Positions:
     return Positions(np.stack(obs), np.stack(legal), np.stack(policy).astype(np.float32), outcome)
 
 
-def _pack(history: list) -> dict[str, Any]:
-    if not history:
+_HISTORY_COLUMNS = ("obs", "legal", "policy", "players")
+
+
+class FinishedEpisode(NamedTuple):
+    """One episode of `LatentSelfPlay` (numpy arrays over its ``T`` steps)."""
+
+    obs: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    root_values: np.ndarray
+    policies: np.ndarray
+    terminated: bool
+    final_value: float
+    """The network's value of the observation after the last step (bootstraps a truncated
+    episode; 0 after a terminal step)."""
+
+
+class LatentPlayResult(NamedTuple):
+    episodes: list[FinishedEpisode]
+    returns: list[float]
+    """The undiscounted returns of the episodes that ended (the env's count)."""
+    env_steps: int
+
+
+class LatentSelfPlay:
+    """MuZero's self-play: ``env_config.num_envs`` envs, each step one batched search in the
+    network's hidden states, the move drawn from the root's visits at the step's temperature
+    (or, with ``search_config.gumbel``, by sequential halving). ``seed`` seeds the envs, the
+    moves and the root noise; ``model_fn(obs_space, action_space)`` builds the network."""
+
+    def __init__(self, env_config: EnvConfig,
+                 model_fn: Callable[[gym.Space, gym.Space], torch.nn.Module],
+                 search_config: MCTSConfig, discount: float, seed: int,
+                 device: str = "cpu"):  # fmt: skip
+        self.env = make_env(env_config, seed=derive_seed(seed, "env"))
+        self.net = model_fn(self.env.observation_space, self.env.action_space).to(device).eval()
+        self.search_config, self.discount, self.device = search_config, discount, device
+        self.rng = np.random.default_rng(derive_seed(seed, "moves"))
+        self.noise = torch.Generator().manual_seed(derive_seed(seed, "root-noise"))
+        self.obs = self.env.reset(seed=derive_seed(seed, "env"))
+        self.open: list[list[tuple]] = [[] for _ in range(self.env.num_envs)]
+        """Each env's episode so far: (obs, action, reward, root value, visit policy)."""
+
+    def describe(self) -> dict[str, Any]:
+        return {"observation_space": self.env.observation_space,
+                "action_space": self.env.action_space,
+                "agents_per_env": self.env.agents_per_env}  # fmt: skip
+
+    def set_weights(self, weights: dict[str, torch.Tensor]) -> None:
+        self.net.load_state_dict(weights)
+
+    def play(self, temperatures: list[float]) -> LatentPlayResult:
+        """One vector step per entry of ``temperatures`` (each step's visit temperature)."""
+        episodes: list[FinishedEpisode] = []
+        returns: list[float] = []
+        for temperature in temperatures:
+            returns += self._step(temperature, episodes)
+        return LatentPlayResult(episodes, returns, len(temperatures) * self.env.num_envs)
+
+    def _step(self, temperature: float, episodes: list[FinishedEpisode]) -> list[float]:
+        cfg, env = self.search_config, self.env
+        obs = torch.as_tensor(np.asarray(self.obs, np.float32))
+        tree = search(LatentModel(self.net, self.discount), obs, cfg, self.noise)
+        if cfg.gumbel:  # Gumbel MuZero: its move and its improved-policy target
+            targets = improved_policy(tree, cfg).cpu()
+            actions = gumbel_action(tree, cfg).cpu().numpy()
+        else:
+            targets = visit_policy(tree, 1.0).cpu()
+            sampled = visit_policy(tree, temperature).double().cpu().numpy()
+            actions = np.array([self.rng.choice(len(p), p=p / p.sum()) for p in sampled])
+        root_values = tree.node_value[:, 0].cpu().numpy()
+        result = env.step(actions)
+        for b in range(env.num_envs):
+            if result.autoreset[b]:  # the reset step of next-step autoreset: not a move
+                continue
+            self.open[b].append((self.obs[b], actions[b], float(result.reward[b]),
+                                 float(root_values[b]), targets[b].numpy()))  # fmt: skip
+            if result.terminated[b] or result.truncated[b]:
+                episodes.append(self._finish(b, bool(result.terminated[b]), result.obs[b]))
+        self.obs = result.obs
+        return [float(r) for r in result.episode_returns]
+
+    def _finish(self, b: int, terminated: bool, final_obs: np.ndarray) -> FinishedEpisode:
+        columns = zip(*self.open[b], strict=True)
+        obs, actions, rewards, values, policies = (np.stack(column) for column in columns)
+        self.open[b] = []
+        final_value = 0.0
+        if not terminated:  # truncated: the final observation's value bootstraps it
+            with torch.inference_mode():
+                final = torch.as_tensor(final_obs[None], dtype=torch.float32, device=self.device)
+                final_value = float(decode(self.net.initial(final)[2])[0])
+        return FinishedEpisode(obs.astype(np.float32), actions, rewards.astype(np.float32),
+                               values.astype(np.float32), policies.astype(np.float32),
+                               terminated, final_value)  # fmt: skip
+
+    def state_dict(self) -> dict[str, Any]:
+        try:
+            env_state = self.env.get_state()
+        except EnvStateUnsupported:
+            env_state = None
+        return {
+            "rng": self.rng.bit_generator.state,
+            "noise": self.noise.get_state(),
+            "env": env_state,
+            "obs": np.array(self.obs),
+            "open": [_pack_columns(steps, _EPISODE_COLUMNS) for steps in self.open],
+        }
+
+    def load_state_dict(self, state: dict[str, Any], fallback_seed: int = 0) -> bool:
+        """Restore mid-episode; False when the env could not be saved and its episodes
+        restart (from ``fallback_seed``), the partial ones dropped."""
+        self.rng.bit_generator.state = state["rng"]
+        self.noise.set_state(state["noise"])
+        if state["env"] is None:
+            self.obs = self.env.reset(seed=fallback_seed)
+            self.open = [[] for _ in range(self.env.num_envs)]
+            return False
+        self.env.set_state(state["env"])
+        self.obs = np.asarray(state["obs"]).copy()
+        self.open = [_unpack_columns(packed, _EPISODE_COLUMNS) for packed in state["open"]]
+        return True
+
+    def close(self) -> None:
+        self.env.close()
+
+
+_EPISODE_COLUMNS = ("obs", "actions", "rewards", "root_values", "policies")
+
+
+def _pack_columns(rows: list[tuple], names: tuple[str, ...]) -> dict[str, Any]:
+    if not rows:
         return {"length": 0}
-    obs, legal, policy, players = zip(*history, strict=True)
-    return {"length": len(history), "obs": np.stack(obs), "legal": np.stack(legal),
-            "policy": np.stack(policy), "players": np.array(players)}  # fmt: skip
+    columns = [np.stack(column) for column in zip(*rows, strict=True)]
+    return {"length": len(rows), **dict(zip(names, columns, strict=True))}
 
 
-def _unpack(packed: dict[str, Any]) -> list:
+def _unpack_columns(packed: dict[str, Any], names: tuple[str, ...]) -> list[tuple]:
     if int(packed["length"]) == 0:
         return []
-    columns = [np.asarray(packed[k]) for k in ("obs", "legal", "policy", "players")]
-    return [(o, legal, p, int(player)) for o, legal, p, player in zip(*columns, strict=True)]
+    columns = [np.asarray(packed[name]) for name in names]
+    return list(zip(*columns, strict=True))
 
 
 class LocalPool:
-    """One `SearchSelfPlay` in this process behind the calls of a Ray worker pool
+    """One self-play worker in this process behind the calls of a Ray worker pool
     (`shoal.distributed.ray_workers.WorkerPool`), so the learner drives both alike."""
 
-    def __init__(self, worker: SearchSelfPlay):
+    def __init__(self, worker: Any):
         self.workers = [worker]
 
     def __len__(self) -> int:
@@ -172,4 +305,6 @@ class LocalPool:
         return [getattr(self.workers[0], method)(*args(0))]
 
     def close(self) -> None:
-        pass
+        close = getattr(self.workers[0], "close", None)
+        if close is not None:
+            close()

@@ -157,8 +157,9 @@ class AlphaZero:
         args = lambda i: (cfg.env.id, model_fn, cfg.search, cfg.env.num_envs,  # noqa: E731
                           cfg.temperature_moves, cfg.reuse_tree,
                           derive_seed(run.seed, "self-play", i))  # fmt: skip
-        if run.runners == 0:
-            return LocalPool(SearchSelfPlay(*args(0), device=str(self.device)))
+        if run.runners == 0:  # its network, overwritten by set_weights, draws nothing
+            with torch.random.fork_rng(devices=[]):
+                return LocalPool(SearchSelfPlay(*args(0), device=str(self.device)))
         if self.device.type != "cpu":
             raise ConfigError(
                 f"run.device = {run.device!r} with run.runners > 0: the self-play workers "

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,11 +30,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from shoal.collect.search_play import FinishedEpisode, LatentSelfPlay, LocalPool
 from shoal.config import EnvConfig, ModelConfig, OptimConfig, RunConfig, check, check_positive
 from shoal.data.trajectories import Episode, TrajectoryReplay
 from shoal.device import resolve_device
-from shoal.envs.make import make_env
-from shoal.envs.snapshot import EnvStateUnsupported
 from shoal.errors import ConfigError
 from shoal.losses.search import (
     episode_value_targets,
@@ -45,7 +46,6 @@ from shoal.nn.muzero import MuZeroNet
 from shoal.optim import build_optimizer, minimize
 from shoal.policy import ActorPolicy
 from shoal.search import MCTSConfig, search, visit_policy
-from shoal.search.mcts import gumbel_action, improved_policy
 from shoal.search.models import LatentModel, decode
 from shoal.seeding import derive_seed
 
@@ -149,36 +149,66 @@ class MuZero:
     def __init__(self, config: MuZeroConfig):
         self.config = cfg = config
         self.device = resolve_device(cfg.run.device)
-        self.env = make_env(cfg.env, seed=derive_seed(cfg.run.seed, "env"))
-        if self.env.agents_per_env != 1:
+        self.players = self._self_play_workers()
+        spaces = self.players.call_all("describe")[0]
+        if spaces["agents_per_env"] != 1:
             raise ConfigError(f"muzero plays single-agent envs; {cfg.env.id} has several agents")
-        self.policy_module = build_model(cfg, self.env.observation_space, self.env.action_space)
+        self.spaces = (spaces["observation_space"], spaces["action_space"])
+        self.policy_module = build_model(cfg, *self.spaces)
         self.net: MuZeroNet = self.policy_module.net.to(self.device)
         self.optimizer = build_optimizer(self.net.parameters(), "adam", cfg.optim.lr,
                                          cfg.optim.eps, cfg.optim.weight_decay)  # fmt: skip
-        num_actions = self.net.num_actions
-        self.replay = TrajectoryReplay(cfg.replay_size, self.env.observation_space.shape,
-                                       num_actions, cfg.priority_alpha,
+        self.replay = TrajectoryReplay(cfg.replay_size, self.spaces[0].shape,
+                                       self.net.num_actions, cfg.priority_alpha,
                                        seed=derive_seed(cfg.run.seed, "replay"))  # fmt: skip
-        self.rng = np.random.default_rng(derive_seed(cfg.run.seed, "moves"))
-        self.noise = torch.Generator().manual_seed(derive_seed(cfg.run.seed, "root-noise"))
-        self.obs = self.env.reset(seed=derive_seed(cfg.run.seed, "env"))
-        self.open: list[list[tuple]] = [[] for _ in range(self.env.num_envs)]
-        """Each env's episode so far: (obs, action, reward, root value, visit policy)."""
         self.env_steps = self.iteration = self.updates = 0
 
-    def temperature(self) -> float:
+    def _self_play_workers(self) -> Any:
+        """One `LatentSelfPlay` in this process seeded by ``run.seed`` (``run.runners`` 0),
+        else a pool of Ray actors of it, each with ``env.num_envs`` envs and a seed of its
+        own. The network is built from the env's spaces, which the workers report."""
+        cfg, run = self.config, self.config.run
+        model_fn = functools.partial(_network, cfg)
+        if run.runners == 0:
+            # The worker's network is overwritten by set_weights: building it must not move
+            # the torch generator that initializes the learner's (as Ray workers do not).
+            with torch.random.fork_rng(devices=[]):
+                worker = LatentSelfPlay(cfg.env, model_fn, cfg.search, cfg.discount, run.seed,
+                                        device=str(self.device))  # fmt: skip
+            return LocalPool(worker)
+        if self.device.type != "cpu":
+            raise ConfigError(
+                f"run.device = {run.device!r} with run.runners > 0: the self-play workers "
+                "search on the CPU; use run.runners 0 to search on the device"
+            )
+        from shoal.distributed import require_ray
+
+        workers = require_ray()
+        workers.connect(run.ray_address, num_cpus=max(os.cpu_count() or 1, run.runners + 1))
+        args = lambda i: (cfg.env, model_fn, cfg.search, cfg.discount,  # noqa: E731
+                          derive_seed(run.seed, "self-play", i))  # fmt: skip
+        return workers.WorkerPool(LatentSelfPlay, args, run.runners, name="self-play",
+                                  max_restarts=run.max_worker_restarts,
+                                  on_restart=self._on_restart)  # fmt: skip
+
+    def _on_restart(self, i: int) -> None:
+        """A restarted worker starts new episodes with its seed; it needs the weights."""
+        self.players.call_one(i, "set_weights", self._cpu_weights())
+
+    def _cpu_weights(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach().cpu() for k, v in self.net.state_dict().items()}
+
+    def temperature(self, env_steps: int | None = None) -> float:
+        """Self-play's visit temperature at ``env_steps`` (default: now)."""
         cfg = self.config
-        passed = sum(self.env_steps >= step for step in cfg.temperature_steps)
-        return cfg.temperatures[passed]
+        steps = self.env_steps if env_steps is None else env_steps
+        return cfg.temperatures[sum(steps >= edge for edge in cfg.temperature_steps)]
 
     # --- one iteration --------------------------------------------------------------------
 
     def train_iteration(self) -> dict[str, float]:
         cfg = self.config
-        returns: list[float] = []
-        for _ in range(cfg.steps_per_iteration):
-            returns += self._self_play_step()
+        returns = self._self_play()
         metrics: dict[str, float] = {"search/temperature": self.temperature()}
         if len(self.replay) >= max(cfg.min_replay, 1):
             metrics.update(self._update())
@@ -187,51 +217,36 @@ class MuZero:
         self.iteration += 1
         return metrics
 
-    def _self_play_step(self) -> list[float]:
-        cfg, env = self.config, self.env
-        obs = torch.as_tensor(np.asarray(self.obs, np.float32))
-        self.net.eval()
-        model = LatentModel(self.net, cfg.discount)
-        tree = search(model, obs, cfg.search, self.noise)
-        if cfg.search.gumbel:  # Gumbel MuZero: its move and its improved-policy target
-            visits = improved_policy(tree, cfg.search).cpu()
-            actions = gumbel_action(tree, cfg.search).cpu().numpy()
-        else:
-            visits = visit_policy(tree, 1.0).cpu()
-            sampled = visit_policy(tree, self.temperature()).double().cpu().numpy()
-            actions = np.array([self.rng.choice(len(p), p=p / p.sum()) for p in sampled])
-        root_values = tree.node_value[:, 0].cpu().numpy()
-        result = env.step(actions)
-        for b in range(env.num_envs):
-            if result.autoreset[b]:  # the reset step of next-step autoreset: not a move
-                continue
-            self.open[b].append((self.obs[b], actions[b], float(result.reward[b]),
-                                 float(root_values[b]), visits[b].numpy()))  # fmt: skip
-            if result.terminated[b] or result.truncated[b]:
-                self._finish(b, bool(result.terminated[b]), result.obs[b])
-        self.obs = result.obs
-        self.env_steps += env.num_envs
-        return [float(r) for r in result.episode_returns]
-
-    def _finish(self, b: int, terminated: bool, final_obs: np.ndarray) -> None:
-        """Env ``b``'s episode ended: its value targets, then the replay."""
+    def _self_play(self) -> list[float]:
+        """``steps_per_iteration`` vector steps of every worker with the current weights, the
+        temperature of each step taken from the env steps all workers will have made by
+        then; the finished episodes go to the replay in worker order. Returns the finished
+        episodes' returns."""
         cfg = self.config
-        columns = zip(*self.open[b], strict=True)
-        obs, actions, rewards, values, policies = (np.stack(column) for column in columns)
-        self.open[b] = []
-        final_value = 0.0
-        if not terminated:  # truncated: bootstrap from the final observation's value
-            with torch.inference_mode():
-                _, _, value = self.net.initial(torch.as_tensor(final_obs[None], dtype=torch.float32,
-                                                               device=self.device))  # fmt: skip
-            final_value = float(decode(value)[0])
-        targets = episode_value_targets(torch.as_tensor(rewards, dtype=torch.float64),
-                                        torch.as_tensor(values, dtype=torch.float64), terminated,
-                                        final_value, cfg.n_step, cfg.discount)  # fmt: skip
+        per_step = cfg.env.num_envs * len(self.players)
+        temperatures = [self.temperature(self.env_steps + k * per_step)
+                        for k in range(cfg.steps_per_iteration)]  # fmt: skip
+        self.players.call_all("set_weights", self._cpu_weights())
+        returns: list[float] = []
+        for result in self.players.call_all("play", temperatures):
+            for episode in result.episodes:
+                self._store(episode)
+            returns += result.returns
+            self.env_steps += result.env_steps
+        return returns
+
+    def _store(self, episode: FinishedEpisode) -> None:
+        """An episode's n-step value targets, then the replay."""
+        cfg = self.config
+        targets = episode_value_targets(torch.as_tensor(episode.rewards, dtype=torch.float64),
+                                        torch.as_tensor(episode.root_values, dtype=torch.float64),
+                                        episode.terminated, episode.final_value, cfg.n_step,
+                                        cfg.discount)  # fmt: skip
         self._check_support(targets)
-        self.replay.add(Episode(obs.astype(np.float32), actions, rewards.astype(np.float32),
-                                values.astype(np.float32), policies.astype(np.float32),
-                                targets.numpy().astype(np.float32), terminated))  # fmt: skip
+        value_targets = targets.numpy().astype(np.float32)
+        self.replay.add(Episode(episode.obs, episode.actions, episode.rewards,
+                                episode.root_values, episode.policies, value_targets,
+                                episode.terminated))  # fmt: skip
 
     def _check_support(self, targets: torch.Tensor) -> None:
         largest = float(value_transform(targets.abs().max()))
@@ -279,23 +294,14 @@ class MuZero:
 
     def policy(self) -> ActorPolicy:
         module = copy.deepcopy(self.policy_module)
-        return ActorPolicy(module, observation_space=self.env.observation_space,
-                           action_space=self.env.action_space)  # fmt: skip
+        return ActorPolicy(module, observation_space=self.spaces[0], action_space=self.spaces[1])
 
     def state_dict(self) -> dict[str, Any]:
-        try:
-            env_state = self.env.get_state()
-        except EnvStateUnsupported:
-            env_state = None
         return {
             "policy": {"model": self.policy_module.state_dict(), "obs_stats": None},
             "optimizer": self.optimizer.state_dict(),
             "replay": self.replay.state_dict(),
-            "rng": self.rng.bit_generator.state,
-            "noise": self.noise.get_state(),
-            "env": env_state,
-            "obs": np.array(self.obs),
-            "open": [_pack(steps) for steps in self.open],
+            "players": self.players.call_all("state_dict"),
             "counters": [self.env_steps, self.iteration, self.updates],
         }
 
@@ -303,37 +309,21 @@ class MuZero:
         self.policy_module.load_state_dict(state["policy"]["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.replay.load_state_dict(state["replay"])
-        self.rng.bit_generator.state = state["rng"]
-        self.noise.set_state(state["noise"])
         self.env_steps, self.iteration, self.updates = (int(c) for c in state["counters"])
-        if state["env"] is None:  # the episodes restart; the partial ones are dropped
-            self.obs = self.env.reset(seed=derive_seed(self.config.run.seed, "env",
-                                                       self.env_steps))  # fmt: skip
-            self.open = [[] for _ in range(self.env.num_envs)]
-            return False
-        self.env.set_state(state["env"])
-        self.obs = np.asarray(state["obs"]).copy()
-        self.open = [_unpack(packed) for packed in state["open"]]
-        return True
+        players = state["players"]
+        if len(players) != len(self.players):
+            raise ValueError(
+                f"the checkpoint has {len(players)} self-play workers' episodes; resume with "
+                "the run's own run.runners"
+            )
+        fallback = derive_seed(self.config.run.seed, "env", self.env_steps)
+        exact = self.players.call_each("load_state_dict", lambda i: (players[i], fallback + i))
+        return all(exact)
 
     def close(self) -> None:
-        self.env.close()
+        self.players.close()
 
 
-def _pack(steps: list[tuple]) -> dict[str, Any]:
-    if not steps:
-        return {"length": 0}
-    columns = [np.stack(c) for c in zip(*steps, strict=True)]
-    return {"length": len(steps), **{name: col for name, col in zip(_COLUMNS, columns,
-                                                                     strict=True)}}  # fmt: skip
-
-
-def _unpack(packed: dict[str, Any]) -> list[tuple]:
-    if int(packed["length"]) == 0:
-        return []
-    obs, actions, rewards, values, policies = (np.asarray(packed[name]) for name in _COLUMNS)
-    return [(obs[i], actions[i], float(rewards[i]), float(values[i]), policies[i])
-            for i in range(len(actions))]  # fmt: skip
-
-
-_COLUMNS = ("obs", "actions", "rewards", "root_values", "policies")
+def _network(config: MuZeroConfig, obs_space: gym.Space, action_space: gym.Space) -> nn.Module:
+    """A self-play worker's network, for its env's spaces (weights come by ``set_weights``)."""
+    return build_model(config, obs_space, action_space).net
