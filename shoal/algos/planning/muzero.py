@@ -2,7 +2,8 @@
 Learned Model") on single-agent Gymnasium envs with discrete actions.
 
 One iteration: ``steps_per_iteration`` steps of ``env.num_envs`` envs, each step one batched
-search in the network's hidden states (`shoal.search.models.LatentModel`), the move drawn from
+search in the network's hidden states (`shoal.collect.search_play.LatentSelfPlay`; with
+``run.runners`` N, in each of N Ray workers with envs of their own), the move drawn from
 the root's visits at a temperature that falls as training goes on (``temperatures``, each
 from its step in ``temperature_steps``: 1, 0.5 and 0.25 as in muzero-general). Finished episodes
 go to a prioritized replay with their n-step value targets (`episode_value_targets`:
