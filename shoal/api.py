@@ -132,11 +132,18 @@ def evaluate(
 ) -> dict[str, Any]:
     """``shoal eval`` in Python: the statistics ``shoal eval RUN --json`` prints (the return
     over ``episodes`` episodes with its 95% interval, per group and agent, a game's win /
-    draw / loss rates, the env's own statistics). ``fixed`` puts ``{group or agent:
-    "random" | "module:Class"}`` players in trained ones' places; ``env_kwargs`` changes env
-    options (`shoal.evaluation.Evaluation`); ``trust_code`` as `load`'s."""
+    draw / loss rates, the env's own statistics); for an AlphaZero run, its search's wins,
+    draws and losses in ``episodes`` games against a random and a minimax player.
+    ``fixed`` puts ``{group or agent: "random" | "module:Class"}`` players in trained ones'
+    places; ``env_kwargs`` changes env options (`shoal.evaluation.Evaluation`);
+    ``trust_code`` as `load`'s."""
+    checkpoint = load_checkpoint(run, trust_code=trust_code)
+    if checkpoint.meta.get("algo") == "alphazero":  # a game: matches against fixed players
+        from shoal.algos.planning.alphazero import evaluate_run
+
+        return evaluate_run(checkpoint, episodes, seed)
     pools = any(str(spec).startswith("pool:") for spec in (fixed or {}).values())
-    checkpoint = load_checkpoint(run, trust_code=trust_code) if pools else None
+    checkpoint = checkpoint if pools else None
     loader = functools.partial(load, trust_code=trust_code)
     evaluation = Evaluation(loader(run), fixed, env_kwargs, loader=loader, checkpoint=checkpoint)
     return evaluation.statistics(episodes, seed, deterministic)

@@ -467,12 +467,15 @@ def _eval(args: argparse.Namespace) -> int:
     from shoal.train.checkpoint import load_checkpoint
     from shoal.train.video import record_video
 
+    checkpoint = load_checkpoint(args.run_dir, trust_code=args.trust_code)
+    if checkpoint.meta.get("algo") == "alphazero":  # a game: matches, not episodes of an env
+        return _eval_matches(args, checkpoint)
     fixed = dict(args.fixed)
     pools = any(spec.startswith("pool:") for spec in fixed.values())
     loader = functools.partial(load, trust_code=args.trust_code)
     evaluation = Evaluation(
         loader(args.run_dir), fixed, _env_kwargs(args.env_kwargs), loader=loader,
-        checkpoint=load_checkpoint(args.run_dir, trust_code=args.trust_code) if pools else None,
+        checkpoint=checkpoint if pools else None,
     )  # fmt: skip
     report = evaluation.statistics(args.episodes, args.seed, deterministic=not args.stochastic)
     report["run"] = str(args.run_dir)
@@ -494,6 +497,28 @@ def _eval(args: argparse.Namespace) -> int:
         finally:
             video_env.close()
         console.print(f"video: {video.describe()}", highlight=False)
+    return 0
+
+
+def _eval_matches(args: argparse.Namespace, checkpoint: Any) -> int:
+    """``shoal eval`` of an AlphaZero run: its search against a random and a minimax player,
+    ``--episodes`` games each (half of them first)."""
+    from shoal.algos.planning.alphazero import evaluate_run
+
+    report = evaluate_run(checkpoint, args.episodes, args.seed)
+    report["run"] = str(args.run_dir)
+    if args.json == "-":
+        print(json.dumps(report, indent=2))
+        return 0
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    console.print(f"{args.episodes} games each on {report['env']}, the search "
+                  f"({report['simulations']} simulations) with the trained network:",
+                  highlight=False, markup=False)  # fmt: skip
+    for name, result in report["opponents"].items():
+        console.print(f"  vs {name}: {result['wins']} wins, {result['draws']} draws, "
+                      f"{result['losses']} losses (score {100 * result['score']:.1f}%)",
+                      highlight=False, markup=False)  # fmt: skip
     return 0
 
 

@@ -45,6 +45,10 @@ def test_smoke_trains_and_deploys_the_network(env_id, tmp_path):
     mask[0, 3], mask[1, [5, 7]] = True, True
     actions = policy.act(obs, action_mask=mask)
     assert actions[0] == 3 and actions[1] in (5, 7)
+    report = shoal.evaluate(result.run_dir, episodes=2)  # matches, not env episodes
+    assert report["env"] == env_id and report["games"] == 2
+    for outcome in report["opponents"].values():
+        assert outcome["wins"] + outcome["draws"] + outcome["losses"] == 2
 
 
 @pytest.mark.parametrize("env_id", ["openspiel:connect_four",

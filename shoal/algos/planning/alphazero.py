@@ -36,7 +36,15 @@ import numpy as np
 import torch
 
 from shoal.collect.search_play import LocalPool, SearchSelfPlay
-from shoal.config import EnvConfig, ModelConfig, OptimConfig, RunConfig, check, check_positive
+from shoal.config import (
+    EnvConfig,
+    ModelConfig,
+    OptimConfig,
+    RunConfig,
+    check,
+    check_positive,
+    from_dict,
+)
 from shoal.data.positions import PositionReplay, Positions
 from shoal.device import resolve_device
 from shoal.envs.games import Game, make_game
@@ -46,7 +54,7 @@ from shoal.nn.policy_value import PolicyValueNet
 from shoal.optim import build_optimizer, minimize
 from shoal.policy import ActorPolicy
 from shoal.search import MCTSConfig
-from shoal.search.arena import SearchPlayer, match
+from shoal.search.arena import MatchResult, SearchPlayer, match
 from shoal.search.minimax import MinimaxPlayer, RandomPlayer
 from shoal.seeding import derive_seed
 
@@ -240,12 +248,8 @@ class AlphaZero:
 
     # --- arena and evaluation -------------------------------------------------------------
 
-    def _player(self, net: PolicyValueNet, seed: int, sampled_moves: int,
-                simulations: int | None = None) -> SearchPlayer:  # fmt: skip
-        search_cfg = self.config.search
-        if simulations is not None:
-            search_cfg = dataclasses.replace(search_cfg, num_simulations=simulations)
-        return SearchPlayer(self.game, self._evaluator(net), search_cfg,
+    def _player(self, net: PolicyValueNet, seed: int, sampled_moves: int) -> SearchPlayer:
+        return SearchPlayer(self.game, self._evaluator(net), self.config.search,
                             sampled_moves=sampled_moves, seed=seed,
                             network_device=self.device)  # fmt: skip
 
@@ -266,14 +270,11 @@ class AlphaZero:
     def evaluate(self, games: int) -> dict[str, float]:
         """The search player (the trained network, always its most visited move) against a
         random player and a minimax player (its ties drawn at random), ``games`` games each."""
-        cfg = self.config
-        seed = derive_seed(cfg.run.seed, "eval", self.iteration)
-        player = self._player(self.net, seed, 0, cfg.eval_simulations)
-        vs_random = match(self.game, player, RandomPlayer(self.game, seed + 1), games, seed)
-        minimax = MinimaxPlayer(self.game, cfg.minimax_depth, seed + 2)
-        vs_minimax = match(self.game, player, minimax, games, seed)
+        seed = derive_seed(self.config.run.seed, "eval", self.iteration)
+        results = play_matches(self.game, self.net, self.config, games, seed, self.device)
+        vs_minimax = results["minimax"]
         return {
-            "eval/vs_random/score": vs_random.score,
+            "eval/vs_random/score": results["random"].score,
             "eval/vs_minimax/score": vs_minimax.score,
             "eval/vs_minimax/loss_rate": vs_minimax.losses / vs_minimax.games,
         }
@@ -320,3 +321,42 @@ class AlphaZero:
 
     def close(self) -> None:
         self.players.close()
+
+
+def play_matches(game: Game, net: PolicyValueNet, config: AlphaZeroConfig, games: int,
+                 seed: int, device: Any = "cpu") -> dict[str, MatchResult]:  # fmt: skip
+    """The search with ``net`` (``eval_simulations``, greedy) against a random player and a
+    minimax player (``minimax_depth``), ``games`` games each, half of them first."""
+    search_config = config.search
+    if config.eval_simulations is not None:
+        search_config = dataclasses.replace(search_config, num_simulations=config.eval_simulations)
+    net.eval()
+    player = SearchPlayer(game, lambda obs: net(obs), search_config, seed=seed,
+                          network_device=device)  # fmt: skip
+    minimax = MinimaxPlayer(game, config.minimax_depth, seed + 2)
+    return {
+        "random": match(game, player, RandomPlayer(game, seed + 1), games, seed),
+        "minimax": match(game, player, minimax, games, seed),
+    }
+
+
+def evaluate_run(checkpoint: Any, games: int, seed: int) -> dict[str, Any]:
+    """``shoal eval`` of an AlphaZero run: `play_matches` with its trained network."""
+    config = from_dict(AlphaZeroConfig, checkpoint.config)
+    game = make_game(config.env.id)
+    obs_space = gym.spaces.Box(-np.inf, np.inf, game.observation_shape, np.float32)
+    net = build_model(config, obs_space, gym.spaces.Discrete(game.num_actions))
+    net.load_state_dict(checkpoint.state["algorithm"]["policy"]["model"])
+    results = play_matches(game, net, config, games, seed)
+    simulations = config.eval_simulations or config.search.num_simulations
+    depth = "perfect play" if config.minimax_depth is None else f"depth {config.minimax_depth}"
+    return {
+        "env": config.env.id,
+        "games": games,
+        "simulations": simulations,
+        "opponents": {
+            "random": dataclasses.asdict(results["random"]) | {"score": results["random"].score},
+            f"minimax ({depth})": dataclasses.asdict(results["minimax"])
+            | {"score": results["minimax"].score},
+        },
+    }
