@@ -10,6 +10,7 @@ from typing import Any
 from shoal.config import EnvConfig, from_dict, replace
 from shoal.envs import VectorEnv
 from shoal.envs import make_env as _make_env
+from shoal.envs.games import is_game_id
 from shoal.envs.spaces import space_from_json
 from shoal.evaluation import Evaluation
 from shoal.policy import ActorPolicy, JointPolicy
@@ -138,15 +139,29 @@ def evaluate(
     places; ``env_kwargs`` changes env options (`shoal.evaluation.Evaluation`);
     ``trust_code`` as `load`'s."""
     checkpoint = load_checkpoint(run, trust_code=trust_code)
-    if checkpoint.meta.get("algo") == "alphazero":  # a game: matches against fixed players
-        from shoal.algos.planning.alphazero import evaluate_run
-
-        return evaluate_run(checkpoint, episodes, seed)
+    if plays_a_game(checkpoint):  # matches against fixed players, not env episodes
+        return game_report(checkpoint, episodes, seed)
     pools = any(str(spec).startswith("pool:") for spec in (fixed or {}).values())
     checkpoint = checkpoint if pools else None
     loader = functools.partial(load, trust_code=trust_code)
     evaluation = Evaluation(loader(run), fixed, env_kwargs, loader=loader, checkpoint=checkpoint)
     return evaluation.statistics(episodes, seed, deterministic)
+
+
+def plays_a_game(checkpoint: Any) -> bool:
+    """Whether a run plays a two-player game: an AlphaZero run, or MuZero on a game."""
+    algo = checkpoint.meta.get("algo")
+    env_id = str((checkpoint.config.get("env") or {}).get("id", ""))
+    return algo == "alphazero" or (algo == "muzero" and is_game_id(env_id))
+
+
+def game_report(checkpoint: Any, games: int, seed: int) -> dict[str, Any]:
+    """A game-playing run's search against a random and a minimax player, ``games`` games
+    each (``shoal eval``'s report for such runs)."""
+    from shoal.algos.planning import alphazero, muzero
+
+    module = alphazero if checkpoint.meta.get("algo") == "alphazero" else muzero
+    return module.evaluate_run(checkpoint, games, seed)
 
 
 def make_env(env: str | EnvConfig, num_envs: int | None = None, **kwargs: Any) -> VectorEnv:

@@ -462,13 +462,13 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from shoal.api import load
+    from shoal.api import load, plays_a_game
     from shoal.evaluation import Evaluation
     from shoal.train.checkpoint import load_checkpoint
     from shoal.train.video import record_video
 
     checkpoint = load_checkpoint(args.run_dir, trust_code=args.trust_code)
-    if checkpoint.meta.get("algo") == "alphazero":  # a game: matches, not episodes of an env
+    if plays_a_game(checkpoint):  # matches against fixed players, not episodes of an env
         return _eval_matches(args, checkpoint)
     fixed = dict(args.fixed)
     pools = any(spec.startswith("pool:") for spec in fixed.values())
@@ -501,11 +501,11 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _eval_matches(args: argparse.Namespace, checkpoint: Any) -> int:
-    """``shoal eval`` of an AlphaZero run: its search against a random and a minimax player,
-    ``--episodes`` games each (half of them first)."""
-    from shoal.algos.planning.alphazero import evaluate_run
+    """``shoal eval`` of a run that plays a two-player game: its search against a random and
+    a minimax player, ``--episodes`` games each (half of them first)."""
+    from shoal.api import game_report
 
-    report = evaluate_run(checkpoint, args.episodes, args.seed)
+    report = game_report(checkpoint, args.episodes, args.seed)
     report["run"] = str(args.run_dir)
     if args.json == "-":
         print(json.dumps(report, indent=2))

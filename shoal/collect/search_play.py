@@ -22,7 +22,7 @@ import torch
 
 from shoal.config import EnvConfig
 from shoal.data.positions import Positions
-from shoal.envs.games import make_game
+from shoal.envs.games import GameVectorEnv, is_game_id, make_game
 from shoal.envs.make import make_env
 from shoal.envs.snapshot import EnvStateUnsupported
 from shoal.search import MCTSConfig, search, subtree, visit_policy
@@ -179,7 +179,10 @@ class LatentSelfPlay:
                  model_fn: Callable[[gym.Space, gym.Space], torch.nn.Module],
                  search_config: MCTSConfig, discount: float, seed: int,
                  device: str = "cpu"):  # fmt: skip
-        self.env = make_env(env_config, seed=derive_seed(seed, "env"))
+        if is_game_id(env_config.id):  # a two-player game as self-play (discount -1)
+            self.env: Any = GameVectorEnv(make_game(env_config.id), env_config.num_envs)
+        else:
+            self.env = make_env(env_config, seed=derive_seed(seed, "env"))
         self.net = model_fn(self.env.observation_space, self.env.action_space).to(device).eval()
         self.search_config, self.discount, self.device = search_config, discount, device
         self.rng = np.random.default_rng(derive_seed(seed, "moves"))
@@ -207,7 +210,11 @@ class LatentSelfPlay:
     def _step(self, temperature: float, episodes: list[FinishedEpisode]) -> list[float]:
         cfg, env = self.search_config, self.env
         obs = torch.as_tensor(np.asarray(self.obs, np.float32))
-        tree = search(LatentModel(self.net, self.discount), obs, cfg, self.noise)
+        legal = getattr(env, "action_mask", None)
+        if legal is not None:  # a finished game's row has no legal move: its action is ignored
+            legal = torch.as_tensor(legal)
+            legal[~legal.any(-1)] = True
+        tree = search(LatentModel(self.net, self.discount, legal), obs, cfg, self.noise)
         if cfg.gumbel:  # Gumbel MuZero: its move and its improved-policy target
             targets = improved_policy(tree, cfg).cpu()
             actions = gumbel_action(tree, cfg).cpu().numpy()

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from shoal.errors import ConfigError
+from shoal.types import StepResult
 
 
 class Game(Protocol):
@@ -247,3 +248,98 @@ def make_game(env_id: str) -> Game:
         "(e.g. openspiel:tic_tac_toe, openspiel:connect_four) or a PettingZoo turn-based "
         "game with action masks (e.g. pettingzoo:pettingzoo.classic.tictactoe_v3)"
     )
+
+
+def is_game_id(env_id: str) -> bool:
+    """Whether ``env_id`` names a two-player game (`make_game`'s ids)."""
+    return env_id.startswith(("openspiel:", "pettingzoo:"))
+
+
+class GameVectorEnv:
+    """``num_envs`` games of ``game`` as a single-agent vector env of self-play (shoal's
+    `shoal.envs.base.VectorEnv`): each step is the move of whoever is to move, the
+    observation is the next mover's, the reward the mover's, and ``action_mask`` the next
+    mover's legal moves. A learner that plays it plays both sides, with a discount of -1
+    (MuZero on board games). Next-step autoreset as everywhere in shoal; an episode's
+    return is its first player's outcome."""
+
+    agents_per_env = 1
+    agent_names = None
+
+    def __init__(self, game: Game, num_envs: int):
+        import gymnasium as gym
+
+        self.game, self.num_envs = game, num_envs
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, game.observation_shape,
+                                                np.float32)  # fmt: skip
+        self.action_space = gym.spaces.Discrete(game.num_actions)
+        self.states: list[Any] = []
+        self.seeds: list[int] = []
+        self.done = np.zeros(num_envs, bool)
+        self.lengths = np.zeros(num_envs, np.int64)
+        self._rng = np.random.default_rng(0)
+
+    @property
+    def action_mask(self) -> np.ndarray:
+        return np.stack([self.game.legal(s) for s in self.states])
+
+    def _observe(self) -> np.ndarray:
+        return np.stack([self.game.observation(s) for s in self.states]).astype(np.float32)
+
+    def _new_game(self, b: int) -> None:
+        seed = int(self._rng.integers(2**31))
+        self.seeds[b], self.states[b] = seed, self.game.initial(seed)
+        self.done[b], self.lengths[b] = False, 0
+
+    def reset(self, seed: int | None = None) -> np.ndarray:
+        self._rng = np.random.default_rng(seed)
+        self.states, self.seeds = [None] * self.num_envs, [0] * self.num_envs
+        for b in range(self.num_envs):
+            self._new_game(b)
+        return self._observe()
+
+    def step(self, actions: np.ndarray) -> StepResult:
+        count = self.num_envs
+        reward = np.zeros(count, np.float32)
+        terminated = np.zeros(count, bool)
+        autoreset = self.done.copy()
+        returns, lengths = [], []
+        for b in range(count):
+            if autoreset[b]:
+                self._new_game(b)
+                continue
+            state = self.states[b]
+            if not self.game.legal(state)[int(actions[b])]:
+                raise ValueError(f"illegal move {int(actions[b])} in game {b}")
+            self.states[b], reward[b], terminated[b] = self.game.play(state, int(actions[b]))
+            self.lengths[b] += 1
+            if terminated[b]:
+                self.done[b] = True
+                returns.append(self.game.returns(self.states[b])[0])
+                lengths.append(self.lengths[b])
+        return StepResult(self._observe(), reward, terminated, np.zeros(count, bool), autoreset,
+                          np.array(returns, np.float32), np.array(lengths, np.int64),
+                          self.action_mask)  # fmt: skip
+
+    def get_state(self) -> dict[str, Any]:
+        return {
+            "games": [self.game.history(s) for s in self.states],
+            "seeds": list(self.seeds),
+            "done": self.done.copy(),
+            "lengths": self.lengths.copy(),
+            "rng": self._rng.bit_generator.state,
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.seeds = [int(s) for s in state["seeds"]]
+        self.states = [self.game.replay(list(moves), seed) for moves, seed in
+                       zip(state["games"], self.seeds, strict=True)]  # fmt: skip
+        self.done = np.asarray(state["done"], bool).copy()
+        self.lengths = np.asarray(state["lengths"], np.int64).copy()
+        self._rng.bit_generator.state = state["rng"]
+
+    def render(self) -> None:
+        return None
+
+    def close(self) -> None:
+        pass

@@ -16,7 +16,8 @@ import torch
 
 from shoal.envs.games import Game
 from shoal.search.mcts import MCTSConfig, gumbel_action, search, visit_policy
-from shoal.search.models import Evaluator, GameModel
+from shoal.search.minimax import MinimaxPlayer, RandomPlayer
+from shoal.search.models import Evaluator, GameModel, LatentModel
 
 
 class Player(Protocol):
@@ -54,6 +55,27 @@ class SearchPlayer:
             return gumbel_action(tree, self.config).tolist()
         sample = torch.tensor([m < self.sampled_moves for m in moves])
         return choose(visit_policy(tree, 1.0), sample, self.rng).tolist()
+
+
+class LatentPlayer:
+    """MuZero's search in its learned model, from each position's observation with the
+    position's legal moves at the root; no root noise, the most visited move."""
+
+    def __init__(self, game: Game, net: Any, config: MCTSConfig, discount: float,
+                 seed: int = 0):  # fmt: skip
+        self.game, self.net, self.discount = game, net, discount
+        self.config = replace(config, dirichlet_fraction=0.0)
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, states: list[Any], moves: list[int]) -> list[int]:
+        device = next(self.net.parameters()).device
+        obs = torch.as_tensor(np.stack([self.game.observation(s) for s in states]), device=device)
+        legal = torch.as_tensor(np.stack([self.game.legal(s) for s in states]))
+        tree = search(LatentModel(self.net, self.discount, legal), obs, self.config)
+        if self.config.gumbel:
+            return gumbel_action(tree, self.config).tolist()
+        never = torch.zeros(len(states), dtype=torch.bool)
+        return choose(visit_policy(tree, 1.0).cpu(), never, self.rng).tolist()
 
 
 @dataclass
@@ -118,3 +140,27 @@ def match(game: Game, player: Player, opponent: Player, games: int, seed: int = 
             else:
                 result.draws += 1
     return result
+
+
+def versus_baselines(game: Game, player: Player, games: int, seed: int,
+                     minimax_depth: int | None) -> dict[str, MatchResult]:  # fmt: skip
+    """``player`` against a random player and a minimax player (``minimax_depth`` moves of
+    look-ahead; None: perfect play), ``games`` games each, half of them first."""
+    minimax = MinimaxPlayer(game, minimax_depth, seed + 2)
+    return {
+        "random": match(game, player, RandomPlayer(game, seed + 1), games, seed),
+        "minimax": match(game, player, minimax, games, seed),
+    }
+
+
+def baseline_report(results: dict[str, MatchResult], env_id: str, games: int,
+                    simulations: int, minimax_depth: int | None) -> dict[str, Any]:  # fmt: skip
+    """`versus_baselines`'s results as ``shoal eval`` reports them."""
+    depth = "perfect play" if minimax_depth is None else f"depth {minimax_depth}"
+    names = {"random": "random", "minimax": f"minimax ({depth})"}
+    return {
+        "env": env_id,
+        "games": games,
+        "simulations": simulations,
+        "opponents": {names[k]: {**vars(r), "score": r.score} for k, r in results.items()},
+    }

@@ -90,3 +90,49 @@ def test_learns_cartpole_with_its_own_model(tmp_path):
                          **{"run.console": False, "run.eval_every_steps": 10_240,
                             "run.eval_episodes": 5, "run.target_return": None})  # fmt: skip
     assert result.eval_return is not None and result.eval_return >= 150
+
+
+GAME = {**SMALL, "discount": -1.0, "support_size": 2, "eval_every": 2, "eval_games": 2}
+
+
+@pytest.mark.extra("openspiel", "pettingzoo")
+@pytest.mark.parametrize("env_id", ["openspiel:tic_tac_toe",
+                                    "pettingzoo:pettingzoo.classic.tictactoe_v3"])  # fmt: skip
+def test_two_player_games_as_self_play(env_id, tmp_path):
+    """A board game as self-play with discount -1: legal moves at the root, matches against
+    a random and a minimax player as its evaluation, and `shoal eval` plays matches too."""
+    result = shoal.train("muzero", env=env_id, total_steps=96, run_dir=str(tmp_path / "r"),
+                         **GAME)  # fmt: skip
+    assert result.env_steps == 96
+    rows = metric_rows(tmp_path / "r")
+    assert any("eval/vs_minimax/score" in row for row in rows)
+    report = shoal.evaluate(result.run_dir, episodes=2)
+    assert report["env"] == env_id
+    assert all(sum(r[k] for k in ("wins", "draws", "losses")) == 2
+               for r in report["opponents"].values())  # fmt: skip
+
+
+@pytest.mark.extra("openspiel")
+def test_a_two_player_game_resumes_exactly(tmp_path):
+    settings = {**GAME, "run.checkpoint_every_steps": 32, "eval_every": 3}
+    part = shoal.train("muzero", env="openspiel:tic_tac_toe", seed=5, total_steps=64,
+                       run_dir=str(tmp_path / "a"), **settings)  # fmt: skip
+    resumed = shoal.train(resume=part.run_dir, total_steps=128)
+    straight = shoal.train("muzero", env="openspiel:tic_tac_toe", seed=5, total_steps=128,
+                           run_dir=str(tmp_path / "b"), **settings)  # fmt: skip
+    got, want = load_checkpoint(resumed.run_dir).state, load_checkpoint(straight.run_dir).state
+    assert_states_equal(got["algorithm"], want["algorithm"])
+    assert metric_rows(tmp_path / "a") == metric_rows(tmp_path / "b")
+
+
+@pytest.mark.extra("openspiel")
+def test_a_game_needs_the_turn_taking_discount(tmp_path):
+    with pytest.raises(ConfigError, match="must be -1 for the two-player game"):
+        shoal.train("muzero", env="openspiel:tic_tac_toe", run_dir=str(tmp_path / "r"),
+                    **{**GAME, "discount": 0.997})  # fmt: skip
+    with pytest.raises(ConfigError, match="evaluates a two-player game by playing matches"):
+        shoal.train("muzero", env="openspiel:tic_tac_toe", run_dir=str(tmp_path / "r"),
+                    **{**GAME, "run.eval_every_steps": 100})  # fmt: skip
+    with pytest.raises(ConfigError, match="discount"):
+        shoal.train("muzero", env="CartPole-v1", run_dir=str(tmp_path / "r"),
+                    **{**SMALL, "discount": -1.0})  # fmt: skip

@@ -97,3 +97,11 @@ def test_muzero_loss_by_hand():
     reward = log3
     np.testing.assert_allclose(float(parts["loss/policy"]), policy, rtol=1e-6)
     np.testing.assert_allclose(float(loss), policy + 0.25 * value + reward, rtol=1e-6)
+
+
+def test_episode_value_targets_of_a_two_player_game():
+    """Discount -1 hands each step's value to the other player: moves by players 0, 1, 0,
+    the last one winning (+1 for its mover) -> targets +1, -1, +1 from each mover's side."""
+    rewards = torch.tensor([0.0, 0.0, 1.0], dtype=torch.float64)
+    got = episode_value_targets(rewards, torch.zeros(3, dtype=torch.float64), True, 0.0, 10, -1.0)
+    np.testing.assert_allclose(got.numpy(), [1.0, -1.0, 1.0])

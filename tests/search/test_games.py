@@ -118,3 +118,30 @@ def test_connect_four_depth_limited_minimax_blocks():
     assert MinimaxPlayer(game, depth=2).act([state], [5]) == [0]
     assert game.observation(state).shape == game.observation_shape == (4, 6, 7)
     assert torch.as_tensor(game.observation(state)).dtype == torch.float32
+
+
+def test_a_game_as_a_self_play_vector_env():
+    """Each step is the mover's move: the mover's reward, the next mover's observation and
+    legal moves, next-step autoreset, the first player's outcome as the episode's return,
+    and a state that restores the games in progress."""
+    from shoal.envs.games import GameVectorEnv
+
+    env = GameVectorEnv(make_game("openspiel:tic_tac_toe"), 2)
+    obs = env.reset(seed=0)
+    assert obs.shape == (2, 4, 3, 3) and env.action_mask.all()
+    for move in (0, 3, 1, 4):
+        result = env.step(np.array([move, 8 - move]))
+        assert not result.terminated.any()
+    saved = env.get_state()
+    result = env.step(np.array([2, 0]))  # game 0: X completes the top row; game 1 goes on
+    assert result.terminated.tolist() == [True, False] and result.reward.tolist() == [1.0, 0.0]
+    assert result.episode_returns.tolist() == [1.0] and result.episode_lengths.tolist() == [5]
+    assert not result.action_mask[0].any() and result.action_mask[1].sum() == 4  # 5 played
+    result = env.step(np.array([0, 1]))  # game 0 restarts (its action is ignored)
+    assert result.autoreset.tolist() == [True, False] and result.action_mask[0].all()
+    other = GameVectorEnv(make_game("openspiel:tic_tac_toe"), 2)
+    other.reset(seed=5)
+    other.set_state(saved)
+    np.testing.assert_array_equal(other.step(np.array([2, 0])).reward, [1.0, 0.0])
+    with pytest.raises(ValueError, match="illegal move"):
+        env.step(np.array([4, 4]))

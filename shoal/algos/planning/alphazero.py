@@ -54,8 +54,13 @@ from shoal.nn.policy_value import PolicyValueNet
 from shoal.optim import build_optimizer, minimize
 from shoal.policy import ActorPolicy
 from shoal.search import MCTSConfig
-from shoal.search.arena import MatchResult, SearchPlayer, match
-from shoal.search.minimax import MinimaxPlayer, RandomPlayer
+from shoal.search.arena import (
+    MatchResult,
+    SearchPlayer,
+    baseline_report,
+    match,
+    versus_baselines,
+)
 from shoal.seeding import derive_seed
 
 __all__ = ["AlphaZero", "AlphaZeroConfig", "build_model"]
@@ -327,17 +332,16 @@ def play_matches(game: Game, net: PolicyValueNet, config: AlphaZeroConfig, games
                  seed: int, device: Any = "cpu") -> dict[str, MatchResult]:  # fmt: skip
     """The search with ``net`` (``eval_simulations``, greedy) against a random player and a
     minimax player (``minimax_depth``), ``games`` games each, half of them first."""
-    search_config = config.search
-    if config.eval_simulations is not None:
-        search_config = dataclasses.replace(search_config, num_simulations=config.eval_simulations)
     net.eval()
-    player = SearchPlayer(game, lambda obs: net(obs), search_config, seed=seed,
+    player = SearchPlayer(game, lambda obs: net(obs), _eval_search(config), seed=seed,
                           network_device=device)  # fmt: skip
-    minimax = MinimaxPlayer(game, config.minimax_depth, seed + 2)
-    return {
-        "random": match(game, player, RandomPlayer(game, seed + 1), games, seed),
-        "minimax": match(game, player, minimax, games, seed),
-    }
+    return versus_baselines(game, player, games, seed, config.minimax_depth)
+
+
+def _eval_search(config: AlphaZeroConfig) -> MCTSConfig:
+    if config.eval_simulations is None:
+        return config.search
+    return dataclasses.replace(config.search, num_simulations=config.eval_simulations)
 
 
 def evaluate_run(checkpoint: Any, games: int, seed: int) -> dict[str, Any]:
@@ -348,15 +352,5 @@ def evaluate_run(checkpoint: Any, games: int, seed: int) -> dict[str, Any]:
     net = build_model(config, obs_space, gym.spaces.Discrete(game.num_actions))
     net.load_state_dict(checkpoint.state["algorithm"]["policy"]["model"])
     results = play_matches(game, net, config, games, seed)
-    simulations = config.eval_simulations or config.search.num_simulations
-    depth = "perfect play" if config.minimax_depth is None else f"depth {config.minimax_depth}"
-    return {
-        "env": config.env.id,
-        "games": games,
-        "simulations": simulations,
-        "opponents": {
-            "random": dataclasses.asdict(results["random"]) | {"score": results["random"].score},
-            f"minimax ({depth})": dataclasses.asdict(results["minimax"])
-            | {"score": results["minimax"].score},
-        },
-    }
+    simulations = _eval_search(config).num_simulations
+    return baseline_report(results, config.env.id, games, simulations, config.minimax_depth)

@@ -32,9 +32,18 @@ import torch
 from torch import nn
 
 from shoal.collect.search_play import FinishedEpisode, LatentSelfPlay, LocalPool
-from shoal.config import EnvConfig, ModelConfig, OptimConfig, RunConfig, check, check_positive
+from shoal.config import (
+    EnvConfig,
+    ModelConfig,
+    OptimConfig,
+    RunConfig,
+    check,
+    check_positive,
+    from_dict,
+)
 from shoal.data.trajectories import Episode, TrajectoryReplay
 from shoal.device import resolve_device
+from shoal.envs.games import is_game_id, make_game
 from shoal.errors import ConfigError
 from shoal.losses.search import (
     episode_value_targets,
@@ -47,6 +56,7 @@ from shoal.nn.muzero import MuZeroNet
 from shoal.optim import build_optimizer, minimize
 from shoal.policy import ActorPolicy
 from shoal.search import MCTSConfig, search, visit_policy
+from shoal.search.arena import LatentPlayer, MatchResult, baseline_report, versus_baselines
 from shoal.search.models import LatentModel, decode
 from shoal.seeding import derive_seed
 
@@ -75,6 +85,8 @@ class MuZeroConfig:
     ``h(x) = sign(x)(sqrt(|x| + 1) - 1) + 0.001 x``; ``S = 25`` covers returns up to about
     640 (a run stops with an error naming the size it needs if a target falls outside)."""
     discount: float = 0.997
+    """Per step; -1 for a two-player game taking turns (``openspiel:<game>`` or a PettingZoo
+    turn-based game, played as self-play: every move hands the value to the opponent)."""
     unroll_steps: int = 5
     """``K``: dynamics steps unrolled per sample."""
     n_step: int = 50
@@ -97,12 +109,31 @@ class MuZeroConfig:
     """Prioritized replay's exponent (0: uniform)."""
     priority_beta: float = 1.0
     """Importance-sampling exponent of the prioritized replay."""
+    eval_every: int = 0
+    """Two-player games: iterations between evaluation matches against a random and a
+    minimax player (other envs are evaluated on ``run.eval_every_steps``)."""
+    eval_games: int = 20
+    """Two-player games: games of each evaluation match (half of them first)."""
+    minimax_depth: int | None = None
+    """Two-player games: the minimax opponent's look-ahead (None: perfect play)."""
 
     def __post_init__(self) -> None:
         check_positive(self, "latent", "support_size", "unroll_steps", "n_step",
                        "steps_per_iteration", "replay_size", "batch_size",
                        "updates_per_iteration")  # fmt: skip
-        check(self, "discount", 0.0 < self.discount <= 1.0, "must be in (0, 1]")
+        if is_game_id(self.env.id):
+            check(self, "discount", self.discount == -1.0,
+                  f"must be -1 for the two-player game {self.env.id}: each move hands the "
+                  "value to the other player")  # fmt: skip
+            check(self.run, "eval_every_steps", self.run.eval_every_steps == 0,
+                  "MuZero evaluates a two-player game by playing matches: set eval_every "
+                  "(iterations) and leave run.eval_every_steps at 0")  # fmt: skip
+        else:
+            check(self, "discount", 0.0 < self.discount <= 1.0, "must be in (0, 1]")
+        check(self, "eval_every", self.eval_every >= 0, "must be >= 0")
+        check_positive(self, "eval_games")
+        if self.minimax_depth is not None:
+            check_positive(self, "minimax_depth")
         check(self, "min_replay", self.min_replay >= 0, "must be >= 0")
         check(self, "value_coef", self.value_coef >= 0, "must be >= 0")
         check(self, "priority_alpha", self.priority_alpha >= 0, "must be >= 0")
@@ -154,12 +185,12 @@ class MuZero:
         spaces = self.players.call_all("describe")[0]
         if spaces["agents_per_env"] != 1:
             raise ConfigError(f"muzero plays single-agent envs; {cfg.env.id} has several agents")
-        self.spaces = (spaces["observation_space"], spaces["action_space"])
-        self.policy_module = build_model(cfg, *self.spaces)
+        self.deploy_spaces = (spaces["observation_space"], spaces["action_space"])
+        self.policy_module = build_model(cfg, *self.deploy_spaces)
         self.net: MuZeroNet = self.policy_module.net.to(self.device)
         self.optimizer = build_optimizer(self.net.parameters(), "adam", cfg.optim.lr,
                                          cfg.optim.eps, cfg.optim.weight_decay)  # fmt: skip
-        self.replay = TrajectoryReplay(cfg.replay_size, self.spaces[0].shape,
+        self.replay = TrajectoryReplay(cfg.replay_size, self.deploy_spaces[0].shape,
                                        self.net.num_actions, cfg.priority_alpha,
                                        seed=derive_seed(cfg.run.seed, "replay"))  # fmt: skip
         self.env_steps = self.iteration = self.updates = 0
@@ -216,7 +247,20 @@ class MuZero:
         if returns:
             metrics["episode/return"] = float(np.mean(returns))
         self.iteration += 1
+        if cfg.eval_every and self.iteration % cfg.eval_every == 0:
+            metrics.update(self.evaluate_matches(cfg.eval_games))
         return metrics
+
+    def evaluate_matches(self, games: int) -> dict[str, float]:
+        """A two-player game: the search in the learned model (greedy) against a random and
+        a minimax player, ``games`` games each."""
+        seed = derive_seed(self.config.run.seed, "eval", self.iteration)
+        results = play_matches(self.net, self.config, games, seed)
+        return {
+            "eval/vs_random/score": results["random"].score,
+            "eval/vs_minimax/score": results["minimax"].score,
+            "eval/vs_minimax/loss_rate": results["minimax"].losses / results["minimax"].games,
+        }
 
     def _self_play(self) -> list[float]:
         """``steps_per_iteration`` vector steps of every worker with the current weights, the
@@ -295,7 +339,7 @@ class MuZero:
 
     def policy(self) -> ActorPolicy:
         module = copy.deepcopy(self.policy_module)
-        return ActorPolicy(module, observation_space=self.spaces[0], action_space=self.spaces[1])
+        return ActorPolicy(module, observation_space=self.deploy_spaces[0], action_space=self.deploy_spaces[1])
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -328,3 +372,26 @@ class MuZero:
 def _network(config: MuZeroConfig, obs_space: gym.Space, action_space: gym.Space) -> nn.Module:
     """A self-play worker's network, for its env's spaces (weights come by ``set_weights``)."""
     return build_model(config, obs_space, action_space).net
+
+
+def play_matches(net: MuZeroNet, config: MuZeroConfig, games: int,
+                 seed: int) -> dict[str, MatchResult]:  # fmt: skip
+    """MuZero on a two-player game: its search against a random and a minimax player."""
+    if not is_game_id(config.env.id):
+        raise ConfigError(f"matches are for two-player games; {config.env.id} is not one")
+    game = make_game(config.env.id)
+    net.eval()
+    player = LatentPlayer(game, net, config.search, config.discount, seed=seed)
+    return versus_baselines(game, player, games, seed, config.minimax_depth)
+
+
+def evaluate_run(checkpoint: Any, games: int, seed: int) -> dict[str, Any]:
+    """``shoal eval`` of a MuZero run on a two-player game: `play_matches`."""
+    config = from_dict(MuZeroConfig, checkpoint.config)
+    game = make_game(config.env.id)
+    obs_space = gym.spaces.Box(-np.inf, np.inf, game.observation_shape, np.float32)
+    module = build_model(config, obs_space, gym.spaces.Discrete(game.num_actions))
+    module.load_state_dict(checkpoint.state["algorithm"]["policy"]["model"])
+    results = play_matches(module.net, config, games, seed)
+    return baseline_report(results, config.env.id, games, config.search.num_simulations,
+                           config.minimax_depth)  # fmt: skip
