@@ -339,7 +339,8 @@ class MuZero:
 
     def policy(self) -> ActorPolicy:
         module = copy.deepcopy(self.policy_module)
-        return ActorPolicy(module, observation_space=self.deploy_spaces[0], action_space=self.deploy_spaces[1])
+        obs_space, action_space = self.deploy_spaces
+        return ActorPolicy(module, observation_space=obs_space, action_space=action_space)
 
     def state_dict(self) -> dict[str, Any]:
         return {
