@@ -124,3 +124,16 @@ def test_gumbel_self_play_trains(tmp_path):
     result = shoal.train("alphazero", total_steps=32, run_dir=str(tmp_path / "r"), **settings)
     assert result.env_steps == 32
     assert any("loss/policy" in row for row in metric_rows(tmp_path / "r"))
+
+
+def test_the_learning_rate_follows_its_schedule():
+    """``optim.lr_schedule linear`` decays the learning rate over ``run.total_steps``."""
+    config = shoal.api.build_config("alphazero", **{**SMALL, "eval_every": 0,
+                                                    "optim.lr_schedule": "linear",
+                                                    "run.total_steps": 64})  # fmt: skip
+    algo = AlphaZero(config)
+    for _ in range(3):
+        algo.train_iteration()
+    lr = algo.optimizer.param_groups[0]["lr"]
+    want = config.optim.lr * (1 - 48 / 64)  # set before the updates, after the moves
+    assert algo.env_steps == 48 and abs(lr - want) < 1e-12

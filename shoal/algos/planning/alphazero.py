@@ -53,6 +53,7 @@ from shoal.losses.search import alphazero_loss
 from shoal.nn.policy_value import PolicyValueNet
 from shoal.optim import build_optimizer, minimize
 from shoal.policy import ActorPolicy
+from shoal.schedules import scheduled
 from shoal.search import MCTSConfig
 from shoal.search.arena import (
     MatchResult,
@@ -240,6 +241,10 @@ class AlphaZero:
         cfg = self.config
         self.net.train()
         totals: dict[str, float] = {}
+        horizon = cfg.optim.anneal_steps or cfg.run.total_steps
+        lr = scheduled(cfg.optim.lr_schedule, cfg.optim.lr, self.env_steps / horizon)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
         for _ in range(cfg.updates_per_iteration):
             batch = Positions(*(x.to(self.device) for x in self.replay.sample(cfg.batch_size)))
             logits, value = self.net(batch.obs)

@@ -55,6 +55,7 @@ from shoal.nn.distributions import Categorical
 from shoal.nn.muzero import MuZeroNet
 from shoal.optim import build_optimizer, minimize
 from shoal.policy import ActorPolicy
+from shoal.schedules import scheduled
 from shoal.search import MCTSConfig, search, visit_policy
 from shoal.search.arena import LatentPlayer, MatchResult, baseline_report, versus_baselines
 from shoal.search.models import LatentModel, decode
@@ -312,6 +313,10 @@ class MuZero:
             return scalar_to_support(value_transform(x.to(device)), support)
 
         totals: dict[str, float] = {}
+        horizon = cfg.optim.anneal_steps or cfg.run.total_steps
+        lr = scheduled(cfg.optim.lr_schedule, cfg.optim.lr, self.env_steps / horizon)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
         for _ in range(cfg.updates_per_iteration):
             batch = self.replay.sample(cfg.batch_size, cfg.unroll_steps, cfg.priority_beta)
             state, policy, value = net.initial(batch.obs.to(device))
