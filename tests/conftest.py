@@ -61,6 +61,7 @@ EXTRAS = {
     "ray": ("ray",),
     "cma": ("cma",),
     "openspiel": ("pyspiel",),
+    "box2d": ("Box2D",),
     "atari": ("ale_py", "cv2"),
     "mujoco": ("mujoco",),
     "sumo": ("libsumo",),

@@ -45,6 +45,15 @@ def test_gumbel_self_play_trains(tmp_path):
     assert result.env_steps == 128
 
 
+@pytest.mark.extra("box2d")
+def test_lunar_lander_trains(tmp_path):
+    """The issue's second single-agent env: LunarLander (8 numbers, 4 actions)."""
+    result = shoal.train("muzero", env="LunarLander-v3", total_steps=1024,
+                         run_dir=str(tmp_path / "r"), **SMALL)  # fmt: skip
+    assert result.env_steps == 1024  # random landers crash within about 100 steps
+    assert any("loss/value" in row for row in metric_rows(tmp_path / "r"))
+
+
 def test_resume_is_exact(tmp_path):
     settings = {**SMALL, "run.checkpoint_every_steps": 64}
     part = shoal.train("muzero", env="CartPole-v1", seed=4, total_steps=128,
