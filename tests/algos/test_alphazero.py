@@ -97,10 +97,10 @@ def test_bad_settings_are_refused_before_anything_runs(overrides, match, tmp_pat
 
 @pytest.mark.learning
 def test_learns_to_draw_against_perfect_play():
-    """After 40 iterations (10,240 self-play moves, about a minute on one core) the search
-    with the trained network (128 simulations) loses at most 4 of 40 games (half first) to
-    a perfect minimax player, while the same search with the untrained network loses a
-    quarter or more. (Never losing needs a longer run: see the tuned example.)"""
+    """After 40 iterations (10,240 self-play moves, about 30 s on one core) the search with
+    the trained network (128 simulations) never loses to a perfect minimax player in 40
+    games (half first), while the same search with the untrained network loses a quarter
+    or more."""
     torch.manual_seed(0)
     config = replace(AlphaZeroConfig(), **{"eval_every": 0, "run.seed": 0})
     algo = AlphaZero(config)
@@ -115,7 +115,7 @@ def test_learns_to_draw_against_perfect_play():
     for _ in range(40):
         algo.train_iteration()
     assert untrained >= 10
-    assert losses() <= 4
+    assert losses() == 0
 
 
 def test_gumbel_self_play_trains(tmp_path):

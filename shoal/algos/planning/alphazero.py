@@ -90,9 +90,10 @@ class AlphaZeroConfig:
     """Channels of the board network's convolutions."""
     moves_per_iteration: int = 8
     """Moves each self-play game advances per iteration (one batched search each)."""
-    temperature_moves: int = 2
+    temperature_moves: int = 30
     """The first moves of a self-play game are drawn from the visit counts, later ones are
-    the most visited."""
+    the most visited (the paper's 30: every move of a small game). With 2, tic-tac-toe's
+    self-play rarely saw the openings its network then misplayed against perfect play."""
     reuse_tree: bool = True
     """Start each search from the subtree under the move played (its visits kept)."""
     replay_size: int = 20_000
