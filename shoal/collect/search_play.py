@@ -13,6 +13,7 @@ one actor's games are the same whether it runs alone or beside others.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -25,6 +26,7 @@ from shoal.data.positions import Positions
 from shoal.envs.games import GameVectorEnv, is_game_id, make_game
 from shoal.envs.make import make_env
 from shoal.envs.snapshot import EnvStateUnsupported
+from shoal.errors import ConfigError
 from shoal.search import MCTSConfig, search, subtree, visit_policy
 from shoal.search.arena import choose
 from shoal.search.mcts import gumbel_action, improved_policy
@@ -293,6 +295,39 @@ def _unpack_columns(packed: dict[str, Any], names: tuple[str, ...]) -> list[tupl
         return []
     columns = [np.asarray(packed[name]) for name in names]
     return list(zip(*columns, strict=True))
+
+
+def self_play_pool(
+    worker_cls: type,
+    args: Callable[[int], tuple],
+    run: Any,
+    device: torch.device,
+    on_restart: Callable[[int], None],
+    local_args: tuple | None = None,
+) -> Any:
+    """The self-play workers of a learner: with ``run.runners`` 0 one ``worker_cls`` in this
+    process (built from ``local_args``, default ``args(0)``, on ``device``), else a pool of
+    ``run.runners`` Ray actors, worker ``i`` built from ``args(i)`` on the CPU and rebuilt
+    (then ``on_restart(i)``) when it dies. Either answers ``call_all`` and ``call_each``."""
+    if run.runners == 0:
+        # The worker's network is overwritten by set_weights: building it must not move the
+        # torch generator that initializes the learner's (as Ray workers do not).
+        with torch.random.fork_rng(devices=[]):
+            worker = worker_cls(*(args(0) if local_args is None else local_args),
+                                device=str(device))  # fmt: skip
+        return LocalPool(worker)
+    if device.type != "cpu":
+        raise ConfigError(
+            f"run.device = {run.device!r} with run.runners > 0: the self-play workers search "
+            "on the CPU; use run.runners 0 to search on the device"
+        )
+    from shoal.distributed import require_ray
+
+    workers = require_ray()
+    workers.connect(run.ray_address, num_cpus=max(os.cpu_count() or 1, run.runners + 1))
+    return workers.WorkerPool(worker_cls, args, run.runners, name="self-play",
+                              max_restarts=run.max_worker_restarts,
+                              on_restart=on_restart)  # fmt: skip
 
 
 class LocalPool:

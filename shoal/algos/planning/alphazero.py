@@ -27,7 +27,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +34,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from shoal.collect.search_play import LocalPool, SearchSelfPlay
+from shoal.collect.search_play import SearchSelfPlay, self_play_pool
 from shoal.config import (
     EnvConfig,
     ModelConfig,
@@ -48,7 +47,6 @@ from shoal.config import (
 from shoal.data.positions import PositionReplay, Positions
 from shoal.device import resolve_device
 from shoal.envs.games import Game, make_game
-from shoal.errors import ConfigError
 from shoal.losses.search import alphazero_loss
 from shoal.nn.policy_value import PolicyValueNet
 from shoal.optim import build_optimizer, minimize
@@ -165,30 +163,14 @@ class AlphaZero:
         self.promotions = 0
 
     def _self_play_workers(self) -> Any:
-        """One `SearchSelfPlay` in this process (``run.runners`` 0), else a pool of Ray
-        actors of it, each with ``env.num_envs`` games and a seed of its own."""
+        """`SearchSelfPlay` workers (`self_play_pool`), each with ``env.num_envs`` games and
+        a seed of its own."""
         cfg, run = self.config, self.config.run
         model_fn = functools.partial(build_model, cfg, *self.deploy_spaces)
         args = lambda i: (cfg.env.id, model_fn, cfg.search, cfg.env.num_envs,  # noqa: E731
                           cfg.temperature_moves, cfg.reuse_tree,
                           derive_seed(run.seed, "self-play", i))  # fmt: skip
-        if run.runners == 0:  # its network, overwritten by set_weights, draws nothing
-            with torch.random.fork_rng(devices=[]):
-                return LocalPool(SearchSelfPlay(*args(0), device=str(self.device)))
-        if self.device.type != "cpu":
-            raise ConfigError(
-                f"run.device = {run.device!r} with run.runners > 0: the self-play workers "
-                "search on the CPU; use run.runners 0 to search on the device"
-            )
-        from shoal.distributed import require_ray
-
-        workers = require_ray()
-        workers.connect(run.ray_address, num_cpus=max(os.cpu_count() or 1, run.runners + 1))
-        self._workers = workers
-        pool = workers.WorkerPool(SearchSelfPlay, args, run.runners, name="self-play",
-                                  max_restarts=run.max_worker_restarts,
-                                  on_restart=self._on_restart)  # fmt: skip
-        return pool
+        return self_play_pool(SearchSelfPlay, args, run, self.device, self._on_restart)
 
     def _on_restart(self, i: int) -> None:
         """A restarted worker starts new games with its seed; it needs the weights."""

@@ -22,7 +22,6 @@ import copy
 import dataclasses
 import functools
 import math
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from shoal.collect.search_play import FinishedEpisode, LatentSelfPlay, LocalPool
+from shoal.collect.search_play import FinishedEpisode, LatentSelfPlay, self_play_pool
 from shoal.config import (
     EnvConfig,
     ModelConfig,
@@ -197,32 +196,15 @@ class MuZero:
         self.env_steps = self.iteration = self.updates = 0
 
     def _self_play_workers(self) -> Any:
-        """One `LatentSelfPlay` in this process seeded by ``run.seed`` (``run.runners`` 0),
-        else a pool of Ray actors of it, each with ``env.num_envs`` envs and a seed of its
-        own. The network is built from the env's spaces, which the workers report."""
+        """`LatentSelfPlay` workers (`self_play_pool`), each with ``env.num_envs`` envs and a
+        seed of its own (the in-process one seeded by ``run.seed`` itself). The network is
+        built from the env's spaces, which the workers report."""
         cfg, run = self.config, self.config.run
         model_fn = functools.partial(_network, cfg)
-        if run.runners == 0:
-            # The worker's network is overwritten by set_weights: building it must not move
-            # the torch generator that initializes the learner's (as Ray workers do not).
-            with torch.random.fork_rng(devices=[]):
-                worker = LatentSelfPlay(cfg.env, model_fn, cfg.search, cfg.discount, run.seed,
-                                        device=str(self.device))  # fmt: skip
-            return LocalPool(worker)
-        if self.device.type != "cpu":
-            raise ConfigError(
-                f"run.device = {run.device!r} with run.runners > 0: the self-play workers "
-                "search on the CPU; use run.runners 0 to search on the device"
-            )
-        from shoal.distributed import require_ray
-
-        workers = require_ray()
-        workers.connect(run.ray_address, num_cpus=max(os.cpu_count() or 1, run.runners + 1))
         args = lambda i: (cfg.env, model_fn, cfg.search, cfg.discount,  # noqa: E731
                           derive_seed(run.seed, "self-play", i))  # fmt: skip
-        return workers.WorkerPool(LatentSelfPlay, args, run.runners, name="self-play",
-                                  max_restarts=run.max_worker_restarts,
-                                  on_restart=self._on_restart)  # fmt: skip
+        local = (cfg.env, model_fn, cfg.search, cfg.discount, run.seed)
+        return self_play_pool(LatentSelfPlay, args, run, self.device, self._on_restart, local)
 
     def _on_restart(self, i: int) -> None:
         """A restarted worker starts new episodes with its seed; it needs the weights."""
