@@ -478,12 +478,8 @@ def _eval(args: argparse.Namespace) -> int:
         checkpoint=checkpoint if pools else None,
     )  # fmt: skip
     report = evaluation.statistics(args.episodes, args.seed, deterministic=not args.stochastic)
-    report["run"] = str(args.run_dir)
-    if args.json == "-":
-        print(json.dumps(report, indent=2))
+    if _write_report(args, report):
         return 0
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
     for line in _eval_lines(report, report["env"], args.episodes):
         console.print(line, highlight=False, markup=False)
     if args.video:
@@ -505,13 +501,17 @@ def _eval_matches(args: argparse.Namespace, checkpoint: Any) -> int:
     a minimax player, ``--episodes`` games each (half of them first)."""
     from shoal.api import game_report
 
+    unused = [flag for flag, given in (("--fixed", args.fixed), ("--video", args.video),
+                                       ("--stochastic", args.stochastic),
+                                       ("--env.kwargs", args.env_kwargs)) if given]  # fmt: skip
+    if unused:
+        raise ShoalError(
+            f"{', '.join(unused)}: a run that plays a two-player game is evaluated by matches "
+            "of its search against a random and a minimax player, which take none of these"
+        )
     report = game_report(checkpoint, args.episodes, args.seed)
-    report["run"] = str(args.run_dir)
-    if args.json == "-":
-        print(json.dumps(report, indent=2))
+    if _write_report(args, report):
         return 0
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
     console.print(f"{args.episodes} games each on {report['env']}, the search "
                   f"({report['simulations']} simulations) with the trained network:",
                   highlight=False, markup=False)  # fmt: skip
@@ -520,6 +520,19 @@ def _eval_matches(args: argparse.Namespace, checkpoint: Any) -> int:
                       f"{result['losses']} losses (score {100 * result['score']:.1f}%)",
                       highlight=False, markup=False)  # fmt: skip
     return 0
+
+
+def _write_report(args: argparse.Namespace, report: dict[str, Any]) -> bool:
+    """Add the run to ``report`` and write it as ``--json`` asks; True when it was printed
+    (``--json`` alone), which is then all ``shoal eval`` prints."""
+    report["run"] = str(args.run_dir)
+    text = json.dumps(report, indent=2)
+    if args.json == "-":
+        print(text)
+        return True
+    if args.json:
+        Path(args.json).write_text(text + "\n")
+    return False
 
 
 def _env_kwargs(words: list[str]) -> dict[str, Any]:

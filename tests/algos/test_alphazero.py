@@ -1,6 +1,8 @@
 """AlphaZero: a smoke run through `shoal.train`, exact resume, loading the trained network,
 refused settings, and learning tic-tac-toe against perfect play."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -8,6 +10,7 @@ from state_helpers import assert_states_equal, metric_rows
 
 import shoal
 from shoal.algos.planning.alphazero import AlphaZero, AlphaZeroConfig
+from shoal.cli import main
 from shoal.config import replace
 from shoal.errors import ConfigError
 from shoal.search.arena import SearchPlayer, match
@@ -49,6 +52,10 @@ def test_smoke_trains_and_deploys_the_network(env_id, tmp_path):
     assert report["env"] == env_id and report["games"] == 2
     for outcome in report["opponents"].values():
         assert outcome["wins"] + outcome["draws"] + outcome["losses"] == 2
+    out = tmp_path / "report.json"
+    assert main(["eval", str(result.run_dir), "--episodes", "2", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["opponents"].keys() == report["opponents"].keys()
+    assert main(["eval", str(result.run_dir), "--video", str(tmp_path / "v.gif")]) == 2
 
 
 @pytest.mark.parametrize("env_id", ["openspiel:connect_four",
