@@ -29,7 +29,7 @@ from shoal.envs.snapshot import EnvStateUnsupported
 from shoal.errors import ConfigError
 from shoal.search import MCTSConfig, search, subtree, visit_policy
 from shoal.search.arena import choose
-from shoal.search.mcts import gumbel_action, improved_policy
+from shoal.search.gumbel import gumbel_action, improved_policy
 from shoal.search.models import GameModel, LatentModel, decode
 from shoal.search.tree import clear, restore_tree, tree_arrays
 from shoal.seeding import derive_seed

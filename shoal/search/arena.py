@@ -15,7 +15,8 @@ import numpy as np
 import torch
 
 from shoal.envs.games import Game
-from shoal.search.mcts import MCTSConfig, gumbel_action, search, visit_policy
+from shoal.search.gumbel import gumbel_action
+from shoal.search.mcts import MCTSConfig, search, visit_policy
 from shoal.search.minimax import MinimaxPlayer, RandomPlayer
 from shoal.search.models import Evaluator, GameModel, LatentModel
 

@@ -10,15 +10,8 @@ import torch
 
 from shoal.errors import ConfigError
 from shoal.search import Expansion, MCTSConfig, search, subtree, visit_policy
-from shoal.search.mcts import (
-    add_root_noise,
-    backup,
-    expand,
-    gumbel_action,
-    halving_schedule,
-    improved_policy,
-    puct_scores,
-)
+from shoal.search.gumbel import gumbel_action, halving_schedule, improved_policy
+from shoal.search.mcts import add_root_noise, backup, expand, puct_scores
 from shoal.search.tree import UNVISITED, empty_tree
 
 PLAIN = MCTSConfig(num_simulations=1, dirichlet_fraction=0.0, normalize_values=False)
