@@ -52,10 +52,8 @@ class SearchPlayer:
 
     def act(self, states: list[Any], moves: list[int]) -> list[int]:
         tree = search(self.model, list(states), self.config)
-        if self.config.gumbel:  # no generator: the best of the top-m moves by the prior
-            return gumbel_action(tree, self.config).tolist()
         sample = torch.tensor([m < self.sampled_moves for m in moves])
-        return choose(visit_policy(tree, 1.0), sample, self.rng).tolist()
+        return _moves(tree, self.config, sample, self.rng)
 
 
 class LatentPlayer:
@@ -73,10 +71,16 @@ class LatentPlayer:
         obs = torch.as_tensor(np.stack([self.game.observation(s) for s in states]), device=device)
         legal = torch.as_tensor(np.stack([self.game.legal(s) for s in states]))
         tree = search(LatentModel(self.net, self.discount, legal), obs, self.config)
-        if self.config.gumbel:
-            return gumbel_action(tree, self.config).tolist()
-        never = torch.zeros(len(states), dtype=torch.bool)
-        return choose(visit_policy(tree, 1.0).cpu(), never, self.rng).tolist()
+        return _moves(tree, self.config, torch.zeros(len(states), dtype=torch.bool), self.rng)
+
+
+def _moves(tree: Any, config: MCTSConfig, sample: torch.Tensor,
+           rng: np.random.Generator) -> list[int]:  # fmt: skip
+    """A player's moves after its search: Gumbel's (no generator: the best of the top-m
+    moves by the prior), else `choose` over the root's visits."""
+    if config.gumbel:
+        return gumbel_action(tree, config).tolist()
+    return choose(visit_policy(tree, 1.0).cpu(), sample, rng).tolist()
 
 
 @dataclass
