@@ -30,7 +30,7 @@ $(STAMP): $(CORE_STAMP)
 	touch $(STAMP)
 
 $(BENCH_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,video,mujoco,pettingzoo,atari,ray,sumo,smarts,export,report,tune,wandb,mlflow,cma,openspiel,box2d,bench]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,video,mujoco,pettingzoo,atari,ray,sumo,smarts,export,report,tune,wandb,mlflow,cma,openspiel,box2d,offline,bench]'
 	touch $(BENCH_STAMP)
 
 train: $(CORE_STAMP)

@@ -1,9 +1,18 @@
 """shoal: reinforcement learning on PyTorch, single and multi-agent, laptop to Ray cluster."""
 
-from shoal.api import build_config, evaluate, load, make_env, train
+from shoal.api import build_config, collect, evaluate, load, make_env, train
 from shoal.experiment import experiment
 from shoal.registry import ALGORITHMS
 
 __version__ = "0.1.0"
 
-__all__ = ["ALGORITHMS", "build_config", "evaluate", "experiment", "load", "make_env", "train"]
+__all__ = [
+    "ALGORITHMS",
+    "build_config",
+    "collect",
+    "evaluate",
+    "experiment",
+    "load",
+    "make_env",
+    "train",
+]

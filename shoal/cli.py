@@ -165,6 +165,39 @@ def main(argv: list[str] | None = None) -> int:
     export_p.add_argument(
         "--output", help="file to write (default: RUN/policy.onnx or RUN/policy.pt)"
     )
+    collect_p = commands.add_parser(
+        "collect", help="record a policy's episodes (or a run's replay) as a Minari dataset"
+    )
+    collect_p.add_argument("run_dir", nargs="?", help="the run whose policy acts (omit: random)")
+    collect_p.add_argument("--out", required=True, help="the new dataset directory")
+    collect_p.add_argument("--episodes", type=int, default=100, help="episodes to record")
+    collect_p.add_argument("--env", help="env id (random policy; or another env for the run)")
+    collect_p.add_argument(
+        "--noise", type=float, default=0.0,
+        help="Gaussian noise on continuous actions, std in half action ranges (medium data)",
+    )  # fmt: skip
+    collect_p.add_argument(
+        "--epsilon", type=float, default=0.0,
+        help="probability of a uniformly random action per step (mixed-quality data)",
+    )  # fmt: skip
+    collect_p.add_argument("--stochastic", action="store_true", help="sample the run's actions")
+    collect_p.add_argument(
+        "--from-replay", action="store_true",
+        help="export the replay buffer the run saved (--replay.save) instead of acting",
+    )  # fmt: skip
+    collect_p.add_argument(
+        "--expert", help="the run whose mean return is the dataset's 100 (default: RUN)"
+    )
+    collect_p.add_argument(
+        "--ref-episodes", type=int, default=10,
+        help="episodes of the random and expert policies behind the reference scores",
+    )  # fmt: skip
+    collect_p.add_argument("--num-envs", type=int, default=8, help="envs stepped in parallel")
+    collect_p.add_argument("--seed", type=int, default=0, help="seed of the envs and noise")
+    collect_p.add_argument(
+        "--trust-code", action="store_true",
+        help="import users' modules from the directories the runs record",
+    )  # fmt: skip
     list_p = commands.add_parser("list", help="algorithms and tuned examples")
     list_p.add_argument(
         "--envs", action="store_true", help="environment ids that work here, grouped"
@@ -185,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
             return _report(args)
         if args.command == "tune":
             return _tune(args)
+        if args.command == "collect":
+            return _collect(args)
         return _list(args)
     except ShoalError as exc:
         console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
@@ -193,6 +228,33 @@ def main(argv: list[str] | None = None) -> int:
         # On a terminal the cursor stands after the echoed ^C: start a line of its own.
         console.print(("\n" if console.is_terminal else "") + "aborted", highlight=False)
         return EXIT_INTERRUPTED
+
+
+def _collect(args: argparse.Namespace) -> int:
+    from shoal.api import collect
+    from shoal.data.offline import read_dataset
+
+    for name in ("episodes", "ref_episodes", "num_envs"):
+        if getattr(args, name) < 1:
+            raise ShoalError(f"--{name.replace('_', '-')} must be >= 1")
+    if args.noise < 0 or not 0 <= args.epsilon <= 1:
+        raise ShoalError("--noise must be >= 0 and --epsilon in [0, 1]")
+    path = collect(
+        args.out, args.run_dir, episodes=args.episodes, env=args.env, noise=args.noise,
+        epsilon=args.epsilon, stochastic=args.stochastic, from_replay=args.from_replay,
+        expert=args.expert, ref_episodes=args.ref_episodes, num_envs=args.num_envs,
+        seed=args.seed, trust_code=args.trust_code,
+    )  # fmt: skip
+    data = read_dataset(path)
+    returns = data.returns()
+    line = (f"wrote {path}: {len(returns)} episodes, {data.num_steps:,} steps of "
+            f"{data.env_id}, mean return {returns.mean():.1f}")  # fmt: skip
+    score = data.normalized_score(float(returns.mean()))
+    if score is not None:
+        line += (f" (normalized {score:.1f}: random {data.ref_min_score:.1f}, expert "
+                 f"{data.ref_max_score:.1f})")  # fmt: skip
+    console.print(line, highlight=False)
+    return 0
 
 
 def _split_train_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -246,6 +308,11 @@ def _train(args: argparse.Namespace, rest: list[str]) -> int:
         spec = get_algorithm(example.algo)
         base = example.build_config()
     elif args.algo:
+        if args.algo == "iql" and any(a.split("=")[0] == "--dataset" for a in rest):
+            raise ShoalError(
+                "iql is independent Q-learning for teams of agents; implicit Q-learning on a "
+                "dataset is iql-offline (shoal train iql-offline --dataset DIR)"
+            )
         spec = get_algorithm(args.algo)
         base = spec.default_config()
     elif args.help:
@@ -257,7 +324,9 @@ def _train(args: argparse.Namespace, rest: list[str]) -> int:
     rest = whole_numbers(spec.config_cls, rest)
     rest += ["--help"] if args.help else []
     config = tyro.cli(spec.config_cls, default=base, args=rest, prog=f"shoal train {spec.name}")
-    console.print(f"training [bold]{spec.name}[/] on [bold]{config.env.id}[/]", highlight=False)
+    dataset = getattr(config, "dataset", "")
+    where = f"the dataset {dataset}" if dataset else config.env.id
+    console.print(f"training [bold]{spec.name}[/] on [bold]{where}[/]", highlight=False)
     result = train(config, resume=args.resume, trust_code=args.trust_code)
     _print_result(result)
     return EXIT_INTERRUPTED if result.stop_reason == "interrupted" else 0

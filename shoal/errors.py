@@ -33,3 +33,7 @@ class NaNLossError(ShoalError, FloatingPointError):
 
 class DistributedError(ShoalError):
     """Ray is missing, the cluster cannot be reached, or workers keep failing."""
+
+
+class DatasetError(ShoalError, ValueError):
+    """An offline dataset is missing, corrupt, or does not fit the env or the learner."""

@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from shoal.algos.continuous import d4pg, ddpg, sac, td3
+from shoal.algos.cores import offline as offline_core
 from shoal.algos.evolution import ars, cmaes, es, ga
 from shoal.algos.multi_agent import ctedd, distributed_maddpg, maddpg, multi_policy, qmix
+from shoal.algos.offline import bc, cql, iql, td3_bc
 from shoal.algos.planning import alphazero, muzero, planner
 from shoal.algos.policy_gradient import a2c, a3c, appo, ddppo, impala, pg, ppo, trpo
 from shoal.algos.value import apex, dqn, tabular
@@ -36,6 +38,9 @@ class AlgorithmSpec:
     of nested blocks."""
     backends: tuple[str, ...] = ("auto", "torch")
     """The ``model.backend`` values its learner supports (numpy: PPO's and A2C's)."""
+    prepare: Callable[[Any], Any] | None = None
+    """``prepare(config) -> config``, before anything is built: settings read from outside
+    the config (an offline learner's env from its dataset)."""
 
     def default_config(self, **overrides: Any) -> Any:
         """The config this name starts from: ``config_cls()`` with ``defaults``, then
@@ -43,8 +48,9 @@ class AlgorithmSpec:
         return replace(self.config_cls(), **{**self.defaults, **overrides})
 
     def matches(self, config: Any) -> bool:
-        """``config`` is of this name's class and has every one of its default values."""
-        return isinstance(config, self.config_cls) and all(
+        """``config`` is of this name's class (not a subclass: TD3+BC's config extends TD3's)
+        and has every one of its default values."""
+        return type(config) is self.config_cls and all(
             _dotted(config, key) == value for key, value in self.defaults.items()
         )
 
@@ -198,6 +204,26 @@ for _name, _module, _config, _algorithm, _summary, _spaces in (
     ALGORITHMS[_name] = AlgorithmSpec(
         _name, _config, _algorithm, _module.build_model, _summary, _spaces
     )
+
+
+# Learning from a dataset (`shoal collect` writes one); ``iql`` is the multi-agent
+# independent Q-learning below, so implicit Q-learning is ``iql-offline``.
+for _name, _module, _config, _algorithm, _summary, _spaces in (
+    ("bc", bc, bc.BCConfig, bc.BC, "Behaviour cloning of a dataset's actions",
+     "Box (bounded), Discrete"),
+    ("cql", cql, cql.CQLConfig, cql.CQL,
+     "CQL: SAC with a conservative penalty on unseen actions (offline, then online)",
+     "Box (bounded), Discrete"),
+    ("iql-offline", iql, iql.IQLConfig, iql.IQL,
+     "Implicit Q-learning: expectile values, advantage-weighted policy (offline, then online)",
+     "Box (bounded), Discrete"),
+    ("td3-bc", td3_bc, td3_bc.TD3BCConfig, td3_bc.TD3BC,
+     "TD3+BC: TD3 whose actor also clones the dataset's actions (offline)", "Box (bounded)"),
+):  # fmt: skip
+    ALGORITHMS[_name] = AlgorithmSpec(
+        _name, _config, _algorithm, _module.build_model, _summary, _spaces,
+        prepare=offline_core.prepare,
+    )  # fmt: skip
 
 
 # Tabular TD control: one config class, one name per update rule (``spec.defaults`` sets the

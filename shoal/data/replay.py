@@ -313,6 +313,14 @@ class ReplayBuffer:
             priorities = priorities.detach().cpu().numpy()
         self.priorities.update(np.asarray(indices, np.int64), priorities)
 
+    def rng_state(self) -> dict[str, Any]:
+        """The sampling generator's state alone (a buffer refilled from a dataset needs no
+        more to sample exactly as before)."""
+        return self._rng.bit_generator.state
+
+    def set_rng_state(self, state: dict[str, Any]) -> None:
+        self._rng.bit_generator.state = state
+
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue exactly: the written rows (views, not copies: save
         before adding more), counters, the sampling generator and the priorities."""

@@ -1,5 +1,5 @@
-"""Actors of the off-policy actor-critics: deterministic (DDPG, TD3, D4PG), squashed Gaussian
-(SAC) and categorical (discrete SAC).
+"""Actors of the off-policy actor-critics: deterministic (DDPG, TD3, D4PG, TD3+BC), squashed
+Gaussian (SAC, CQL), Gaussian with a tanh mean (IQL) and categorical (discrete SAC).
 
 Every actor works in the unit box ``[-1, 1]^d`` internally and hands the env actions in its own
 bounds through `ActionScaler`. Each also carries ``random_actions``, a persistent buffer that
@@ -18,6 +18,7 @@ from collections.abc import Callable
 import gymnasium as gym
 import torch
 from torch import nn
+from torch.distributions import Normal
 from torch.nn import functional as F
 
 from shoal.config import ModelConfig, NoiseConfig
@@ -197,6 +198,44 @@ class SquashedGaussianActor(_Actor):
     def explore(self, obs: torch.Tensor) -> torch.Tensor:
         mean, log_std = self(obs)
         return self.scaler.to_env(torch.tanh(mean + log_std.exp() * torch.randn_like(mean)))
+
+    def uniform(self, obs: torch.Tensor) -> torch.Tensor:
+        unit = torch.rand(obs.shape[0], self.action_dim, device=obs.device) * 2 - 1
+        return self.scaler.to_env(unit)
+
+
+class GaussianActor(_Actor):
+    """``a ~ N(tanh(W h(s) + b), diag(std)^2)`` with a state-independent ``std``, clipped to
+    the unit box when acting: IQL's policy (Kostrikov et al. 2021), whose log-density of a
+    dataset's actions needs no inverse tanh (which diverges at the bounds, where offline
+    data often sits)."""
+
+    def __init__(self, obs_space: gym.Space, action_space: gym.Space, model: ModelConfig):
+        super().__init__(obs_space, model)
+        space = check_bounded_box(action_space, "a Gaussian actor")
+        self.action_dim = space.shape[0]
+        self.mean = linear(self.body.out_dim, self.action_dim, POLICY_GAIN)
+        self.log_std = nn.Parameter(torch.zeros(self.action_dim))
+        self.scaler = ActionScaler(space)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """``[N, ...]`` observations -> ``[N, d]`` mean unit-box actions."""
+        return torch.tanh(self.mean(self.features(obs)))
+
+    def std(self) -> torch.Tensor:
+        return self.log_std.clamp(LOG_STD_MIN, LOG_STD_MAX).exp()
+
+    def log_prob(self, obs: torch.Tensor, unit_actions: torch.Tensor) -> torch.Tensor:
+        """``[N]`` log-densities of ``[N, d]`` unit-box actions."""
+        return Normal(self(obs), self.std()).log_prob(unit_actions).sum(dim=-1)
+
+    def greedy(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.scaler.to_env(self(obs))
+
+    def explore(self, obs: torch.Tensor) -> torch.Tensor:
+        mean = self(obs)
+        noisy = mean + self.std() * torch.randn_like(mean)
+        return self.scaler.to_env(noisy.clamp(-1.0, 1.0))
 
     def uniform(self, obs: torch.Tensor) -> torch.Tensor:
         unit = torch.rand(obs.shape[0], self.action_dim, device=obs.device) * 2 - 1

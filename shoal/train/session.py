@@ -257,6 +257,8 @@ class Session:
             metrics = evaluate_joint(policy, self.eval_env, seed)
         else:
             metrics = evaluate(policy, self.eval_env, seed)
+        if hasattr(self.algorithm, "eval_metrics"):  # e.g. an offline learner's normalized score
+            metrics.update(self.algorithm.eval_metrics(metrics))
         self.loop.eval_return, self.loop.eval_step = metrics["eval/return"], self.steps
         return metrics
 

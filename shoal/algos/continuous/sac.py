@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import gymnasium as gym
 import torch
@@ -79,9 +80,38 @@ def default_target_entropy(action_space: gym.Space) -> float:
     return -float(action_space.shape[0])
 
 
+class CriticPenalty(Protocol):
+    """A term added to the critic's loss (CQL's conservative penalty), passed to `SACLearner`
+    as a part: its parameters join the optimizer, its state the checkpoints."""
+
+    def param_groups(self) -> list[tuple[list[nn.Parameter], float]]: ...
+
+    def __call__(
+        self,
+        core: ActorCriticCore,
+        batch: ReplayBatch,
+        data_q: torch.Tensor,
+        all_q: torch.Tensor | None,
+    ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """Losses and metrics from the critics' ``[M, N]`` Q-values of the batch's actions
+        (and ``[M, N, A]`` of every discrete action)."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
 class SACLearner(ActorCriticLearner):
-    def __init__(self, config: SACConfig, obs_space: gym.Space, action_space: gym.Space):
+    def __init__(
+        self,
+        config: SACConfig,
+        obs_space: gym.Space,
+        action_space: gym.Space,
+        penalty: CriticPenalty | None = None,
+    ):
         self.config = config
+        self.penalty = penalty
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         actor = build_model(config, obs_space, action_space)
         if self.discrete:  # Q(s, .): one output per action
@@ -95,9 +125,9 @@ class SACLearner(ActorCriticLearner):
             if config.target_entropy is None
             else config.target_entropy
         )
-        extra = None
+        extra = [] if penalty is None else penalty.param_groups()
         if config.learn_alpha:
-            extra = (self.log_alpha, config.alpha_lr or config.optim.lr)
+            extra.append(([self.log_alpha], config.alpha_lr or config.optim.lr))
         self.core = ActorCriticCore(config, actor, critic, target_actor=False, extra=extra)
 
     def update(self, batch: ReplayBatch) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
@@ -113,10 +143,11 @@ class SACLearner(ActorCriticLearner):
         target = soft_q_target(returns, discounts, next_q, next_log_prob, alpha)
         q = core.critic(batch.obs, core.unit_actions(batch.actions)).squeeze(-1)
         critic_loss, priorities = ensemble_td_loss(q, target, batch.weights, cfg.critic_loss)
+        extra = self._penalty(batch, q, None)
         actions, log_prob = core.actor.sample(batch.obs)
         policy_q = core.critic(batch.obs, actions, detach_weights=True).squeeze(-1)
         actor_loss = sac_actor_loss(policy_q, log_prob, alpha)
-        return self._finish(critic_loss, actor_loss, log_prob, q, alpha, priorities)
+        return self._finish(critic_loss, actor_loss, log_prob, q, alpha, priorities, extra)
 
     def _update_discrete(self, batch: ReplayBatch):
         cfg, core = self.config, self.core
@@ -130,14 +161,20 @@ class SACLearner(ActorCriticLearner):
         index = batch.actions.long().view(1, -1, 1).expand(q_all.shape[0], -1, 1)
         q = q_all.gather(-1, index).squeeze(-1)
         critic_loss, priorities = ensemble_td_loss(q, target, batch.weights, cfg.critic_loss)
+        extra = self._penalty(batch, q, q_all)
         probs = core.actor(batch.obs)
         actor_loss = discrete_sac_actor_loss(probs, q_all, alpha)
         expected_log_prob = (probs * probs.clamp_min(1e-8).log()).sum(dim=-1)
-        return self._finish(critic_loss, actor_loss, expected_log_prob, q, alpha, priorities)
+        return self._finish(critic_loss, actor_loss, expected_log_prob, q, alpha, priorities, extra)
 
-    def _finish(self, critic_loss, actor_loss, log_prob, q, alpha, priorities):
-        losses = {"critic": critic_loss, "actor": actor_loss}
+    def _penalty(self, batch, q, q_all):
+        """The critic penalty's losses and metrics (none without a penalty)."""
+        return ({}, {}) if self.penalty is None else self.penalty(self.core, batch, q, q_all)
+
+    def _finish(self, critic_loss, actor_loss, log_prob, q, alpha, priorities, extra):
+        losses = {"critic": critic_loss, "actor": actor_loss, **extra[0]}
         metrics = {
+            **extra[1],
             "loss/critic": critic_loss.detach(),
             "loss/actor": actor_loss.detach(),
             "train/q_mean": q.detach().mean(),
@@ -153,12 +190,17 @@ class SACLearner(ActorCriticLearner):
         return metrics, priorities
 
     def state_dict(self):
-        return {**self.core.state_dict(), "log_alpha": self.log_alpha.detach().clone()}
+        state = {**self.core.state_dict(), "log_alpha": self.log_alpha.detach().clone()}
+        if self.penalty is not None:
+            state["penalty"] = self.penalty.state_dict()
+        return state
 
     def load_state_dict(self, state):
         self.core.load_state_dict(state)
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
+        if self.penalty is not None:
+            self.penalty.load_state_dict(state["penalty"])
 
 
 class SAC(ReplayAlgorithm):

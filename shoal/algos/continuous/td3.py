@@ -8,6 +8,7 @@ networks and the pure losses of `shoal.losses.actor_critic`, not its class.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,9 +53,26 @@ class TD3Config(ActorCriticReplayConfig):
         check(self, "target_noise_clip", self.target_noise_clip >= 0, "must be >= 0")
 
 
+ActorObjective = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+"""``objective(q, policy_actions, data_actions)``: the actor's loss from the first critic's
+``[N]`` values of its ``[N, d]`` unit-box actions (and the batch's actions); TD3+BC passes
+its own."""
+
+
+def _deterministic_objective(q, policy_actions, data_actions):
+    return deterministic_actor_loss(q)
+
+
 class TD3Learner(ActorCriticLearner):
-    def __init__(self, config: TD3Config, obs_space: gym.Space, action_space: gym.Space):
+    def __init__(
+        self,
+        config: TD3Config,
+        obs_space: gym.Space,
+        action_space: gym.Space,
+        actor_objective: ActorObjective = _deterministic_objective,
+    ):
         self.config = config
+        self.actor_objective = actor_objective
         actor = build_model(config, obs_space, action_space)
         critic = deterministic_critic(config, obs_space, action_space, out_dim=1, members=2)
         self.core = ActorCriticCore(config, actor, critic, target_actor=True)
@@ -71,13 +89,17 @@ class TD3Learner(ActorCriticLearner):
             )
             next_q = core.target_critic(batch.next_obs, next_actions).squeeze(-1)
         target = twin_min_target(returns, discounts, next_q)
-        q = core.critic(batch.obs, core.unit_actions(batch.actions)).squeeze(-1)
+        data_actions = core.unit_actions(batch.actions)
+        q = core.critic(batch.obs, data_actions).squeeze(-1)
         critic_loss, priorities = ensemble_td_loss(q, target, batch.weights, cfg.critic_loss)
         update_actor = (core.grad_steps + 1) % cfg.policy_delay == 0
         losses = {"critic": critic_loss}
         if update_actor:  # the actor follows the first critic, as in the paper
-            policy_q = core.critic(batch.obs, core.actor(batch.obs), detach_weights=True)
-            self.actor_loss = losses["actor"] = deterministic_actor_loss(policy_q[0, :, 0])
+            actions = core.actor(batch.obs)
+            policy_q = core.critic(batch.obs, actions, detach_weights=True)
+            self.actor_loss = losses["actor"] = self.actor_objective(
+                policy_q[0, :, 0], actions, data_actions
+            )
         core.step(losses)
         if update_actor:
             core.update_targets()

@@ -11,6 +11,7 @@ from the pure losses of `shoal.losses.actor_critic`. The act-store-learn iterati
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -108,7 +109,8 @@ class ActorCriticCore:
         config: an `ActorCriticReplayConfig`.
         actor, critic: the online networks.
         target_actor: keep a target copy of the actor (DDPG, TD3, D4PG; SAC has none).
-        extra: further parameters (SAC's log-temperature) with their learning rate.
+        extra: further parameter groups with their learning rates (SAC's log-temperature,
+            CQL's penalty weight).
     """
 
     def __init__(
@@ -117,7 +119,7 @@ class ActorCriticCore:
         actor: nn.Module,
         critic: nn.Module,
         target_actor: bool,
-        extra: tuple[nn.Parameter, float] | None = None,
+        extra: Sequence[tuple[Sequence[nn.Parameter], float]] = (),
     ):
         self.config = config
         self.device = resolve_device(config.run.device)
@@ -135,8 +137,8 @@ class ActorCriticCore:
             # Adam's weight_decay adds wd * w to the gradient: the gradient of (wd / 2) ||w||^2.
             {"params": self.critic_params, "weight_decay": 2.0 * config.critic_l2},
         ]
-        if extra is not None:  # created on the run's device by the learner
-            groups.append({"params": [extra[0]], "lr": extra[1]})
+        for params, lr in extra:  # created on the run's device by the learner
+            groups.append({"params": list(params), "lr": lr})
         self.optimizer = build_optimizer(groups, "adam", optim.lr, optim.eps)
         self.scaler = grad_scaler(config.model.precision, self.device)
         self._critic_pairs = (list(self.target_critic.parameters()), self.critic_params)

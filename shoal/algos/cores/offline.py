@@ -1,0 +1,281 @@
+"""What the offline learners (BC, CQL, IQL, TD3+BC) share: their settings, and the iteration
+that learns from a dataset without stepping an env, then, when asked, online.
+
+Offline, an iteration is ``replay.gradient_steps`` updates on batches of the dataset (laid
+out as a `ReplayBuffer` by `shoal.data.offline`), and the run's progress (``env_steps``,
+what ``run.total_steps`` and the evaluation cadence count) is the number of transitions
+learned from: ``batch_size`` per update. The env is built for evaluation only.
+
+Online (``online``, usually ``shoal train --resume RUN --online --run.total-steps N``): the
+learner continues from its offline weights; each iteration acts for ``rollout_steps``
+vector steps, adds them to the replay that holds the whole dataset, and learns, as
+`shoal.algos.cores.off_policy.ReplayAlgorithm` does; progress then adds env steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import gymnasium as gym
+from torch import nn
+
+from shoal.algos.cores.actor_critic_replay import ActorCriticReplayConfig
+from shoal.algos.cores.off_policy import ReplayLearner, learn_from_replay
+from shoal.backend import uncompiled_copy
+from shoal.collect import EnvRunner, LocalSampler
+from shoal.config import EnvConfig, OptimConfig, ReplayConfig, RunConfig, check
+from shoal.data.offline import OfflineDataset, dataset_env, read_dataset
+from shoal.envs import make_env
+from shoal.envs.base import find_wrapper
+from shoal.envs.normalize import NormalizeObservation
+from shoal.errors import ConfigError, DatasetError
+from shoal.policy import ActorPolicy
+from shoal.seeding import derive_seed
+
+FROM_DATASET = "dataset"
+"""``env.id`` of an offline learner that evaluates on the env its dataset records."""
+
+
+@dataclass(frozen=True)
+class OfflineConfig(ActorCriticReplayConfig):
+    """Settings shared by the offline learners; the replay, network and optimizer settings
+    are `ActorCriticReplayConfig`'s. Progress counts transitions learned from (``batch_size``
+    per update) while offline, and env steps once online."""
+
+    run: RunConfig = field(
+        default_factory=lambda: RunConfig(
+            total_steps=256 * 100_000, eval_every_steps=256 * 5_000, checkpoint_every_steps=0
+        )
+    )
+    optim: OptimConfig = field(
+        default_factory=lambda: OptimConfig(lr=3e-4, eps=1e-8, max_grad_norm=None)
+    )
+    """Adam for every network (3e-4: IQL's, TD3+BC's and CQL's critic's)."""
+    env: EnvConfig = field(default_factory=lambda: EnvConfig(id=FROM_DATASET, num_envs=1))
+    """The env to evaluate on (and to act in online); "dataset": the one the dataset
+    records."""
+    replay: ReplayConfig = field(
+        default_factory=lambda: ReplayConfig(
+            buffer_size=1_000_000, batch_size=256, learning_starts=0
+        )
+    )
+    """Batch size and updates per iteration; buffer_size is the room for online steps
+    beside the dataset."""
+    dataset: str = ""
+    """A Minari dataset: its directory (as `shoal collect` writes it) or a local Minari id."""
+    normalize_obs: bool = True
+    """Standardize vector observations with the dataset's per-feature mean and std (frozen;
+    the deployed policy applies them too)."""
+    online: bool = False
+    """Continue online: act in the env, add the steps to the dataset's replay, learn."""
+
+    ONLINE: ClassVar[bool] = True
+    """Whether the learner can continue online (behaviour cloning cannot)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self, "replay", self.replay.prioritized == "none",
+              "offline learners sample uniformly: set replay.prioritized to none")  # fmt: skip
+        if self.online and not self.ONLINE:
+            raise ConfigError(
+                f"online: {type(self).__name__[:-6]} learns from the dataset only and cannot "
+                "continue online; IQL and CQL can (--online)"
+            )
+
+
+def prepare(config: OfflineConfig) -> OfflineConfig:
+    """Fill ``env`` from the dataset's records when it is "dataset" (before anything is
+    built): the id, and the options the data was collected with."""
+    if not config.dataset:
+        raise ConfigError(
+            f"{type(config).__name__}.dataset is empty: name a dataset with --dataset DIR "
+            "(write one with shoal collect)"
+        )
+    if config.env.id != FROM_DATASET:
+        return config
+    env = dataset_env(config.dataset)
+    if not env.get("id"):
+        if config.online or config.run.eval_every_steps or config.run.target_return is not None:
+            raise DatasetError(
+                f"the dataset {config.dataset} records no env: name one with --env ID, or "
+                "set --run.eval-every-steps 0 to learn without evaluating"
+            )
+        return config
+    settings = {
+        k: v for k, v in env.items() if k in {f.name for f in dataclasses.fields(EnvConfig)}
+    }
+    return dataclasses.replace(config, env=dataclasses.replace(config.env, **settings))
+
+
+def check_spaces(dataset: OfflineDataset, env_config: EnvConfig) -> None:
+    """Refuse an env whose spaces differ from the dataset's, before training."""
+    env = make_env(dataclasses.replace(env_config, num_envs=1, vectorization="sync",
+                                       normalize_obs=False))  # fmt: skip
+    try:
+        pairs = (("observation", env.observation_space, dataset.observation_space),
+                 ("action", env.action_space, dataset.action_space))  # fmt: skip
+        for what, ours, theirs in pairs:
+            if not _same_space(ours, theirs):
+                raise DatasetError(
+                    f"the dataset's {what} space {theirs} does not match {env_config.id}'s "
+                    f"{ours}: evaluate on the env the data came from"
+                )
+    finally:
+        env.close()
+
+
+def _same_space(a: gym.Space, b: gym.Space) -> bool:
+    if isinstance(a, gym.spaces.Box) and isinstance(b, gym.spaces.Box):
+        return a.shape == b.shape  # bounds may be written with other precision
+    return a == b
+
+
+class OfflineAlgorithm:
+    """Learn from ``config.dataset``; online too when ``config.online``.
+
+    Args:
+        config: an `OfflineConfig`.
+        learner_fn: ``learner_fn(config, obs_space, action_space)`` builds a `ReplayLearner`.
+        model_fn: ``model_fn(config, obs_space, action_space)`` builds its acting network.
+    """
+
+    def __init__(
+        self,
+        config: OfflineConfig,
+        learner_fn: Callable[[Any, gym.Space, gym.Space], ReplayLearner],
+        model_fn: Callable[[Any, gym.Space, gym.Space], nn.Module],
+    ):
+        self.config = config
+        self.dataset = dataset = read_dataset(config.dataset)
+        if config.env.id != FROM_DATASET:
+            check_spaces(dataset, config.env)
+        self.deploy_spaces = (dataset.observation_space, dataset.action_space)
+        self.obs_stats = None
+        if config.normalize_obs and dataset.normalizes():
+            self.obs_stats = dataset.obs_stats()
+        self.learner = learner_fn(config, *self.deploy_spaces)
+        self.learner.set_random_actions(False)
+        self.model_fn = model_fn
+        self.sampler: LocalSampler | None = None
+        num_envs = config.env.num_envs if config.online else 1
+        self.replay = dataset.to_replay(
+            num_envs,
+            extra_capacity=config.replay.buffer_size if config.online else 0,
+            n_step=config.replay.n_step,
+            seed=derive_seed(config.run.seed, "replay", 0),
+            obs_stats=self.obs_stats,
+            clip_obs=config.env.clip_obs,
+            device=self.learner.device,
+        )
+        self.env_steps = 0
+        self.iteration = 0
+        self.online_from: int | None = None
+        """The step at which the run went online (None while offline)."""
+
+    # --- iterate --------------------------------------------------------------------------
+
+    def train_iteration(self) -> dict[str, float]:
+        if self.config.online:
+            return self._online_iteration()
+        metrics = learn_from_replay(self.config, self.replay, self.learner, self.env_steps)
+        self.env_steps += self.config.replay.gradient_steps * self.config.replay.batch_size
+        self.iteration += 1
+        return metrics
+
+    def _online_iteration(self) -> dict[str, float]:
+        if self.sampler is None:
+            self._go_online(derive_seed(self.config.run.seed, "env", 0))
+        self.sampler.set_weights(self.learner.get_weights())
+        rollout, episodes = self.sampler.sample()
+        self.replay.extend(*rollout.transitions())
+        self.env_steps += rollout.rewards.numel()
+        self.iteration += 1
+        metrics = learn_from_replay(self.config, self.replay, self.learner, self.env_steps)
+        metrics.update(episodes.metrics())
+        return metrics
+
+    def _go_online(self, seed: int) -> None:
+        """Build the sampler: its env standardizes observations with the dataset's frozen
+        statistics, as the learner saw them."""
+        config = self.config
+        env_config = dataclasses.replace(config.env, normalize_obs=self.obs_stats is not None)
+        runner = EnvRunner(
+            env_config,
+            lambda obs_space, action_space: self.model_fn(config, obs_space, action_space),
+            config.rollout_steps,
+            seed=seed,
+        )
+        wrapper = find_wrapper(runner.env, NormalizeObservation)
+        if wrapper is not None:
+            wrapper.stats.load_state_dict(self.obs_stats)
+            wrapper.training = False
+            runner.obs = runner.env.reset(seed=seed)  # observed again with the dataset's stats
+        self.sampler = LocalSampler(runner)
+        if self.online_from is None:
+            self.online_from = self.env_steps
+
+    # --- deploy and checkpoint ------------------------------------------------------------
+
+    def eval_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
+        """The evaluation's return as a normalized score (0: random, 100: the dataset's
+        expert), when the dataset records reference scores."""
+        score = self.dataset.normalized_score(metrics["eval/return"])
+        return {} if score is None else {"eval/normalized_score": score}
+
+    def policy(self) -> ActorPolicy:
+        return ActorPolicy(
+            uncompiled_copy(self.learner.policy_network), self.obs_stats, self.config.env.clip_obs
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        online = self.sampler is not None
+        return {
+            "learner": self.learner.state_dict(),
+            "replay_rng": self.replay.rng_state(),
+            "sampler": self.sampler.get_state() if online else None,
+            "replay": self.replay.state_dict() if online and self.config.replay.save else None,
+            "policy": {
+                "model": self.learner.policy_network.state_dict(),
+                "obs_stats": self.obs_stats,
+            },
+            "counters": {
+                "env_steps": self.env_steps,
+                "iteration": self.iteration,
+                "online_from": self.online_from,
+            },
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> bool:
+        """Restore; an offline checkpoint resumed with ``online`` goes online from it (its
+        replay: the whole dataset). Returns whether online envs continued mid-episode."""
+        self.learner.load_state_dict(state["learner"])
+        self.learner.set_random_actions(False)
+        counters = state["counters"]
+        self.env_steps, self.iteration = counters["env_steps"], counters["iteration"]
+        self.online_from = counters.get("online_from")
+        if state.get("sampler") is None:
+            self.replay.set_rng_state(state["replay_rng"])
+            if self.config.online:
+                print(f"note: going online from step {self.env_steps:,}; progress now adds env "
+                      "steps (raise --run.total-steps beyond it to act)")  # fmt: skip
+            return True
+        if not self.config.online:
+            raise ConfigError(
+                "this run had gone online; resume it with --online (or train offline anew "
+                "from its dataset)"
+            )
+        if state.get("replay") is not None:
+            self.replay.load_state_dict(state["replay"])
+        else:
+            self.replay.set_rng_state(state["replay_rng"])
+        fallback = derive_seed(self.config.run.seed, "env-restart", self.iteration)
+        self._go_online(fallback)
+        self.sampler.set_weights(self.learner.get_weights())
+        return self.sampler.set_state(state["sampler"], fallback) and state["replay"] is not None
+
+    def close(self) -> None:
+        if self.sampler is not None:
+            self.sampler.close()

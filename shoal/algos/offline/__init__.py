@@ -1,0 +1,1 @@
+"""Learning from a fixed dataset: behaviour cloning, CQL, IQL and TD3+BC."""

@@ -1,0 +1,91 @@
+"""Behaviour cloning (Pomerleau 1991, "Efficient training of artificial neural networks for
+autonomous navigation"): supervised learning of the dataset's actions, the baseline every
+offline learner is measured against.
+
+Discrete actions: a softmax policy trained by cross-entropy. Continuous actions: a
+deterministic tanh policy in the unit box trained by squared error. The dataset is the only
+teacher, so behaviour cloning cannot continue online.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import torch
+from torch import nn
+
+from shoal.algos.cores.offline import OfflineAlgorithm, OfflineConfig
+from shoal.backend import place
+from shoal.config import NoiseConfig
+from shoal.device import check_precision, resolve_device, to_device, to_host
+from shoal.losses.offline import behaviour_cloning_loss
+from shoal.nn.actors import CategoricalActor, DeterministicActor
+from shoal.optim import build_optimizer, minimize
+from shoal.types import ReplayBatch
+
+
+@dataclass(frozen=True)
+class BCConfig(OfflineConfig):
+    """Behaviour cloning settings; the rest are `OfflineConfig`'s (gamma, tau and the
+    critic's settings go unused)."""
+
+    ONLINE: ClassVar[bool] = False
+
+
+def build_model(config: BCConfig, obs_space: gym.Space, action_space: gym.Space) -> nn.Module:
+    if isinstance(action_space, gym.spaces.Discrete):
+        return CategoricalActor(obs_space, action_space, config.model)
+    return DeterministicActor(obs_space, action_space, config.model, NoiseConfig(scale=0.0))
+
+
+class BCLearner:
+    def __init__(self, config: BCConfig, obs_space: gym.Space, action_space: gym.Space):
+        self.config = config
+        self.device = resolve_device(config.run.device)
+        check_precision(config.model.precision, self.device)
+        self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        self.actor = place(build_model(config, obs_space, action_space), self.device)
+        self.optimizer = build_optimizer(
+            self.actor.parameters(), "adam", config.actor_lr or config.optim.lr, config.optim.eps
+        )
+        self.grad_steps = 0
+
+    def update(self, batch: ReplayBatch) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        batch = to_device(batch, self.device)
+        if self.discrete:
+            prediction, actions = self.actor.logits(self.actor.features(batch.obs)), batch.actions
+        else:
+            prediction, actions = self.actor(batch.obs), self.actor.scaler.to_unit(batch.actions)
+        loss = behaviour_cloning_loss(prediction, actions, self.discrete)
+        minimize({"policy": loss}, self.optimizer, self.config.optim.max_grad_norm)
+        self.grad_steps += 1
+        return {"loss/policy": loss.detach()}, batch.weights
+
+    @property
+    def policy_network(self) -> nn.Module:
+        return self.actor
+
+    def set_random_actions(self, on: bool) -> None:
+        self.actor.random_actions.fill_(on)
+
+    def get_weights(self) -> dict[str, torch.Tensor]:
+        return to_host(self.actor.state_dict())
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "actor": self.actor.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "grad_steps": self.grad_steps,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.actor.load_state_dict(state["actor"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.grad_steps = int(state["grad_steps"])
+
+
+class BC(OfflineAlgorithm):
+    def __init__(self, config: BCConfig):
+        super().__init__(config, BCLearner, build_model)

@@ -1,0 +1,122 @@
+"""Conservative Q-learning (Kumar et al. 2020, "Conservative Q-learning for offline
+reinforcement learning", arXiv:2006.04779): SAC whose critics are also pushed down on
+actions the dataset did not take and up on those it did, so that the policy does not chase
+the over-estimated values of actions it has never seen.
+
+CQL is `SACLearner` with a critic penalty passed in (`ConservativePenalty`), continuous and
+discrete. The penalty, CQL(H), is ``weight * (log sum_a exp Q(s, a) - Q(s, a_data))``; with
+continuous actions the log-sum-exp is estimated from uniformly random actions and the
+policy's actions at ``s`` and ``s'`` (the paper's appendix F). ``weight`` is fixed
+(``conservative_weight``), or tuned by dual gradient descent so that the gap stays near
+``lagrange_threshold`` (CQL-Lagrange). SAC's entropy temperature is tuned automatically.
+CQL continues online from its offline weights (``--online``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import torch
+from torch import nn
+
+from shoal.algos.continuous.sac import SACConfig, SACLearner, build_model
+from shoal.algos.cores.actor_critic_replay import ActorCriticCore
+from shoal.algos.cores.offline import OfflineAlgorithm, OfflineConfig
+from shoal.config import check, check_positive
+from shoal.device import resolve_device
+from shoal.losses.offline import cql_logsumexp, cql_penalty, lagrange_loss
+from shoal.types import ReplayBatch
+
+
+@dataclass(frozen=True)
+class CQLConfig(OfflineConfig, SACConfig):
+    """CQL's settings (the paper's MuJoCo ones: actor lr 1e-4, critic lr 3e-4, 10 sampled
+    actions); the SAC and offline settings are documented on `SACConfig` and
+    `OfflineConfig`."""
+
+    actor_lr: float | None = 1e-4
+    """Actor learning rate (None: optim.lr)."""
+    conservative_weight: float = 5.0
+    """The penalty's weight (the initial one with lagrange_threshold)."""
+    lagrange_threshold: float | None = None
+    """Tune the weight so that the penalty's gap stays near this (None: fixed weight)."""
+    action_samples: int = 10
+    """Continuous actions: random and policy actions sampled per state for the log-sum-exp."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_positive(self, "conservative_weight", "action_samples")
+        if self.lagrange_threshold is not None:
+            check(self, "lagrange_threshold", math.isfinite(self.lagrange_threshold),
+                  "must be finite")  # fmt: skip
+
+
+class ConservativePenalty:
+    """CQL(H)'s critic penalty, a part of `SACLearner` (see `CriticPenalty`)."""
+
+    def __init__(self, config: CQLConfig, action_space: gym.Space):
+        self.config = config
+        self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        self.action_dim = 0 if self.discrete else action_space.shape[0]
+        device = resolve_device(config.run.device)
+        initial = math.log(config.conservative_weight)
+        self.log_weight = nn.Parameter(torch.tensor(initial, device=device))
+
+    def param_groups(self) -> list[tuple[list[nn.Parameter], float]]:
+        if self.config.lagrange_threshold is None:
+            return []
+        return [([self.log_weight], self.config.optim.lr)]
+
+    def __call__(
+        self,
+        core: ActorCriticCore,
+        batch: ReplayBatch,
+        data_q: torch.Tensor,
+        all_q: torch.Tensor | None,
+    ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        soft_max = cql_logsumexp(all_q) if self.discrete else self._sampled_soft_max(core, batch)
+        penalty = cql_penalty(soft_max, data_q)
+        threshold = self.config.lagrange_threshold
+        weight = self.log_weight.detach().exp().clamp(max=1e6)
+        losses = {"conservative": weight * (penalty - (threshold or 0.0))}
+        if threshold is not None:
+            losses["lagrange"] = lagrange_loss(self.log_weight, penalty, threshold)
+        metrics = {"loss/conservative": penalty.detach(), "train/conservative_weight": weight}
+        return losses, metrics
+
+    def _sampled_soft_max(self, core: ActorCriticCore, batch: ReplayBatch) -> torch.Tensor:
+        """``[M, N]`` log-sum-exp estimates from random actions (density ``2^-d`` on the unit
+        box) and the policy's actions at ``s`` and ``s'`` (their own densities)."""
+        k, n = self.config.action_samples, batch.obs.shape[0]
+        obs = batch.obs.repeat_interleave(k, dim=0)
+        next_obs = batch.next_obs.repeat_interleave(k, dim=0)
+        with torch.no_grad():
+            policy_actions, policy_log_prob = core.actor.sample(obs)
+            next_actions, next_log_prob = core.actor.sample(next_obs)
+        uniform = torch.rand_like(policy_actions) * 2 - 1
+        uniform_log_prob = torch.full_like(policy_log_prob, -self.action_dim * math.log(2.0))
+        q = torch.cat(
+            [core.critic(obs, a).view(-1, n, k) for a in (uniform, policy_actions, next_actions)],
+            dim=-1,
+        )
+        log_density = torch.cat([uniform_log_prob, policy_log_prob, next_log_prob]).view(3, n, k)
+        return cql_logsumexp(q, log_density.permute(1, 0, 2).reshape(n, 3 * k))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"log_weight": self.log_weight.detach().clone()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        with torch.no_grad():
+            self.log_weight.copy_(state["log_weight"])
+
+
+def cql_learner(config: CQLConfig, obs_space: gym.Space, action_space: gym.Space) -> SACLearner:
+    return SACLearner(config, obs_space, action_space, ConservativePenalty(config, action_space))
+
+
+class CQL(OfflineAlgorithm):
+    def __init__(self, config: CQLConfig):
+        super().__init__(config, cql_learner, build_model)
