@@ -26,7 +26,7 @@ $(CORE_STAMP): pyproject.toml constraints.txt
 	touch $(CORE_STAMP)
 
 $(STAMP): $(CORE_STAMP)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,video,mujoco,pettingzoo,atari,ray,sumo,smarts,export,report,tune,wandb,mlflow,cma,openspiel,box2d]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,video,mujoco,pettingzoo,atari,ray,sumo,smarts,export,report,tune,wandb,mlflow,cma,openspiel,box2d,offline]'
 	touch $(STAMP)
 
 $(BENCH_STAMP): $(STAMP)
@@ -56,7 +56,7 @@ FLOOR_VENV ?= .venv-floor
 $(FLOOR_VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(FLOOR_VENV)
 	echo 'torch==$(TORCH_FLOOR)' > $(FLOOR_VENV)/constraints.txt
-	$(FLOOR_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -c $(FLOOR_VENV)/constraints.txt -e '.[dev,video,mujoco,pettingzoo,atari,ray,sumo,smarts,export,report,tune,wandb,mlflow,cma,openspiel,box2d]'
+	$(FLOOR_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -c $(FLOOR_VENV)/constraints.txt -e '.[dev,video,mujoco,pettingzoo,atari,ray,sumo,smarts,export,report,tune,wandb,mlflow,cma,openspiel,box2d,offline]'
 	touch $(FLOOR_VENV)/.installed
 
 test-floor: $(FLOOR_VENV)/.installed

@@ -60,6 +60,7 @@ EXTRAS = {
     "report": ("matplotlib",),
     "ray": ("ray",),
     "cma": ("cma",),
+    "offline": ("minari", "h5py"),
     "openspiel": ("pyspiel",),
     "box2d": ("Box2D",),
     "atari": ("ale_py", "cv2"),

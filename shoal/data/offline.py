@@ -290,7 +290,7 @@ def read_dataset(path: str | Path) -> OfflineDataset:
     try:
         storage = storage_cls.read(data)
         metadata = dict(storage.metadata)
-        raw = storage.get_episodes(range(storage.total_episodes))
+        raw = list(storage.get_episodes(range(storage.total_episodes)))
     except DatasetError:
         raise
     except Exception as exc:  # h5py, JSON and Minari's own errors on a damaged dataset

@@ -98,7 +98,7 @@ def prepare(config: OfflineConfig) -> OfflineConfig:
         return config
     env = dataset_env(config.dataset)
     if not env.get("id"):
-        if config.online or config.run.eval_every_steps or config.run.target_return is not None:
+        if needs_env(config):
             raise DatasetError(
                 f"the dataset {config.dataset} records no env: name one with --env ID, or "
                 "set --run.eval-every-steps 0 to learn without evaluating"
@@ -108,6 +108,12 @@ def prepare(config: OfflineConfig) -> OfflineConfig:
         k: v for k, v in env.items() if k in {f.name for f in dataclasses.fields(EnvConfig)}
     }
     return dataclasses.replace(config, env=dataclasses.replace(config.env, **settings))
+
+
+def needs_env(config: OfflineConfig) -> bool:
+    """Whether the run builds its env: to evaluate, or to act online."""
+    run = config.run
+    return config.online or bool(run.eval_every_steps) or run.target_return is not None
 
 
 def check_spaces(dataset: OfflineDataset, env_config: EnvConfig) -> None:
@@ -150,7 +156,7 @@ class OfflineAlgorithm:
     ):
         self.config = config
         self.dataset = dataset = read_dataset(config.dataset)
-        if config.env.id != FROM_DATASET:
+        if config.env.id != FROM_DATASET and needs_env(config):
             check_spaces(dataset, config.env)
         self.deploy_spaces = (dataset.observation_space, dataset.action_space)
         self.obs_stats = None
