@@ -178,6 +178,7 @@ def collect(
     from_replay: bool = False,
     expert: str | Path | None = None,
     ref_episodes: int = 10,
+    ref_max_score: float | None = None,
     num_envs: int = 8,
     seed: int = 0,
     trust_code: bool = False,
@@ -190,7 +191,8 @@ def collect(
     ``run`` is None, or, with ``from_replay``, from the replay buffer ``run`` saved
     (``--replay.save``). The dataset records its reference scores over ``ref_episodes``
     episodes each: a random policy's mean return, and ``expert``'s (default: ``run``'s own
-    policy, deterministic), so normalized scores work on it."""
+    policy, deterministic) unless ``ref_max_score`` states the expert's return, so
+    normalized scores work on it."""
     from shoal.collect.record import exploring, random_policy, record_episodes
     from shoal.data.offline import episodes_from_replay, write_dataset
     from shoal.errors import DatasetError, ShoalError
@@ -226,8 +228,8 @@ def collect(
         random_score = _mean_score(random_policy(space, num_envs, seed + 1), vector_env,
                                    ref_episodes, seed + 1)  # fmt: skip
         reference = load(expert, trust_code=trust_code) if expert is not None else policy
-        expert_score = None
-        if reference is not None:
+        expert_score = ref_max_score
+        if reference is not None and expert_score is None:
             expert_score = _mean_score(lambda obs: reference.act(obs, deterministic=True),
                                        vector_env, ref_episodes, seed + 2)  # fmt: skip
     finally:

@@ -169,7 +169,14 @@ def main(argv: list[str] | None = None) -> int:
         "collect", help="record a policy's episodes (or a run's replay) as a Minari dataset"
     )
     collect_p.add_argument("run_dir", nargs="?", help="the run whose policy acts (omit: random)")
-    collect_p.add_argument("--out", required=True, help="the new dataset directory")
+    collect_p.add_argument("--out", help="the new dataset directory (--recipe: datasets/NAME)")
+    collect_p.add_argument(
+        "--recipe", help="make a tuned example's dataset: train its source run, then collect "
+        "(pendulum-medium, halfcheetah-medium-replay, ...; shoal list --datasets)",
+    )  # fmt: skip
+    collect_p.add_argument(
+        "--runs", default="runs/datasets", help="--recipe: where its source runs are kept"
+    )
     collect_p.add_argument("--episodes", type=int, default=100, help="episodes to record")
     collect_p.add_argument("--env", help="env id (random policy; or another env for the run)")
     collect_p.add_argument(
@@ -192,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
         "--ref-episodes", type=int, default=10,
         help="episodes of the random and expert policies behind the reference scores",
     )  # fmt: skip
+    collect_p.add_argument(
+        "--ref-max-score", type=float, help="the expert's return, stated (instead of --expert)"
+    )
     collect_p.add_argument("--num-envs", type=int, default=8, help="envs stepped in parallel")
     collect_p.add_argument("--seed", type=int, default=0, help="seed of the envs and noise")
     collect_p.add_argument(
@@ -239,12 +249,20 @@ def _collect(args: argparse.Namespace) -> int:
             raise ShoalError(f"--{name.replace('_', '-')} must be >= 1")
     if args.noise < 0 or not 0 <= args.epsilon <= 1:
         raise ShoalError("--noise must be >= 0 and --epsilon in [0, 1]")
-    path = collect(
-        args.out, args.run_dir, episodes=args.episodes, env=args.env, noise=args.noise,
-        epsilon=args.epsilon, stochastic=args.stochastic, from_replay=args.from_replay,
-        expert=args.expert, ref_episodes=args.ref_episodes, num_envs=args.num_envs,
-        seed=args.seed, trust_code=args.trust_code,
-    )  # fmt: skip
+    if args.recipe:
+        from shoal.datasets import make_dataset
+
+        path = make_dataset(args.recipe, args.out, args.runs)
+    elif args.out is None:
+        raise ShoalError("name the new dataset's directory: --out DIR")
+    else:
+        path = collect(
+            args.out, args.run_dir, episodes=args.episodes, env=args.env, noise=args.noise,
+            epsilon=args.epsilon, stochastic=args.stochastic, from_replay=args.from_replay,
+            expert=args.expert, ref_episodes=args.ref_episodes,
+            ref_max_score=args.ref_max_score, num_envs=args.num_envs, seed=args.seed,
+            trust_code=args.trust_code,
+        )  # fmt: skip
     data = read_dataset(path)
     returns = data.returns()
     line = (f"wrote {path}: {len(returns)} episodes, {data.num_steps:,} steps of "

@@ -33,12 +33,14 @@ from shoal.types import ReplayBatch
 
 @dataclass(frozen=True)
 class CQLConfig(OfflineConfig, SACConfig):
-    """CQL's settings (the paper's MuJoCo ones: actor lr 1e-4, critic lr 3e-4, 10 sampled
-    actions); the SAC and offline settings are documented on `SACConfig` and
+    """CQL's settings (the paper's MuJoCo ones: actor and temperature lr 1e-4, critic lr
+    3e-4, 10 sampled actions); the SAC and offline settings are documented on `SACConfig` and
     `OfflineConfig`."""
 
     actor_lr: float | None = 1e-4
     """Actor learning rate (None: optim.lr)."""
+    alpha_lr: float | None = 1e-4
+    """Learning rate of SAC's log-temperature (None: optim.lr)."""
     conservative_weight: float = 5.0
     """The penalty's weight (the initial one with lagrange_threshold)."""
     lagrange_threshold: float | None = None
@@ -88,11 +90,14 @@ class ConservativePenalty:
         return losses, metrics
 
     def _sampled_soft_max(self, core: ActorCriticCore, batch: ReplayBatch) -> torch.Tensor:
-        """``[M, N]`` log-sum-exp estimates from random actions (density ``2^-d`` on the unit
-        box) and the policy's actions at ``s`` and ``s'`` (their own densities)."""
+        """``[M, N]`` log-sum-exp estimates of ``Q(s, .)`` from random actions (density
+        ``2^-d`` on the unit box) and the policy's actions at ``s`` and at ``s'`` (their own
+        densities), all valued at ``s``. The estimate is normalized by the number of samples,
+        which the authors' code leaves out: a constant, so the same gradient."""
         k, n = self.config.action_samples, batch.obs.shape[0]
         obs = batch.obs.repeat_interleave(k, dim=0)
         next_obs = batch.next_obs.repeat_interleave(k, dim=0)
+        # Every sample is valued at s, the next state's policy actions too (the authors' code)
         with torch.no_grad():
             policy_actions, policy_log_prob = core.actor.sample(obs)
             next_actions, next_log_prob = core.actor.sample(next_obs)
