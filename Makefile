@@ -13,7 +13,7 @@ CORE_STAMP := $(VENV)/.shoal-core-installed
 STAMP := $(VENV)/.shoal-installed
 BENCH_STAMP := $(VENV)/.shoal-bench-installed
 
-.PHONY: install train test test-slow test-floor lint bench bench-scaling bench-marl bench-intersection bench-tune bench-peers clean
+.PHONY: install train test test-slow test-floor lint bench bench-scaling bench-marl bench-intersection bench-tune bench-peers bench-offline clean
 
 install: $(STAMP)
 
@@ -134,6 +134,17 @@ $(LIGHTZERO_VENV)/.installed:
 	$(PYTHON) -m venv $(LIGHTZERO_VENV)
 	$(LIGHTZERO_VENV)/bin/python -m pip install --quiet --disable-pip-version-check 'lightzero==0.2.0'
 	touch $(LIGHTZERO_VENV)/.installed
+
+# d3rlpy (its own pins: gymnasium 1.0) for benchmarks/offline.py.
+D3RLPY_VENV ?= .venv-d3rlpy
+$(D3RLPY_VENV)/.installed:
+	$(PYTHON) -m venv $(D3RLPY_VENV)
+	$(D3RLPY_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt 'd3rlpy==2.8.1' 'minari[hdf5]==0.5.4' pillow
+	touch $(D3RLPY_VENV)/.installed
+
+bench-offline: $(STAMP) $(D3RLPY_VENV)/.installed
+	$(BIN)/shoal collect --recipe pendulum-medium --out datasets/pendulum-medium || test -d datasets/pendulum-medium
+	$(BIN)/python benchmarks/offline.py --seeds 3 --d3rlpy-python $(D3RLPY_VENV)/bin/python --json benchmarks/results/offline.json
 
 bench-muzero: $(STAMP) $(LIGHTZERO_VENV)/.installed
 	$(BIN)/python benchmarks/muzero.py --seeds 2 --lightzero-python $(LIGHTZERO_VENV)/bin/python --json benchmarks/results/muzero.json

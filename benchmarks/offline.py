@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -44,9 +45,11 @@ EVAL_EPISODES = 10
 def shoal_run(algo: str, dataset: str, seed: int, updates: int) -> dict[str, Any]:
     torch.set_num_threads(1)
     data = read_dataset(dataset)
+    run_dir = Path(f"runs/bench-offline/{algo}-{seed}")
+    shutil.rmtree(run_dir, ignore_errors=True)  # a fresh run each time
     extra = {"action_samples": 10} if algo == "cql" else {}
     result = shoal.train(ALGOS[algo], dataset=dataset, seed=seed, quiet=True,
-                         total_steps=256 * updates, run_dir=f"runs/bench-offline/{algo}-{seed}",
+                         total_steps=256 * updates, run_dir=str(run_dir),
                          **SETTINGS, **extra,
                          **{"run.eval_every_steps": 256 * updates,
                             "run.eval_episodes": EVAL_EPISODES})  # fmt: skip

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from shoal.config import EnvConfig, from_dict, replace
+from shoal.config import EnvConfig, from_dict, replace, to_dict
 from shoal.envs import VectorEnv
 from shoal.envs import make_env as _make_env
 from shoal.envs.games import is_game_id
@@ -236,11 +236,13 @@ def collect(
         vector_env.close()
     if not data:
         raise DatasetError(f"{collector} holds no whole episode to write")
-    described = {"id": env_config.id}
-    if env_config.kwargs:
-        described["kwargs"] = dict(env_config.kwargs)
-    if env_config.max_episode_steps is not None:
-        described["max_episode_steps"] = env_config.max_episode_steps
+    # The settings that shape the data (id, options, wrappers, agent ids, ...), not how many
+    # envs stepped it or how a learner normalized it.
+    defaults = to_dict(EnvConfig(id=env_config.id))
+    skip = {"num_envs", "vectorization", "normalize_obs", "normalize_reward", "clip_obs",
+            "clip_reward", "gamma", "atari_training"}  # fmt: skip
+    described = {k: v for k, v in to_dict(env_config).items()
+                 if k == "id" or (k not in skip and v != defaults[k])}  # fmt: skip
     metadata = {"collector": collector, "ref_episodes": ref_episodes, "seed": seed}
     if run is not None:
         metadata["algorithm_name"] = load_checkpoint(run, trust_code=trust_code).meta["algo"]

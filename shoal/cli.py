@@ -213,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
         "--envs", action="store_true", help="environment ids that work here, grouped"
     )
     list_p.add_argument("--long", action="store_true", help="full descriptions")
+    list_p.add_argument(
+        "--datasets", action="store_true", help="dataset recipes (shoal collect --recipe NAME)"
+    )
 
     try:
         if argv[:1] == ["train"]:
@@ -679,11 +682,16 @@ def _eval_lines(report: dict[str, Any], env_id: str, episodes: int) -> list[str]
 def _list(args: argparse.Namespace) -> int:
     if args.envs:
         return _list_envs()
+    if args.datasets:
+        return _list_datasets()
     from shoal.registry import ALGORITHMS, tuned_examples
 
     specs = list(ALGORITHMS.values())
     tuned = tuned_examples()
-    env_ids = {n: e.config.get("env", {}).get("id", "") for n, e in tuned.items()}
+    env_ids = {
+        n: e.config.get("env", {}).get("id", "") or e.config.get("dataset", "")
+        for n, e in tuned.items()
+    }
     if args.long:  # descriptions as indented paragraphs: readable at any width
         console.print("[bold]algorithms[/]", highlight=False)
         for spec in specs:
@@ -728,6 +736,20 @@ def _list(args: argparse.Namespace) -> int:
         "shoal list --long: with descriptions; shoal list --envs: environment ids",
         highlight=False,
     )
+    return 0
+
+
+def _list_datasets() -> int:
+    from shoal.datasets import RECIPES
+
+    table = Table(Column("recipe", no_wrap=True), "source run", "taken at", "minutes",
+                  title="dataset recipes")  # fmt: skip
+    for recipe in RECIPES.values():
+        what = "its replay" if recipe.from_replay else f"{recipe.episodes} episodes"
+        table.add_row(recipe.name, f"{recipe.source.tuned} ({recipe.source.name})",
+                      f"step {recipe.step:,}: {what}", recipe.source.minutes)  # fmt: skip
+    console.print(table)
+    console.print("shoal collect --recipe NAME writes datasets/NAME", highlight=False)
     return 0
 
 

@@ -143,7 +143,10 @@ def resolve_path(path: str | Path) -> Path:
         if (local / "metadata.json").is_file():
             return local
     if not candidate.exists():
-        raise DatasetError(f"no dataset at {path}: write one with `shoal collect`")
+        hint = ""
+        if candidate.parent.name == "datasets":
+            hint = f" (a tuned example's: shoal collect --recipe {candidate.name})"
+        raise DatasetError(f"no dataset at {path}: write one with `shoal collect`{hint}")
     raise DatasetError(
         f"{path} is not a Minari dataset: it has no {DATA_DIR}/metadata.json (write one with "
         "`shoal collect`)"

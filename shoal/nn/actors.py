@@ -192,6 +192,15 @@ class SquashedGaussianActor(_Actor):
         pre_tanh = mean + log_std.exp() * torch.randn_like(mean)
         return torch.tanh(pre_tanh), squashed_gaussian_log_prob(mean, log_std, pre_tanh)
 
+    def sample_many(self, obs: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``k`` actions per observation from one forward pass: ``[N, k, d]`` unit-box
+        actions and ``[N, k]`` log-probabilities (CQL's sampled log-sum-exp)."""
+        mean, log_std = self(obs)
+        mean, log_std = mean.unsqueeze(1), log_std.unsqueeze(1)
+        noise = torch.randn(mean.shape[0], k, mean.shape[-1], device=mean.device)
+        pre_tanh = mean + log_std.exp() * noise
+        return torch.tanh(pre_tanh), squashed_gaussian_log_prob(mean, log_std, pre_tanh)
+
     def greedy(self, obs: torch.Tensor) -> torch.Tensor:
         return self.scaler.to_env(torch.tanh(self(obs)[0]))
 

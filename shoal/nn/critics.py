@@ -78,3 +78,19 @@ class CriticEnsemble(nn.Module):
         if detach_weights:
             weight, bias = weight.detach(), bias.detach()
         return torch.baddbmm(bias, h, weight)
+
+
+def q_ensemble(
+    obs_space: gym.Space, action_space: gym.Space, model: ModelConfig, members: int = 2
+) -> CriticEnsemble:
+    """``members`` Q critics: ``Q(s, .)`` over a Discrete space's actions (one output each),
+    else ``Q(s, a)`` on unit-box actions (SAC's, CQL's and IQL's twin critics)."""
+    if isinstance(action_space, gym.spaces.Discrete):
+        return CriticEnsemble(obs_space, 0, int(action_space.n), model, members=members)
+    return CriticEnsemble(obs_space, action_space.shape[0], 1, model, members=members)
+
+
+def taken_q(q_all: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """``[M, N]`` values of the ``[N]`` discrete ``actions`` among ``[M, N, A]``."""
+    index = actions.long().view(1, -1, 1).expand(q_all.shape[0], -1, 1)
+    return q_all.gather(-1, index).squeeze(-1)

@@ -39,7 +39,7 @@ from shoal.losses.actor_critic import (
     soft_q_target,
 )
 from shoal.nn.actors import CategoricalActor, SquashedGaussianActor
-from shoal.nn.critics import CriticEnsemble
+from shoal.nn.critics import q_ensemble, taken_q
 from shoal.types import ReplayBatch
 
 
@@ -54,6 +54,9 @@ class SACConfig(ActorCriticReplayConfig):
     """Tune alpha toward target_entropy (False: keep init_alpha)."""
     alpha_lr: float | None = None
     """Learning rate of log(alpha) (None: optim.lr)."""
+    entropy_backup: bool = True
+    """Include -alpha log pi(a'|s') in the critics' target (SAC's soft backup); CQL's authors
+    leave it out for MuJoCo."""
     target_entropy: float | None = None
     """Entropy to aim for; None: -dim(A) for continuous actions (the paper's heuristic) and
     0.98 * log(num_actions) for discrete ones (Christodoulou 2019)."""
@@ -114,10 +117,7 @@ class SACLearner(ActorCriticLearner):
         self.penalty = penalty
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         actor = build_model(config, obs_space, action_space)
-        if self.discrete:  # Q(s, .): one output per action
-            critic = CriticEnsemble(obs_space, 0, int(action_space.n), config.model, members=2)
-        else:
-            critic = CriticEnsemble(obs_space, action_space.shape[0], 1, config.model, members=2)
+        critic = q_ensemble(obs_space, action_space, config.model)
         device = resolve_device(config.run.device)  # log_alpha joins the optimizer there
         self.log_alpha = nn.Parameter(torch.tensor(math.log(config.init_alpha), device=device))
         self.target_entropy = (
@@ -140,7 +140,8 @@ class SACLearner(ActorCriticLearner):
         with torch.no_grad():
             next_actions, next_log_prob = core.actor.sample(batch.next_obs)
             next_q = core.target_critic(batch.next_obs, next_actions).squeeze(-1)
-        target = soft_q_target(returns, discounts, next_q, next_log_prob, alpha)
+        backup_log_prob = next_log_prob if cfg.entropy_backup else None
+        target = soft_q_target(returns, discounts, next_q, backup_log_prob, alpha)
         q = core.critic(batch.obs, core.unit_actions(batch.actions)).squeeze(-1)
         critic_loss, priorities = ensemble_td_loss(q, target, batch.weights, cfg.critic_loss)
         extra = self._penalty(batch, q, None)
@@ -155,11 +156,12 @@ class SACLearner(ActorCriticLearner):
         returns, discounts = core.bootstrap(batch)
         with torch.no_grad():
             next_probs = core.actor(batch.next_obs)
-            next_value = discrete_soft_value(next_probs, core.target_critic(batch.next_obs), alpha)
+            backup_alpha = alpha if cfg.entropy_backup else 0.0
+            next_q = core.target_critic(batch.next_obs)
+            next_value = discrete_soft_value(next_probs, next_q, backup_alpha)
             target = returns + discounts * next_value
         q_all = core.critic(batch.obs)  # [2, N, A]
-        index = batch.actions.long().view(1, -1, 1).expand(q_all.shape[0], -1, 1)
-        q = q_all.gather(-1, index).squeeze(-1)
+        q = taken_q(q_all, batch.actions)
         critic_loss, priorities = ensemble_td_loss(q, target, batch.weights, cfg.critic_loss)
         extra = self._penalty(batch, q, q_all)
         probs = core.actor(batch.obs)

@@ -26,7 +26,15 @@ from shoal.algos.cores.actor_critic_replay import ActorCriticReplayConfig
 from shoal.algos.cores.off_policy import ReplayLearner, learn_from_replay
 from shoal.backend import uncompiled_copy
 from shoal.collect import EnvRunner, LocalSampler
-from shoal.config import EnvConfig, OptimConfig, ReplayConfig, RunConfig, check
+from shoal.config import (
+    EnvConfig,
+    OptimConfig,
+    ReplayConfig,
+    RunConfig,
+    check,
+    from_dict,
+    to_dict,
+)
 from shoal.data.offline import OfflineDataset, dataset_env, read_dataset
 from shoal.envs import make_env
 from shoal.envs.base import find_wrapper
@@ -104,10 +112,10 @@ def prepare(config: OfflineConfig) -> OfflineConfig:
                 "set --run.eval-every-steps 0 to learn without evaluating"
             )
         return config
-    settings = {
-        k: v for k, v in env.items() if k in {f.name for f in dataclasses.fields(EnvConfig)}
-    }
-    return dataclasses.replace(config, env=dataclasses.replace(config.env, **settings))
+    fields = {f.name for f in dataclasses.fields(EnvConfig)}
+    settings = {k: v for k, v in env.items() if k in fields}
+    env_config = from_dict(EnvConfig, {**to_dict(config.env), **settings})
+    return dataclasses.replace(config, env=env_config)
 
 
 def needs_env(config: OfflineConfig) -> bool:

@@ -45,6 +45,8 @@ class CQLConfig(OfflineConfig, SACConfig):
     """The penalty's weight (the initial one with lagrange_threshold)."""
     lagrange_threshold: float | None = None
     """Tune the weight so that the penalty's gap stays near this (None: fixed weight)."""
+    entropy_backup: bool = False
+    """SAC's entropy term in the critics' target (the authors' CQL leaves it out)."""
     action_samples: int = 10
     """Continuous actions: random and policy actions sampled per state for the log-sum-exp."""
 
@@ -95,20 +97,18 @@ class ConservativePenalty:
         densities), all valued at ``s``. The estimate is normalized by the number of samples,
         which the authors' code leaves out: a constant, so the same gradient."""
         k, n = self.config.action_samples, batch.obs.shape[0]
-        obs = batch.obs.repeat_interleave(k, dim=0)
-        next_obs = batch.next_obs.repeat_interleave(k, dim=0)
-        # Every sample is valued at s, the next state's policy actions too (the authors' code)
-        with torch.no_grad():
-            policy_actions, policy_log_prob = core.actor.sample(obs)
-            next_actions, next_log_prob = core.actor.sample(next_obs)
+        with torch.no_grad():  # K actions per state from one forward pass each
+            policy_actions, policy_log_prob = core.actor.sample_many(batch.obs, k)
+            next_actions, next_log_prob = core.actor.sample_many(batch.next_obs, k)
         uniform = torch.rand_like(policy_actions) * 2 - 1
         uniform_log_prob = torch.full_like(policy_log_prob, -self.action_dim * math.log(2.0))
-        q = torch.cat(
-            [core.critic(obs, a).view(-1, n, k) for a in (uniform, policy_actions, next_actions)],
-            dim=-1,
-        )
-        log_density = torch.cat([uniform_log_prob, policy_log_prob, next_log_prob]).view(3, n, k)
-        return cql_logsumexp(q, log_density.permute(1, 0, 2).reshape(n, 3 * k))
+        # Every sample is valued at s, the next state's policy actions too (the authors' code),
+        # in one batched pass of the critics: [N, 3K, d] actions, s repeated 3K times.
+        actions = torch.cat([uniform, policy_actions, next_actions], dim=1)
+        obs = batch.obs.repeat_interleave(3 * k, dim=0)
+        q = core.critic(obs, actions.reshape(n * 3 * k, -1)).view(-1, n, 3 * k)
+        log_density = torch.cat([uniform_log_prob, policy_log_prob, next_log_prob], dim=1)
+        return cql_logsumexp(q, log_density)
 
     def state_dict(self) -> dict[str, Any]:
         return {"log_weight": self.log_weight.detach().clone()}

@@ -32,7 +32,7 @@ from shoal.config import check, check_positive
 from shoal.losses.actor_critic import ensemble_td_loss
 from shoal.losses.offline import advantage_weights, expectile_loss, weighted_log_likelihood_loss
 from shoal.nn.actors import CategoricalActor, GaussianActor
-from shoal.nn.critics import CriticEnsemble
+from shoal.nn.critics import CriticEnsemble, q_ensemble, taken_q
 from shoal.types import ReplayBatch
 
 
@@ -70,10 +70,7 @@ class IQLLearner(ActorCriticLearner):
         self.config = config
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         actor = build_model(config, obs_space, action_space)
-        if self.discrete:  # Q(s, .): one output per action
-            critic = CriticEnsemble(obs_space, 0, int(action_space.n), config.model, members=2)
-        else:
-            critic = CriticEnsemble(obs_space, action_space.shape[0], 1, config.model, members=2)
+        critic = q_ensemble(obs_space, action_space, config.model)
         self.value = CriticEnsemble(obs_space, 0, 1, config.model, members=1)
         value_lr = config.value_lr or config.optim.lr
         self.core = ActorCriticCore(
@@ -112,9 +109,7 @@ class IQLLearner(ActorCriticLearner):
         """``[2, N]`` Q-values of the dataset's actions."""
         if not self.discrete:
             return critic(obs, actions).squeeze(-1)
-        q_all = critic(obs)  # [2, N, A]
-        index = actions.long().view(1, -1, 1).expand(q_all.shape[0], -1, 1)
-        return q_all.gather(-1, index).squeeze(-1)
+        return taken_q(critic(obs), actions)
 
     def _log_prob(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         actor = self.core.actor

@@ -1,0 +1,82 @@
+"""``shoal collect`` and ``shoal train ... --dataset`` from the command line, and the dataset
+recipes behind ``shoal collect --recipe``."""
+
+import pytest
+
+import shoal
+from shoal import datasets
+from shoal.cli import main
+from shoal.data.offline import read_dataset
+from shoal.datasets import Recipe, Source
+
+pytestmark = pytest.mark.extra("offline")
+
+
+def test_collect_a_random_dataset_then_train_on_it(tmp_path, capsys):
+    out = tmp_path / "random"
+    code = main(["collect", "--env", "CartPole-v1", "--out", str(out), "--episodes", "4",
+                 "--num-envs", "2"])  # fmt: skip
+    assert code == 0
+    assert "4 episodes" in capsys.readouterr().out
+    data = read_dataset(out)
+    assert data.env_id == "CartPole-v1" and data.ref_min_score is None
+    code = main(["train", "bc", "--dataset", str(out), "--total-steps", "640",
+                 "--run-dir", str(tmp_path / "run"), "--run.eval-episodes", "2",
+                 "--run.eval-every-steps", "640", "--replay.batch-size", "32"])  # fmt: skip
+    assert code == 0
+    assert "the dataset" in capsys.readouterr().out
+    assert main(["collect", "--env", "CartPole-v1", "--out", str(out)]) == 2  # exists
+    assert "exists" in capsys.readouterr().out
+
+
+def test_collect_refuses_bad_options(tmp_path, capsys):
+    assert main(["collect", "--out", str(tmp_path / "x")]) == 2
+    assert "name a run" in capsys.readouterr().out
+    assert main(["collect", "--env", "CartPole-v1", "--out", str(tmp_path / "x"),
+                 "--epsilon", "2"]) == 2  # fmt: skip
+    assert "--epsilon" in capsys.readouterr().out
+    assert main(["collect", "--recipe", "nope"]) == 2
+    assert "unknown dataset recipe" in capsys.readouterr().out
+    assert main(["train", "iql", "--dataset", str(tmp_path)]) == 2
+    assert "iql-offline" in capsys.readouterr().out
+
+
+def test_a_recipe_trains_its_source_once_and_collects_at_its_step(tmp_path, monkeypatch):
+    source = Source("tiny-sac", "sac-pendulum",
+                    {"seed": 0, "run.total_steps": 400, "run.target_return": None,
+                     "replay.save": True, "run.checkpoint_every_steps": 200,
+                     "run.keep_checkpoints": 5, "run.eval_every_steps": 0}, "seconds")  # fmt: skip
+    recipes = {"tiny": Recipe("tiny", source, 200, episodes=3, noise=0.2),
+               "tiny-replay": Recipe("tiny-replay", source, 200, from_replay=True,
+                                     expert_score=-100.0)}  # fmt: skip
+    monkeypatch.setattr(datasets, "RECIPES", recipes)
+    calls = []
+    train = shoal.train
+    monkeypatch.setattr(shoal, "train", lambda *a, **k: calls.append(k) or train(*a, **k))
+    runs = tmp_path / "runs"
+    medium = datasets.make_dataset("tiny", tmp_path / "tiny", runs)
+    replay = datasets.make_dataset("tiny-replay", tmp_path / "tiny-replay", runs)
+    assert len(calls) == 1  # the source run is shared
+    got = read_dataset(medium)
+    assert len(got.episodes) == 3 and got.metadata["collector"].startswith(str(runs))
+    assert got.ref_max_score is not None and got.ref_max_score != -100.0  # the final policy
+    exported = read_dataset(replay)
+    assert exported.ref_max_score == -100.0  # stated
+    assert exported.num_steps == 199  # 200 stored steps, the last one's next obs unknown
+
+
+def test_a_team_run_is_collected_as_each_agent_s_episodes(tmp_path):
+    """A shared-weight group (IPPO) acts as rows of agents: each agent's trajectory is an
+    episode, and the dataset records the env settings its observations need (agent ids)."""
+    run = shoal.train("ippo", env="shoal/spread-v0", total_steps=512, quiet=True,
+                      run_dir=str(tmp_path / "ippo"),
+                      **{"run.eval_every_steps": 0, "env.num_envs": 4})  # fmt: skip
+    out = shoal.collect(tmp_path / "team", run.run_dir, episodes=6, num_envs=2)
+    data = read_dataset(out)
+    assert data.env == {"id": "shoal/spread-v0", "agent_id": True}
+    assert len(data.episodes) == 6 and data.observation_space.shape == (17,)
+    bc = shoal.train("bc", dataset=str(out), total_steps=640, quiet=True,
+                     run_dir=str(tmp_path / "bc"),
+                     **{"run.eval_every_steps": 640, "run.eval_episodes": 2,
+                        "replay.batch_size": 32})  # fmt: skip
+    assert bc.eval_return is not None and bc.eval_return < 0
