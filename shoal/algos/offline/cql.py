@@ -85,7 +85,9 @@ class ConservativePenalty:
         penalty = cql_penalty(soft_max, data_q)
         threshold = self.config.lagrange_threshold
         weight = self.log_weight.detach().exp().clamp(max=1e6)
-        losses = {"conservative": weight * (penalty - (threshold or 0.0))}
+        # The critics' loss here is 0.5 e^2, the authors' e^2: half the penalty keeps their
+        # weights' meaning (5 for MuJoCo) for the sum of the two.
+        losses = {"conservative": 0.5 * weight * (penalty - (threshold or 0.0))}
         if threshold is not None:
             losses["lagrange"] = lagrange_loss(self.log_weight, penalty, threshold)
         metrics = {"loss/conservative": penalty.detach(), "train/conservative_weight": weight}
