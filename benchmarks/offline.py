@@ -38,11 +38,13 @@ from shoal.stats import t_interval
 
 HERE = Path(__file__).parent
 ALGOS = {"iql": "iql-offline", "cql": "cql", "td3-bc": "td3-bc"}
-SETTINGS = {"model.hidden": (256, 256), "replay.batch_size": 256, "run.torch_threads": 1}
+SETTINGS = {"replay.batch_size": 256, "run.torch_threads": 1}
 EVAL_EPISODES = 10
 
 
-def shoal_run(algo: str, dataset: str, seed: int, updates: int) -> dict[str, Any]:
+def shoal_run(
+    algo: str, dataset: str, seed: int, updates: int, hidden: list[int]
+) -> dict[str, Any]:
     torch.set_num_threads(1)
     data = read_dataset(dataset)
     run_dir = Path(f"runs/bench-offline/{algo}-{seed}")
@@ -50,7 +52,7 @@ def shoal_run(algo: str, dataset: str, seed: int, updates: int) -> dict[str, Any
     extra = {"action_samples": 10} if algo == "cql" else {}
     result = shoal.train(ALGOS[algo], dataset=dataset, seed=seed, quiet=True,
                          total_steps=256 * updates, run_dir=str(run_dir),
-                         **SETTINGS, **extra,
+                         **SETTINGS, **extra, **{"model.hidden": tuple(hidden)},
                          **{"run.eval_every_steps": 256 * updates,
                             "run.eval_episodes": EVAL_EPISODES})  # fmt: skip
     return {"library": "shoal", "algo": algo, "seed": seed,
@@ -58,9 +60,11 @@ def shoal_run(algo: str, dataset: str, seed: int, updates: int) -> dict[str, Any
             "score": data.normalized_score(result.eval_return)}  # fmt: skip
 
 
-def d3rlpy_run(python: str, algo: str, dataset: str, seed: int, updates: int) -> dict[str, Any]:
+def d3rlpy_run(
+    python: str, algo: str, dataset: str, seed: int, updates: int, hidden: list[int]
+) -> dict[str, Any]:
     args = {"dataset": str(resolve_path(dataset)), "algo": algo, "seed": seed,
-            "updates": updates, "hidden": [256, 256], "batch": 256,
+            "updates": updates, "hidden": hidden, "batch": 256,
             "eval_episodes": EVAL_EPISODES, "eval_seed": 10_000 + 100 * seed}  # fmt: skip
     out = subprocess.run([python, str(HERE / "offline_d3rlpy_side.py"), json.dumps(args)],
                          capture_output=True, text=True,
@@ -101,6 +105,7 @@ def main() -> None:
     parser.add_argument("--algos", nargs="+", default=list(ALGOS), choices=list(ALGOS))
     parser.add_argument("--updates", type=int, default=2000)
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--hidden", type=int, nargs="+", default=[256, 256])
     parser.add_argument(
         "--d3rlpy-python", help="the d3rlpy environment's python (omit: shoal only)"
     )
@@ -109,14 +114,14 @@ def main() -> None:
     rows = []
     for algo in args.algos:
         for seed in range(args.seeds):  # the two libraries interleaved: same machine load
-            rows.append(shoal_run(algo, args.dataset, seed, args.updates))
+            rows.append(shoal_run(algo, args.dataset, seed, args.updates, args.hidden))
             print(json.dumps(rows[-1]), flush=True)
             if args.d3rlpy_python:
                 rows.append(d3rlpy_run(args.d3rlpy_python, algo, args.dataset, seed,
-                                       args.updates))  # fmt: skip
+                                       args.updates, args.hidden))  # fmt: skip
                 print(json.dumps(rows[-1]), flush=True)
     table = [summary(rows, algo) for algo in args.algos]
-    print(f"\n{args.dataset}, {args.updates:,} updates, {args.seeds} seeds")
+    print(f"\n{args.dataset}, {args.updates:,} updates, {args.seeds} seeds, {args.hidden}")
     print("| algo | shoal updates/s | d3rlpy updates/s | speedup | shoal score | d3rlpy score |")
     print("|---|---|---|---|---|---|")
     for t in table:

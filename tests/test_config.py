@@ -2,10 +2,12 @@
 
 import importlib.util
 import re
+from pathlib import Path
 
 import gymnasium as gym
 import pytest
 
+from shoal.algos.cores.offline import FROM_DATASET
 from shoal.algos.policy_gradient.ppo import PPOConfig
 from shoal.config import (
     EnvConfig,
@@ -18,6 +20,7 @@ from shoal.config import (
     replace,
     to_dict,
 )
+from shoal.datasets import RECIPES
 from shoal.envs import env_spec
 from shoal.envs.games import make_game
 from shoal.envs.multi_agent import PETTINGZOO_PREFIX, is_multi_agent_id, multi_agent_ids
@@ -206,6 +209,9 @@ def test_tuned_examples_load_and_build_valid_configs():
         # The environment must exist (env_spec raises UnknownEnvError otherwise).
         if config.env.id.startswith("openspiel:"):  # a game searched by AlphaZero
             assert make_game(config.env.id).num_actions > 0, name
+        elif config.env.id == FROM_DATASET:  # an offline learner: a recipe makes its dataset
+            assert config.dataset == f"datasets/{Path(config.dataset).name}", name
+            assert Path(config.dataset).name in RECIPES, name
         elif config.env.id.startswith(PETTINGZOO_PREFIX):  # the module must be importable
             assert importlib.util.find_spec(config.env.id[len(PETTINGZOO_PREFIX) :]), name
         elif is_multi_agent_id(config.env.id):
