@@ -131,7 +131,7 @@ def tiny_files(directory: Path) -> None:
 
 
 def reads_a_run(argv: list[str]) -> bool:
-    return argv[0] in ("eval", "export") or "--resume" in argv
+    return argv[0] in ("eval", "export", "collect") or "--resume" in argv
 
 
 def with_run(argv: list[str], run: str) -> list[str]:
@@ -141,11 +141,13 @@ def with_run(argv: list[str], run: str) -> list[str]:
 
 
 def scripts_and_marks() -> list:
-    """Each block, the MuJoCo one in the slow tier: rendering a 1,000-step HalfCheetah
-    episode headless (EGL) takes about a minute on 2 cores."""
+    """Each block, two in the slow tier: the MuJoCo one (rendering a 1,000-step HalfCheetah
+    episode headless (EGL) takes about a minute on 2 cores) and the one that makes a dataset
+    by its recipe (a SAC run; tests/test_collect_cli.py runs a tiny recipe)."""
+    slow = ("cheetah", "--recipe")
     return [
         pytest.param(lines, id=lines[-1][:40],
-                     marks=[pytest.mark.slow] if any("cheetah" in x for x in lines) else [])
+                     marks=[pytest.mark.slow] if any(s in x for x in lines for s in slow) else [])
         for lines in block_scripts()
     ]  # fmt: skip
 
