@@ -98,5 +98,3 @@ class AlgorithmSpec(Protocol):
     algorithm_cls: Callable[[Any], Algorithm]
     backends: tuple[str, ...]
     """The ``model.backend`` values its learner supports."""
-    prepare: Callable[[Any], Any] | None
-    """``prepare(config) -> config`` before anything is built (None: nothing to do)."""

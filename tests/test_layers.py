@@ -13,7 +13,18 @@ import shoal
 ROOT = Path(shoal.__file__).parent
 
 LAYERS: list[tuple[str, ...]] = [
-    ("__init__", "__main__", "cli", "api", "evaluation", "experiment", "tune", "report", "export"),
+    (
+        "__init__",
+        "__main__",
+        "cli",
+        "api",
+        "evaluation",
+        "experiment",
+        "tune",
+        "report",
+        "export",
+        "datasets",
+    ),
     ("registry",),
     ("train",),
     ("algos",),
