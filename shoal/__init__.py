@@ -1,6 +1,7 @@
 """shoal: reinforcement learning on PyTorch, single and multi-agent, laptop to Ray cluster."""
 
-from shoal.api import build_config, collect, evaluate, load, make_env, train
+from shoal.api import build_config, evaluate, load, make_env, train
+from shoal.datasets import collect
 from shoal.experiment import experiment
 from shoal.registry import ALGORITHMS
 

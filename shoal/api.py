@@ -7,9 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from shoal.config import EnvConfig, from_dict, replace, to_dict
+from shoal.config import EnvConfig, from_dict, replace
 from shoal.envs import VectorEnv
 from shoal.envs import make_env as _make_env
 from shoal.envs.games import is_game_id
@@ -166,119 +164,6 @@ def game_report(checkpoint: Any, games: int, seed: int) -> dict[str, Any]:
     return module.evaluate_run(checkpoint, games, seed)
 
 
-def collect(
-    out: str | Path,
-    run: str | Path | None = None,
-    *,
-    episodes: int = 100,
-    env: str | None = None,
-    noise: float = 0.0,
-    epsilon: float = 0.0,
-    stochastic: bool = False,
-    from_replay: bool = False,
-    expert: str | Path | None = None,
-    ref_episodes: int = 10,
-    ref_max_score: float | None = None,
-    num_envs: int = 8,
-    seed: int = 0,
-    trust_code: bool = False,
-) -> Path:
-    """``shoal collect``: write a Minari dataset to the new directory ``out`` and return it.
-
-    The episodes come from ``run``'s trained policy (deterministic unless ``stochastic``;
-    ``noise`` and ``epsilon`` make medium and mixed-quality data, see
-    `shoal.collect.record.exploring`), from a uniformly random policy on ``env`` when
-    ``run`` is None, or, with ``from_replay``, from the replay buffer ``run`` saved
-    (``--replay.save``). The dataset records its reference scores over ``ref_episodes``
-    episodes each: a random policy's mean return, and ``expert``'s (default: ``run``'s own
-    policy, deterministic) unless ``ref_max_score`` states the expert's return, so
-    normalized scores work on it."""
-    from shoal.collect.record import exploring, random_policy, record_episodes
-    from shoal.data.offline import episodes_from_replay, write_dataset
-    from shoal.errors import DatasetError, ShoalError
-
-    if run is None and env is None:
-        raise ShoalError("name a run to collect from, or an env for a random policy (--env ID)")
-    if from_replay and run is None:
-        raise ShoalError("--from-replay exports a run's saved replay buffer: name the run")
-    config = _run_config(run, trust_code) if run is not None else None
-    env_config = config.env if config is not None else from_dict(EnvConfig, {"id": env})
-    if env is not None:
-        env_config = replace(env_config, id=env)
-    env_config = replace(env_config, num_envs=num_envs, normalize_obs=False,
-                         normalize_reward=False, atari_training=False)  # fmt: skip
-    vector_env = _make_env(env_config)
-    space = vector_env.action_space
-    try:
-        policy = None if run is None else load(run, trust_code=trust_code)
-        if from_replay:
-            found = _saved_replay(run, config, trust_code)
-            data = episodes_from_replay(found)
-            collector = f"the replay buffer of {run}"
-        else:
-            if policy is None:
-                act = random_policy(space, num_envs, seed)
-                collector = "a uniformly random policy"
-            else:
-                act = exploring(lambda obs: policy.act(obs, deterministic=not stochastic), space,
-                                noise, epsilon, seed)  # fmt: skip
-                collector = f"{run} ({'stochastic' if stochastic else 'deterministic'}, " \
-                            f"noise {noise:g}, epsilon {epsilon:g})"  # fmt: skip
-            data = record_episodes(act, vector_env, episodes, seed)
-        random_score = _mean_score(random_policy(space, num_envs, seed + 1), vector_env,
-                                   ref_episodes, seed + 1)  # fmt: skip
-        reference = load(expert, trust_code=trust_code) if expert is not None else policy
-        expert_score = ref_max_score
-        if reference is not None and expert_score is None:
-            expert_score = _mean_score(lambda obs: reference.act(obs, deterministic=True),
-                                       vector_env, ref_episodes, seed + 2)  # fmt: skip
-    finally:
-        vector_env.close()
-    if not data:
-        raise DatasetError(f"{collector} holds no whole episode to write")
-    # The settings that shape the data (id, options, wrappers, agent ids, ...), not how many
-    # envs stepped it or how a learner normalized it.
-    defaults = to_dict(EnvConfig(id=env_config.id))
-    skip = {"num_envs", "vectorization", "normalize_obs", "normalize_reward", "clip_obs",
-            "clip_reward", "gamma", "atari_training"}  # fmt: skip
-    described = {k: v for k, v in to_dict(env_config).items()
-                 if k == "id" or (k not in skip and v != defaults[k])}  # fmt: skip
-    metadata = {"collector": collector, "ref_episodes": ref_episodes, "seed": seed}
-    if run is not None:
-        metadata["algorithm_name"] = load_checkpoint(run, trust_code=trust_code).meta["algo"]
-    return write_dataset(out, data, vector_env.observation_space, space, described,
-                         random_score, expert_score, metadata)  # fmt: skip
-
-
-def _run_config(run: str | Path, trust_code: bool) -> Any:
-    checkpoint = load_checkpoint(run, trust_code=trust_code)
-    spec = get_algorithm(checkpoint.meta["algo"])
-    return from_dict(spec.config_cls, checkpoint.config)
-
-
-def _saved_replay(run: str | Path, config: Any, trust_code: bool) -> dict[str, Any]:
-    from shoal.errors import DatasetError
-
-    if config.env.normalize_obs:
-        raise DatasetError(
-            f"{run} stored normalized observations (env.normalize_obs) under statistics that "
-            "moved as it trained: its replay cannot be turned back into raw observations"
-        )
-    state = load_checkpoint(run, trust_code=trust_code).state.get("algorithm") or {}
-    replay = state.get("replay") if isinstance(state, dict) else None
-    if replay is None:
-        raise DatasetError(
-            f"{run} saved no replay buffer: train it with --replay.save to export its replay"
-        )
-    return replay
-
-
-def _mean_score(act: Any, env: VectorEnv, episodes: int, seed: int) -> float:
-    from shoal.collect.record import record_episodes
-
-    return float(np.mean([e.score for e in record_episodes(act, env, episodes, seed)]))
-
-
 def make_env(env: str | EnvConfig, num_envs: int | None = None, **kwargs: Any) -> VectorEnv:
     """A shoal vector env (not yet reset) from an id or an `EnvConfig`, with ``num_envs``
     parallel envs (default: the config's own, or 1 for an id). Unlike Gymnasium's vector
@@ -295,4 +180,4 @@ def make_env(env: str | EnvConfig, num_envs: int | None = None, **kwargs: Any) -
     return _make_env(config)
 
 
-__all__ = ["build_config", "collect", "evaluate", "load", "make_env", "train"]
+__all__ = ["build_config", "evaluate", "load", "make_env", "train"]

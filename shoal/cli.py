@@ -244,8 +244,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _collect(args: argparse.Namespace) -> int:
-    from shoal.api import collect
     from shoal.data.offline import read_dataset
+    from shoal.datasets import collect, make_dataset
 
     for name in ("episodes", "ref_episodes", "num_envs"):
         if getattr(args, name) < 1:
@@ -253,8 +253,6 @@ def _collect(args: argparse.Namespace) -> int:
     if args.noise < 0 or not 0 <= args.epsilon <= 1:
         raise ShoalError("--noise must be >= 0 and --epsilon in [0, 1]")
     if args.recipe:
-        from shoal.datasets import make_dataset
-
         path = make_dataset(args.recipe, args.out, args.runs)
     elif args.out is None:
         raise ShoalError("name the new dataset's directory: --out DIR")

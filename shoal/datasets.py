@@ -1,4 +1,5 @@
-"""Dataset recipes: the offline datasets the tuned examples learn from, made by shoal itself.
+"""Making offline datasets: ``shoal collect`` (`collect`) from a run's policy, a random policy
+or a run's saved replay, and the recipes of the tuned examples' datasets (`make_dataset`).
 
 D4RL's recipe (Fu et al. 2020, "D4RL: datasets for deep data-driven reinforcement
 learning"): train an online agent; its policy stopped at about a third of the expert's
@@ -14,7 +15,117 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shoal.errors import ShoalError
+import numpy as np
+
+from shoal.api import load, train
+from shoal.collect.record import BatchPolicy, exploring, random_policy, record_episodes
+from shoal.config import EnvConfig, from_dict, replace, to_dict
+from shoal.data.offline import episodes_from_replay, write_dataset
+from shoal.envs import VectorEnv, make_env
+from shoal.errors import DatasetError, ShoalError
+from shoal.registry import get_algorithm
+from shoal.train.checkpoint import load_checkpoint
+
+_NOT_RECORDED = {"num_envs", "vectorization", "normalize_obs", "normalize_reward", "clip_obs",
+                 "clip_reward", "gamma", "atari_training"}  # fmt: skip
+"""Env settings a dataset does not record: how many envs stepped it, how a learner scaled it."""
+
+
+def collect(
+    out: str | Path,
+    run: str | Path | None = None,
+    *,
+    episodes: int = 100,
+    env: str | None = None,
+    noise: float = 0.0,
+    epsilon: float = 0.0,
+    stochastic: bool = False,
+    from_replay: bool = False,
+    expert: str | Path | None = None,
+    ref_episodes: int = 10,
+    ref_max_score: float | None = None,
+    num_envs: int = 8,
+    seed: int = 0,
+    trust_code: bool = False,
+) -> Path:
+    """``shoal collect``: write a Minari dataset to the new directory ``out`` and return it.
+
+    The episodes come from ``run``'s trained policy (deterministic unless ``stochastic``;
+    ``noise`` and ``epsilon`` make medium and mixed-quality data, see
+    `shoal.collect.record.exploring`), from a uniformly random policy on ``env`` when
+    ``run`` is None, or, with ``from_replay``, from the replay buffer ``run`` saved
+    (``--replay.save``). The dataset records its reference scores over ``ref_episodes``
+    episodes each: a random policy's mean return, and ``expert``'s (default: ``run``'s own
+    policy, deterministic) unless ``ref_max_score`` states the expert's return, so
+    normalized scores work on it."""
+    if run is None and env is None:
+        raise ShoalError("name a run to collect from, or an env for a random policy (--env ID)")
+    if from_replay and run is None:
+        raise ShoalError("--from-replay exports a run's saved replay buffer: name the run")
+    checkpoint = None if run is None else load_checkpoint(run, trust_code=trust_code)
+    if checkpoint is not None:
+        env_config = from_dict(get_algorithm(checkpoint.meta["algo"]).config_cls,
+                               checkpoint.config).env  # fmt: skip
+    else:
+        env_config = from_dict(EnvConfig, {"id": env})
+    if env is not None:
+        env_config = replace(env_config, id=env)
+    env_config = replace(env_config, num_envs=num_envs, normalize_obs=False,
+                         normalize_reward=False, atari_training=False)  # fmt: skip
+    policy = None if run is None else load(run, trust_code=trust_code)
+    vector_env = make_env(env_config)
+    space = vector_env.action_space
+    try:
+        if from_replay:
+            data = episodes_from_replay(_saved_replay(run, checkpoint))
+            collector = f"the replay buffer of {run}"
+        elif policy is None:
+            data = record_episodes(random_policy(space, seed), vector_env, episodes, seed)
+            collector = "a uniformly random policy"
+        else:
+            act = exploring(lambda obs: policy.act(obs, deterministic=not stochastic), space,
+                            noise, epsilon, seed)  # fmt: skip
+            data = record_episodes(act, vector_env, episodes, seed)
+            collector = (f"{run} ({'stochastic' if stochastic else 'deterministic'}, "
+                         f"noise {noise:g}, epsilon {epsilon:g})")  # fmt: skip
+        random_score = _mean_score(random_policy(space, seed + 1), vector_env, ref_episodes,
+                                   seed + 1)  # fmt: skip
+        reference = load(expert, trust_code=trust_code) if expert is not None else policy
+        expert_score = ref_max_score
+        if reference is not None and expert_score is None:
+            expert_score = _mean_score(lambda obs: reference.act(obs, deterministic=True),
+                                       vector_env, ref_episodes, seed + 2)  # fmt: skip
+    finally:
+        vector_env.close()
+    if not data:
+        raise DatasetError(f"{collector} holds no whole episode to write")
+    defaults = to_dict(EnvConfig(id=env_config.id))  # what shapes the data: id, options, ...
+    described = {k: v for k, v in to_dict(env_config).items()
+                 if k == "id" or (k not in _NOT_RECORDED and v != defaults[k])}  # fmt: skip
+    metadata = {"collector": collector, "ref_episodes": ref_episodes, "seed": seed}
+    if checkpoint is not None:
+        metadata["algorithm_name"] = checkpoint.meta["algo"]
+    return write_dataset(out, data, vector_env.observation_space, space, described,
+                         random_score, expert_score, metadata)  # fmt: skip
+
+
+def _saved_replay(run: str | Path, checkpoint: Any) -> dict[str, Any]:
+    if (checkpoint.config.get("env") or {}).get("normalize_obs"):
+        raise DatasetError(
+            f"{run} stored normalized observations (env.normalize_obs) under statistics that "
+            "moved as it trained: its replay cannot be turned back into raw observations"
+        )
+    state = checkpoint.state.get("algorithm")
+    replay = state.get("replay") if isinstance(state, dict) else None
+    if replay is None:
+        raise DatasetError(
+            f"{run} saved no replay buffer: train it with --replay.save to export its replay"
+        )
+    return replay
+
+
+def _mean_score(act: BatchPolicy, env: VectorEnv, episodes: int, seed: int) -> float:
+    return float(np.mean([e.score for e in record_episodes(act, env, episodes, seed)]))
 
 
 @dataclass(frozen=True)
@@ -93,9 +204,6 @@ RECIPES = {
 def make_dataset(name: str, out: str | Path | None = None, runs: str | Path = "runs/datasets"):
     """Make the recipe ``name``'s dataset in ``out`` (default ``datasets/NAME``), training
     its source run under ``runs`` first where it has not reached its end; returns the path."""
-    import shoal
-    from shoal.train.checkpoint import load_checkpoint
-
     recipe = RECIPES.get(name)
     if recipe is None:
         raise ShoalError(f"unknown dataset recipe {name!r}; recipes: {', '.join(RECIPES)}")
@@ -106,14 +214,14 @@ def make_dataset(name: str, out: str | Path | None = None, runs: str | Path = "r
     if (run_dir / "checkpoints").is_dir():
         done = int(load_checkpoint(run_dir).meta["env_steps"])
     if done == 0:
-        shoal.train(tuned=source.tuned, run_dir=str(run_dir), **source.overrides)
+        train(tuned=source.tuned, run_dir=str(run_dir), **source.overrides)
     elif done < total:
-        shoal.train(resume=run_dir, total_steps=total)
+        train(resume=run_dir, total_steps=total)
     checkpoint = run_dir / "checkpoints" / f"step_{recipe.step:012d}"
     if not checkpoint.is_dir():
         raise ShoalError(f"{run_dir} has no checkpoint at step {recipe.step:,}")
     out = Path(out) if out is not None else Path("datasets") / name
     expert = None if recipe.expert_score is not None else run_dir
-    return shoal.collect(out, checkpoint, episodes=recipe.episodes, noise=recipe.noise,
+    return collect(out, checkpoint, episodes=recipe.episodes, noise=recipe.noise,
                          from_replay=recipe.from_replay, expert=expert,
                          ref_max_score=recipe.expert_score, **recipe.collect)  # fmt: skip

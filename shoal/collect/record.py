@@ -10,6 +10,7 @@ continuous actions, uniformly random actions with probability epsilon.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 
 import gymnasium as gym
@@ -22,9 +23,10 @@ BatchPolicy = Callable[[np.ndarray], np.ndarray]
 """``[B, ...]`` observations -> ``[B, ...]`` env actions."""
 
 
-def random_policy(space: gym.Space, num_envs: int, seed: int) -> BatchPolicy:
-    """Uniformly random actions from ``space``, seeded."""
-    space = _seeded(space, seed)
+def random_policy(space: gym.Space, seed: int) -> BatchPolicy:
+    """Uniformly random actions from ``space``, seeded (a copy of it draws them)."""
+    space = copy.deepcopy(space)
+    space.seed(seed)
     return lambda obs: np.stack([space.sample() for _ in range(len(obs))])
 
 
@@ -35,7 +37,7 @@ def exploring(
     clipped to the bounds; Box actions) and, with probability ``epsilon`` per step and env, a
     uniformly random action instead (any space)."""
     rng = np.random.default_rng(seed)
-    random = random_policy(space, 1, seed + 1)
+    random = random_policy(space, seed + 1)
 
     def act(obs: np.ndarray) -> np.ndarray:
         actions = np.array(policy(obs))
@@ -95,11 +97,3 @@ def _episode(parts: dict[str, list]) -> Episode:
         terminations=np.asarray(parts["terminations"], bool),
         truncations=np.asarray(parts["truncations"], bool),
     )
-
-
-def _seeded(space: gym.Space, seed: int) -> gym.Space:
-    import copy
-
-    space = copy.deepcopy(space)
-    space.seed(seed)
-    return space

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from shoal.data.replay import ReplayBuffer
-from shoal.envs.normalize import RunningMeanStd, normalize
+from shoal.envs.normalize import RunningMeanStd, load_obs_stats, normalize
 from shoal.errors import DatasetError
 
 DATA_DIR = "data"
@@ -91,41 +91,30 @@ def write_dataset(
         env_spec = gym.spec(env["id"])
     path.mkdir(parents=True)
     try:
-        _write(path, storage_cls, buffer_cls, minari.__version__, episodes, observation_space,
-               action_space, env, env_spec, ref_min_score, ref_max_score, metadata)  # fmt: skip
+        storage = storage_cls.new(path / DATA_DIR, observation_space, action_space, env_spec)
+        storage.update_episodes([
+            buffer_cls(id=i, observations=np.asarray(e.observations),
+                       actions=np.asarray(e.actions), rewards=np.asarray(e.rewards, np.float64),
+                       terminations=np.asarray(e.terminations, bool),
+                       truncations=np.asarray(e.truncations, bool), infos={})
+            for i, e in enumerate(episodes)
+        ])  # fmt: skip
+        metadata = dict(metadata or {})
+        name = str(env["id"]).replace("/", "-").replace(":", "-").lower()
+        entries = {
+            "dataset_id": metadata.pop("dataset_id", f"shoal/{name}-{path.name}-v0"),
+            "minari_version": minari.__version__,
+            "shoal_env": json.dumps(env),
+            **metadata,
+        }
+        if ref_min_score is not None and ref_max_score is not None:
+            entries["ref_min_score"] = float(ref_min_score)
+            entries["ref_max_score"] = float(ref_max_score)
+        storage.update_metadata(entries)
     except BaseException:
         shutil.rmtree(path, ignore_errors=True)  # no half-written dataset left behind
         raise
     return path
-
-
-def _write(path, storage_cls, buffer_cls, version, episodes, observation_space, action_space,
-           env, env_spec, ref_min_score, ref_max_score, metadata) -> None:  # fmt: skip
-    storage = storage_cls.new(path / DATA_DIR, observation_space, action_space, env_spec)
-    buffers = [
-        buffer_cls(
-            id=i,
-            observations=np.asarray(e.observations),
-            actions=np.asarray(e.actions),
-            rewards=np.asarray(e.rewards, np.float64),
-            terminations=np.asarray(e.terminations, bool),
-            truncations=np.asarray(e.truncations, bool),
-            infos={},
-        )
-        for i, e in enumerate(episodes)
-    ]
-    storage.update_episodes(buffers)
-    name = str(env["id"]).replace("/", "-").replace(":", "-").lower()
-    entries = {
-        "dataset_id": (metadata or {}).get("dataset_id", f"shoal/{name}-{path.name}-v0"),
-        "minari_version": version,
-        "shoal_env": json.dumps(env),
-        **{k: v for k, v in (metadata or {}).items() if k != "dataset_id"},
-    }
-    if ref_min_score is not None and ref_max_score is not None:
-        entries["ref_min_score"] = float(ref_min_score)
-        entries["ref_max_score"] = float(ref_max_score)
-    storage.update_metadata(entries)
 
 
 def resolve_path(path: str | Path) -> Path:
@@ -253,7 +242,7 @@ class OfflineDataset:
             "truncated": np.zeros((rows, num_envs), bool),
             "valid": np.zeros((rows, num_envs), bool),
         }
-        stats = None if obs_stats is None else _stats(obs_stats)
+        stats = None if obs_stats is None else load_obs_stats(obs_stats)
         for b, column in enumerate(columns):
             row = 0
             for e in column:
@@ -276,12 +265,6 @@ class OfflineDataset:
         )
         replay.load_state_dict(state)
         return replay
-
-
-def _stats(state: dict[str, Any]) -> RunningMeanStd:
-    stats = RunningMeanStd()
-    stats.load_state_dict(state)
-    return stats
 
 
 def read_dataset(path: str | Path) -> OfflineDataset:

@@ -162,7 +162,7 @@ def test_replay_export_returns_the_stored_episodes():
 
 def test_record_episodes_keeps_whole_episodes_with_final_observations():
     env = make_env(EnvConfig(id="CartPole-v1", num_envs=3))
-    act = random_policy(env.action_space, 3, seed=0)
+    act = random_policy(env.action_space, seed=0)
     got = record_episodes(act, env, 7, seed=0)
     env.close()
     assert len(got) == 7

@@ -111,6 +111,24 @@ def learn_from_replay(
     return metrics
 
 
+def replay_runner(
+    config: Any,
+    model_fn: Callable[[Any, gym.Space, gym.Space], nn.Module],
+    env: EnvConfig,
+    seed: int,
+) -> EnvRunner:
+    """The env runner of a replay learner: ``env``'s envs acting with ``model_fn``'s network
+    for ``config.rollout_steps`` vector steps per sample."""
+    return EnvRunner(
+        env,
+        lambda obs_space, action_space: model_fn(config, obs_space, action_space),
+        config.rollout_steps,
+        seed=seed,
+        acting=config.model.backend,
+        compiled=config.run.compile,
+    )
+
+
 class ReplayAlgorithm:
     """One iteration: set exploration, act for ``rollout_steps`` vector steps, store them,
     learn from replay.
@@ -129,14 +147,7 @@ class ReplayAlgorithm:
         model_fn: Callable[[Any, gym.Space, gym.Space], nn.Module],
     ):
         self.config = config
-        runner = EnvRunner(
-            config.env,
-            lambda obs_space, action_space: model_fn(config, obs_space, action_space),
-            config.rollout_steps,
-            seed=derive_seed(config.run.seed, "env", 0),
-            acting=config.model.backend,
-            compiled=config.run.compile,
-        )
+        runner = replay_runner(config, model_fn, config.env, derive_seed(config.run.seed, "env", 0))
         self.sampler = LocalSampler(runner)
         env = runner.env
         self.learner = learner_fn(config, env.observation_space, env.action_space)

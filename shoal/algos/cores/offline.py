@@ -23,9 +23,9 @@ import gymnasium as gym
 from torch import nn
 
 from shoal.algos.cores.actor_critic_replay import ActorCriticReplayConfig
-from shoal.algos.cores.off_policy import ReplayLearner, learn_from_replay
+from shoal.algos.cores.off_policy import ReplayLearner, learn_from_replay, replay_runner
 from shoal.backend import uncompiled_copy
-from shoal.collect import EnvRunner, LocalSampler
+from shoal.collect import LocalSampler
 from shoal.config import (
     EnvConfig,
     OptimConfig,
@@ -186,8 +186,6 @@ class OfflineAlgorithm:
         )
         self.env_steps = 0
         self.iteration = 0
-        self.online_from: int | None = None
-        """The step at which the run went online (None while offline)."""
 
     # --- iterate --------------------------------------------------------------------------
 
@@ -216,20 +214,13 @@ class OfflineAlgorithm:
         statistics, as the learner saw them."""
         config = self.config
         env_config = dataclasses.replace(config.env, normalize_obs=self.obs_stats is not None)
-        runner = EnvRunner(
-            env_config,
-            lambda obs_space, action_space: self.model_fn(config, obs_space, action_space),
-            config.rollout_steps,
-            seed=seed,
-        )
+        runner = replay_runner(config, self.model_fn, env_config, seed)
         wrapper = find_wrapper(runner.env, NormalizeObservation)
         if wrapper is not None:
             wrapper.stats.load_state_dict(self.obs_stats)
             wrapper.training = False
             runner.obs = runner.env.reset(seed=seed)  # observed again with the dataset's stats
         self.sampler = LocalSampler(runner)
-        if self.online_from is None:
-            self.online_from = self.env_steps
 
     # --- deploy and checkpoint ------------------------------------------------------------
 
@@ -245,31 +236,32 @@ class OfflineAlgorithm:
         )
 
     def state_dict(self) -> dict[str, Any]:
-        online = self.sampler is not None
-        return {
+        """Offline, the dataset is the data: the learner, counters and the replay's sampling
+        generator are the state. Online adds the envs and, with ``replay.save``, the replay
+        (the loop reports a resume without it)."""
+        state = {
             "learner": self.learner.state_dict(),
             "replay_rng": self.replay.rng_state(),
-            "sampler": self.sampler.get_state() if online else None,
-            "replay": self.replay.state_dict() if online and self.config.replay.save else None,
+            "sampler": None,
             "policy": {
                 "model": self.learner.policy_network.state_dict(),
                 "obs_stats": self.obs_stats,
             },
-            "counters": {
-                "env_steps": self.env_steps,
-                "iteration": self.iteration,
-                "online_from": self.online_from,
-            },
+            "counters": {"env_steps": self.env_steps, "iteration": self.iteration},
         }
+        if self.sampler is not None:
+            state["sampler"] = self.sampler.get_state()
+            state["replay"] = self.replay.state_dict() if self.config.replay.save else None
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> bool:
         """Restore; an offline checkpoint resumed with ``online`` goes online from it (its
-        replay: the whole dataset). Returns whether online envs continued mid-episode."""
+        replay: the whole dataset). Returns whether the envs continued mid-episode (an
+        offline run has none to restart)."""
         self.learner.load_state_dict(state["learner"])
         self.learner.set_random_actions(False)
         counters = state["counters"]
         self.env_steps, self.iteration = counters["env_steps"], counters["iteration"]
-        self.online_from = counters.get("online_from")
         if state.get("sampler") is None:
             self.replay.set_rng_state(state["replay_rng"])
             if self.config.online:
@@ -281,14 +273,14 @@ class OfflineAlgorithm:
                 "this run had gone online; resume it with --online (or train offline anew "
                 "from its dataset)"
             )
-        if state.get("replay") is not None:
+        if state["replay"] is not None:
             self.replay.load_state_dict(state["replay"])
         else:
             self.replay.set_rng_state(state["replay_rng"])
         fallback = derive_seed(self.config.run.seed, "env-restart", self.iteration)
         self._go_online(fallback)
         self.sampler.set_weights(self.learner.get_weights())
-        return self.sampler.set_state(state["sampler"], fallback) and state["replay"] is not None
+        return self.sampler.set_state(state["sampler"], fallback)
 
     def close(self) -> None:
         if self.sampler is not None:

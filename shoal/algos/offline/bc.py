@@ -61,7 +61,7 @@ class BCLearner:
         loss = behaviour_cloning_loss(prediction, actions, self.discrete)
         minimize({"policy": loss}, self.optimizer, self.config.optim.max_grad_norm)
         self.grad_steps += 1
-        return {"loss/policy": loss.detach()}, batch.weights
+        return {"loss/policy": loss.detach()}, batch.weights  # no priorities: uniform replay
 
     @property
     def policy_network(self) -> nn.Module:
