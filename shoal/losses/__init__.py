@@ -36,6 +36,7 @@ from shoal.losses.returns import (
     episode_returns,
     gae,
     n_step_return,
+    retrace,
     vtrace,
 )
 from shoal.losses.value import (
@@ -76,6 +77,7 @@ __all__ = [
     "quantile_midpoints",
     "quantile_target",
     "random_convex_combination",
+    "retrace",
     "set_flat_params",
     "td_loss",
     "value_loss",

@@ -34,6 +34,7 @@ __all__ = [
     "episode_returns",
     "gae",
     "n_step_return",
+    "retrace",
     "vtrace",
     "VTraceReturns",
 ]
@@ -368,3 +369,74 @@ def vtrace(
         pg_targets = rewards + torch.where(terminated, 0.0, gamma * vs_next)
         pg_advantages = clip(clip_pg_rho_threshold) * (pg_targets - values)
     return VTraceReturns(vs, pg_advantages)
+
+
+def retrace(
+    q_taken: Tensor,
+    next_values: Tensor,
+    rewards: Tensor,
+    terminated: Tensor,
+    truncated: Tensor,
+    log_rhos: Tensor,
+    gamma: float,
+    lam: float = 1.0,
+    clip_c_threshold: float | None = 1.0,
+) -> Tensor:
+    """Retrace(lambda) targets for Q (Munos, Stepleton, Harutyunyan and Bellemare 2016, "Safe
+    and efficient off-policy reinforcement learning", arXiv:1606.02647, eq. 3 written as a
+    recursion; ACER's ``Q_ret``, Wang et al. 2017, arXiv:1611.01224, eq. 5).
+
+    With trace coefficients ``c_t = lam * min(c_bar, pi(a_t|x_t) / mu(a_t|x_t))``:
+    ``G_t = r_t + gamma * (1 - terminated_t) * X_t``, where ``X_t = next_values[t]`` at a
+    truncation and at the rollout's last step (nothing later is known), else
+    ``X_t = next_values[t] + c_{t+1} * (G_{t+1} - q_taken[t+1])``. ``next_values[t]`` is
+    ``E_{a ~ pi} Q(x_{t+1}, a)``: the expected-SARSA bootstrap that the trace corrects with the
+    return actually observed after ``a_{t+1}``. The trace stops at any episode end: a
+    termination bootstraps nothing, a truncation from the final observation's value. With
+    ``c = 1`` (``pi = mu``, ``lam = 1``) and ``next_values[t] = q_taken[t + 1]`` these are the
+    n-step SARSA returns (`discounted_returns`); with ``lam = 0`` the one-step expected-SARSA
+    targets.
+
+    Args:
+        q_taken: ``[T, B, ...]`` ``Q(x_t, a_t)`` of the actions taken.
+        next_values: ``[T, B, ...]`` ``E_pi Q(x_{t+1}, .)`` of the true next state of each
+            transition (the final observation at an episode end).
+        rewards: ``[T, B, ...]`` float rewards; the computation runs in this dtype.
+        terminated: ``[T, B, ...]`` bool or float episode-termination flags.
+        truncated: ``[T, B, ...]`` bool or float episode-truncation flags.
+        log_rhos: ``[T, B, ...]`` ``log pi(a_t|x_t) - log mu(a_t|x_t)``.
+        gamma: discount factor.
+        lam: the trace-decay lambda.
+        clip_c_threshold: c-bar, the truncation of the importance weights (None: no clip,
+            which is unsafe: the variance is unbounded).
+
+    Returns:
+        ``[T, B, ...]`` targets, without gradient.
+    """
+    shape = _check_time_major(
+        {
+            "q_taken": q_taken,
+            "next_values": next_values,
+            "rewards": rewards,
+            "terminated": terminated,
+            "truncated": truncated,
+            "log_rhos": log_rhos,
+        }
+    )
+    with torch.no_grad():
+        dtype = rewards.dtype
+        rhos = torch.exp(log_rhos.to(dtype))
+        cs = lam * (rhos if clip_c_threshold is None else rhos.clamp(max=clip_c_threshold))
+        q_taken = q_taken.to(dtype)
+        next_values = next_values.to(dtype)
+        terminated = terminated.bool()
+        truncated = truncated.bool()
+        targets: list[Tensor] = []
+        future = next_values[-1]  # the rollout's end bootstraps from the critic
+        for t in reversed(range(shape[0])):
+            if t < shape[0] - 1:
+                corrected = next_values[t] + cs[t + 1] * (targets[-1] - q_taken[t + 1])
+                future = torch.where(truncated[t], next_values[t], corrected)
+            target = rewards[t] + torch.where(terminated[t], 0.0, gamma * future)
+            targets.append(target)
+    return torch.stack(targets[::-1])
