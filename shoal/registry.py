@@ -15,7 +15,7 @@ from shoal.algos.evolution import ars, cmaes, es, ga
 from shoal.algos.multi_agent import ctedd, distributed_maddpg, maddpg, multi_policy, qmix
 from shoal.algos.offline import bc, cql, iql, td3_bc
 from shoal.algos.planning import alphazero, muzero, planner
-from shoal.algos.policy_gradient import a2c, a3c, appo, ddppo, impala, pg, ppo, trpo
+from shoal.algos.policy_gradient import a2c, a3c, acer, acktr, appo, ddppo, impala, pg, ppo, trpo
 from shoal.algos.value import apex, dqn, tabular
 from shoal.config import from_dict, read_yaml, replace
 from shoal.errors import ConfigError, ShoalError
@@ -133,6 +133,24 @@ ALGORITHMS["a2c"] = AlgorithmSpec(
     "A2C: synchronous advantage actor-critic (n-step/GAE, RMSProp or Adam)",
     "Discrete, Box, MultiDiscrete, MultiBinary, Tuple, Dict",
     backends=NUMPY_BACKENDS,
+)
+
+ALGORITHMS["acer"] = AlgorithmSpec(
+    "acer",
+    acer.ACERConfig,
+    acer.ACER,
+    acer.build_model,
+    "ACER: actor-critic with experience replay (Retrace, truncated IS, trust region)",
+    "Discrete, Box",
+)
+
+ALGORITHMS["acktr"] = AlgorithmSpec(
+    "acktr",
+    acktr.ACKTRConfig,
+    acktr.ACKTR,
+    acktr.build_model,
+    "ACKTR: A2C with K-FAC natural-gradient steps in a KL trust region",
+    "Discrete, Box, MultiDiscrete, MultiBinary, Tuple, Dict",
 )
 
 ALGORITHMS["trpo"] = AlgorithmSpec(

@@ -74,6 +74,12 @@ class Rollout(NamedTuple):
     """Recurrent state at the start of the rollout (None for feed-forward policies)."""
     action_mask: torch.Tensor | None = None
     """``[T, B, A]`` bool legal actions at each ``obs`` (None when the env gives no mask)."""
+    last_obs: torch.Tensor | None = None
+    """``[B, ...]`` the observation after the last step, which ``last_values`` values (for
+    learners that evaluate it again with later weights, as ACER's replay does)."""
+    step_states: torch.Tensor | None = None
+    """``[T, B, ...]`` a recurrent policy's state before each step, for models that ask for it
+    (``stores_step_states``: R2D2 stores the actor's state at each sequence start)."""
 
     @property
     def next_values(self) -> torch.Tensor:

@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("algos",),
     ("collect", "data", "distributed", "search"),
     ("backend", "fast"),
-    ("nn", "losses", "optim", "policy"),
+    ("nn", "losses", "optim", "kfac", "policy"),
     ("envs",),
     (
         "config",

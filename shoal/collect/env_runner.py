@@ -145,8 +145,10 @@ class EnvRunner:
             storage.write_step(t, out, result)
             self.obs = result.obs
             episodes.add(result)
-        last_obs = np.asarray(self.obs, dtype=storage.obs_dtype)
-        rollout = storage.rollout(last_values=_tensor(actor.value(last_obs)))
+        last_obs = np.array(self.obs, dtype=storage.obs_dtype)  # a copy: envs reuse buffers
+        rollout = storage.rollout(
+            _tensor(actor.value(last_obs)), last_obs=torch.from_numpy(last_obs)
+        )
         return rollout, episodes.stats(getattr(env, "agent_names", None))
 
     def _sample_recurrent(self) -> tuple[Rollout, EpisodeStats]:
@@ -157,7 +159,12 @@ class EnvRunner:
         storage, env, model = self.storage, self.env, self.model
         episodes = FinishedEpisodes()
         initial = state = self.policy_state
+        step_states = None
+        if getattr(model, "stores_step_states", False):
+            step_states = torch.empty(self.num_steps, *state.shape, dtype=state.dtype)
         for t in range(self.num_steps):
+            if step_states is not None:
+                step_states[t] = state
             out, state = model.step(storage.write_obs(t, self.obs), state)
             result = env.step(out.actions.numpy())
             storage.write_step(t, out, result)
@@ -167,8 +174,10 @@ class EnvRunner:
             self.obs = result.obs
             episodes.add(result)
         self.policy_state = state
-        last_obs = torch.as_tensor(self.obs, dtype=storage.obs.dtype)
-        rollout = storage.rollout(model.step_value(last_obs, state), policy_state=initial)
+        last_obs = torch.tensor(self.obs, dtype=storage.obs.dtype)
+        rollout = storage.rollout(model.step_value(last_obs, state), initial, last_obs)
+        if step_states is not None:
+            rollout = rollout._replace(step_states=step_states)
         return rollout, episodes.stats(getattr(env, "agent_names", None))
 
     def get_state(self) -> dict[str, Any]:

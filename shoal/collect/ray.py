@@ -160,8 +160,8 @@ class RaySampler:
 
 
 def concat_rollouts(parts: list[Rollout]) -> Rollout:
-    """Join rollouts of equal length along the env axis (axis 1; axis 0 of ``last_values``
-    and of a recurrent ``policy_state``)."""
+    """Join rollouts of equal length along the env axis (axis 1; axis 0 of ``last_values``,
+    ``last_obs`` and a recurrent ``policy_state``)."""
     if len(parts) == 1:
         return parts[0]
     joined = {}
@@ -169,7 +169,7 @@ def concat_rollouts(parts: list[Rollout]) -> Rollout:
         values = [getattr(p, name) for p in parts]
         if values[0] is None:
             joined[name] = None
-        elif name in ("last_values", "policy_state"):
+        elif name in ("last_values", "policy_state", "last_obs"):
             joined[name] = torch.cat(values, dim=0)
         else:
             joined[name] = torch.cat(values, dim=1)

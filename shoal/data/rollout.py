@@ -122,7 +122,12 @@ class RolloutStorage:
         views["truncated"][t] = result.truncated
         views["valid"][t] = ~result.autoreset
 
-    def rollout(self, last_values: torch.Tensor, policy_state: object = None) -> Rollout:
+    def rollout(
+        self,
+        last_values: torch.Tensor,
+        policy_state: object = None,
+        last_obs: torch.Tensor | None = None,
+    ) -> Rollout:
         """The stored data; valid until the next rollout overwrites the buffers."""
         return Rollout(
             obs=self.obs,
@@ -136,6 +141,7 @@ class RolloutStorage:
             last_values=last_values,
             policy_state=policy_state,
             action_mask=self.action_mask,
+            last_obs=last_obs,
         )
 
 

@@ -46,17 +46,6 @@ def alphazero_loss(
     return loss, {"loss/policy": policy.detach(), "loss/value": value_loss.detach()}
 
 
-def value_transform(x: Tensor, eps: float = 0.001) -> Tensor:
-    """``h(x) = sign(x) (sqrt(|x| + 1) - 1) + eps x``: squashes returns of any scale."""
-    return torch.sign(x) * (torch.sqrt(x.abs() + 1.0) - 1.0) + eps * x
-
-
-def inverse_value_transform(y: Tensor, eps: float = 0.001) -> Tensor:
-    """``h^-1(y) = sign(y) (((sqrt(1 + 4 eps (|y| + 1 + eps)) - 1) / (2 eps))^2 - 1)``."""
-    root = (torch.sqrt(1.0 + 4.0 * eps * (y.abs() + 1.0 + eps)) - 1.0) / (2.0 * eps)
-    return torch.sign(y) * (root.pow(2) - 1.0)
-
-
 def scalar_to_support(x: Tensor, support_size: int) -> Tensor:
     """``[...]`` scalars (already transformed) -> ``[..., 2S + 1]`` probabilities over the
     integers ``-S..S``: ``x`` between ``k`` and ``k + 1`` puts ``k + 1 - x`` on ``k`` and

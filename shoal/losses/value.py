@@ -17,8 +17,10 @@ __all__ = [
     "clipped_value_loss",
     "clipped_value_loss_grad",
     "huber_loss",
+    "inverse_value_transform",
     "value_loss",
     "value_loss_grad",
+    "value_transform",
 ]
 
 
@@ -110,3 +112,16 @@ def huber_loss(pred: Tensor, target: Tensor, delta: float = 1.0) -> Tensor:
     quadratic = torch.clamp(abs_err, max=delta)
     linear = abs_err - quadratic
     return (0.5 * quadratic.pow(2) + delta * linear).mean()
+
+
+def value_transform(x: Tensor, eps: float = 0.001) -> Tensor:
+    """``h(x) = sign(x) (sqrt(|x| + 1) - 1) + eps x``: squashes returns of any scale (Pohlen et
+    al. 2018, "Observe and look further: achieving consistent performance on Atari",
+    arXiv:1805.11593; R2D2's and MuZero's value rescaling)."""
+    return torch.sign(x) * (torch.sqrt(x.abs() + 1.0) - 1.0) + eps * x
+
+
+def inverse_value_transform(y: Tensor, eps: float = 0.001) -> Tensor:
+    """``h^-1(y) = sign(y) (((sqrt(1 + 4 eps (|y| + 1 + eps)) - 1) / (2 eps))^2 - 1)``."""
+    root = (torch.sqrt(1.0 + 4.0 * eps * (y.abs() + 1.0 + eps)) - 1.0) / (2.0 * eps)
+    return torch.sign(y) * (root.pow(2) - 1.0)

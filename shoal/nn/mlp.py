@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -26,10 +28,16 @@ class MLP(nn.Module):
         self.activation = ACTIVATIONS[activation]
         self.activation_name = activation
         self.out_dim = in_dim
+        self.tap: Callable[[int, torch.Tensor, torch.Tensor], None] | None = None
+        """Called as ``tap(layer, inputs, pre_activations)`` in every forward pass when set
+        (K-FAC reads each layer's inputs and output gradients through it, `shoal.kfac`)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for layer in self.layers:
-            x = self.activation(F.linear(x, layer.weight, layer.bias))
+        for index, layer in enumerate(self.layers):
+            pre = F.linear(x, layer.weight, layer.bias)
+            if self.tap is not None:
+                self.tap(index, x, pre)
+            x = self.activation(pre)
         return x
 
 
@@ -59,6 +67,9 @@ class ParallelMLP(nn.Module):
         self.activation = ACTIVATIONS[activation]
         self.activation_name = activation
         self.out_dim = in_dim
+        self.tap: Callable[[int, torch.Tensor, torch.Tensor], None] | None = None
+        """Called as ``tap(layer, inputs, pre_activations)`` in every forward pass when set
+        (K-FAC reads each layer's inputs and output gradients through it, `shoal.kfac`)."""
 
     def forward(self, x: torch.Tensor, detach_weights: bool = False) -> torch.Tensor:
         """``[N, in_dim]`` (or ``[members, N, in_dim]``) -> ``[members, N, out_dim]``.
@@ -67,8 +78,11 @@ class ParallelMLP(nn.Module):
         the weights (an actor's loss through a critic, in the same backward pass as the
         critic's own loss)."""
         h = x.expand(self.members, *x.shape) if x.dim() == 2 else x
-        for weight, bias in zip(self.weights, self.biases, strict=True):
+        for index, (weight, bias) in enumerate(zip(self.weights, self.biases, strict=True)):
             if detach_weights:
                 weight, bias = weight.detach(), bias.detach()
-            h = self.activation(torch.baddbmm(bias, h, weight))
+            pre = torch.baddbmm(bias, h, weight)
+            if self.tap is not None:
+                self.tap(index, h, pre)
+            h = self.activation(pre)
         return h

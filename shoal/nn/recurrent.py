@@ -20,6 +20,44 @@ from shoal.nn.distributions import Categorical, DiagGaussian
 from shoal.nn.heads import ValueHead
 
 
+def run_lstm(
+    lstm: nn.LSTM, x: torch.Tensor, state: torch.Tensor, starts: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``lstm`` over inputs ``[T, B, D]`` from ``state`` ``[B, 2, H]`` (``h`` and ``c``
+    stacked): outputs ``[T, B, H]`` and the state after the last step.
+
+    ``starts[t, b]`` (bool ``[T, B]``) zeroes env ``b``'s state before step ``t``. The sequence
+    is cut only at the steps where some env starts an episode; between cuts one fused
+    `nn.LSTM` call runs the whole segment."""
+    steps, batch = x.shape[:2]
+    h, c = state[:, 0].unsqueeze(0).contiguous(), state[:, 1].unsqueeze(0).contiguous()
+    cuts = [0, steps]
+    if starts is not None:
+        cuts = sorted({0, steps, *torch.nonzero(starts.any(1)).flatten().tolist()})
+    outputs = []
+    for begin, end in zip(cuts[:-1], cuts[1:], strict=True):
+        if starts is not None:
+            keep = (~starts[begin]).to(h.dtype).view(1, batch, 1)
+            h, c = h * keep, c * keep
+        out, (h, c) = lstm(x[begin:end], (h, c))
+        outputs.append(out)
+    features = outputs[0] if len(outputs) == 1 else torch.cat(outputs)
+    return features, torch.stack([h[0], c[0]], dim=1)
+
+
+def init_lstm(lstm: nn.LSTM) -> None:
+    """Orthogonal weights; forget-gate bias 1 (Jozefowicz et al. 2015, "An empirical
+    exploration of recurrent network architectures"), split over bias_ih and bias_hh:
+    remember by default."""
+    hidden = lstm.hidden_size
+    for name, param in lstm.named_parameters():
+        if name.startswith("weight"):
+            nn.init.orthogonal_(param)
+        else:
+            nn.init.zeros_(param)
+            param.data[hidden : 2 * hidden] = 0.5
+
+
 class RecurrentActorCritic(nn.Module):
     """Shared MLP encoder and LSTM, then a policy head and a value head.
 
@@ -38,14 +76,7 @@ class RecurrentActorCritic(nn.Module):
         self.encoding, self.body = encoder_and_body(obs_space, config)
         self.hidden_size = config.lstm_hidden
         self.lstm = nn.LSTM(self.body.out_dim, self.hidden_size)
-        for name, param in self.lstm.named_parameters():
-            if name.startswith("weight"):
-                nn.init.orthogonal_(param)
-            else:
-                # Forget-gate bias 1 (Jozefowicz et al. 2015), split over bias_ih and bias_hh:
-                # remember by default.
-                nn.init.zeros_(param)
-                param.data[self.hidden_size : 2 * self.hidden_size] = 0.5
+        init_lstm(self.lstm)
         self.policy_head = policy_head(action_space, self.hidden_size, config)
         self.value_head = ValueHead(self.hidden_size)
         self._deployed_state: torch.Tensor | None = None
@@ -67,19 +98,7 @@ class RecurrentActorCritic(nn.Module):
         """
         steps, batch = obs.shape[:2]
         x = self.body(self.encoding(obs.flatten(0, 1))).unflatten(0, (steps, batch))
-        h, c = state[:, 0].unsqueeze(0).contiguous(), state[:, 1].unsqueeze(0).contiguous()
-        cuts = [0, steps]
-        if starts is not None:
-            cuts = sorted({0, steps, *torch.nonzero(starts.any(1)).flatten().tolist()})
-        outputs = []
-        for begin, end in zip(cuts[:-1], cuts[1:], strict=True):
-            if starts is not None:
-                keep = (~starts[begin]).to(h.dtype).view(1, batch, 1)
-                h, c = h * keep, c * keep
-            out, (h, c) = self.lstm(x[begin:end], (h, c))
-            outputs.append(out)
-        features = outputs[0] if len(outputs) == 1 else torch.cat(outputs)
-        return features, torch.stack([h[0], c[0]], dim=1)
+        return run_lstm(self.lstm, x, state, starts)
 
     def heads(self, features: torch.Tensor) -> tuple[Categorical | DiagGaussian, torch.Tensor]:
         """Action distribution and value of LSTM features ``[N, H]``."""
@@ -121,7 +140,11 @@ class RecurrentActorCritic(nn.Module):
 
 
 def is_recurrent(model: object) -> bool:
-    return isinstance(model, RecurrentActorCritic)
+    """A model the samplers step with an explicit state (`RecurrentActorCritic`, R2D2's
+    `shoal.nn.recurrent_q.RecurrentQNetwork`): ``initial_state``, ``step``, ``step_value``."""
+    return (
+        isinstance(model, RecurrentActorCritic) or getattr(model, "steps_with_state", False) is True
+    )
 
 
 @torch.no_grad()

@@ -19,7 +19,8 @@ import torch
 from shoal.envs.games import Game
 from shoal.envs.snapshot import EnvStateUnsupported, capture_env_state, restore_env_state
 from shoal.errors import ConfigError
-from shoal.losses.search import inverse_value_transform, support_to_scalar
+from shoal.losses.search import support_to_scalar
+from shoal.losses.value import inverse_value_transform
 from shoal.search.mcts import Expansion
 
 Evaluator = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]

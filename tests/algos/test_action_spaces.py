@@ -13,7 +13,7 @@ KINDS = ["multidiscrete", "multibinary", "tuple", "dict"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("algo", ["ppo", "a2c", "pg", "trpo", "impala", "appo"])
+@pytest.mark.parametrize("algo", ["ppo", "a2c", "pg", "trpo", "impala", "appo", "acktr"])
 def test_each_on_policy_algorithm_trains_on_each_kind(algo, kind, tmp_path):
     result = shoal.train(
         algo,

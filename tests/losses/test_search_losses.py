@@ -8,14 +8,13 @@ import torch
 from shoal.losses.search import (
     alphazero_loss,
     episode_value_targets,
-    inverse_value_transform,
     muzero_loss,
     policy_cross_entropy,
     scalar_to_support,
     support_cross_entropy,
     support_to_scalar,
-    value_transform,
 )
+from shoal.losses.value import inverse_value_transform, value_transform
 
 
 def test_policy_cross_entropy_by_hand_with_illegal_moves_left_out():

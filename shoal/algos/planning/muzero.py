@@ -48,8 +48,8 @@ from shoal.losses.search import (
     episode_value_targets,
     muzero_loss,
     scalar_to_support,
-    value_transform,
 )
+from shoal.losses.value import value_transform
 from shoal.nn.distributions import Categorical
 from shoal.nn.muzero import MuZeroNet
 from shoal.optim import build_optimizer, minimize

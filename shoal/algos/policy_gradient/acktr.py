@@ -1,0 +1,178 @@
+"""ACKTR: actor-critic using Kronecker-factored trust region (Wu, Mansimov, Liao, Grosse and Ba
+2017, "Scalable trust-region method for deep reinforcement learning using Kronecker-factored
+approximation", arXiv:1708.05144).
+
+A2C's rollouts and objective (n-step or GAE advantages, policy gradient + value loss - entropy
+bonus), with the gradient step replaced by a natural-gradient step (`shoal.kfac.KFAC`): the
+Kronecker factors of every linear and convolution layer come from the model's own
+log-likelihood at sampled outputs, the policy's at an action drawn from it and the critic's
+as a unit-variance Gaussian around its own value (``vf_fisher_coef`` weighs it), and the step
+size is clipped so that the step's Fisher norm stays under ``kfac.kl_clip``. Defaults follow
+OpenAI Baselines' ACKTR (lr 0.25, momentum 0.9, damping 0.01, KL clip 0.001, 20 steps).
+Recurrent models are refused: K-FAC has no factors for an LSTM.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import gymnasium as gym
+import torch
+
+from shoal.algos.cores.on_policy import (
+    ModelLearner,
+    OnPolicyAlgorithm,
+    PPOBatch,
+    check_no_masks,
+    make_batch,
+    mean_metrics,
+    step_metrics,
+)
+from shoal.backend import TorchStep, evaluate_objective
+from shoal.config import EnvConfig, ModelConfig, OptimConfig, RunConfig, check, check_positive
+from shoal.device import to_device
+from shoal.kfac import KFAC
+from shoal.losses.objectives import a2c_objective
+from shoal.nn import ActorCritic, build_actor_critic
+from shoal.schedules import scheduled
+
+
+@dataclass(frozen=True)
+class KFACConfig:
+    """The natural-gradient step (`shoal.kfac.KFAC`); the step size is ``optim.lr``."""
+
+    momentum: float = 0.9
+    """Momentum of the step."""
+    stat_decay: float = 0.99
+    """Running-average decay of the Kronecker factors."""
+    damping: float = 0.01
+    """Tikhonov damping added to the factored Fisher's eigenvalues."""
+    kl_clip: float = 0.001
+    """Trust region: the largest Fisher norm (twice the second-order KL) of one step."""
+    inverse_every: int = 1
+    """Recompute the factors' eigendecompositions every this many updates."""
+    vf_fisher_coef: float = 1.0
+    """Weight of the critic's Gaussian log-likelihood in the Fisher statistics."""
+
+    def __post_init__(self) -> None:
+        check(self, "momentum", 0.0 <= self.momentum < 1.0, "must be in [0, 1)")
+        check(self, "stat_decay", 0.0 <= self.stat_decay < 1.0, "must be in [0, 1)")
+        check(self, "damping", self.damping > 0, "must be > 0")
+        check(self, "kl_clip", self.kl_clip > 0, "must be > 0")
+        check_positive(self, "inverse_every")
+        check(self, "vf_fisher_coef", self.vf_fisher_coef >= 0, "must be >= 0")
+
+
+@dataclass(frozen=True)
+class ACKTRConfig:
+    """ACKTR hyperparameters (OpenAI Baselines' defaults)."""
+
+    run: RunConfig = field(default_factory=RunConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=0.25, max_grad_norm=None))
+    model: ModelConfig = field(default_factory=ModelConfig)
+    kfac: KFACConfig = field(default_factory=KFACConfig)
+    num_steps: int = 20
+    """Steps per environment in each rollout."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 1.0
+    """GAE lambda; 1.0 gives n-step returns bootstrapped from V(s_{t+n})."""
+    vf_coef: float = 0.5
+    """Weight of the value loss."""
+    ent_coef: float = 0.01
+    """Weight of the entropy bonus."""
+    normalize_advantages: bool = False
+    """Standardize the advantages within each rollout."""
+
+    def __post_init__(self) -> None:
+        check_positive(self, "num_steps")
+        check(self, "gamma", 0.0 <= self.gamma <= 1.0, "must be in [0, 1]")
+        check(self, "gae_lambda", 0.0 <= self.gae_lambda <= 1.0, "must be in [0, 1]")
+        check(self, "vf_coef", self.vf_coef >= 0, "must be >= 0")
+        check(self, "ent_coef", self.ent_coef >= 0, "must be >= 0")
+        check(
+            self.model,
+            "lstm_hidden",
+            self.model.lstm_hidden is None,
+            "ACKTR's K-FAC has no Kronecker factors for recurrent layers; unset it",
+        )
+        check(
+            self.model,
+            "backend",
+            self.model.backend != "numpy",
+            "ACKTR reads layer activations through autograd hooks: use auto or torch",
+        )
+        check(
+            self.run,
+            "compile",
+            not self.run.compile,
+            "ACKTR reads layer activations through hooks, which a compiled model skips",
+        )
+        check_no_masks(self, "ACKTR")
+
+
+def build_model(config: ACKTRConfig, obs_space: gym.Space, action_space: gym.Space) -> ActorCritic:
+    return build_actor_critic(obs_space, action_space, config.model)
+
+
+def fisher_loss(dist: torch.distributions.Distribution, values: torch.Tensor, vf_coef: float):
+    """The batch mean of the model's log-likelihood of outputs drawn from itself: the policy's
+    at a sampled action, the critic's as a unit-variance Gaussian around its own (detached)
+    value. Its gradients give the true Fisher's Kronecker factors (`shoal.kfac`)."""
+    actions = dist.sample()
+    noisy_values = values.detach() + torch.randn_like(values)
+    value_log_likelihood = -0.5 * (values - noisy_values).pow(2)
+    return dist.log_prob(actions).mean() + vf_coef * value_log_likelihood.mean()
+
+
+class ACKTRLearner(ModelLearner):
+    """The actor-critic and its K-FAC optimizer; one natural-gradient step per rollout."""
+
+    def __init__(self, config: ACKTRConfig, obs_space: gym.Space, action_space: gym.Space):
+        self.config = config
+        kf = config.kfac
+        model = build_model(config, obs_space, action_space)
+
+        def make_optimizer(_: list[torch.Tensor]) -> KFAC:
+            return KFAC(
+                self.model, config.optim.lr, kf.momentum, kf.stat_decay, kf.damping,
+                kf.kl_clip, config.optim.weight_decay, kf.inverse_every,
+            )  # fmt: skip
+
+        self.setup(config, model, make_optimizer)
+        self.step = TorchStep(self.model, self.scaler)
+        self.objective = a2c_objective(config.vf_coef, config.ent_coef, config.normalize_advantages)
+
+    def losses(self, batch: PPOBatch) -> dict[str, torch.Tensor]:
+        """The objective's loss terms on a batch through autograd, ``total`` last (no step)."""
+        return evaluate_objective(self.model, self.objective, to_device(batch, self.device))[0]
+
+    def update(self, batch: PPOBatch, lr: float) -> dict[str, float]:
+        self.optimizer.param_groups[0]["lr"] = lr
+        batch = to_device(batch, self.device)
+        with self.optimizer.record():
+            dist, values = self.model(batch.obs)
+        self.optimizer.accumulate(fisher_loss(dist, values, self.config.kfac.vf_fisher_coef))
+        max_norm = self.config.optim.max_grad_norm
+        losses, stats = self.step(self.objective, batch, self.optimizer, max_norm, (dist, values))
+        metrics = mean_metrics([step_metrics(losses, stats)])
+        metrics["train/lr"] = lr
+        metrics["train/trust_region_scale"] = self.optimizer.last_scale
+        return metrics
+
+
+class ACKTR(OnPolicyAlgorithm):
+    """One ACKTR iteration: sample a rollout, estimate advantages, one K-FAC step, broadcast."""
+
+    takes_action_masks = False
+
+    def __init__(self, config: ACKTRConfig):
+        super().__init__(config, ACKTRLearner, build_model)
+
+    def train_iteration(self) -> dict[str, float]:
+        cfg = self.config
+        lr = scheduled(cfg.optim.lr_schedule, cfg.optim.lr, self.progress())
+        rollout, episodes = self.sample()
+        batch = make_batch(rollout, cfg.gamma, cfg.gae_lambda)
+        return self.finish_iteration(self.learner.update(batch, lr), episodes)
