@@ -16,7 +16,7 @@ from shoal.algos.multi_agent import ctedd, distributed_maddpg, maddpg, multi_pol
 from shoal.algos.offline import bc, cql, iql, td3_bc
 from shoal.algos.planning import alphazero, muzero, planner
 from shoal.algos.policy_gradient import a2c, a3c, acer, acktr, appo, ddppo, impala, pg, ppo, trpo
-from shoal.algos.value import apex, dqn, tabular
+from shoal.algos.value import apex, dqn, r2d2, tabular
 from shoal.config import from_dict, read_yaml, replace
 from shoal.errors import ConfigError, ShoalError
 
@@ -308,6 +308,15 @@ ALGORITHMS["appo"] = AlgorithmSpec(
     "Discrete, Box, MultiDiscrete, MultiBinary, Tuple, Dict",
     backends=NUMPY_BACKENDS,
 )
+ALGORITHMS["r2d2"] = AlgorithmSpec(
+    "r2d2",
+    r2d2.R2D2Config,
+    r2d2.R2D2,
+    r2d2.build_model,
+    "R2D2: recurrent replay DQN (LSTM, burn-in, stored state, h-rescaled n-step double Q)",
+    "Discrete",
+)
+
 ALGORITHMS["apex-dqn"] = AlgorithmSpec(
     "apex-dqn",
     apex.ApexDQNConfig,

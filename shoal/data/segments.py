@@ -1,11 +1,14 @@
-"""Replay of whole rollout segments, for learners that replay trajectories in time order with
-off-policy corrections (ACER: Wang et al. 2017, arXiv:1611.01224, Algorithm 1).
+"""Replay of whole trajectory pieces, for learners that replay them in time order.
 
-A segment is one rollout of ``T`` steps over ``B`` envs, stored as it came: a dict of
-time-major arrays ``[T(+1), B, ...]`` with fixed names, shapes and dtypes (the first segment
-added fixes them). Up to ``capacity`` segments are kept, the oldest overwritten first, and one
-is drawn uniformly at random per `sample` (a NumPy generator whose state is saved, so resumed
-runs draw the same segments).
+`ArrayRing` keeps up to ``capacity`` items, each a dict of arrays with fixed names, shapes and
+dtypes (the first item added fixes them), the oldest overwritten first. Two replays sit on it:
+
+* `SegmentReplay`: rollout segments drawn uniformly, one per `sample` (ACER: Wang et al.
+  2017, arXiv:1611.01224, Algorithm 1);
+* `SequenceReplay`: fixed-length sequences drawn in batches by priority (R2D2: Kapturowski
+  et al. 2019, ICLR; sequences are cut by `shoal.data.sequences.SequenceBuilder`).
+
+Both sample with a NumPy generator whose state is saved, so resumed runs draw the same items.
 """
 
 from __future__ import annotations
@@ -15,15 +18,16 @@ from typing import Any
 import numpy as np
 import torch
 
+from shoal.data.prioritized import ProportionalPriorities
 
-class SegmentReplay:
-    """A ring of ``capacity`` rollout segments; see the module docstring."""
 
-    def __init__(self, capacity: int, seed: int):
+class ArrayRing:
+    """A ring of ``capacity`` dict-of-array items; see the module docstring."""
+
+    def __init__(self, capacity: int):
         if capacity < 1:
             raise ValueError(f"capacity = {capacity} is invalid: must be >= 1")
         self.capacity = capacity
-        self.rng = np.random.default_rng(seed)
         self.arrays: dict[str, np.ndarray] = {}
         self.size = 0
         self.next = 0
@@ -31,33 +35,31 @@ class SegmentReplay:
     def __len__(self) -> int:
         return self.size
 
-    def add(self, segment: dict[str, torch.Tensor | np.ndarray]) -> None:
-        """Store one segment (copied), overwriting the oldest when full."""
+    def add(self, item: dict[str, torch.Tensor | np.ndarray]) -> int:
+        """Store one item (copied); returns its slot."""
         if not self.arrays:
             self.arrays = {
                 name: np.zeros((self.capacity, *np.shape(x)), dtype=_array(x).dtype)
-                for name, x in segment.items()
+                for name, x in item.items()
             }
-        if segment.keys() != self.arrays.keys():
-            raise ValueError(f"segment fields {sorted(segment)} != {sorted(self.arrays)}")
-        for name, x in segment.items():
-            self.arrays[name][self.next] = _array(x)
-        self.next = (self.next + 1) % self.capacity
+        if item.keys() != self.arrays.keys():
+            raise ValueError(f"item fields {sorted(item)} != {sorted(self.arrays)}")
+        slot = self.next
+        for name, x in item.items():
+            self.arrays[name][slot] = _array(x)
+        self.next = (slot + 1) % self.capacity
         self.size = min(self.size + 1, self.capacity)
+        return slot
 
-    def sample(self) -> dict[str, torch.Tensor]:
-        """One stored segment, uniformly at random (tensors sharing no memory with the ring)."""
-        if not self.size:
-            raise ValueError("sample from an empty SegmentReplay")
-        index = int(self.rng.integers(self.size))
-        return {name: torch.from_numpy(a[index].copy()) for name, a in self.arrays.items()}
+    def get(self, slots: np.ndarray) -> dict[str, torch.Tensor]:
+        """The items at ``slots``, ``[len(slots), ...]`` each (fresh tensors)."""
+        return {name: torch.from_numpy(a[slots]) for name, a in self.arrays.items()}
 
     def state_dict(self) -> dict[str, Any]:
         return {
             "arrays": {name: a[: self.size].copy() for name, a in self.arrays.items()},
             "size": self.size,
             "next": self.next,
-            "rng": self.rng.bit_generator.state,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -67,6 +69,74 @@ class SegmentReplay:
             self.arrays[name] = np.zeros((self.capacity, *stored.shape[1:]), dtype=stored.dtype)
             self.arrays[name][:size] = stored
         self.size, self.next = size, state["next"]
+
+
+class SegmentReplay:
+    """Rollout segments, one drawn uniformly at random per `sample`."""
+
+    def __init__(self, capacity: int, seed: int):
+        self.ring = ArrayRing(capacity)
+        self.rng = np.random.default_rng(seed)
+
+    def __len__(self) -> int:
+        return len(self.ring)
+
+    def add(self, segment: dict[str, torch.Tensor | np.ndarray]) -> None:
+        self.ring.add(segment)
+
+    def sample(self) -> dict[str, torch.Tensor]:
+        """One stored segment (tensors sharing no memory with the ring)."""
+        if not len(self.ring):
+            raise ValueError("sample from an empty SegmentReplay")
+        slot = int(self.rng.integers(len(self.ring)))
+        return {name: x[0] for name, x in self.ring.get(np.array([slot])).items()}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"ring": self.ring.state_dict(), "rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.ring.load_state_dict(state["ring"])
+        self.rng.bit_generator.state = state["rng"]
+
+
+class SequenceReplay:
+    """Fixed-length sequences, drawn in batches with probability proportional to
+    ``priority^alpha`` (Schaul et al. 2016; R2D2's ``alpha`` is 0.9), new ones at the largest
+    priority seen so far."""
+
+    def __init__(self, capacity: int, alpha: float, seed: int):
+        self.ring = ArrayRing(capacity)
+        self.priorities = ProportionalPriorities(capacity, alpha)
+        self.rng = np.random.default_rng(seed)
+
+    def __len__(self) -> int:
+        return len(self.ring)
+
+    def add(self, sequence: dict[str, np.ndarray]) -> None:
+        slot = self.ring.add(sequence)
+        self.priorities.activate(np.array([slot]))
+
+    def sample(
+        self, batch_size: int, beta: float
+    ) -> tuple[dict[str, torch.Tensor], np.ndarray, torch.Tensor]:
+        """``(batch, slots, importance weights [N])``; each field of ``batch`` is
+        ``[N, ...]``."""
+        slots, weights = self.priorities.sample(batch_size, self.rng, beta)
+        return self.ring.get(slots), slots, torch.from_numpy(weights)
+
+    def update_priorities(self, slots: np.ndarray, priorities: np.ndarray) -> None:
+        self.priorities.update(slots, priorities)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "ring": self.ring.state_dict(),
+            "priorities": self.priorities.state_dict(),
+            "rng": self.rng.bit_generator.state,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.ring.load_state_dict(state["ring"])
+        self.priorities.load_state_dict(state["priorities"])
         self.rng.bit_generator.state = state["rng"]
 
 

@@ -22,7 +22,6 @@ decay 0.99, RMSProp 7e-4, gradient norm 10).
 
 from __future__ import annotations
 
-import copy
 import functools
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -52,6 +51,7 @@ from shoal.device import to_device
 from shoal.losses import retrace
 from shoal.losses.acer import acer_policy_objective, trust_region_projection
 from shoal.nn.acer import ACERNetwork
+from shoal.nn.target import frozen_copy, soft_update
 from shoal.optim import minimize
 from shoal.schedules import scheduled
 from shoal.seeding import derive_seed
@@ -168,7 +168,7 @@ class ACERLearner(ModelLearner):
             rmsprop_or_adamw, config.optimizer, optim=config.optim, alpha=config.rms_alpha
         )
         self.setup(config, model, make_optimizer)
-        self.average = copy.deepcopy(self.model).requires_grad_(False)
+        self.average = frozen_copy(self.model)
 
     def behaviour(self, obs: torch.Tensor) -> torch.Tensor:
         return behaviour_statistics(self.model, obs.to(self.device)).cpu()
@@ -282,9 +282,7 @@ class ACERLearner(ModelLearner):
         losses, stats = self.losses(to_device(segment, self.device))
         norm = minimize(losses, self.optimizer, self.config.optim.max_grad_norm)
         decay = self.config.average_decay
-        with torch.no_grad():
-            averages = list(self.average.parameters())
-            torch._foreach_lerp_(averages, list(self.model.parameters()), 1.0 - decay)
+        soft_update(list(self.average.parameters()), self.parameters, 1.0 - decay)
         row = {f"loss/{name}": value.detach() for name, value in losses.items()}
         row.update((f"train/{name}", value) for name, value in stats.items())
         if norm is not None:

@@ -1,0 +1,294 @@
+"""R2D2: recurrent experience replay in distributed reinforcement learning (Kapturowski,
+Ostrovski, Quan, Munos and Dabney 2019, ICLR).
+
+An LSTM Q-network (`shoal.nn.recurrent_q.RecurrentQNetwork`) acts epsilon-greedily in vector
+envs; its rollouts keep the actor's recurrent state before every step, and
+`shoal.data.sequences.SequenceBuilder` cuts them into overlapping sequences of
+``burn_in + length`` steps that never cross an episode's end, each with the actor's state at
+its start (the stored-state strategy). Sequences are replayed by priority
+(`shoal.data.segments.SequenceReplay`, priority ``eta max |delta| + (1 - eta) mean |delta|``,
+`shoal.losses.sequence_q.sequence_priorities`). Each update unrolls the online network from the
+stored state through the burn-in without gradient (refreshing the stale state), then through
+the rest of the sequence, where the loss is: n-step double-Q targets inside the sequence
+(`sequence_n_step_targets`) under the invertible value rescaling
+``h(x) = sign(x) (sqrt(|x| + 1) - 1) + eps x`` (`shoal.losses.value.value_transform`):
+``y = h(G + gamma^K h^-1(Q_target(s', argmax_a Q(s', a))))``. The target network is copied
+every ``target_update_every`` updates.
+
+Exploration anneals epsilon from ``epsilon_start`` to ``epsilon_end``; with ``run.runners``
+> 0 the rollouts come from Ray runners (`shoal.collect.ray`) that share it. The paper's other
+inputs to the LSTM (the previous action and reward) are left out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from shoal.algos.cores.on_policy import OnPolicyAlgorithm, check_no_masks, mean_metrics
+from shoal.backend import place
+from shoal.config import EnvConfig, ModelConfig, OptimConfig, RunConfig, check, check_positive
+from shoal.data.segments import SequenceReplay
+from shoal.data.sequences import SequenceBuilder
+from shoal.device import check_precision, resolve_device, to_device, to_host
+from shoal.losses.sequence_q import sequence_n_step_targets, sequence_priorities
+from shoal.losses.value import inverse_value_transform, value_transform
+from shoal.nn.recurrent_q import RecurrentQNetwork
+from shoal.nn.target import frozen_copy, soft_update
+from shoal.optim import build_optimizer, minimize
+from shoal.schedules import linear
+from shoal.seeding import derive_seed
+
+
+@dataclass(frozen=True)
+class SequenceReplayConfig:
+    """R2D2's prioritized sequence replay."""
+
+    buffer_size: int = 5_000
+    """Sequences kept."""
+    batch_size: int = 32
+    """Sequences per gradient step."""
+    learning_starts: int = 64
+    """Sequences stored before the first gradient step."""
+    gradient_steps: int = 1
+    """Gradient steps per iteration."""
+    priority_alpha: float = 0.9
+    """Priority exponent (R2D2: 0.9; 0 samples uniformly)."""
+    priority_beta: float = 0.6
+    """Importance-sampling exponent (R2D2: 0.6, not annealed)."""
+    priority_eta: float = 0.9
+    """Sequence priority: eta max |delta| + (1 - eta) mean |delta|."""
+    save: bool = False
+    """Store the replay in checkpoints (exact resume; large files)."""
+
+    def __post_init__(self) -> None:
+        check_positive(self, "buffer_size", "batch_size", "gradient_steps")
+        check(self, "learning_starts", self.learning_starts >= 0, "must be >= 0")
+        check(self, "priority_alpha", self.priority_alpha >= 0, "must be >= 0")
+        check(self, "priority_beta", 0.0 <= self.priority_beta <= 1.0, "must be in [0, 1]")
+        check(self, "priority_eta", 0.0 <= self.priority_eta <= 1.0, "must be in [0, 1]")
+
+
+@dataclass(frozen=True)
+class R2D2Config:
+    """R2D2 hyperparameters, scaled down from the paper's Atari settings (burn-in 40, length
+    80, period 40, n = 5, gamma 0.997, Adam 1e-4, target every 2500 updates) to control
+    tasks; the tuned examples hold tested settings."""
+
+    run: RunConfig = field(default_factory=RunConfig)
+    env: EnvConfig = field(default_factory=lambda: EnvConfig(num_envs=8))
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-3, max_grad_norm=10.0))
+    model: ModelConfig = field(
+        default_factory=lambda: ModelConfig(hidden=(64,), activation="relu", lstm_hidden=64)
+    )
+    replay: SequenceReplayConfig = field(default_factory=SequenceReplayConfig)
+    num_steps: int = 16
+    """Vector-env steps per iteration."""
+    burn_in: int = 8
+    """Steps at a sequence's start that only refresh the recurrent state (no loss)."""
+    length: int = 16
+    """Steps of a sequence that are learned, after the burn-in."""
+    period: int = 8
+    """Steps between the starts of consecutive sequences of an episode (< length: overlap)."""
+    n_step: int = 5
+    """Largest n of the n-step targets (cut at episode and sequence ends)."""
+    gamma: float = 0.99
+    """Discount factor."""
+    value_rescaling: bool = True
+    """Learn h(Q) with h(x) = sign(x)(sqrt(|x| + 1) - 1) + eps x instead of Q."""
+    rescaling_eps: float = 1e-3
+    """The eps of the value rescaling."""
+    dueling: bool = True
+    """Dueling Q head: V + A - mean(A)."""
+    target_update_every: int = 500
+    """Gradient steps between target-network copies."""
+    epsilon_start: float = 1.0
+    """Initial probability of a random action."""
+    epsilon_end: float = 0.01
+    """Final probability of a random action."""
+    exploration_steps: int = 20_000
+    """Env steps over which epsilon anneals linearly."""
+
+    def __post_init__(self) -> None:
+        check_positive(self, "num_steps", "length", "period", "n_step", "target_update_every")
+        check_positive(self, "exploration_steps", "rescaling_eps")
+        check(self, "burn_in", self.burn_in >= 0, "must be >= 0")
+        check(self, "period", self.period <= self.length, f"must be <= length = {self.length}")
+        check(self, "gamma", 0.0 <= self.gamma <= 1.0, "must be in [0, 1]")
+        for name in ("epsilon_start", "epsilon_end"):
+            check(self, name, 0.0 <= getattr(self, name) <= 1.0, "must be in [0, 1]")
+        check(
+            self.model,
+            "lstm_hidden",
+            self.model.lstm_hidden is not None,
+            "R2D2's Q-network is recurrent: set the LSTM's width",
+        )
+        check(self.model, "backend", self.model.backend != "numpy", "R2D2 trains through torch")
+        check_no_masks(self, "R2D2")
+
+
+def build_model(config: R2D2Config, obs_space: gym.Space, action_space: gym.Space) -> Any:
+    return RecurrentQNetwork(obs_space, action_space, config.model, config.dueling)
+
+
+def time_major(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Replay's ``[N, T, ...]`` sequence fields as ``[T, N, ...]`` (the state stays ``[N, ...]``)."""
+    return {k: v if k == "state" else v.transpose(0, 1) for k, v in batch.items()}
+
+
+class R2D2Learner:
+    """Online and target recurrent Q-networks, the optimizer, one update per batch."""
+
+    def __init__(self, config: R2D2Config, obs_space: gym.Space, action_space: gym.Space):
+        self.config = config
+        self.device = resolve_device(config.run.device)
+        check_precision(config.model.precision, self.device)
+        online = build_model(config, obs_space, action_space)
+        self.target = place(frozen_copy(online), self.device)
+        self.model = place(online, self.device)
+        self.parameters = list(self.model.parameters())
+        optim = config.optim
+        self.optimizer = build_optimizer(self.parameters, "adam", optim.lr, optim.eps)
+        self.grad_steps = 0
+
+    def h(self, x: torch.Tensor) -> torch.Tensor:
+        eps = self.config.rescaling_eps
+        return value_transform(x, eps) if self.config.value_rescaling else x
+
+    def h_inverse(self, x: torch.Tensor) -> torch.Tensor:
+        eps = self.config.rescaling_eps
+        return inverse_value_transform(x, eps) if self.config.value_rescaling else x
+
+    def losses(
+        self, batch: dict[str, torch.Tensor], weights: torch.Tensor
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor, dict[str, torch.Tensor]]:
+        """The loss of a time-major batch of sequences (``obs [L + 1, N]``, transitions
+        ``[L, N]``, ``state [N, 2, H]``), its new priorities ``[N]`` and diagnostics."""
+        cfg = self.config
+        burn = cfg.burn_in
+        obs, starts, state = batch["obs"], batch["starts"], batch["state"]
+        with torch.no_grad():
+            if burn:  # refresh the stored state; these steps carry no loss
+                _, state = self.model(obs[:burn], state, starts[:burn])
+            target_features, _ = self.target(obs, batch["state"], starts)
+            target_q = self.target.q_values(target_features[burn:])
+        features, _ = self.model(obs[burn:], state, starts[burn:])
+        q = self.model.q_values(features)  # [L - burn + 1, N, A]
+        actions = batch["actions"][burn:].long()
+        valid = batch["valid"][burn:]
+        with torch.no_grad():
+            greedy = q.argmax(-1, keepdim=True)  # double Q: online picks, target evaluates
+            bootstrap = self.h_inverse(target_q.gather(-1, greedy).squeeze(-1))
+            returns = sequence_n_step_targets(
+                batch["rewards"][burn:], batch["terminated"][burn:], valid, bootstrap,
+                cfg.gamma, cfg.n_step,
+            )  # fmt: skip
+            targets = self.h(returns)
+        q_taken = q[:-1].gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+        td = targets - q_taken
+        count = valid.sum().clamp(min=1)
+        loss = (weights.unsqueeze(0) * 0.5 * td.square() * valid).sum() / count
+        priorities = sequence_priorities(td.detach().abs(), valid, cfg.replay.priority_eta)
+        stats = {"q_mean": (q_taken.detach() * valid).sum() / count}
+        return {"td": loss}, priorities, stats
+
+    def update(
+        self, batch: dict[str, torch.Tensor], weights: torch.Tensor
+    ) -> tuple[dict[str, torch.Tensor], np.ndarray]:
+        """One gradient step; returns metrics and the sequences' new priorities."""
+        batch = to_device(time_major(batch), self.device)
+        losses, priorities, stats = self.losses(batch, weights.to(self.device))
+        norm = minimize(losses, self.optimizer, self.config.optim.max_grad_norm)
+        self.grad_steps += 1
+        if self.grad_steps % self.config.target_update_every == 0:
+            soft_update(list(self.target.parameters()), self.parameters, 1.0)
+        metrics = {"loss/td": losses["td"].detach(), "train/q_mean": stats["q_mean"]}
+        if norm is not None:
+            metrics["train/grad_norm"] = torch.as_tensor(norm)
+        return metrics, priorities.cpu().numpy()
+
+    def get_weights(self) -> dict[str, torch.Tensor]:
+        return to_host(self.model.state_dict())
+
+    def set_weights(self, weights: dict[str, torch.Tensor]) -> None:
+        self.model.load_state_dict(weights)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model.state_dict(),
+            "target": self.target.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "grad_steps": self.grad_steps,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.target.load_state_dict(state["target"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.grad_steps = state["grad_steps"]
+
+
+class R2D2(OnPolicyAlgorithm):
+    """One R2D2 iteration: act, cut sequences into replay, learn, publish the weights."""
+
+    takes_action_masks = False
+
+    def __init__(self, config: R2D2Config):
+        super().__init__(config, R2D2Learner, build_model)
+        rows = self.sampler.num_envs * self.sampler.agents_per_env
+        self.builder = SequenceBuilder(rows, config.burn_in, config.length, config.period)
+        self.replay = SequenceReplay(
+            config.replay.buffer_size,
+            config.replay.priority_alpha,
+            derive_seed(config.run.seed, "r2d2-replay"),
+        )
+        self._explore()
+
+    def _explore(self) -> dict[str, float]:
+        """Set the exploration of the next rollout and publish it with the weights."""
+        cfg = self.config
+        progress = self.env_steps / cfg.exploration_steps
+        epsilon = linear(cfg.epsilon_start, cfg.epsilon_end, progress)
+        self.learner.model.epsilon.fill_(epsilon)
+        self.publish_weights(self.learner.get_weights())
+        return {"train/epsilon": epsilon}
+
+    def train_iteration(self) -> dict[str, float]:
+        cfg = self.config
+        rollout, episodes = self.sample()
+        for sequence in self.builder.add(rollout):
+            self.replay.add(sequence)
+        rows = []
+        if len(self.replay) >= max(cfg.replay.learning_starts, 1):
+            for _ in range(cfg.replay.gradient_steps):
+                batch, slots, weights = self.replay.sample(
+                    cfg.replay.batch_size, cfg.replay.priority_beta
+                )
+                metrics, priorities = self.learner.update(batch, weights)
+                self.replay.update_priorities(slots, priorities)
+                rows.append(metrics)
+        metrics = mean_metrics(rows) if rows else {}
+        metrics["train/sequences"] = len(self.replay)
+        metrics.update(self._explore())
+        if self.sampler.restarts:
+            metrics["perf/sampler_restarts"] = self.sampler.restarts
+        metrics.update(episodes.metrics())
+        return metrics
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["builder"] = self.builder.state_dict()
+        state["replay"] = self.replay.state_dict() if self.config.replay.save else None
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> bool:
+        exact = super().load_state_dict(state)
+        self.builder.load_state_dict(state["builder"])
+        if state.get("replay") is not None:
+            self.replay.load_state_dict(state["replay"])
+        self._explore()
+        return exact
