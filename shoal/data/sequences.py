@@ -46,12 +46,20 @@ class _Episode:
         return self.offset + len(self.obs)
 
     def state_dict(self) -> dict[str, Any]:
-        return {name: list(value) if isinstance(value, list) else value
-                for name, value in vars(self).items()}  # fmt: skip
+        """Plain arrays and ints (checkpoints load without unpickling objects)."""
+        state: dict[str, Any] = {"offset": self.offset, "next_start": self.next_start}
+        for name in FIELDS:
+            items = getattr(self, name)
+            state[name] = np.stack([np.asarray(x) for x in items]) if items else None
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        for name, value in state.items():
-            setattr(self, name, list(value) if isinstance(value, list) else value)
+        self.offset, self.next_start = int(state["offset"]), int(state["next_start"])
+        for name in FIELDS:
+            setattr(self, name, [] if state[name] is None else list(state[name]))
+
+
+FIELDS = ("obs", "actions", "rewards", "terminated", "states")
 
 
 class SequenceBuilder:
@@ -84,13 +92,14 @@ class SequenceBuilder:
         out: list[Sequence] = []
         for b, episode in enumerate(self.episodes):
             for t in np.flatnonzero(valid[:, b]):
-                episode.obs.append(obs[t, b])
-                episode.actions.append(actions[t, b])
+                # Copies: a sampler reuses its rollout buffers for the next rollout.
+                episode.obs.append(obs[t, b].copy())
+                episode.actions.append(actions[t, b].copy())
                 episode.rewards.append(float(rewards[t, b]))
                 episode.terminated.append(bool(terminated[t, b]))
-                episode.states.append(states[t, b])
+                episode.states.append(states[t, b].copy())
                 if terminated[t, b] or truncated[t, b]:
-                    final = obs[t + 1, b] if t + 1 < steps else last_obs[b]
+                    final = (obs[t + 1, b] if t + 1 < steps else last_obs[b]).copy()
                     out += self._finish(episode, final)
                     self.episodes[b] = episode = _Episode(self.burn_in)
                 else:
@@ -119,7 +128,7 @@ class SequenceBuilder:
         episode.next_start += self.period
         drop = max(0, episode.next_start) - episode.offset
         if drop > 0:
-            for name in ("obs", "actions", "rewards", "terminated", "states"):
+            for name in FIELDS:
                 del getattr(episode, name)[:drop]
             episode.offset += drop
 

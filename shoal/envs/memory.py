@@ -1,4 +1,10 @@
-"""Built-in memory task: repeat the first observation (a test of recurrent policies).
+"""Built-in memory tasks, tests of recurrent policies.
+
+``shoal/CartPoleNoVelocity-v0``: CartPole-v1 observed through the cart's position and the
+pole's angle only (the velocities hidden), a partially observed task: a feed-forward policy
+sees one frame and cannot tell which way the pole moves; a recurrent one can infer it from
+consecutive frames (the POMDP variant of RL Zoo and sb3-contrib's RecurrentPPO benchmarks).
+
 
 ``shoal/RepeatFirst-v0``: the first observation of an episode shows a random cue, a one-hot
 of ``num_cues``; every later observation is zeros. The episode lasts ``length`` steps and pays
@@ -15,6 +21,7 @@ import gymnasium as gym
 import numpy as np
 
 ENV_ID = "shoal/RepeatFirst-v0"
+NO_VELOCITY_ID = "shoal/CartPoleNoVelocity-v0"
 
 
 class RepeatFirstEnv(gym.Env):
@@ -53,6 +60,31 @@ class RepeatFirstEnv(gym.Env):
         return self._obs(), reward, last, False, {}
 
 
+class HideVelocity(gym.ObservationWrapper):
+    """CartPole's observation ``[x, x_dot, theta, theta_dot]`` reduced to ``[x, theta]``."""
+
+    KEEP = np.array([0, 2])
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        box = env.observation_space
+        self.observation_space = gym.spaces.Box(
+            box.low[self.KEEP], box.high[self.KEEP], dtype=np.float32
+        )
+
+    def observation(self, observation: np.ndarray) -> np.ndarray:
+        return observation[self.KEEP].astype(np.float32)
+
+
+def cartpole_no_velocity(**kwargs: Any) -> gym.Env:
+    return HideVelocity(gym.make("CartPole-v1", **kwargs).unwrapped)
+
+
 def register() -> None:
     if ENV_ID not in gym.registry:
         gym.register(ENV_ID, entry_point=RepeatFirstEnv)
+    if NO_VELOCITY_ID not in gym.registry:
+        gym.register(
+            NO_VELOCITY_ID, entry_point=cartpole_no_velocity, max_episode_steps=500,
+            reward_threshold=475.0,
+        )  # fmt: skip
