@@ -128,11 +128,13 @@ def test_reused_rollout_buffers_do_not_leak_into_stored_steps():
     # Samplers write every rollout into the same buffers: the builder must copy what it keeps.
     streams = _streams([[9, 6, 12], [4, 15, 3]])
     fresh = list(_rollouts(streams, 4))
-    want = [s for r in fresh for s in SequenceBuilder(2, 2, 4, 2).add(r)]
+    reference = SequenceBuilder(2, 2, 4, 2)
+    want = [s for r in fresh for s in reference.add(r)]
     shared = {name: getattr(fresh[0], name).clone() for name in ("obs", "step_states")}
     builder, got = SequenceBuilder(2, 2, 4, 2), []
     for rollout in fresh:
         for name, buffer in shared.items():
             buffer.copy_(getattr(rollout, name))
         got += builder.add(rollout._replace(**shared))
+    assert len(got) == len(want) > 5
     assert all(np.array_equal(a[k], b[k]) for a, b in zip(got, want, strict=True) for k in a)
