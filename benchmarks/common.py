@@ -209,10 +209,32 @@ class SB3Policy:
         return self.model.predict(obs, deterministic=deterministic)[0]
 
 
+class RecurrentSB3Policy:
+    """`SB3Policy` for sb3-contrib's recurrent models: carries the LSTM state from call to
+    call, from a zero state at the first (a fresh one per evaluation: shoal's evaluator scores
+    the first episode of each env)."""
+
+    def __init__(self, model: Any):
+        self.model = model
+        self.state = None
+        self.starts: np.ndarray | None = None
+
+    def act(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
+        if self.starts is None:
+            self.starts = np.ones(len(obs), dtype=bool)
+        actions, self.state = self.model.predict(
+            obs, state=self.state, episode_start=self.starts, deterministic=deterministic
+        )
+        self.starts = np.zeros(len(obs), dtype=bool)
+        return actions
+
+
 class EvalAndStop(BaseCallback):
     """Evaluates after each training phase that crosses a multiple of ``criterion.eval_every``
     env steps, with the clock paused, and stops learning once solved (or after ``stop_after``
-    steps). ``eval_env`` holds ``criterion.eval_episodes`` envs (None: never evaluate).
+    steps). ``eval_env`` holds ``criterion.eval_episodes`` envs (None: never evaluate);
+    ``policy_fn(model)`` is what the evaluator acts with (`SB3Policy`, or `RecurrentSB3Policy`
+    for recurrent models).
 
     Works for on- and off-policy SB3 algorithms alike: both call ``on_rollout_start`` before
     collecting a rollout, which is after the training on the previous rollout (PPO's
@@ -228,8 +250,10 @@ class EvalAndStop(BaseCallback):
         eval_env: Any = None,
         stop_after: int | None = None,
         criterion: SolveCriterion = CARTPOLE,
+        policy_fn: Callable[[Any], Any] = SB3Policy,
     ):
         super().__init__()
+        self.policy_fn = policy_fn
         self.seed = seed
         self.eval_env = eval_env
         self.stop_after = stop_after
@@ -245,7 +269,8 @@ class EvalAndStop(BaseCallback):
             return
         start = time.perf_counter()
         seed = derive_seed(self.seed, "eval", self.evaluations)
-        self.eval_return = evaluate(SB3Policy(self.model), self.eval_env, seed)["eval/return"]
+        policy = self.policy_fn(self.model)
+        self.eval_return = evaluate(policy, self.eval_env, seed)["eval/return"]
         self.evaluations += 1
         every = self.criterion.eval_every
         self.next_eval = (self.num_timesteps // every + 1) * every
@@ -275,6 +300,7 @@ def sb3_run(
     solve: bool,
     stop_after: int | None = None,
     criterion: SolveCriterion = CARTPOLE,
+    policy_fn: Callable[[Any], Any] = SB3Policy,
 ) -> tuple[RunRecord, Any]:
     """One SB3 run: ``make_model(seed)`` builds the envs and the model, then
     ``learn(learn_steps)`` with `EvalAndStop`. The clock runs from building the envs and model
@@ -291,7 +317,7 @@ def sb3_run(
         model = make_model(seed)
         setup_s = time.perf_counter() - start
         if solve:
-            callback = EvalAndStop(seed, eval_env, criterion=criterion)
+            callback = EvalAndStop(seed, eval_env, criterion=criterion, policy_fn=policy_fn)
         else:
             callback = EvalAndStop(seed, stop_after=stop_after, criterion=criterion)
         model.learn(learn_steps, callback=callback)

@@ -132,15 +132,15 @@ class SequenceBuilder:
                 del getattr(episode, name)[:drop]
             episode.offset += drop
 
-    def _cut(
-        self, episode: _Episode, start: int, final: np.ndarray | None, end: int
-    ) -> Sequence:
+    def _cut(self, episode: _Episode, start: int, final: np.ndarray | None, end: int) -> Sequence:
         """The sequence of episode steps ``start .. start + steps - 1`` (``end``: the steps
         known; ``final``: the final observation of an ended episode)."""
         n, offset = self.steps, episode.offset
         first = episode.obs[0]
         obs = np.zeros((n + 1, *first.shape), dtype=first.dtype)
-        actions = np.zeros((n, *np.shape(episode.actions[0])), dtype=np.asarray(episode.actions[0]).dtype)
+        actions = np.zeros(
+            (n, *np.shape(episode.actions[0])), dtype=np.asarray(episode.actions[0]).dtype
+        )
         rewards = np.zeros(n, dtype=np.float32)
         terminated = np.zeros(n, dtype=bool)
         valid = np.zeros(n, dtype=bool)

@@ -73,7 +73,7 @@ def test_sequences_follow_their_episode(burn_in, length, period):
         first_step = steps[0] - real[0]  # the episode step at position 0 (negative: padding)
         assert first_step >= -burn_in and (first_step + burn_in) % period == 0
         if first_step < 0:
-            assert not valid[: -first_step].any() and starts[-first_step]
+            assert not valid[:-first_step].any() and starts[-first_step]
             assert (seq["state"] == 0).all()  # begins on padding: a zero state
         else:
             # The actor's state before the first step, not the one after it.
