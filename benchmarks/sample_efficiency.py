@@ -35,7 +35,6 @@ import common  # benchmarks/common.py: the script's directory is on sys.path
 import numpy as np
 from common import RecurrentSB3Policy, SolveCriterion, base_parser, require_sb3
 
-import shoal
 from shoal.stats import bootstrap_ci
 
 CRITERION = SolveCriterion(target_return=475.0, eval_every=2048, eval_episodes=20)

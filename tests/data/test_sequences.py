@@ -34,7 +34,10 @@ def _rollouts(streams, steps):
     total = min(len(s) for s in streams) - 1
     for begin in range(0, total - steps + 1, steps):
         rows = [[s[begin + t] for s in streams] for t in range(steps)]
-        field = lambda i, dtype: torch.tensor([[r[i] for r in row] for row in rows], dtype=dtype)  # noqa: E731
+
+        def field(i, dtype, rows=rows):
+            return torch.tensor([[r[i] for r in row] for row in rows], dtype=dtype)
+
         obs = field(0, torch.float32).unsqueeze(-1)
         states = field(1, torch.float32).view(steps, len(streams), 1, 1).expand(-1, -1, 2, 3)
         yield Rollout(

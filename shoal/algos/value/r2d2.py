@@ -136,7 +136,8 @@ def build_model(config: R2D2Config, obs_space: gym.Space, action_space: gym.Spac
 
 
 def time_major(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Replay's ``[N, T, ...]`` sequence fields as ``[T, N, ...]`` (the state stays ``[N, ...]``)."""
+    """Replay's ``[N, T, ...]`` sequence fields as ``[T, N, ...]`` (``state`` stays
+    ``[N, ...]``)."""
     return {k: v if k == "state" else v.transpose(0, 1) for k, v in batch.items()}
 
 
