@@ -333,6 +333,15 @@ ALGORITHMS["apex-ddpg"] = AlgorithmSpec(
     "Ape-X DPG: Ray actors with per-actor noise, sharded prioritized replay, n-step DDPG",
     "Box (bounded)",
 )
+ALGORITHMS["apex-r2d2"] = AlgorithmSpec(
+    "apex-r2d2",
+    apex.ApexR2D2Config,
+    apex.Apex,
+    apex.build_model,
+    "Distributed R2D2: recurrent Ray actors with the epsilon ladder, sharded sequence replay",
+    "Discrete",
+)
+
 ALGORITHMS["maddpg-distributed"] = AlgorithmSpec(
     "maddpg-distributed",
     distributed_maddpg.DistributedMADDPGConfig,

@@ -13,7 +13,7 @@ Both sample with a NumPy generator whose state is saved, so resumed runs draw th
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -99,6 +99,18 @@ class SegmentReplay:
         self.rng.bit_generator.state = state["rng"]
 
 
+class SequenceBatch(NamedTuple):
+    """Sequences drawn from a `SequenceReplay` (or a replay shard of them)."""
+
+    fields: dict[str, torch.Tensor]
+    """Each ``[N, ...]``: the sequences' arrays as `shoal.data.sequences.SequenceBuilder`
+    cuts them."""
+    indices: np.ndarray
+    """``[N]`` their slots, for the priority update."""
+    weights: torch.Tensor
+    """``[N]`` importance-sampling weights."""
+
+
 class SequenceReplay:
     """Fixed-length sequences, drawn in batches with probability proportional to
     ``priority^alpha`` (Schaul et al. 2016; R2D2's ``alpha`` is 0.9), new ones at the largest
@@ -112,17 +124,16 @@ class SequenceReplay:
     def __len__(self) -> int:
         return len(self.ring)
 
-    def add(self, sequence: dict[str, np.ndarray]) -> None:
-        slot = self.ring.add(sequence)
-        self.priorities.activate(np.array([slot]))
+    def add(self, sequence: dict[str, np.ndarray], priority: float | None = None) -> None:
+        """Store one sequence, at ``priority`` (default: the largest seen so far)."""
+        slot = np.array([self.ring.add(sequence)])
+        self.priorities.activate(slot)
+        if priority is not None:
+            self.priorities.update(slot, np.array([priority]))
 
-    def sample(
-        self, batch_size: int, beta: float
-    ) -> tuple[dict[str, torch.Tensor], np.ndarray, torch.Tensor]:
-        """``(batch, slots, importance weights [N])``; each field of ``batch`` is
-        ``[N, ...]``."""
+    def sample(self, batch_size: int, beta: float) -> SequenceBatch:
         slots, weights = self.priorities.sample(batch_size, self.rng, beta)
-        return self.ring.get(slots), slots, torch.from_numpy(weights)
+        return SequenceBatch(self.ring.get(slots), slots, torch.from_numpy(weights))
 
     def update_priorities(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         self.priorities.update(slots, priorities)
@@ -142,3 +153,32 @@ class SequenceReplay:
 
 def _array(x: torch.Tensor | np.ndarray) -> np.ndarray:
     return x.numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+
+
+class SequenceShard:
+    """A replay shard of R2D2 sequences for Ape-X's machinery (`shoal.algos.value.apex`):
+    a `SequenceReplay` behind the calls the learner makes of a `shoal.data.replay_shard`
+    shard (one process; it restarts empty if it dies)."""
+
+    def __init__(self, capacity: int, alpha: float, seed: int):
+        self.replay = SequenceReplay(capacity, alpha, seed)
+
+    def __len__(self) -> int:
+        return len(self.replay)
+
+    def add(self, batch: dict[str, np.ndarray], priorities: np.ndarray | None = None) -> int:
+        """Store the ``[k, ...]`` sequences of an actor's batch, at the actor's priorities
+        (default: the largest seen so far); returns the shard's size."""
+        for i in range(len(batch["valid"])):
+            priority = None if priorities is None else float(priorities[i])
+            self.replay.add({name: x[i] for name, x in batch.items()}, priority)
+        return len(self.replay)
+
+    def sample_many(self, count: int, batch_size: int, beta: float) -> list[SequenceBatch]:
+        """``count`` batches in one call; empty while the shard is."""
+        if not len(self.replay):
+            return []
+        return [self.replay.sample(batch_size, beta) for _ in range(count)]
+
+    def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:
+        self.replay.update_priorities(indices, priorities)

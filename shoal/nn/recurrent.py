@@ -124,19 +124,31 @@ class RecurrentActorCritic(nn.Module):
         is zeroed only at the first call, when ``B`` changes, or by `reset_state` (which
         `ActorPolicy.act` calls for its ``episode_start`` rows): right for the first episode
         of each env, which is what `shoal.collect.evaluate` scores."""
-        state = self._deployed_state
-        if state is None or state.shape[0] != obs.shape[0]:
-            state = self.initial_state(obs.shape[0])
-        features, self._deployed_state = self(obs.unsqueeze(0), state)
-        return self.policy_head(features[0])
+        return self.policy_head(deployed_step(self, obs))
 
     def reset_state(self, mask: torch.Tensor | None = None) -> None:
         """Zero the deployment state: all envs, or those where ``mask`` ``[B]`` is True."""
-        if mask is None or self._deployed_state is None:
-            self._deployed_state = None
-        else:
-            keep = (~torch.as_tensor(mask, dtype=torch.bool)).to(self._deployed_state.dtype)
-            self._deployed_state = self._deployed_state * keep.view(-1, 1, 1)
+        self._deployed_state = zero_rows(self._deployed_state, mask)
+
+
+def deployed_step(model: nn.Module, obs: torch.Tensor) -> torch.Tensor:
+    """A deployed recurrent model's features ``[B, H]`` at ``obs`` ``[B, ...]``, from the state
+    its previous call left in ``model._deployed_state`` (zero at the first call or when ``B``
+    changes), which it then updates."""
+    state = model._deployed_state
+    if state is None or state.shape[0] != obs.shape[0]:
+        state = model.initial_state(obs.shape[0])
+    features, model._deployed_state = model(obs.unsqueeze(0), state)
+    return features[0]
+
+
+def zero_rows(state: torch.Tensor | None, mask: torch.Tensor | None) -> torch.Tensor | None:
+    """``state`` ``[B, ...]`` with the rows where ``mask`` ``[B]`` is True zeroed (None: all
+    of it, which a deployed model reads as a fresh zero state)."""
+    if mask is None or state is None:
+        return None
+    keep = (~torch.as_tensor(mask, dtype=torch.bool)).to(state.dtype)
+    return state * keep.view(-1, *([1] * (state.dim() - 1)))
 
 
 def is_recurrent(model: object) -> bool:

@@ -21,7 +21,7 @@ from shoal.config import ModelConfig
 from shoal.errors import ConfigError, UnsupportedSpaceError
 from shoal.nn.actor_critic import encoder_and_body
 from shoal.nn.q_heads import QHead
-from shoal.nn.recurrent import init_lstm, run_lstm
+from shoal.nn.recurrent import deployed_step, init_lstm, run_lstm, zero_rows
 from shoal.types import ActOutput
 
 
@@ -107,16 +107,8 @@ class RecurrentQNetwork(nn.Module):
         """Deployment: the Q-values at ``obs`` ``[B, ...]`` as a policy, carrying the state
         from the previous call (zero at the first call, when ``B`` changes, or after
         `reset_state`)."""
-        state = self._deployed_state
-        if state is None or state.shape[0] != obs.shape[0]:
-            state = self.initial_state(obs.shape[0])
-        features, self._deployed_state = self(obs.unsqueeze(0), state)
-        return self.policy_head(features[0])
+        return self.policy_head(deployed_step(self, obs))
 
     def reset_state(self, mask: torch.Tensor | None = None) -> None:
         """Zero the deployment state: all envs, or those where ``mask`` ``[B]`` is True."""
-        if mask is None or self._deployed_state is None:
-            self._deployed_state = None
-        else:
-            keep = (~torch.as_tensor(mask, dtype=torch.bool)).to(self._deployed_state.dtype)
-            self._deployed_state = self._deployed_state * keep.view(-1, 1, 1)
+        self._deployed_state = zero_rows(self._deployed_state, mask)

@@ -75,19 +75,23 @@ def test_burn_in_steps_carry_no_loss():
     config = build_config("r2d2", seed=0, **small(n_step=1))
     torch.manual_seed(0)
     learner = R2D2Learner(config, *_spaces())
+
+    def td(batch):
+        return r2d2.sequence_td(learner.model, learner.target, r2d2.time_major(batch), config)
+
     batch = _batch(learner, config)
-    weights = torch.ones(3)
-    base = learner.losses(r2d2.time_major(batch), weights)[0]["td"]
+    base = td(batch)[1]
+    assert base.shape == (config.length, 3)  # the learned steps only
     changed = {k: v.clone() for k, v in batch.items()}
     changed["rewards"][:, : config.burn_in] += 100.0
     changed["actions"][:, : config.burn_in] = 1 - changed["actions"][:, : config.burn_in]
-    assert torch.equal(learner.losses(r2d2.time_major(changed), weights)[0]["td"], base)
+    assert torch.equal(td(changed)[1], base)
     changed["rewards"][:, config.burn_in] += 1.0  # the first learned step
-    assert not torch.equal(learner.losses(r2d2.time_major(changed), weights)[0]["td"], base)
-    # Gradients reach the network only through the learned steps.
-    loss = learner.losses(r2d2.time_major(batch), weights)[0]["td"]
-    loss.backward()
-    assert all(p.grad is not None for p in learner.model.parameters() if p.requires_grad)
+    assert not torch.equal(td(changed)[1], base)
+    # The burn-in's observations do reach the loss: through the state they refresh.
+    changed = {k: v.clone() for k, v in batch.items()}
+    changed["obs"][:, 0] += 1.0
+    assert not torch.equal(td(changed)[1], base)
 
 
 def _spaces():

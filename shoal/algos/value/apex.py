@@ -1,5 +1,6 @@
 """Ape-X: distributed prioritized experience replay (Horgan et al. 2018, arXiv:1803.00933),
-with DQN and DDPG (Ape-X DPG) learners.
+with DQN and DDPG (Ape-X DPG) learners, and R2D2's distributed form (Kapturowski et al.
+2019): recurrent actors sending sequences to sequence shards.
 
 ``run.runners`` actors (Ray actors) each step their own vector env with a copy of the policy
 and their own exploration rate, cut their steps into n-step transitions, score them with their
@@ -32,9 +33,10 @@ import torch
 
 from shoal.algos.continuous import ddpg
 from shoal.algos.continuous.ddpg import DDPGConfig
-from shoal.algos.value import dqn
+from shoal.algos.value import dqn, r2d2
 from shoal.algos.value.apex_actor import (
     ApexActor,
+    SequenceActor,
     Variant,
     ddpg_priorities,
     dqn_priorities,
@@ -42,6 +44,7 @@ from shoal.algos.value.apex_actor import (
     per_worker_epsilons,
 )
 from shoal.algos.value.dqn import DQNConfig
+from shoal.algos.value.r2d2 import R2D2Config
 from shoal.backend import uncompiled_copy
 from shoal.collect.ray import concat_episodes
 from shoal.config import (
@@ -60,6 +63,7 @@ from shoal.config import (
     unnest,
 )
 from shoal.data.replay_shard import ReplayShard
+from shoal.data.segments import SequenceShard
 from shoal.device import to_host
 from shoal.distributed import require_ray
 from shoal.envs import make_env
@@ -75,6 +79,7 @@ __all__ = [
     "ApexConfig",
     "ApexDDPGConfig",
     "ApexDQNConfig",
+    "ApexR2D2Config",
     "Variant",
     "build_model",
     "ddpg_priorities",
@@ -161,7 +166,7 @@ class ApexConfig:
         check(
             replay,
             "prioritized",
-            replay.prioritized == "proportional",
+            getattr(replay, "prioritized", "proportional") == "proportional",
             "Ape-X's replay shards are proportional prioritized replay: use 'proportional'",
         )
         check(
@@ -186,6 +191,8 @@ DQNBlock = nested_block(DQNConfig)
 """Ape-X DQN's learner settings (`shoal.config.nested_block`)."""
 DDPGBlock = nested_block(DDPGConfig)
 """Ape-X DPG's learner settings (`shoal.config.nested_block`)."""
+R2D2Block = nested_block(R2D2Config)
+"""Distributed R2D2's learner settings (`shoal.config.nested_block`)."""
 
 
 def _apex_replay(batch_size: int, n_step: int = 3) -> ReplayConfig:
@@ -261,10 +268,33 @@ class ApexDDPGConfig(ApexConfig):
     )
 
 
+@dataclass(frozen=True)
+class ApexR2D2Config(ApexConfig):
+    """R2D2 on Ape-X's machinery: recurrent actors (`SequenceActor`) with the epsilon ladder
+    cut their episodes into sequences, score them with their network copy and send them to
+    sequence shards (`shoal.data.segments.SequenceShard`); the learner is R2D2's. Sizes
+    count sequences: replay.buffer_size, replay.batch_size and replay.learning_starts of the
+    r2d2 block, and training_intensity (replayed sequences per env step)."""
+
+    r2d2: R2D2Block = field(default_factory=R2D2Block)
+    """The learner (`R2D2Config`): the recurrent Q-network, the sequence layout (burn_in,
+    length, period), n_step, gamma, the value rescaling, target_update_every and the
+    sequence replay's sizes and priority exponents. Its exploration fields are unused: each
+    actor has its own epsilon (exploration_epsilon, exploration_alpha)."""
+    training_intensity: float | None = 2.0
+    """Replayed sequences per env step (the local tuned examples replay 1-4)."""
+
+    LEARNER: ClassVar[str] = "r2d2"
+
+
 def variant(config: ApexConfig) -> Variant:
     inner = config.learner_config()
     if isinstance(config, ApexDDPGConfig):
         return Variant(inner, ddpg.DDPGLearner, ddpg.build_model)
+    if isinstance(config, ApexR2D2Config):
+        eps = config.exploration_epsilon
+        inner = dataclasses.replace(inner, epsilon_start=eps, epsilon_end=eps)
+        return Variant(inner, r2d2.R2D2Learner, r2d2.build_model, SequenceActor, SequenceShard)
     # The Q-network's epsilon travels with its weights: the ladder's base, not DQN's schedule
     # (each actor then sets its own; a deployed policy sampling actions uses this one).
     eps = config.exploration_epsilon
@@ -314,7 +344,7 @@ class Apex:
         )
         self._weights_ref: Any = None
         self.actors = rw.WorkerPool(
-            ApexActor,
+            self.parts.actor_cls or ApexActor,
             lambda i: (config, i, self.parts),
             run.runners,
             name="Ape-X actor",
@@ -322,7 +352,7 @@ class Apex:
             on_restart=self._restore_actor,
         )
         self.shards = rw.WorkerPool(
-            ReplayShard,
+            self.parts.shard_cls or ReplayShard,
             self._shard_args,
             config.replay_shards,
             name="replay shard",
@@ -340,12 +370,16 @@ class Apex:
 
     def _shard_args(self, j: int) -> tuple:
         cfg, replay = self.config, self.replay
+        capacity = -(-replay.buffer_size // cfg.replay_shards)
+        seed = derive_seed(cfg.run.seed, "replay", j)
+        if self.parts.shard_cls is SequenceShard:
+            return capacity, replay.priority_alpha, seed
         return (
-            -(-replay.buffer_size // cfg.replay_shards),
+            capacity,
             *self._spaces,
             replay.n_step,
             replay.priority_alpha,
-            derive_seed(cfg.run.seed, "replay", j),
+            seed,
             self._mask_dim,
         )
 
@@ -383,15 +417,17 @@ class Apex:
             (self.actors if kind == "sample" else self.shards).restart(i, exc)
             return None
 
-    def _store(self, batch: ReplayBatch | None, priorities: Any, episodes: Any, steps: int):
-        """Count an actor batch's env steps and send its transitions to the next shard."""
+    def _store(self, batch: Any, priorities: Any, episodes: Any, steps: int):
+        """Count an actor batch's env steps and send its transitions (or sequences) to the
+        next shard."""
         self.env_steps += steps
         if batch is not None:
             j = self._next_shard
             self._next_shard = (j + 1) % len(self._sizes)
             self.shards.submit(j, "add", batch, priorities)  # ordered before later samples
             capacity = -(-self.replay.buffer_size // self.config.replay_shards)
-            self._sizes[j] = min(capacity, self._sizes[j] + len(batch.steps))
+            count = len(batch.steps) if isinstance(batch, ReplayBatch) else len(batch["valid"])
+            self._sizes[j] = min(capacity, self._sizes[j] + count)
         return episodes
 
     def _request_replay(self) -> None:
@@ -460,7 +496,7 @@ class Apex:
                 "model": to_host(core.actor.state_dict()),
                 "critic": to_host(core.critic.state_dict()),
             }
-        return {"model": to_host(self.learner.online.state_dict())}
+        return {"model": to_host(self.learner.policy_network.state_dict())}
 
     def _push_weights(self) -> None:
         """To the object store once; each actor applies it before its next batch."""

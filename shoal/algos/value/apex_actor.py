@@ -1,7 +1,9 @@
 """The sampling side of Ape-X (`shoal.algos.value.apex`, Horgan et al. 2018, arXiv:1803.00933): the
-per-actor exploration ladder, the actors' initial priorities, and `ApexActor`, which steps its
-vector env, cuts n-step transitions and scores them with DQN's or DDPG's losses. Run as Ray
-actors by the driver through `shoal.distributed`; nothing here imports ``ray``."""
+per-actor exploration ladder, the actors' initial priorities, `ApexActor`, which steps its
+vector env, cuts n-step transitions and scores them with DQN's or DDPG's losses, and
+`SequenceActor`, R2D2's (Kapturowski et al. 2019), which steps a recurrent Q-network, cuts
+sequences and scores them with R2D2's loss. Run as Ray actors by the driver through
+`shoal.distributed`; nothing here imports ``ray``."""
 
 from __future__ import annotations
 
@@ -12,12 +14,14 @@ import numpy as np
 import torch
 
 from shoal.algos.continuous import ddpg
-from shoal.algos.value import dqn
+from shoal.algos.value import dqn, r2d2
 from shoal.collect.env_runner import EnvRunner
 from shoal.config import EnvConfig, RunConfig
 from shoal.data.replay import ReplayBuffer
+from shoal.data.sequences import SequenceBuilder
 from shoal.losses import bootstrap_discount, n_step_return
 from shoal.losses.actor_critic import ensemble_td_loss, twin_min_target
+from shoal.losses.sequence_q import sequence_priorities
 from shoal.seeding import derive_seed
 from shoal.types import ReplayBatch
 
@@ -39,10 +43,16 @@ class Variant(NamedTuple):
     (`shoal.algos.value.apex.variant`)."""
 
     inner: Any
-    """The `DQNConfig` or `DDPGConfig` whose learner and networks Ape-X reuses."""
+    """The `DQNConfig`, `DDPGConfig` or `R2D2Config` whose learner and networks Ape-X
+    reuses."""
     learner_fn: Any
     model_fn: Any
     """``model_fn(inner, obs_space, action_space)``: the acting network."""
+    actor_cls: Any = None
+    """The actors' class: `ApexActor` (None) or `SequenceActor`."""
+    shard_cls: Any = None
+    """The replay shards' class: `shoal.data.replay_shard.ReplayShard` (None) or
+    `shoal.data.segments.SequenceShard`."""
 
 
 def per_worker_epsilons(num_workers: int, epsilon: float = 0.4, alpha: float = 7.0) -> list:
@@ -64,6 +74,22 @@ def exploration_scales(config: ApexActorConfig, parts: Variant) -> list[float]:
     if isinstance(parts.inner, ddpg.DDPGConfig):
         return [parts.inner.noise.scale * e / eps for e in ladder]
     return ladder
+
+
+def actor_runner(
+    config: ApexActorConfig, index: int, parts: Variant, acting: str, compiled: bool
+) -> EnvRunner:
+    """Actor ``index``'s vector env and acting network, seeded by its index."""
+    seed = config.run.seed
+    return EnvRunner(
+        config.env,
+        partial(parts.model_fn, parts.inner),
+        config.rollout_steps,
+        seed=derive_seed(seed, "env", index),
+        torch_seed=derive_seed(seed, "actor-torch", index),
+        acting=acting,
+        compiled=compiled,
+    )
 
 
 @torch.no_grad()
@@ -105,15 +131,8 @@ class ApexActor:
     def __init__(self, config: ApexActorConfig, index: int, parts: Variant):
         self.config = config
         self.parts = parts
-        seed = config.run.seed
-        self.runner = EnvRunner(
-            config.env,
-            partial(parts.model_fn, parts.inner),
-            config.rollout_steps,
-            seed=derive_seed(seed, "env", index),
-            torch_seed=derive_seed(seed, "actor-torch", index),
-            acting=parts.inner.model.backend,
-            compiled=config.run.compile,
+        self.runner = actor_runner(
+            config, index, parts, parts.inner.model.backend, config.run.compile
         )
         env, self.model = self.runner.env, self.runner.model
         self.ddpg = isinstance(parts.inner, ddpg.DDPGConfig)
@@ -177,3 +196,48 @@ class ApexActor:
         if positions.size == 0:
             return None
         return buffer.windows(positions)
+
+
+@torch.no_grad()
+def r2d2_priorities(model: Any, batch: dict[str, np.ndarray], config: Any) -> torch.Tensor:
+    """``[k]`` R2D2 priorities of an actor's sequences under its network copy, which stands in
+    for the target network too."""
+    fields = r2d2.time_major({name: torch.from_numpy(x) for name, x in batch.items()})
+    _, td, valid = r2d2.sequence_td(model, model, fields, config)
+    return sequence_priorities(td.abs(), valid, config.replay.priority_eta)
+
+
+class SequenceActor:
+    """One R2D2 actor (a Ray actor): its vector env and recurrent Q-network (`EnvRunner`, which
+    records the state before every step), its epsilon from the ladder, and the cutting of its
+    episodes into sequences (`SequenceBuilder`). ``parts`` is ``variant(config)`` with
+    `R2D2Config` inside."""
+
+    def __init__(self, config: ApexActorConfig, index: int, parts: Variant):
+        self.config = config
+        self.parts = parts
+        self.runner = actor_runner(config, index, parts, "torch", compiled=False)
+        self.model = self.runner.model
+        inner = parts.inner
+        rows = self.runner.num_envs * self.runner.env.agents_per_env
+        self.builder = SequenceBuilder(rows, inner.burn_in, inner.length, inner.period)
+        self.scale = exploration_scales(config, parts)[index]
+        self.model.epsilon.fill_(self.scale)
+
+    def set_weights(self, weights: dict[str, Any]) -> None:
+        self.model.load_state_dict(weights["model"])
+        self.model.epsilon.fill_(self.scale)  # the weights carry the learner's epsilon
+
+    def sample(self, random_actions: bool = False) -> tuple:
+        """One batch: ``(sequences [k, ...] or None, priorities or None, episodes, env
+        steps)``; ``random_actions`` is DDPG's and unused here."""
+        rollout, episodes = self.runner.sample()
+        sequences = self.builder.add(rollout)
+        steps = rollout.rewards.numel()
+        if not sequences:
+            return None, None, episodes, steps
+        batch = {name: np.stack([s[name] for s in sequences]) for name in sequences[0]}
+        priorities = None
+        if self.config.worker_side_prioritization:
+            priorities = r2d2_priorities(self.model, batch, self.parts.inner).numpy()
+        return batch, priorities, episodes, steps

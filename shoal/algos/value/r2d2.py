@@ -26,13 +26,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 import torch
 
 from shoal.algos.cores.on_policy import OnPolicyAlgorithm, check_no_masks, mean_metrics
 from shoal.backend import place
 from shoal.config import EnvConfig, ModelConfig, OptimConfig, RunConfig, check, check_positive
-from shoal.data.segments import SequenceReplay
+from shoal.data.segments import SequenceBatch, SequenceReplay
 from shoal.data.sequences import SequenceBuilder
 from shoal.device import check_precision, resolve_device, to_device, to_host
 from shoal.losses.sequence_q import sequence_n_step_targets, sequence_priorities
@@ -141,6 +140,43 @@ def time_major(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: v if k == "state" else v.transpose(0, 1) for k, v in batch.items()}
 
 
+def sequence_td(
+    online: RecurrentQNetwork,
+    target: RecurrentQNetwork,
+    batch: dict[str, torch.Tensor],
+    config: R2D2Config,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(Q(s, a), TD errors, valid)``, each ``[L - burn_in, N]``, of a time-major batch of
+    sequences (``obs [L + 1, N]``, transitions ``[L, N]``, ``state [N, 2, H]``): the online
+    network runs from the stored state through the burn-in without gradient, then through the
+    rest; targets are ``h(G + gamma^K h^-1(Q_target(s', argmax_a Q(s', a))))``. Actors score
+    their sequences with it too, their one network standing in for the target."""
+    burn, eps = config.burn_in, config.rescaling_eps
+    rescale = config.value_rescaling
+    obs, starts, state = batch["obs"], batch["starts"], batch["state"]
+    with torch.no_grad():
+        if burn:  # refresh the stored state; these steps carry no loss
+            _, state = online(obs[:burn], state, starts[:burn])
+        target_features, _ = target(obs, batch["state"], starts)
+        target_q = target.q_values(target_features[burn:])
+    features, _ = online(obs[burn:], state, starts[burn:])
+    q = online.q_values(features)  # [L - burn + 1, N, A]
+    valid = batch["valid"][burn:]
+    with torch.no_grad():
+        greedy = q.argmax(-1, keepdim=True)  # double Q: online picks, target evaluates
+        bootstrap = target_q.gather(-1, greedy).squeeze(-1)
+        if rescale:
+            bootstrap = inverse_value_transform(bootstrap, eps)
+        returns = sequence_n_step_targets(
+            batch["rewards"][burn:], batch["terminated"][burn:], valid, bootstrap,
+            config.gamma, config.n_step,
+        )  # fmt: skip
+        targets = value_transform(returns, eps) if rescale else returns
+    actions = batch["actions"][burn:].long().unsqueeze(-1)
+    q_taken = q[:-1].gather(-1, actions).squeeze(-1)
+    return q_taken, targets - q_taken, valid
+
+
 class R2D2Learner:
     """Online and target recurrent Q-networks, the optimizer, one update per batch."""
 
@@ -156,61 +192,31 @@ class R2D2Learner:
         self.optimizer = build_optimizer(self.parameters, "adam", optim.lr, optim.eps)
         self.grad_steps = 0
 
-    def h(self, x: torch.Tensor) -> torch.Tensor:
-        eps = self.config.rescaling_eps
-        return value_transform(x, eps) if self.config.value_rescaling else x
+    @property
+    def policy_network(self) -> RecurrentQNetwork:
+        return self.model
 
-    def h_inverse(self, x: torch.Tensor) -> torch.Tensor:
-        eps = self.config.rescaling_eps
-        return inverse_value_transform(x, eps) if self.config.value_rescaling else x
-
-    def losses(
-        self, batch: dict[str, torch.Tensor], weights: torch.Tensor
-    ) -> tuple[dict[str, torch.Tensor], torch.Tensor, dict[str, torch.Tensor]]:
-        """The loss of a time-major batch of sequences (``obs [L + 1, N]``, transitions
-        ``[L, N]``, ``state [N, 2, H]``), its new priorities ``[N]`` and diagnostics."""
+    def update(self, batch: SequenceBatch) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """One gradient step on replayed sequences; returns metrics and their new
+        priorities ``[N]``."""
         cfg = self.config
-        burn = cfg.burn_in
-        obs, starts, state = batch["obs"], batch["starts"], batch["state"]
-        with torch.no_grad():
-            if burn:  # refresh the stored state; these steps carry no loss
-                _, state = self.model(obs[:burn], state, starts[:burn])
-            target_features, _ = self.target(obs, batch["state"], starts)
-            target_q = self.target.q_values(target_features[burn:])
-        features, _ = self.model(obs[burn:], state, starts[burn:])
-        q = self.model.q_values(features)  # [L - burn + 1, N, A]
-        actions = batch["actions"][burn:].long()
-        valid = batch["valid"][burn:]
-        with torch.no_grad():
-            greedy = q.argmax(-1, keepdim=True)  # double Q: online picks, target evaluates
-            bootstrap = self.h_inverse(target_q.gather(-1, greedy).squeeze(-1))
-            returns = sequence_n_step_targets(
-                batch["rewards"][burn:], batch["terminated"][burn:], valid, bootstrap,
-                cfg.gamma, cfg.n_step,
-            )  # fmt: skip
-            targets = self.h(returns)
-        q_taken = q[:-1].gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-        td = targets - q_taken
+        fields = to_device(time_major(batch.fields), self.device)
+        q_taken, td, valid = sequence_td(self.model, self.target, fields, cfg)
+        weights = batch.weights.to(self.device)
         count = valid.sum().clamp(min=1)
         loss = (weights.unsqueeze(0) * 0.5 * td.square() * valid).sum() / count
-        priorities = sequence_priorities(td.detach().abs(), valid, cfg.replay.priority_eta)
-        stats = {"q_mean": (q_taken.detach() * valid).sum() / count}
-        return {"td": loss}, priorities, stats
-
-    def update(
-        self, batch: dict[str, torch.Tensor], weights: torch.Tensor
-    ) -> tuple[dict[str, torch.Tensor], np.ndarray]:
-        """One gradient step; returns metrics and the sequences' new priorities."""
-        batch = to_device(time_major(batch), self.device)
-        losses, priorities, stats = self.losses(batch, weights.to(self.device))
-        norm = minimize(losses, self.optimizer, self.config.optim.max_grad_norm)
+        norm = minimize({"td": loss}, self.optimizer, cfg.optim.max_grad_norm)
         self.grad_steps += 1
-        if self.grad_steps % self.config.target_update_every == 0:
+        if self.grad_steps % cfg.target_update_every == 0:
             soft_update(list(self.target.parameters()), self.parameters, 1.0)
-        metrics = {"loss/td": losses["td"].detach(), "train/q_mean": stats["q_mean"]}
+        priorities = sequence_priorities(td.detach().abs(), valid, cfg.replay.priority_eta)
+        metrics = {
+            "loss/td": loss.detach(),
+            "train/q_mean": (q_taken.detach() * valid).sum() / count,
+        }
         if norm is not None:
             metrics["train/grad_norm"] = torch.as_tensor(norm)
-        return metrics, priorities.cpu().numpy()
+        return metrics, priorities
 
     def get_weights(self) -> dict[str, torch.Tensor]:
         return to_host(self.model.state_dict())
@@ -266,11 +272,9 @@ class R2D2(OnPolicyAlgorithm):
         rows = []
         if len(self.replay) >= max(cfg.replay.learning_starts, 1):
             for _ in range(cfg.replay.gradient_steps):
-                batch, slots, weights = self.replay.sample(
-                    cfg.replay.batch_size, cfg.replay.priority_beta
-                )
-                metrics, priorities = self.learner.update(batch, weights)
-                self.replay.update_priorities(slots, priorities)
+                batch = self.replay.sample(cfg.replay.batch_size, cfg.replay.priority_beta)
+                metrics, priorities = self.learner.update(batch)
+                self.replay.update_priorities(batch.indices, priorities.cpu().numpy())
                 rows.append(metrics)
         metrics = mean_metrics(rows) if rows else {}
         metrics["train/sequences"] = len(self.replay)
