@@ -101,3 +101,20 @@ def test_apex_r2d2_smoke_checkpoint_and_policy(ray_session, tmp_path):
     policy = shoal.load(result.run_dir)
     actions = policy.act(np.zeros((3, 4), np.float32), episode_start=[True] * 3)
     assert actions.shape == (3,)
+
+
+def test_r2d2_samples_with_ray_runners(ray_session, tmp_path):
+    # Plain r2d2 with run.runners: synchronous Ray runners, whose rollouts (with the states
+    # before each step) are joined along the env axis and cut into sequences per env.
+    seen = []
+    result = shoal.train(
+        "r2d2", env="shoal/CartPoleNoVelocity-v0", run_dir=str(tmp_path / "ray"),
+        total_steps=6 * 64, on_iteration=lambda step, metrics: seen.append(metrics),
+        **{
+            "run.runners": 2, "env.num_envs": 2, "num_steps": 16, "burn_in": 2, "length": 4,
+            "period": 2, "model.hidden": (16,), "model.lstm_hidden": 8,
+            "replay.batch_size": 4, "replay.learning_starts": 8, **QUIET,
+        },
+    )  # fmt: skip
+    assert result.env_steps == 6 * 64
+    assert seen[-1]["train/sequences"] > 0 and np.isfinite(seen[-1]["loss/td"])
