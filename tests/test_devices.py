@@ -86,6 +86,22 @@ SMALL = {
     },
     "a3c": {"run.runners": 0, "env.num_envs": 4, "a2c.num_steps": 8},
     "impala": {"env.num_envs": 4, "num_steps": 8},
+    "acktr": {"env.num_envs": 4, "num_steps": 8},
+    "acer": {
+        "env.num_envs": 4,
+        "num_steps": 8,
+        "replay.learning_starts": 32,
+        "replay.save": True,
+    },
+    "r2d2": {
+        "env.num_envs": 4,
+        "num_steps": 8,
+        "burn_in": 2,
+        "length": 4,
+        "period": 2,
+        "model.lstm_hidden": 8,
+        **REPLAY,
+    },
 }
 ALIASES = {"ppo-lstm": "ppo", "rainbow": "dqn"}
 
@@ -252,7 +268,7 @@ def test_learners_keep_their_networks_on_cuda():
 
 @pytest.mark.gpu
 @needs_gpu
-@pytest.mark.parametrize("name", ["ppo", "a2c", "dqn", "sac", "maddpg"])
+@pytest.mark.parametrize("name", ["ppo", "a2c", "dqn", "sac", "maddpg", "acktr", "acer", "r2d2"])
 def test_exact_resume_on_cuda(name, tmp_path):
     """A resumed CUDA run repeats the straight one (same device, same seed)."""
     total = 64

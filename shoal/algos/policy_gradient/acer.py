@@ -220,7 +220,7 @@ class ACERLearner(ModelLearner):
         flat_valid = valid.flatten()
         objective = torch.where(flat_valid, objective, 0.0)
         (g,) = torch.autograd.grad(objective.sum(), phi, retain_graph=True)
-        kl = torch.zeros(())
+        kl = torch.zeros((), device=phi.device)
         if cfg.trust_region:
             with torch.no_grad():
                 average = self.average
