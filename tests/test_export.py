@@ -1,7 +1,8 @@
 """``shoal export``: ONNX and TorchScript files give the actions of ``shoal.load(RUN).act``
-for PPO (discrete, continuous with observation normalization), SAC, DQN, a recurrent PPO (its
-state as explicit inputs and outputs, over a sequence), MAPPO (the actor's observation only)
-and MADDPG's groups (one file each)."""
+for PPO (discrete, continuous with observation normalization), SAC, DQN, ACER (its stochastic
+dueling network's policy), a recurrent PPO and R2D2 (their state as explicit inputs and
+outputs, over a sequence), MAPPO (the actor's observation only) and MADDPG's groups (one file
+each)."""
 
 import importlib.util
 
@@ -22,6 +23,7 @@ RUNS = {
         "ppo", {"env": "Pendulum-v1", "num_steps": 32, "env.normalize_obs": True}),
     "sac": ("sac", {"env": "Pendulum-v1", "replay.learning_starts": 64}),
     "dqn": ("dqn", {"env": "CartPole-v1", "replay.learning_starts": 64}),
+    "acer-continuous": ("acer", {"env": "Pendulum-v1", "num_steps": 16}),
 }  # fmt: skip
 
 
@@ -47,10 +49,17 @@ def test_exported_policies_act_as_the_run(name, format, tmp_path):
         assert policy.obs_stats is not None and not np.allclose(policy.obs_stats.mean, 0.0)
 
 
+RECURRENT = {
+    "ppo": {"model.lstm_hidden": 8, "minibatch_size": 64},
+    "r2d2": {"model.lstm_hidden": 8, "replay.learning_starts": 8, "burn_in": 2, "length": 4,
+             "period": 2},
+}  # fmt: skip
+
+
 @pytest.mark.parametrize("format", FORMATS)
-def test_recurrent_policy_exports_its_state(format, tmp_path):
-    lstm = {"model.lstm_hidden": 8, "minibatch_size": 64}
-    run_dir = train(tmp_path, "ppo", env="CartPole-v1", num_steps=16, **lstm)
+@pytest.mark.parametrize("algo", list(RECURRENT))
+def test_recurrent_policy_exports_its_state(algo, format, tmp_path):
+    run_dir = train(tmp_path, algo, env="CartPole-v1", num_steps=16, **RECURRENT[algo])
     policy = shoal.load(run_dir)
     [path] = export(policy, tmp_path / "lstm", format)
     rng = np.random.default_rng(0)
