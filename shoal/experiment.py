@@ -128,6 +128,12 @@ def plan(spec: dict[str, Any], directory: str | Path | None = None) -> Experimen
     variants = spec.get("variants") or {"": {}}
     if not isinstance(variants, dict) or any(not isinstance(v, dict) for v in variants.values()):
         raise ConfigError("experiment: variants map a name to {base or algo, config}")
+    planned = seeds * len(variants) * math.prod(len(values) for values in axes.values())
+    if planned > MAX_RUNS:
+        raise ConfigError(
+            f"experiment: {planned:,} runs (variants x axis values x seeds) is more than an "
+            f"experiment plans ({MAX_RUNS:,} at most); is seeds = {seeds} meant?"
+        )
     runs = []
     keys = list(axes)
     for label, own in variants.items():
@@ -148,6 +154,11 @@ def plan(spec: dict[str, Any], directory: str | Path | None = None) -> Experimen
                 algo, config = build(local, values, seed, root / run_name)
                 runs.append(PlannedRun(run_name, variant, values, seed, algo, config))
     return Experiment(name, root, runs, spec)
+
+
+MAX_RUNS = 10_000
+"""The most runs one experiment file may plan: a larger grid is a typo (``seeds: 1e6``), and
+planning builds every run's config."""
 
 
 def _whole(value: Any, key: str) -> int:

@@ -53,6 +53,11 @@ def test_bad_files_are_refused_before_any_run(tmp_path):
         plan(spec(axes={"optim.lr": []}), tmp_path / "c")
     with pytest.raises(ConfigError, match="unknown keys"):
         plan(spec(axis={"optim.lr": [1e-3]}), tmp_path / "d")
+    # A typo that would plan (and build the configs of) a million runs fails at once.
+    with pytest.raises(ConfigError, match="is seeds = 1000000 meant"):
+        plan(spec(seeds=1_000_000), tmp_path / "e")
+    with pytest.raises(ConfigError, match="10,000 at most"):
+        plan(spec(axes={"optim.lr": [1e-3, 2e-3]}, seeds=5_001), tmp_path / "f")
     assert not (tmp_path / "a").exists()
 
 
