@@ -156,11 +156,11 @@ def test_trust_region_bounds_the_predicted_kl():
     optimizer.step()
     assert optimizer.last_scale < 1.0
     direction = _pre(optimizer, model[0].weight, grad, optimizer.defaults["damping"])
-    step = optimizer.last_scale * 0.5 * direction
+    lr, scale = 0.5, optimizer.last_scale
+    step = lr * scale * direction
     # The clipped step's Fisher norm (lr scale)^2 Delta^T F Delta = (lr scale)^2 Delta^T g is
     # exactly kl_clip.
-    assert_close((step * step.new_tensor(1.0)).mul(grad).sum() * optimizer.last_scale * 0.5,
-                 torch.tensor(1e-4))  # fmt: skip
+    assert_close(lr * scale * (step * grad).sum(), torch.tensor(1e-4))
     assert_close(model[0].weight.detach(), before - step[:, :3])
 
 

@@ -78,16 +78,20 @@ class ACERNetwork(nn.Module):
         x = torch.cat([features, actions.to(features.dtype)], dim=-1)
         return self.advantage_head(self.advantage_body(x)).squeeze(-1)
 
-    def critic(self, features: torch.Tensor, dist: Distribution) -> torch.Tensor:
-        """``V(x)``: the policy's expectation of ``Q(x, .)``, or the value head."""
+    def critic(
+        self, features: torch.Tensor, dist: Distribution
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``(V(x), Q(x, .))``: the policy's expectation of the Q head's ``[N, A]`` values
+        (discrete actions), or the value head and None (continuous)."""
         if self.discrete:
-            return (dist.logits.exp() * self.q_head(features)).sum(-1)
-        return self.value_head(features)
+            q = self.q_head(features)
+            return (dist.logits.exp() * q).sum(-1), q
+        return self.value_head(features), None
 
     def forward(self, obs: torch.Tensor) -> tuple[Distribution, torch.Tensor]:
         features = self.features(obs)
         dist = self.distribution_of(self.policy_params(features))
-        return dist, self.critic(features, dist)
+        return dist, self.critic(features, dist)[0]
 
     def distribution(self, obs: torch.Tensor) -> Distribution:
         return self.distribution_of(self.policy_params(self.features(obs)))

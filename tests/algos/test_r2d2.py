@@ -57,7 +57,7 @@ def test_rollouts_record_the_state_before_each_step():
         algorithm.close()
 
 
-def _batch(learner, config, seed=0):
+def _batch(config, seed=0):
     g = torch.Generator().manual_seed(seed)
     n, steps = 3, config.burn_in + config.length
     return {
@@ -79,7 +79,7 @@ def test_burn_in_steps_carry_no_loss():
     def td(batch):
         return r2d2.sequence_td(learner.model, learner.target, r2d2.time_major(batch), config)
 
-    batch = _batch(learner, config)
+    batch = _batch(config)
     base = td(batch)[1]
     assert base.shape == (config.length, 3)  # the learned steps only
     changed = {k: v.clone() for k, v in batch.items()}

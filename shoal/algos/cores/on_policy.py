@@ -283,9 +283,10 @@ class ModelLearner:
 
 
 class OnPolicyAlgorithm:
-    """The plumbing PPO, A2C, REINFORCE and TRPO share around their update: one runner over
-    the env config, counters, the temperature schedule, the weights broadcast after each
-    update, the deployable policy and the checkpoint layout. Each algorithm derives from this
+    """The plumbing PPO, A2C, REINFORCE, TRPO, ACKTR (and, for their sampling, ACER and
+    R2D2) share around their update: one runner over the env config, counters, the
+    temperature schedule, the weights broadcast after each update, the deployable policy and
+    the checkpoint layout. Each algorithm derives from this
     (never from another algorithm) and adds its own update and any extra state."""
 
     takes_action_masks = True

@@ -185,7 +185,8 @@ class ACERLearner(ModelLearner):
         features = model.features(obs.flatten(0, 1))
         params = model.policy_params(features)
         dist = model.distribution_of(params)
-        values = model.critic(features, dist).unflatten(0, (steps + 1, envs))
+        values, q_every = model.critic(features, dist)
+        values = values.unflatten(0, (steps + 1, envs))
         # The statistics phi of the segment's steps, as a leaf of the policy graph, so that
         # per-sample gradients with respect to them can be taken and projected.
         phi = params[: steps * envs]
@@ -198,7 +199,7 @@ class ACERLearner(ModelLearner):
         v_t, v_next = values[:-1].detach(), values[1:].detach()
         flags = (segment["rewards"], segment["terminated"], segment["truncated"])
         if model.discrete:
-            q_all = model.q_head(features[: steps * envs])
+            q_all = q_every[: steps * envs]
             q_a = q_all.gather(-1, flat_actions.long().unsqueeze(-1)).squeeze(-1)
             q_ret = retrace(
                 q_a.detach().unflatten(0, (steps, envs)), v_next, *flags, log_rho_a, cfg.gamma

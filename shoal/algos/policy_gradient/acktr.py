@@ -34,6 +34,7 @@ from shoal.device import to_device
 from shoal.kfac import KFAC
 from shoal.losses.objectives import a2c_objective
 from shoal.nn import ActorCritic, build_actor_critic
+from shoal.nn.distributions import Distribution
 from shoal.schedules import scheduled
 
 
@@ -116,7 +117,7 @@ def build_model(config: ACKTRConfig, obs_space: gym.Space, action_space: gym.Spa
     return build_actor_critic(obs_space, action_space, config.model)
 
 
-def fisher_loss(dist: torch.distributions.Distribution, values: torch.Tensor, vf_coef: float):
+def fisher_loss(dist: Distribution, values: torch.Tensor, vf_coef: float) -> torch.Tensor:
     """The batch mean of the model's log-likelihood of outputs drawn from itself: the policy's
     at a sampled action, the critic's as a unit-variance Gaussian around its own (detached)
     value. Its gradients give the true Fisher's Kronecker factors (`shoal.kfac`)."""
