@@ -93,7 +93,10 @@ def test_apex_r2d2_smoke_checkpoint_and_policy(ray_session, tmp_path):
     )  # fmt: skip
     assert result.env_steps >= 4 * 64 and result.iterations == 4
     last = seen[-1]
-    assert last["train/grad_steps"] > 0 and np.isfinite(last["loss/td"])
+    # Which iterations hold learner steps depends on how actors and learner interleave; the
+    # throttle (training_intensity) guarantees some by the end, each with a finite loss.
+    learned = [m["loss/td"] for m in seen if "loss/td" in m]
+    assert last["train/grad_steps"] > 0 and learned and np.isfinite(learned).all()
     assert last["train/epsilon_mean"] == pytest.approx((0.4 + 0.4**8) / 2)
     assert last["train/replay_size"] > 0
     saved = load_checkpoint(result.run_dir).state["algorithm"]
