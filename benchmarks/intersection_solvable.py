@@ -1,8 +1,10 @@
-"""Is ``shoal/intersection-v0`` solvable with its actions and time limit? A privileged scripted
-driver (it reads the simulator's state: every vehicle's position, heading, speed and route)
-yields at the box by time to conflict, and the keep-lane-and-yield driver of
-`shoal.envs.heuristics.IntersectionHeuristic` (vector observations only) is measured beside
-it, over the same episodes.
+"""Is ``shoal/intersection-v0`` solvable with its actions, observations and time limit? Four
+scripted drivers over the same episodes: a privileged one (it reads the simulator's state:
+every vehicle's position, heading, speed and route) that yields by time to conflict;
+`shoal.envs.heuristics.TimeToConflictDriver`, the same rule from the agents' vector
+observations alone (it extrapolates the neighbours at their observed velocity); the
+keep-lane-and-yield cone of `shoal.envs.heuristics.IntersectionHeuristic`; and keeping the
+lane blindly.
 
 The privileged driver keeps its lane (action 0) unless a conflict is predicted, then slows
 down (action 1): every ``dt_check`` seconds up to ``horizon`` seconds ahead it places itself
@@ -12,7 +14,8 @@ conflict is any pair of positions closer than ``clearance`` metres at the same t
 question it answers is the one of issue 41: can any policy with these actions complete >= 0.9
 of routes at low traffic within the 30 s limit?
 
-Usage: ``python benchmarks/intersection_solvable.py [--episodes 100] [--traffic low]``.
+Usage: ``python benchmarks/intersection_solvable.py [--episodes 100] [--traffic low high]
+[--json out.json]``.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import time
 
 import numpy as np
 
-from shoal.envs.heuristics import IntersectionHeuristic
+from shoal.envs.heuristics import IntersectionHeuristic, TimeToConflictDriver
 from shoal.envs.intersection.env import IntersectionEnv
 from shoal.envs.intersection.geometry import point_at
 from shoal.envs.intersection.scenario import AGENTS, GROUP
@@ -77,13 +80,22 @@ def privileged_actions(
 def run(policy: str, episodes: int, traffic: str, seed: int, envs: int = 10) -> dict[str, float]:
     env = IntersectionEnv(envs, traffic=traffic, seed=seed)
     group = env.groups[GROUP]
-    heuristic = IntersectionHeuristic(group.observation_space, group.action_space)
+    scripted = {"heuristic": IntersectionHeuristic, "time-to-conflict": TimeToConflictDriver}
+    driver = (
+        scripted[policy](group.observation_space, group.action_space)
+        if policy in scripted
+        else None
+    )
     obs, _ = env.reset(seed=seed)
     completion, collision, off_road, times = [], [], [], []
     start = time.perf_counter()
     while len(completion) < episodes:
-        privileged = policy == "privileged"
-        actions = privileged_actions(env) if privileged else heuristic.act(obs[GROUP])
+        if policy == "privileged":
+            actions = privileged_actions(env)
+        elif policy == "keep-lane":
+            actions = np.zeros((envs, AGENTS), np.int64)
+        else:
+            actions = driver.act(obs[GROUP])
         step = env.step({GROUP: actions})
         obs = step.obs
         if step.episode_info is not None:
@@ -109,13 +121,14 @@ def run(policy: str, episodes: int, traffic: str, seed: int, envs: int = 10) -> 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--episodes", type=int, default=100)
-    parser.add_argument("--traffic", default="low")
+    parser.add_argument("--traffic", nargs="+", default=["low", "high"])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
     results = [
-        run(policy, args.episodes, args.traffic, args.seed)
-        for policy in ("privileged", "heuristic")
+        run(policy, args.episodes, traffic, args.seed)
+        for traffic in args.traffic
+        for policy in ("privileged", "time-to-conflict", "heuristic", "keep-lane")
     ]
     for result in results:
         print(json.dumps(result))

@@ -12,6 +12,7 @@ import shoal
 from shoal.config import EnvConfig
 from shoal.envs.intersection import IntersectionEnv
 from shoal.envs.intersection.env import OBS_DIM
+from shoal.envs.intersection.observations import NEIGHBOUR_DIM
 from shoal.envs.make import make_multi_agent_env
 from shoal.errors import ConfigError
 
@@ -29,7 +30,7 @@ def test_spaces_and_observations():
     for _ in range(40):
         step = env.step(keep_lane(3))
     o = step.obs["agent"]
-    neighbours = o[..., 8:].reshape(3, 4, 8, 5)
+    neighbours = o[..., 8:].reshape(3, 4, 8, NEIGHBOUR_DIM)
     seen = neighbours[..., 4] > 0
     distances = neighbours[..., 2]
     for b in range(3):
@@ -43,6 +44,23 @@ def test_spaces_and_observations():
         IntersectionEnv(1, traffic="rush hour")
     with pytest.raises(ConfigError, match="outside"):
         IntersectionEnv(1, traffic=500.0)
+
+
+def test_neighbours_are_seen_with_their_velocity_relative_to_the_agent():
+    """Worked by hand: agent 0 heads north at 8 m/s; a car 20 m north and 10 m east of it
+    heads west at 5 m/s. In the agent's frame (x ahead, y left) it is 20 ahead, 10 to the
+    right, and moves at (-5, 0) - (0, 8) in the world = 8 m/s towards the agent and 5 m/s
+    to its left."""
+    env = IntersectionEnv(1, traffic="none", routes="fixed", seed=0)
+    env.reset(seed=0)
+    vehicles = env.vehicles
+    vehicles.present[0, 1:] = False
+    vehicles.heading[0, 0], vehicles.speed[0, 0] = np.pi / 2, 8.0
+    vehicles.pos[0, 4] = vehicles.pos[0, 0] + [10.0, 20.0]
+    vehicles.heading[0, 4], vehicles.speed[0, 4], vehicles.present[0, 4] = np.pi, 5.0, True
+    near = env.observe()[0]["agent"][0, 0, 8 : 8 + NEIGHBOUR_DIM]
+    want = [20 / 50, -10 / 50, np.hypot(10, 20) / 50, 5 / 10, 1.0, -8 / 10, 5 / 10]
+    np.testing.assert_allclose(near, want, atol=1e-6)
 
 
 def test_occupancy_grid_marks_road_and_the_vehicle_ahead():
@@ -183,6 +201,47 @@ def test_batch_rows_equal_single_envs():
             want = single.step({"agent": a[b : b + 1]})
             np.testing.assert_allclose(got.obs["agent"][b], want.obs["agent"][0], atol=1e-5)
             np.testing.assert_array_equal(got.rewards["agent"][b], want.rewards["agent"][0])
+
+
+def test_decisions_hold_the_action_for_several_simulator_steps():
+    """With ``decision_steps=5`` one step is five 0.1 s simulator steps under the same
+    action: the same vehicles' poses as five steps of the plain env, the rewards summed, the
+    agents that finished in any of them terminated; the 30 s limit still counts simulator
+    steps (60 decisions)."""
+    held = IntersectionEnv(1, traffic="none", routes="fixed", decision_steps=5, seed=4)
+    plain = IntersectionEnv(1, traffic="none", routes="fixed", seed=4)
+    held.reset(seed=4)
+    plain.reset(seed=4)
+    rng = np.random.default_rng(0)
+    outcomes = set()
+    for _ in range(60):
+        action = {"agent": (rng.random((1, 4)) < 0.2).astype(np.int64)}  # slow down at times
+        got = held.step(action)
+        steps = []
+        while len(steps) < 5 and (not steps or steps[-1].episode_info is None):
+            steps.append(plain.step(action))  # up to the episode's end
+        np.testing.assert_allclose(got.obs["agent"], steps[-1].obs["agent"], atol=1e-6)
+        summed = sum(step.rewards["agent"].astype(np.float64) for step in steps)
+        np.testing.assert_allclose(got.rewards["agent"], summed, atol=1e-4)
+        finished = np.any([step.terminated["agent"] for step in steps], axis=0)
+        np.testing.assert_array_equal(got.terminated["agent"], finished)
+        outcomes.update(held.outcome[0].tolist())
+        if got.episode_info is not None:
+            assert steps[-1].episode_info == got.episode_info or all(
+                np.allclose(got.episode_info[k], steps[-1].episode_info[k], equal_nan=True)
+                for k in got.episode_info
+            )
+            break
+    else:
+        raise AssertionError("the episode did not end")
+    assert 1 in outcomes  # some agents completed on the way
+    waiting = IntersectionEnv(1, traffic="none", decision_steps=5, seed=0)
+    waiting.reset(seed=0)
+    for decision in range(1, 61):
+        step = waiting.step({"agent": np.ones((1, 4), np.int64)})  # slow down, forever
+        assert step.truncated["agent"].any() == (decision == 60), decision
+    with pytest.raises(ConfigError, match="decision_steps"):
+        IntersectionEnv(1, decision_steps=0)
 
 
 def test_state_round_trip_is_exact():

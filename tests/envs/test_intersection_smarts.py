@@ -34,7 +34,7 @@ def test_spaces_and_an_episode_with_its_metrics():
     built_in = IntersectionEnv(1, traffic="high")
     assert env.groups == built_in.groups and env.state_space == built_in.state_space
     obs, state = env.reset(seed=0)
-    assert obs["agent"].shape == (1, 4, 48) and state.shape == (1, 16 * 6)
+    assert obs["agent"].shape == (1, 4, 64) and state.shape == (1, 16 * 6)
     # Each agent starts 15 m into its arm, heading into the box, on its lane's centre.
     distance = np.hypot(
         *env.vehicles.pos[0, :4].T

@@ -14,7 +14,7 @@ import shoal
 from shoal.config import EnvConfig
 from shoal.envs.heuristics import IntersectionHeuristic
 from shoal.envs.intersection import IntersectionEnv
-from shoal.envs.intersection.env import make_intersection
+from shoal.envs.intersection.env import OBS_DIM, make_intersection
 from shoal.envs.snapshot import EnvStateUnsupported
 
 if importlib.util.find_spec("libsumo") is None:
@@ -101,7 +101,7 @@ def test_worker_processes_step_like_the_in_process_simulation():
 def test_traffic_enters_moves_and_leaves():
     env = make(2, traffic="high", continuous=True)
     obs, state = env.reset(seed=1)
-    assert obs["agent"].shape == (2, 4, 48) and state.shape == (2, 16 * 6)
+    assert obs["agent"].shape == (2, 4, OBS_DIM) and state.shape == (2, 16 * 6)
     seen, moved = 0, False
     rng = np.random.default_rng(0)
     for _ in range(300):
@@ -118,7 +118,7 @@ def test_traffic_enters_moves_and_leaves():
 def test_signals_hold_sumo_traffic_on_red():
     env = make(2, traffic="high", signals=True)
     obs, state = env.reset(seed=0)
-    assert obs["agent"].shape == (2, 4, 49) and state.shape == (2, 16 * 6 + 4)
+    assert obs["agent"].shape == (2, 4, OBS_DIM + 1) and state.shape == (2, 16 * 6 + 4)
     on_red, entered = entering_on_red(env, 400, {"agent": np.ones((2, 4), np.int64)})
     assert entered > 5 and on_red == 0
     env.close()

@@ -33,13 +33,14 @@ lanes ("low" 10, "high" 30, or a number), when the entry is clear and a slot of 
 image): the goal (its route's end) relative to it (2, /50 m), the distance to its target
 lane centre (1, m), speed (1, /10 m/s), steering (1, rad), heading errors to the route 5, 10
 and 20 m ahead (3, rad), and the 8 closest vehicles within 50 m: relative position (2, /50
-m), distance (1, /50 m), speed (1, /10 m/s), a presence flag (1), nearest first, zeros past
-the last. Options: ``grid=G`` appends a bird's-eye occupancy grid of ``G x G`` cells of
-``grid_cell`` metres centred on the vehicle and turned with it (x ahead, y left), two
-channels (road, other vehicles' discs), 0/1 values computed as uint8 and appended to the
-float vector (``2 G^2`` entries, road first, row-major); ``frames=k`` stacks the last ``k``
-observations, oldest first (a new episode repeats its first); ``signals=True`` appends the
-agent's own light (1 green, 0.5 yellow, 0 red) to each frame. The global state holds every
+m), distance (1, /50 m), speed (1, /10 m/s), a presence flag (1) and velocity relative to the
+agent's (2, /10 m/s), nearest first, zeros past the last (64 entries). Options: ``grid=G``
+appends a bird's-eye occupancy grid of ``G x G`` cells of ``grid_cell`` metres centred on the
+vehicle and turned with it (x ahead, y left), two channels (road, other vehicles' discs), 0/1
+values computed as uint8 and appended to the float vector (``2 G^2`` entries, road first,
+row-major); ``frames=k`` stacks the last ``k`` observations, oldest first (a new episode
+repeats its first); ``signals=True`` appends the agent's own light (1 green, 0.5 yellow, 0
+red) to each frame. The global state holds every
 vehicle's position (/50), heading (cos, sin), speed (/10) and presence (and with signals the
 four arms' lights).
 
@@ -49,7 +50,13 @@ completing it (within 3 m of its end), -10 on a collision (vehicles are two disc
 and with signals -5 for entering the box on red.
 An agent that completes, collides or leaves the road is done: it leaves the road and stays
 in the arrays masked (``active`` False) until its env resets, which happens when all four
-are done (terminated) or after ``max_episode_steps`` (300, 30 s; truncated).
+are done (terminated) or after ``max_episode_steps`` simulator steps (300, 30 s; truncated).
+
+**Decisions**: an agent acts every ``decision_steps`` simulator steps (default 1: every
+0.1 s, as SMARTS steps); its action is held in between and the env's step returns the sum of
+the rewards of those simulator steps, with observations at the end. Holding "slow down" for
+0.5 s is a 2 m/s braking a policy can choose in one decision, where at 0.1 s it takes five
+consecutive ones.
 """
 
 from __future__ import annotations
@@ -125,6 +132,7 @@ class IntersectionEnv(BatchedWorld):
         frames: int = 1,
         signals: bool = False,
         max_episode_steps: int | None = None,
+        decision_steps: int = 1,
         seed: int | None = None,
         backend: str = "builtin",
         env_id: str = ENV_ID,
@@ -142,6 +150,12 @@ class IntersectionEnv(BatchedWorld):
             )
         if not 1 <= frames <= 8:
             raise ConfigError(f"{env_id}: frames (observations stacked) is 1..8, not {frames}")
+        if not 1 <= decision_steps <= 10:
+            raise ConfigError(
+                f"{env_id}: decision_steps (0.1 s simulator steps an action is held) is 1..10, "
+                f"not {decision_steps}"
+            )
+        self.decision_steps = int(decision_steps)
         self.grid, self.grid_cell, self.frames = int(grid), float(grid_cell), int(frames)
         self.frame_dim = OBS_DIM + 2 * self.grid**2 + sc.signals
         self.num_envs = B = sc.num_envs
@@ -180,41 +194,20 @@ class IntersectionEnv(BatchedWorld):
     def step(self, actions: dict[str, np.ndarray]) -> MultiAgentStep:
         if not self._started:
             self.reset()
-        sc, v, A = self.scenario, self.vehicles, AGENTS
         resetting = self._needs_reset.copy()
         real = ~resetting
         acting = ~self.done & real[:, None]
-        s_before = v.s[:, :A].copy()
-        lights = self.lights()
-        self.sim.move(np.asarray(actions[GROUP]), acting, real, lights)
-        v.project()
-        s_now = v.s_now
-        v.s[:, :A] = np.where(acting, s_now, s_before)
-        collided = self.sim.collisions() & acting
-        length = sc.routes.length[v.route[:, :A]]
-        completed = (s_now >= length - 3.0) & acting & ~collided
-        off_road = (np.abs(v.lateral) > 2 * sc.layout.lane_width) & acting & ~collided & ~completed
-        reward = self.progress_weight * (s_now - s_before)
-        reward += self.completion_bonus * completed - self.collision_penalty * collided
-        reward -= self.off_road_penalty * off_road
-        if sc.signals:  # entered the box this step while its light was red
-            stop = sc.layout.arm_length
-            red = np.take_along_axis(lights, sc.route_arm[v.route[:, :A]], 1) == 0
-            crossed = (s_before < stop) & (s_now >= stop) & acting & red
-            reward -= self.red_light_penalty * crossed
+        reward = np.zeros(acting.shape)
+        finished = np.zeros_like(acting)
+        for _ in range(self.decision_steps):  # the action is held; rewards add up
+            running = real & ~self.done.all(axis=1) & (self.t < self.max_episode_steps)
+            moved, ended_now = self._advance(np.asarray(actions[GROUP]), running)
+            reward += moved
+            finished |= ended_now
         reward = np.where(acting, reward, 0.0).astype(np.float32)
-        finished = collided | completed | off_road
-        self.outcome = np.where(
-            completed, 1, np.where(collided, 2, np.where(off_road, 3, self.outcome))
-        )
-        self.finish_time = np.where(completed, (self.t + 1)[:, None] * sc.dt, self.finish_time)
-        self.done |= finished
-        v.present[:, :A] &= ~self.done  # done agents leave the road
-        self.t += real
         all_done = self.done.all(axis=1) & real
         timeout = real & (self.t >= self.max_episode_steps) & ~all_done
         truncated = timeout[:, None] & acting & ~finished
-        self.sim.enter(real, self.rng)
         info = self._episode_info(all_done | timeout)
         if resetting.any():
             self._reset_envs(np.flatnonzero(resetting))
@@ -234,6 +227,41 @@ class IntersectionEnv(BatchedWorld):
             episode_lengths=lengths,
             episode_info=info,
         )
+
+    def _advance(self, actions: np.ndarray, running: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """One simulator step (`Scenario.dt`) of the ``running`` envs (not resetting, not
+        ended): move the vehicles, judge the agents still driving, let traffic enter. Returns
+        each agent's reward of this step and whether it finished in it, ``[B, 4]``."""
+        sc, v, A = self.scenario, self.vehicles, AGENTS
+        acting = ~self.done & running[:, None]
+        s_before = v.s[:, :A].copy()
+        lights = self.lights()
+        self.sim.move(actions, acting, running, lights)
+        v.project()
+        s_now = v.s_now
+        v.s[:, :A] = np.where(acting, s_now, s_before)
+        collided = self.sim.collisions() & acting
+        length = sc.routes.length[v.route[:, :A]]
+        completed = (s_now >= length - 3.0) & acting & ~collided
+        off_road = (np.abs(v.lateral) > 2 * sc.layout.lane_width) & acting & ~collided & ~completed
+        reward = self.progress_weight * (s_now - s_before)
+        reward += self.completion_bonus * completed - self.collision_penalty * collided
+        reward -= self.off_road_penalty * off_road
+        if sc.signals:  # entered the box this step while its light was red
+            stop = sc.layout.arm_length
+            red = np.take_along_axis(lights, sc.route_arm[v.route[:, :A]], 1) == 0
+            crossed = (s_before < stop) & (s_now >= stop) & acting & red
+            reward -= self.red_light_penalty * crossed
+        finished = collided | completed | off_road
+        self.outcome = np.where(
+            completed, 1, np.where(collided, 2, np.where(off_road, 3, self.outcome))
+        )
+        self.finish_time = np.where(completed, (self.t + 1)[:, None] * sc.dt, self.finish_time)
+        self.done |= finished
+        v.present[:, :A] &= ~self.done  # done agents leave the road
+        self.t += running
+        self.sim.enter(running, self.rng)
+        return np.where(acting, reward, 0.0), finished
 
     def _episode_info(self, ended: np.ndarray) -> dict[str, np.ndarray] | None:
         """Per ended env: the share of its agents that completed, collided or left the

@@ -12,8 +12,11 @@ from shoal.envs.intersection.geometry import point_at
 from shoal.envs.intersection.scenario import AGENTS
 from shoal.envs.intersection.vehicles import Vehicles
 
-OBS_DIM = 8 + 8 * 5
-"""Entries of `agent_features`: 8 of the agent's own, 5 per neighbour."""
+NEIGHBOUR_DIM = 7
+"""Entries per neighbour: relative position (2), distance, speed, presence, and velocity
+relative to the agent (2)."""
+OBS_DIM = 8 + 8 * NEIGHBOUR_DIM
+"""Entries of `agent_features`: 8 of the agent's own, `NEIGHBOUR_DIM` per neighbour."""
 SCALE, SPEED_SCALE = 50.0, 10.0
 
 
@@ -23,7 +26,10 @@ def agent_features(
     """``[B, A, OBS_DIM]``: each agent's goal relative to it, distance to its target lane
     centre, speed, steering, heading errors to the route ``lookahead`` metres ahead, and its
     ``neighbours`` closest vehicles within ``sensor_range`` (relative position, distance,
-    speed, presence; nearest first, zeros past the last), in its own frame."""
+    speed, presence, velocity relative to the agent's; nearest first, zeros past the last),
+    in its own frame. The relative velocity is what lets an agent tell a car that will cross
+    its path from one that has passed or waits: with it, a driver extrapolating every
+    neighbour at constant velocity completes 0.97 of routes at low traffic (issue 41)."""
     sc = v.scenario
     B, A = sc.num_envs, AGENTS
     pos, heading = v.pos[:, :A], v.heading[:, :A]
@@ -49,10 +55,10 @@ def agent_features(
     n_rel = ego(rel[b_, a_, order]) / SCALE
     n_dist = dist[b_, a_, order] / SCALE
     n_speed = v.speed[b_, order] / SPEED_SCALE
-    near = (
-        np.concatenate([n_rel, n_dist[..., None], n_speed[..., None], n_seen[..., None]], -1)
-        * n_seen[..., None]
-    )
+    velocity = v.speed[..., None] * np.stack([np.cos(v.heading), np.sin(v.heading)], -1)
+    n_vel = ego(velocity[b_, order] - velocity[:, :A, None, :]) / SPEED_SCALE
+    columns = [n_rel, n_dist[..., None], n_speed[..., None], n_seen[..., None], n_vel]
+    near = np.concatenate(columns, -1) * n_seen[..., None]
     own = [
         ego(ends - pos) / SCALE,
         (v.lateral - v.target_offset)[..., None],
