@@ -15,7 +15,7 @@ question it answers is the one of issue 41: can any policy with these actions co
 of routes at low traffic within the 30 s limit?
 
 Usage: ``python benchmarks/intersection_solvable.py [--episodes 100] [--traffic low high]
-[--json out.json]``.
+[--decision-steps 1 5] [--json out.json]``.
 """
 
 from __future__ import annotations
@@ -77,8 +77,10 @@ def privileged_actions(
     return actions
 
 
-def run(policy: str, episodes: int, traffic: str, seed: int, envs: int = 10) -> dict[str, float]:
-    env = IntersectionEnv(envs, traffic=traffic, seed=seed)
+def run(
+    policy: str, episodes: int, traffic: str, seed: int, decision_steps: int = 1, envs: int = 10
+) -> dict[str, float]:
+    env = IntersectionEnv(envs, traffic=traffic, seed=seed, decision_steps=decision_steps)
     group = env.groups[GROUP]
     scripted = {"heuristic": IntersectionHeuristic, "time-to-conflict": TimeToConflictDriver}
     driver = (
@@ -109,6 +111,7 @@ def run(policy: str, episodes: int, traffic: str, seed: int, envs: int = 10) -> 
     return {
         "policy": policy,
         "traffic": traffic,
+        "decision_steps": decision_steps,
         "episodes": n,
         "completion": float(np.mean(completion[:n])),
         "collision": float(np.mean(collision[:n])),
@@ -123,10 +126,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--episodes", type=int, default=100)
     parser.add_argument("--traffic", nargs="+", default=["low", "high"])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--decision-steps", type=int, nargs="+", default=[1, 5])
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
     results = [
-        run(policy, args.episodes, traffic, args.seed)
+        run(policy, args.episodes, traffic, args.seed, decision_steps)
+        for decision_steps in args.decision_steps
         for traffic in args.traffic
         for policy in ("privileged", "time-to-conflict", "heuristic", "keep-lane")
     ]

@@ -1,7 +1,7 @@
 """Fixed-seed learning tests of multi-agent PPO: MAPPO beats a random policy on the built-in
 cooperative navigation (shoal/spread-v0), trains both sides of mpe2's simple_adversary at
-once, and crosses the built-in traffic intersection more often than a scripted driver, by
-clear margins within CI-sized budgets."""
+once, and crosses the built-in traffic intersection more often than the scripted drivers,
+within CI-sized budgets."""
 
 import pytest
 from random_policy import RandomPolicy
@@ -9,7 +9,7 @@ from random_policy import RandomPolicy
 import shoal
 from shoal.collect.evaluate import evaluate, evaluate_joint
 from shoal.config import EnvConfig, replace
-from shoal.envs.heuristics import IntersectionHeuristic
+from shoal.envs.heuristics import IntersectionHeuristic, TimeToConflictDriver
 from shoal.envs.make import make_multi_agent_env
 
 pytestmark = pytest.mark.learning
@@ -71,36 +71,61 @@ def test_two_policies_learn_simple_adversary_at_once(tmp_path):
     assert trained >= baseline + TEAM_MARGIN, (trained, baseline)
 
 
-class Heuristic:
-    """The keep-lane-and-yield driver as a policy on rows of agents."""
+class Scripted:
+    """A scripted driver of `shoal.envs.heuristics` as a policy on rows of agents."""
 
-    def __init__(self, env):
-        self.driver = IntersectionHeuristic(env.observation_space, env.action_space)
+    def __init__(self, driver, env):
+        self.driver = driver(env.observation_space, env.action_space)
 
     def act(self, obs, deterministic=True):
         return self.driver.act(obs)
 
 
-def test_mappo_crosses_the_intersection_better_than_the_heuristic(tmp_path):
-    """After 100k env steps, over the same 256 first episodes of random routes at low
-    traffic: the deterministic policy completes 0.05 more often than the keep-lane-and-yield
-    heuristic, measured here (0.61; keeping the lane blindly: 0.55), the stochastic one 0.15
-    more (measured 0.71 and 0.80: sampling breaks the ties of agents that reach the box
-    together, which the argmax of a shared policy repeats)."""
-    plain = EnvConfig(id="shoal/intersection-v0", num_envs=256, kwargs={"traffic": "low"})
-    env = shoal.make_env(plain)
-    heuristic = evaluate(Heuristic(env), env, seed=2024)["eval/completion_rate"]
-    env.close()
-    result = train_tuned("mappo-intersection", tmp_path)
+def intersection_rates(tmp_path, total_steps: int):
+    """The scripted drivers', then the trained tuned example's deterministic and stochastic
+    rates, over the same 256 first episodes of random routes at low traffic, all deciding
+    every 0.5 s as the tuned example does."""
+    plain = EnvConfig(
+        id="shoal/intersection-v0", num_envs=256, kwargs={"traffic": "low", "decision_steps": 5}
+    )
+    rates = {}
+    for driver in (TimeToConflictDriver, IntersectionHeuristic):
+        env = shoal.make_env(plain)
+        rates[driver.__name__] = evaluate(Scripted(driver, env), env, seed=2024)
+        env.close()
+    result = train_tuned("mappo-intersection", tmp_path, total_steps=total_steps)
     env = shoal.make_env(replace(plain, agent_id=True, global_state=True))  # as MAPPO trained
     policy = shoal.load(result.run_dir)
-    argmax = evaluate(policy, env, seed=2024)
-    sampled = evaluate(policy, env, seed=2024, deterministic=False)
+    rates["argmax"] = evaluate(policy, env, seed=2024)
+    rates["sampled"] = evaluate(policy, env, seed=2024, deterministic=False)
     env.close()
-    print(f"heuristic completes {heuristic:.3f}")
-    for metrics in (argmax, sampled):
-        print({k: round(v, 3) for k, v in metrics.items() if "rate" in k})
-        rates = metrics["eval/completion_rate"] + metrics["eval/collision_rate"]
-        assert rates + metrics["eval/off_road_rate"] <= 1.0 + 1e-9
-    assert argmax["eval/completion_rate"] >= heuristic + 0.05, (argmax, heuristic)
-    assert sampled["eval/completion_rate"] >= heuristic + 0.15, (sampled, heuristic)
+    for name, metrics in rates.items():
+        print(name, {k: round(v, 3) for k, v in metrics.items() if "rate" in k})
+        total = metrics["eval/completion_rate"] + metrics["eval/collision_rate"]
+        assert total + metrics["eval/off_road_rate"] <= 1.0 + 1e-9
+    return {
+        name: (m["eval/completion_rate"], m["eval/collision_rate"]) for name, m in rates.items()
+    }
+
+
+def test_mappo_crosses_the_intersection_better_than_the_cone_driver(tmp_path):
+    """After 102k decisions: the deterministic policy completes 0.87 and collides 0.07 where
+    the keep-lane-and-yield cone completes 0.51 and collides 0.49 (measured); the stochastic
+    one completes 0.86. The time-to-conflict driver (0.93 and 0.07) is beaten only at the
+    tuned budget (the slow test below)."""
+    rates = intersection_rates(tmp_path, 102_400)
+    cone = rates["IntersectionHeuristic"]
+    assert rates["argmax"][0] >= cone[0] + 0.25, rates
+    assert rates["argmax"][1] <= cone[1] / 4, rates
+    assert rates["sampled"][0] >= cone[0] + 0.25, rates
+
+
+@pytest.mark.slow
+def test_mappo_at_its_budget_beats_the_time_to_conflict_driver(tmp_path):
+    """The tuned example's 500k decisions (about 2.5 minutes): completion >= 0.9 with
+    collisions <= 0.05 (issue 41's target), and no worse than the time-to-conflict driver
+    deciding as often on either rate."""
+    rates = intersection_rates(tmp_path, 500_000)
+    ttc = rates["TimeToConflictDriver"]
+    assert rates["argmax"][0] >= max(0.9, ttc[0]), rates
+    assert rates["argmax"][1] <= min(0.05, ttc[1]), rates
