@@ -15,6 +15,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from shoal.envs.intersection.env import IntersectionEnv
 from shoal.envs.intersection.observations import NEIGHBOUR_DIM, OBS_DIM, SCALE, SPEED_SCALE
 
 LINES = np.array(
@@ -122,10 +123,11 @@ class TimeToConflictDriver:
     neighbour at its current velocity (the observation's relative velocity plus the agent's
     own). A conflict is a neighbour closer than ``clearance`` metres at the same time, not
     behind the agent, and no farther from the meeting point than the agent is (the nearer one
-    goes first; ties yield). Rates over 100 episodes of random routes at low traffic are in
-    ``benchmarks/README.md`` (the baseline trained agents must beat, issue 41)."""
+    goes first; ties yield). Over 100 episodes of random routes at low traffic it completes
+    0.98 of them deciding every 0.1 s, 0.94 every 0.5 s (``benchmarks/README.md``): the
+    yardstick a trained policy must beat."""
 
-    LOOKAHEAD = (5.0, 10.0, 20.0)
+    LOOKAHEAD = IntersectionEnv.lookahead
 
     def __init__(
         self,

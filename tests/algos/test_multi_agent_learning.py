@@ -109,15 +109,16 @@ def intersection_rates(tmp_path, total_steps: int):
 
 
 def test_mappo_crosses_the_intersection_better_than_the_cone_driver(tmp_path):
-    """After 102k decisions: the deterministic policy completes 0.87 and collides 0.07 where
-    the keep-lane-and-yield cone completes 0.51 and collides 0.49 (measured); the stochastic
-    one completes 0.86. The time-to-conflict driver (0.93 and 0.07) is beaten only at the
-    tuned budget (the slow test below)."""
+    """After 102k decisions (the start of the tuned run, its learning rate decaying over
+    500k): the deterministic policy completes 0.92 and collides 0.02 where the
+    keep-lane-and-yield cone completes 0.51 and collides 0.49 (measured); the stochastic one
+    completes 0.91. The time-to-conflict driver (0.93 and 0.07) is beaten on both rates only
+    at the tuned budget (the slow test below)."""
     rates = intersection_rates(tmp_path, 102_400)
     cone = rates["IntersectionHeuristic"]
-    assert rates["argmax"][0] >= cone[0] + 0.25, rates
+    assert rates["argmax"][0] >= cone[0] + 0.3, rates
     assert rates["argmax"][1] <= cone[1] / 4, rates
-    assert rates["sampled"][0] >= cone[0] + 0.25, rates
+    assert rates["sampled"][0] >= cone[0] + 0.3, rates
 
 
 @pytest.mark.slow
