@@ -240,6 +240,7 @@ def test_decisions_hold_the_action_for_several_simulator_steps():
     for decision in range(1, 61):
         step = waiting.step({"agent": np.ones((1, 4), np.int64)})  # slow down, forever
         assert step.truncated["agent"].any() == (decision == 60), decision
+    assert waiting.metadata["render_fps"] == 2 and IntersectionEnv(1).metadata["render_fps"] == 10
     with pytest.raises(ConfigError, match="decision_steps"):
         IntersectionEnv(1, decision_steps=0)
 

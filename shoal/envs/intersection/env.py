@@ -156,6 +156,7 @@ class IntersectionEnv(BatchedWorld):
                 f"not {decision_steps}"
             )
         self.decision_steps = int(decision_steps)
+        self.metadata = {**self.metadata, "render_fps": 10 / self.decision_steps}  # real time
         self.grid, self.grid_cell, self.frames = int(grid), float(grid_cell), int(frames)
         self.frame_dim = OBS_DIM + 2 * self.grid**2 + sc.signals
         self.num_envs = B = sc.num_envs
