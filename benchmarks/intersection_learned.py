@@ -1,5 +1,6 @@
-"""Does MAPPO learn the intersection? The final policies of ``experiments/intersection_mappo.yaml``
-(the ``mappo-intersection`` tuned example, one run per seed) against the scripted drivers of
+"""Do the agents learn the intersection? Final policies of trained runs (those of
+``experiments/intersection_mappo.yaml``: the ``mappo-intersection`` tuned example, one run per
+seed; or MADDPG's of ``experiments/biswas_intersection.yaml``) against the scripted drivers of
 `shoal.envs.heuristics`, on the same first episodes of ``--episodes`` evaluation envs (seed
 2024) at low and high traffic, random routes.
 
@@ -27,10 +28,12 @@ import numpy as np
 from scipy import stats
 
 import shoal
-from shoal.collect.evaluate import evaluate
-from shoal.config import EnvConfig
+from shoal.collect.evaluate import evaluate, evaluate_joint
+from shoal.config import EnvConfig, replace
 from shoal.envs.heuristics import IntersectionHeuristic, TimeToConflictDriver
 from shoal.envs.intersection.observations import OBS_DIM
+from shoal.envs.make import make_multi_agent_env
+from shoal.policy import JointPolicy
 
 
 class Scripted:
@@ -69,7 +72,7 @@ def plot(runs: list[str], path: str, bin_steps: int = 20_000) -> None:
         x = (np.arange(n) + 0.5) * bin_steps
         mean = y.mean(0)
         half = stats.t.ppf(0.975, len(y) - 1) * y.std(0, ddof=1) / np.sqrt(len(y))
-        ax.plot(x, mean, label=f"MAPPO ({len(y)} seeds)")
+        ax.plot(x, mean, label=f"{len(y)} runs")
         ax.fill_between(x, mean - half, mean + half, alpha=0.25)
         ax.set_xlabel("decisions (0.5 s each)")
         ax.set_ylabel(key.replace("_", " ") + " (training, sampled)")
@@ -94,20 +97,17 @@ def main(argv: list[str] | None = None) -> int:
         decision_steps = None
         for run in args.runs:
             policy = shoal.load(run)
-            config = json.loads((Path(run) / "config.json").read_text())["env"]
-            decision_steps = int(config["kwargs"].get("decision_steps", 1))
-            env = shoal.make_env(
-                EnvConfig(
-                    id=config["id"],
-                    num_envs=args.episodes,
-                    kwargs={**config["kwargs"], "traffic": traffic},
-                    agent_id=config.get("agent_id", False),
-                    global_state=config.get("global_state", False),
-                )
+            config = policy.config.env
+            decision_steps = int(config.kwargs.get("decision_steps", 1))
+            config = replace(
+                config, num_envs=args.episodes, kwargs={**config.kwargs, "traffic": traffic}
             )
-            row = {"policy": f"mappo {Path(run).name}", "traffic": traffic}
-            row.update(decision_steps=decision_steps, **rates(evaluate(policy, env, args.seed)))
+            joint = isinstance(policy, JointPolicy)  # MADDPG's agents, or rows of agents
+            env = (make_multi_agent_env if joint else shoal.make_env)(config)
+            metrics = (evaluate_joint if joint else evaluate)(policy, env, args.seed)
             env.close()
+            row = {"policy": Path(run).name, "traffic": traffic, "decision_steps": decision_steps}
+            row.update(rates(metrics))
             results.append(row)
             print(json.dumps(row))
         for steps in sorted({1, decision_steps or 1}):
