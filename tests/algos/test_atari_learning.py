@@ -1,4 +1,5 @@
-"""Slow tier (`make test-slow`, not part of CI): PPO learns Atari Breakout on a CPU budget.
+"""Slow tier (`make test-slow`, not part of CI): PPO learns Atari Breakout and Pong on a CPU
+budget.
 
 `ppo-breakout` (DeepMind preprocessing, shared Nature CNN, the zoo's PPO settings) for 400k
 agent steps (1.6M frames, about 15 minutes of training on 2 cores). Measured with seed 0: the
@@ -7,6 +8,9 @@ against 1.7 for random play (Lamb et al.'s table); asserted: at least 5. The sam
 the CNN in bfloat16 mixed precision (``model.precision``, CPUs with native bfloat16 only)
 scored 10.1 after 400k steps (seed 0).
 """
+
+import json
+from pathlib import Path
 
 import pytest
 
@@ -43,3 +47,38 @@ def test_ppo_breakout_beats_random_play(tmp_path, precision):
     )
     assert result.eval_return is not None
     assert result.eval_return >= REQUIRED > 2 * RANDOM_PLAY, result.eval_return
+
+
+PONG_STEPS = 1_000_000  # agent steps: 4M frames
+PONG_REQUIRED = 18.0  # issue 41's target; random play scores -20.7 (Lamb et al.)
+
+
+def test_ppo_pong_reaches_18_within_4m_frames(tmp_path):
+    """`ppo-pong` with seed 0 for 1M agent steps (4M frames, about 25 minutes on 2 cores),
+    its schedules kept at the tuned example's 10M steps: the deterministic evaluation of 8
+    whole games at the end scores at least 18."""
+    result = shoal.train(
+        tuned="ppo-pong",
+        seed=0,
+        run_dir=str(tmp_path / "run"),
+        **{
+            "run.total_steps": PONG_STEPS,
+            "run.eval_every_steps": PONG_STEPS // 4,
+            "run.eval_episodes": 8,
+            "run.checkpoint_every_steps": 0,
+            "run.console": False,
+            "run.tensorboard": False,
+            "run.torch_threads": 2,
+            "optim.anneal_steps": 10_000_000,
+        },
+    )
+    print(metric_curve(result.run_dir))
+    assert result.eval_return is not None and result.eval_return >= PONG_REQUIRED, (
+        result.eval_return
+    )
+
+
+def metric_curve(run_dir) -> list[tuple[int, float]]:
+    """(agent step, evaluation return) of a run's evaluations."""
+    rows = (Path(run_dir) / "metrics.jsonl").read_text().splitlines()
+    return [(r["step"], r["eval/return"]) for r in map(json.loads, rows) if "eval/return" in r]
