@@ -2,10 +2,20 @@
 learner takes (`minimize`).
 
 ``build_optimizer(params, kind, lr, eps, ...)`` is Adam (L2 weight decay added to the
-gradient), AdamW (decoupled weight decay) or RMSprop, each with the implementation that
-updates all parameters in a few kernels: Adam and AdamW fused, RMSprop through the multi-tensor
-("foreach") path. PyTorch's CPU default loops over the parameters one tensor at a time, which
-costs more than the arithmetic on the small networks of control tasks.
+gradient), AdamW (decoupled weight decay), RMSprop or RMSprop in TensorFlow's form
+(`RMSpropTF`), each with the implementation that updates all parameters in a few kernels: Adam
+and AdamW fused, both RMSprops through the multi-tensor ("foreach") path. PyTorch's CPU default
+loops over the parameters one tensor at a time, which costs more than the arithmetic on the
+small networks of control tasks.
+
+The two RMSprops differ where A2C on Atari feels it. PyTorch's divides by ``sqrt(v) + eps``
+with the squared-gradient average ``v`` starting at 0, so its first steps are about
+``lr / sqrt(1 - alpha)`` = 10 lr per parameter whatever the gradient's size (sign-like): a
+policy head reading thousands of features moves its logits by several units per step and the
+policy collapses within a few updates. ``rmsprop-tf`` is the rule as Mnih et al. 2016
+("Asynchronous Methods for Deep Reinforcement Learning") write it and as TensorFlow, OpenAI
+Baselines and the rl-baselines3-zoo Atari settings (SB3's ``RMSpropTFLike``) run it: ``v``
+starts at 1 and the step divides by ``sqrt(v + eps)``.
 
 ``minimize(losses, optimizer, max_grad_norm)`` checks that the losses are finite (a
 `NaNLossError` names the term that is not, before anything changes), zeroes the gradients,
@@ -41,7 +51,7 @@ from shoal.errors import NaNLossError
 
 Loss = Tensor | float
 
-OPTIMIZERS = ("adam", "adamw", "rmsprop")
+OPTIMIZERS = ("adam", "adamw", "rmsprop", "rmsprop-tf")
 
 
 def build_optimizer(
@@ -54,8 +64,11 @@ def build_optimizer(
     momentum: float = 0.0,
 ) -> torch.optim.Optimizer:
     """An optimizer over ``params`` (tensors, or parameter groups with their own settings):
-    ``kind`` adam, adamw or rmsprop (``alpha``: RMSprop's squared-gradient smoothing,
-    ``momentum`` its momentum); see the module docstring."""
+    ``kind`` adam, adamw, rmsprop or rmsprop-tf (``alpha``: RMSprop's squared-gradient
+    smoothing, ``momentum`` its momentum); see the module docstring."""
+    if kind == "rmsprop-tf":
+        return RMSpropTF(params, lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay,
+                         momentum=momentum)  # fmt: skip
     if kind == "rmsprop":
         return torch.optim.RMSprop(
             params, lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum,
@@ -65,6 +78,70 @@ def build_optimizer(
         raise ValueError(f"optimizer kind must be one of {OPTIMIZERS}, not {kind!r}")
     cls = torch.optim.AdamW if kind == "adamw" else torch.optim.Adam
     return cls(params, lr=lr, eps=eps, weight_decay=weight_decay, fused=True)
+
+
+class RMSpropTF(torch.optim.Optimizer):
+    """RMSprop in TensorFlow's form (see the module docstring), per parameter:
+
+        g <- grad + weight_decay * p
+        v <- alpha * v + (1 - alpha) * g**2          (v starts at 1, not 0)
+        b <- momentum * b + g / sqrt(v + eps)        (b starts at 0; b = the step without momentum)
+        p <- p - lr * b
+
+    Every parameter of a group is updated in a few multi-tensor ("foreach") ops."""
+
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Sequence[dict[str, Any]],
+        lr: float = 1e-2,
+        alpha: float = 0.99,
+        eps: float = 1e-10,
+        weight_decay: float = 0.0,
+        momentum: float = 0.0,
+    ) -> None:
+        if not (lr > 0 and 0 <= alpha < 1 and eps >= 0 and weight_decay >= 0 and momentum >= 0):
+            raise ValueError(
+                f"RMSpropTF needs lr > 0, 0 <= alpha < 1 and eps, weight_decay, momentum >= 0; "
+                f"got lr={lr}, alpha={alpha}, eps={eps}, weight_decay={weight_decay}, "
+                f"momentum={momentum}"
+            )
+        defaults = dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum)
+        super().__init__(params, defaults)
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            grads = [p.grad for p in params]
+            if group["weight_decay"]:
+                grads = torch._foreach_add(grads, params, alpha=group["weight_decay"])
+            squares, buffers = [], []
+            for p in params:
+                state = self.state[p]
+                if not state:
+                    state["square_avg"] = torch.ones_like(p, memory_format=torch.preserve_format)
+                    if group["momentum"]:
+                        state["momentum_buffer"] = torch.zeros_like(p)
+                squares.append(state["square_avg"])
+                buffers.append(state.get("momentum_buffer"))
+            alpha = group["alpha"]
+            torch._foreach_mul_(squares, alpha)
+            torch._foreach_addcmul_(squares, grads, grads, value=1 - alpha)
+            denom = torch._foreach_add(squares, group["eps"])
+            torch._foreach_sqrt_(denom)
+            if group["momentum"]:
+                torch._foreach_mul_(buffers, group["momentum"])
+                torch._foreach_addcdiv_(buffers, grads, denom)
+                torch._foreach_add_(params, buffers, alpha=-group["lr"])
+            else:
+                torch._foreach_addcdiv_(params, grads, denom, value=-group["lr"])
+        return loss
 
 
 class GradientBackend(Protocol):

@@ -8,7 +8,14 @@ import pytest
 import torch
 
 from shoal.errors import NaNLossError
-from shoal.optim import apply_gradients, check_finite, gradients, minimize
+from shoal.optim import (
+    RMSpropTF,
+    apply_gradients,
+    build_optimizer,
+    check_finite,
+    gradients,
+    minimize,
+)
 
 
 def net_and_optimizer(seed: int = 0):
@@ -112,3 +119,60 @@ def test_before_clip_sees_the_gradients():
         before_clip=lambda: seen.append(all(p.grad is not None for p in net.parameters())),
     )
     assert seen == [True]
+
+
+def test_rmsprop_tf_steps_match_hand_computed_values():
+    """Two steps of TensorFlow-form RMSprop on one parameter, by hand: v starts at 1 and
+    epsilon sits inside the square root (Mnih et al. 2016's rule)."""
+    p = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
+    opt = build_optimizer([p], "rmsprop-tf", lr=0.1, eps=0.01, alpha=0.9)
+    assert isinstance(opt, RMSpropTF)
+    p.grad = torch.tensor([2.0, 0.0])
+    opt.step()
+    # v = 0.9 * 1 + 0.1 * g^2 = [1.3, 0.9]; step = 0.1 * g / sqrt(v + 0.01)
+    assert p.detach().tolist() == pytest.approx([1.0 - 0.2 / math.sqrt(1.31), -2.0])
+    p.grad = torch.tensor([-1.0, 1.0])
+    opt.step()
+    v = [0.9 * 1.3 + 0.1 * 1.0, 0.9 * 0.9 + 0.1 * 1.0]
+    expected = [
+        1.0 - 0.2 / math.sqrt(1.31) + 0.1 / math.sqrt(v[0] + 0.01),
+        -2.0 - 0.1 / math.sqrt(v[1] + 0.01),
+    ]
+    assert p.detach().tolist() == pytest.approx(expected)
+
+
+def test_rmsprop_tf_weight_decay_and_momentum_by_hand():
+    p = torch.nn.Parameter(torch.tensor([2.0]))
+    opt = build_optimizer([p], "rmsprop-tf", lr=0.5, eps=0.0, weight_decay=0.25, alpha=0.5,
+                          momentum=0.5)  # fmt: skip
+    for _ in range(2):
+        p.grad = torch.tensor([1.0])
+        opt.step()
+    # step 1: g = 1 + 0.25 * 2 = 1.5, v = 0.5 + 0.5 * 2.25 = 1.625, b = 1.5 / sqrt(1.625)
+    b1 = 1.5 / math.sqrt(1.625)
+    p1 = 2.0 - 0.5 * b1
+    # step 2: g = 1 + 0.25 * p1, v = 0.5 * 1.625 + 0.5 g^2, b = 0.5 b1 + g / sqrt(v)
+    g2 = 1.0 + 0.25 * p1
+    b2 = 0.5 * b1 + g2 / math.sqrt(0.5 * 1.625 + 0.5 * g2 * g2)
+    assert p.item() == pytest.approx(p1 - 0.5 * b2)
+
+
+def test_rmsprop_tf_first_steps_are_small_where_pytorchs_are_sign_like():
+    """The reason rmsprop-tf exists: on a tiny gradient PyTorch's RMSprop (average from 0,
+    epsilon outside the root) steps about lr / sqrt(1 - alpha) = 10 lr; the TF form steps
+    about lr * |g|."""
+    steps = {}
+    for kind in ("rmsprop", "rmsprop-tf"):
+        p = torch.nn.Parameter(torch.zeros(1))
+        opt = build_optimizer([p], kind, lr=1e-3, eps=1e-5, alpha=0.99)
+        p.grad = torch.tensor([1e-2])
+        opt.step()
+        steps[kind] = -float(p)
+    assert steps["rmsprop"] == pytest.approx(1e-2, rel=1e-2)
+    assert steps["rmsprop-tf"] == pytest.approx(1e-5, rel=1e-2)
+
+
+def test_rmsprop_tf_refuses_bad_settings():
+    with pytest.raises(ValueError, match="alpha"):
+        build_optimizer([torch.nn.Parameter(torch.zeros(1))], "rmsprop-tf", lr=0.1, eps=0.0,
+                        alpha=1.0)  # fmt: skip

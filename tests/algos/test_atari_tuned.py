@@ -34,6 +34,8 @@ SHORTER = {
         "replay.gradient_steps": 2,
     },
     "a2c-lstm-breakout": {"num_steps": 64, "bptt_chunk": 32},
+    "a2c-cnn-pong": {},
+    "a2c-lstm-pong": {},
     # Four updates and one eigendecomposition: each update multiplies the dense layer's
     # gradient by its 3137 x 3137 eigenbasis (about 10 GFLOP), the decomposition itself takes
     # about 8 s on 2 cores; acktr-breakout differs from it in the game only.

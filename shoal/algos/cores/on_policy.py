@@ -130,12 +130,13 @@ def make_batch(rollout: Rollout, gamma: float, lam: float) -> PPOBatch:
 def rmsprop_or_adamw(
     kind: str, parameters: list[torch.Tensor], optim: Any, alpha: float, momentum: float = 0.0
 ) -> torch.optim.Optimizer:
-    """The optimizer of A2C, A3C and IMPALA: ``rmsprop`` as in Mnih et al. 2016 (smoothing
-    ``alpha``, epsilon ``optim.eps``, weight decay as an L2 term) or ``adam``, AdamW (decoupled
-    weight decay); ``optim`` is an `OptimConfig`. Both update all parameters in a few
-    multi-tensor ops (PyTorch's CPU default loops over the tensors, which costs more than the
-    arithmetic on small networks)."""
-    kind = "rmsprop" if kind == "rmsprop" else "adamw"
+    """The optimizer of A2C, A3C, ACER and IMPALA: ``rmsprop`` (PyTorch's) or ``rmsprop-tf``
+    (Mnih et al. 2016's rule as TensorFlow runs it, `shoal.optim.RMSpropTF`), each with
+    smoothing ``alpha``, epsilon ``optim.eps`` and weight decay as an L2 term, or ``adam``,
+    AdamW (decoupled weight decay); ``optim`` is an `OptimConfig`. All update every parameter
+    in a few multi-tensor ops (PyTorch's CPU default loops over the tensors, which costs more
+    than the arithmetic on small networks)."""
+    kind = kind if kind in ("rmsprop", "rmsprop-tf") else "adamw"
     return build_optimizer(
         parameters, kind, optim.lr, optim.eps, optim.weight_decay, alpha, momentum
     )

@@ -72,9 +72,12 @@ class A2CConfig:
     """Weight of the entropy bonus."""
     normalize_advantages: bool = False
     """Standardize the advantages within each rollout."""
-    optimizer: Literal["rmsprop", "adam"] = "rmsprop"
-    """rmsprop: as Mnih et al. 2016 / SB3 (smoothing rms_alpha, epsilon optim.eps = 1e-5,
-    weight decay as an L2 term); adam: AdamW (decoupled weight decay)."""
+    optimizer: Literal["rmsprop", "rmsprop-tf", "adam"] = "rmsprop"
+    """rmsprop: PyTorch's RMSProp, SB3's default (smoothing rms_alpha, epsilon optim.eps,
+    weight decay as an L2 term); rmsprop-tf: the same rule as Mnih et al. 2016 write it and
+    TensorFlow runs it (average starting at 1, epsilon inside the square root; SB3's
+    RMSpropTFLike, what the Atari settings of rl-baselines3-zoo use; `shoal.optim`);
+    adam: AdamW (decoupled weight decay)."""
     rms_alpha: float = 0.99
     """Smoothing constant of RMSProp's squared-gradient average."""
     bptt_chunk: int | None = None

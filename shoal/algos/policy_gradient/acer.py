@@ -105,8 +105,10 @@ class ACERConfig:
     """Weight of the entropy bonus."""
     sdn_samples: int = 5
     """Continuous actions: samples of the stochastic dueling network's advantage mean."""
-    optimizer: Literal["rmsprop", "adam"] = "rmsprop"
-    """rmsprop as the paper (smoothing rms_alpha, epsilon optim.eps) or adam (AdamW)."""
+    optimizer: Literal["rmsprop", "rmsprop-tf", "adam"] = "rmsprop"
+    """rmsprop (PyTorch's; smoothing rms_alpha, epsilon optim.eps), rmsprop-tf (the paper's
+    rule as TensorFlow runs it: average starting at 1, epsilon inside the square root;
+    `shoal.optim`) or adam (AdamW)."""
     rms_alpha: float = 0.99
     """Smoothing constant of RMSProp's squared-gradient average."""
 

@@ -101,9 +101,10 @@ class IMPALAConfig:
     broadcast_interval: int = 1
     """Refresh the weights snapshot sent to arriving runners after this many arrivals (RLlib's
     broadcast_interval); every arriving runner gets the current snapshot."""
-    optimizer: Literal["adam", "rmsprop"] = "adam"
-    """RLlib's opt_type. adam: AdamW (decoupled weight decay); rmsprop: as in the paper, with
-    rms_decay, rms_momentum and epsilon optim.eps."""
+    optimizer: Literal["adam", "rmsprop", "rmsprop-tf"] = "adam"
+    """RLlib's opt_type. adam: AdamW (decoupled weight decay); rmsprop: PyTorch's RMSProp, with
+    rms_decay, rms_momentum and epsilon optim.eps; rmsprop-tf: the same rule as the paper's
+    TensorFlow ran it (average starting at 1, epsilon inside the square root; `shoal.optim`)."""
     rms_decay: float = 0.99
     """RMSProp's squared-gradient smoothing (RLlib's decay)."""
     rms_momentum: float = 0.0
