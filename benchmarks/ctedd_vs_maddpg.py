@@ -29,6 +29,11 @@ Output: per task and series, the final return's mean with a 95% confidence inter
 Usage: ``python benchmarks/ctedd_vs_maddpg.py [--seeds 3] [--steps 30000] [--json out.json]
 [--plot curves.png] [--quick]`` (``pip install -e '.[bench]'`` for matplotlib). ``--quick``:
 a smoke run (2 seeds, 2k steps, evaluation every 1k steps on 4 episodes, small batches).
+
+``--experiment DIR`` trains nothing: it reads the curves of a ``shoal experiment`` directory
+whose CTEDD and MADDPG runs are on these tasks (``experiments/chen_ctedd_10_seeds.yaml``: long
+comparisons go through ``shoal experiment``, which resumes after a kill) and prints the same
+table, plus whether each step of the ordering holds with separated 95% intervals.
 """
 
 from __future__ import annotations
@@ -119,20 +124,57 @@ def run_maddpg(args, env_id: str, seed: int, message_dim: int, run_dir: Path):
 
 
 def summarize(curves: dict[str, dict[str, list[list[tuple[int, float]]]]]) -> dict[str, Any]:
+    """Per task and series: the final return's mean and 95% t-interval over seeds; per
+    message size m with both CTEDD-L-m and MADDPG-m: whether CTEDD-G >= CTEDD-L-m >= MADDPG-m
+    holds on the means (``ordering_holds``) and with separated intervals (``separated``: each
+    lower bound above the next series' upper bound)."""
     table: dict[str, Any] = {}
     for task, series in curves.items():
         row = {}
         for name, runs in series.items():
             finals = [run[-1][1] for run in runs if run]
-            mean, half = t_interval(finals)
-            row[name] = {"mean": mean, "ci95": half, "finals": finals}
-        ordering = {
-            f"m{m}": row["CTEDD-G"]["mean"] >= row[f"CTEDD-L-{m}"]["mean"]
-            and row[f"CTEDD-L-{m}"]["mean"] >= row[f"MADDPG-{m}"]["mean"]
-            for m in (1, 3)
-        }
-        table[task] = {"series": row, "ordering_holds": ordering}
+            if finals:
+                mean, half = t_interval(finals)
+                row[name] = {"mean": mean, "ci95": half, "finals": finals}
+        ordering, separated = {}, {}
+        for m in (1, 3):
+            chain = [row.get(name) for name in ("CTEDD-G", f"CTEDD-L-{m}", f"MADDPG-{m}")]
+            if any(entry is None for entry in chain):
+                continue
+            pairs = list(zip(chain, chain[1:], strict=False))
+            ordering[f"m{m}"] = all(a["mean"] >= b["mean"] for a, b in pairs)
+            separated[f"m{m}"] = all(
+                a["mean"] - a["ci95"] > b["mean"] + b["ci95"] for a, b in pairs
+            )
+        table[task] = {"series": row, "ordering_holds": ordering, "separated": separated}
     return table
+
+
+def read_experiment(directory: Path) -> dict[str, dict[str, list]]:
+    """The curves of a ``shoal experiment`` directory's finished CTEDD and MADDPG runs, by
+    task and series (CTEDD-G/-L-m from a CTEDD run's round evaluations, MADDPG-m from a
+    MADDPG run's ``eval/return``, m its env's message size)."""
+    tasks = {env_id: task for task, env_id in TASKS.items()}
+    status = json.loads((directory / "status.json").read_text())
+    curves: dict[str, dict[str, list]] = {}
+    for entry in json.loads((directory / "experiment.json").read_text())["runs"]:
+        if status.get(entry["name"], {}).get("state") != "done":
+            continue
+        run_dir = directory / entry["name"]
+        config = json.loads((run_dir / "config.json").read_text())
+        task = tasks.get(config["env"]["id"])
+        if task is None or entry["algo"] not in ("ctedd", "maddpg"):
+            continue
+        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        if entry["algo"] == "ctedd":
+            keys = CTEDD_KEYS
+        else:
+            m = (config["env"].get("kwargs") or {}).get("message_dim", 0)
+            keys = {f"MADDPG-{m}": "eval/return"}
+        for name, key in keys.items():
+            curve = [(row["step"], row[key]) for row in rows if key in row]
+            curves.setdefault(task, {}).setdefault(name, []).append(curve)
+    return curves
 
 
 def plot(curves, path: Path) -> bool:
@@ -167,23 +209,9 @@ def plot(curves, path: Path) -> bool:
     return True
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=30_000)
-    parser.add_argument("--eval-every", type=int, default=10_000)
-    parser.add_argument("--eval-episodes", type=int, default=50)
-    parser.add_argument("--batch-size", type=int, default=1024)
-    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
-    parser.add_argument("--json", type=Path, default=None)
-    parser.add_argument("--plot", type=Path, default=Path("ctedd_vs_maddpg.png"))
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.seeds, args.steps, args.eval_every = 2, 2_000, 1_000
-        args.eval_episodes, args.batch_size = 4, 64
+def train_all(args: argparse.Namespace) -> dict[str, dict[str, list]]:
+    """Train every task x seed x series here, one run at a time."""
     curves: dict[str, dict[str, list]] = {t: {s: [] for s in SERIES} for t in args.tasks}
-    start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         for task in args.tasks:
             env_id = TASKS[task]
@@ -197,21 +225,59 @@ def main(argv: list[str] | None = None) -> int:
                     curves[task][f"MADDPG-{m}"].append(curve)
                 finals = {n: round(c[-1][-1][1], 2) for n, c in curves[task].items() if c[-1]}
                 print(f"{task} seed {seed} ({time.perf_counter() - t0:.0f} s): {finals}")
-    table = summarize(curves)
+    return curves
+
+
+def print_table(args: argparse.Namespace, table: dict[str, Any], seconds: float) -> bool:
+    """The final-return table; returns whether the ordering holds on the means everywhere."""
     print(f"\nfinal evaluation return at {args.steps} env steps, mean +- 95% CI over "
-          f"{args.seeds} seeds ({time.perf_counter() - start:.0f} s in all)")  # fmt: skip
+          f"{args.seeds} seeds ({seconds:.0f} s in all)")  # fmt: skip
     print(f"{'task':<7}" + "".join(f"{name:>20}" for name in SERIES) + "   G >= L >= MADDPG")
     for task, entry in table.items():
         cells = "".join(
             f"{entry['series'][n]['mean']:>11.2f} +- {entry['series'][n]['ci95']:<5.2f}"
+            if n in entry["series"]
+            else f"{'-':>20}"
             for n in SERIES
         )
         holds = ", ".join(
-            f"{m}: {'yes' if ok else 'no'}" for m, ok in entry["ordering_holds"].items()
+            f"{m}: {'yes' if ok else 'no'} (intervals "
+            f"{'separated' if entry['separated'][m] else 'overlap'})"
+            for m, ok in entry["ordering_holds"].items()
         )
         print(f"{task:<7}{cells}   {holds}")
     all_hold = all(all(e["ordering_holds"].values()) for e in table.values())
     print(f"paper's ordering CTEDD-G >= CTEDD-L >= MADDPG holds on every task: {all_hold}")
+    return all_hold
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=30_000)
+    parser.add_argument("--eval-every", type=int, default=10_000)
+    parser.add_argument("--eval-episodes", type=int, default=50)
+    parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--plot", type=Path, default=Path("ctedd_vs_maddpg.png"))
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--experiment", type=Path, default=None)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.seeds, args.steps, args.eval_every = 2, 2_000, 1_000
+        args.eval_episodes, args.batch_size = 4, 64
+    start = time.perf_counter()
+    if args.experiment is not None:
+        curves = read_experiment(args.experiment)
+        every = [runs for series in curves.values() for runs in series.values()]
+        counts = sorted({len(runs) for runs in every}) or [0]
+        args.seeds = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+        args.steps = max((run[-1][0] for runs in every for run in runs if run), default=0)
+    else:
+        curves = train_all(args)
+    table = summarize(curves)
+    all_hold = print_table(args, table, time.perf_counter() - start)
     if plot(curves, args.plot):
         print(f"learning curves: {args.plot}")
     if args.json is not None:
