@@ -34,9 +34,15 @@ comparison, four panels), completion and collision rates of each final determini
 on 10 evaluation episodes at low and at high traffic, training wall-clock, and the
 MAPPO/MADDPG wall-clock ratio (the paper saw 3-3.5).
 
-Usage: ``python benchmarks/intersection.py [--speed] [--validate] [--experiments]
-[--repeats 3] [--seconds 3] [--episodes 800] [--seeds 3] [--steps 150000]
-[--highway-python PY] [--results DIR] [--json F]``.
+``--experiments --from-experiment DIR`` trains nothing: it reads the finished runs of a
+``shoal experiment`` directory of these tuned examples (``experiments/biswas_intersection.yaml``:
+long comparisons go through ``shoal experiment``, which resumes after a kill), takes each
+run's training curves and training wall-clock (its iterations' times summed) from its
+``metrics.jsonl`` and evaluates its final policy the same way.
+
+Usage: ``python benchmarks/intersection.py [--speed] [--validate] [--experiments
+[--from-experiment DIR]] [--repeats 3] [--seconds 3] [--episodes 800] [--seeds 3]
+[--steps 150000] [--highway-python PY] [--results DIR] [--json F]``.
 """
 
 from __future__ import annotations
@@ -223,6 +229,37 @@ def train_variant(name: str, seed: int, steps: int, root: Path) -> dict:
     return {"curves": curves, "rates": rates, "train_s": result.train_s, "wall_s": result.wall_s}
 
 
+def read_variants(directory: Path) -> dict[str, list[dict]]:
+    """The finished runs of a ``shoal experiment`` directory whose variants are tuned
+    examples of `VARIANTS`, as `train_variant` records, by variant name; the run's seed index
+    ``k`` (its name's ``-s<k>``) seeds its evaluation as `train_variant`'s seed does."""
+    plan = json.loads((directory / "experiment.json").read_text())
+    status = json.loads((directory / "status.json").read_text())
+    names = {tuned: name for name, tuned in VARIANTS.items()}
+    bases = {v: own.get("base") for v, own in plan["spec"]["variants"].items()}
+    runs: dict[str, list[dict]] = {}
+    for entry in plan["runs"]:
+        name = names.get(bases.get(entry["variant"]))
+        if name is None or status.get(entry["name"], {}).get("state") != "done":
+            continue
+        run_dir = directory / entry["name"]
+        curves: dict[str, list[tuple[int, float]]] = {a: [] for a in AGENTS}
+        train_s = 0.0
+        for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+            row = json.loads(line)
+            train_s += float(row.get("perf/iteration_s", 0.0))
+            for agent in AGENTS:
+                if f"episode/return/{agent}" in row:
+                    curves[agent].append((row["step"], row[f"episode/return/{agent}"]))
+        k = int(entry["name"].rsplit("-s", 1)[1])
+        policy = shoal.load(run_dir)
+        rates = {traffic: final_rates(policy, traffic, k) for traffic in ("low", "high")}
+        runs.setdefault(name, []).append({"curves": curves, "rates": rates, "train_s": train_s})
+        print(f"{name}, {entry['name']}: train {train_s:.0f} s, completion "
+              f"{rates['low']['completion_rate']:.2f} at low traffic", flush=True)  # fmt: skip
+    return runs
+
+
 def final_rates(policy, traffic: str, seed: int, episodes: int = 10) -> dict[str, float]:
     """Completion and collision rates of the deterministic ``policy`` on the first episode of
     ``episodes`` envs at ``traffic``."""
@@ -291,9 +328,7 @@ def plot(experiment: str, names: tuple[str, str], summary: dict, edges, path: Pa
     plt.close(fig)
 
 
-def experiments(args) -> dict:
-    root = Path(tempfile.mkdtemp(prefix="intersection-experiments-"))
-    edges = np.linspace(0, args.steps, 16)
+def train_variants(args, root: Path) -> dict[str, list[dict]]:
     names = [n for n in VARIANTS if any(n in pair for pair in EXPERIMENTS.values())]
     runs: dict[str, list[dict]] = {}
     for name in names:
@@ -303,9 +338,24 @@ def experiments(args) -> dict:
             got = runs[name][-1]["rates"]["low"]
             print(f"{name}, seed {seed}: {time.perf_counter() - start:.0f} s, completion "
                   f"{got['completion_rate']:.2f} at low traffic", flush=True)  # fmt: skip
+    return runs
+
+
+def experiments(args) -> dict:
+    root = Path(tempfile.mkdtemp(prefix="intersection-experiments-"))
+    if args.from_experiment is not None:
+        runs = read_variants(args.from_experiment)
+        args.steps = max(s for r in runs.values() for run in r for s, _ in run["curves"]["agent_0"])
+        args.seeds = min(len(r) for r in runs.values())
+    else:
+        runs = train_variants(args, root)
+    edges = np.linspace(0, args.steps, 16)
     summary = {name: summarize_variant(r, edges) for name, r in runs.items()}
     args.results.mkdir(parents=True, exist_ok=True)
     for experiment, pair in EXPERIMENTS.items():
+        if not all(name in summary for name in pair):
+            print(f"\n{experiment}: not every variant has finished runs; skipped")
+            continue
         plot(experiment, pair, summary, edges, args.results / f"intersection_{experiment}.png")
         print(f"\n{experiment}:")
         for name in pair:
@@ -316,8 +366,10 @@ def experiments(args) -> dict:
                 c, x = (s["rates"][traffic][k] for k in ("completion_rate", "collision_rate"))
                 print(f"    {traffic:>4} traffic: completion {c[0]:.2f} +- {c[1]:.2f}, "
                       f"collision {x[0]:.2f} +- {x[1]:.2f}")  # fmt: skip
-    ratio = summary["MAPPO (shared weights)"]["train_s"][0] / summary["MADDPG"]["train_s"][0]
-    print(f"\nwall-clock MAPPO / MADDPG at {args.steps:,} env steps: {ratio:.2f}")
+    ratio = None
+    if "MAPPO (shared weights)" in summary and "MADDPG" in summary:
+        ratio = summary["MAPPO (shared weights)"]["train_s"][0] / summary["MADDPG"]["train_s"][0]
+        print(f"\nwall-clock MAPPO / MADDPG at {args.steps:,} env steps: {ratio:.2f}")
     shutil.rmtree(root, ignore_errors=True)
     return {"steps": args.steps, "seeds": args.seeds, "bins": edges.tolist(),
             "summary": summary, "mappo_over_maddpg_wall_clock": ratio, "met": True}  # fmt: skip
@@ -332,6 +384,9 @@ def main() -> int:
     parser.add_argument("--episodes", type=int, default=800)
     parser.add_argument("--highway-python", help="a Python with highway-env installed")
     parser.add_argument("--experiments", action="store_true", help="the paper's four")
+    parser.add_argument(
+        "--from-experiment", type=Path, help="read --experiments' runs from this directory"
+    )
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=150_000, help="env steps per run")
     parser.add_argument("--results", type=Path, default=Path(__file__).parent / "results")
