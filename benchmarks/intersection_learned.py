@@ -5,7 +5,10 @@ seed; or MADDPG's of ``experiments/biswas_intersection.yaml``) against the scrip
 2024) at low and high traffic, random routes.
 
 Each policy's rates are the deterministic ones (its most likely action), over ``--episodes``
-episodes per seed: completion, collision and the mean time the completing agents took. The
+episodes per seed: completion, collision, the mean time the completing agents took, and how
+often it chose each of the four actions (keep lane, slow down, change right, change left),
+counted over every agent row it acted for until the last env's first episode ended, finished
+agents' rows included: a policy that never slows down cannot yield. The
 scripted drivers are measured on the same episodes both at the trained policies' decision
 rate (``decision_steps`` of their config) and every 0.1 s.
 
@@ -44,6 +47,33 @@ class Scripted:
 
     def act(self, obs, deterministic=True):
         return self.driver.act(np.asarray(obs)[..., :OBS_DIM])
+
+
+ACTIONS = ("keep", "slow", "right", "left")
+
+
+class Counting:
+    """A policy that counts the actions it returns (rows of agents, or MADDPG's joint dict)."""
+
+    def __init__(self, policy):
+        self.policy = policy
+        self.counts = np.zeros(len(ACTIONS))
+
+    def act(self, obs, **kwargs):
+        actions = self.policy.act(obs, **kwargs)
+        chosen = np.concatenate(
+            [np.ravel(a) for a in actions.values()]
+            if isinstance(actions, dict)
+            else [np.ravel(actions)]
+        )
+        np.add.at(self.counts, chosen.astype(np.int64), 1)
+        return actions
+
+    def shares(self) -> dict[str, float]:
+        total = max(self.counts.sum(), 1.0)
+        return {
+            f"action_{name}": float(c / total) for name, c in zip(ACTIONS, self.counts, strict=True)
+        }
 
 
 def rates(metrics: dict[str, float]) -> dict[str, float]:
@@ -104,10 +134,12 @@ def main(argv: list[str] | None = None) -> int:
             )
             joint = isinstance(policy, JointPolicy)  # MADDPG's agents, or rows of agents
             env = (make_multi_agent_env if joint else shoal.make_env)(config)
-            metrics = (evaluate_joint if joint else evaluate)(policy, env, args.seed)
+            counting = Counting(policy)
+            metrics = (evaluate_joint if joint else evaluate)(counting, env, args.seed)
             env.close()
             row = {"policy": Path(run).name, "traffic": traffic, "decision_steps": decision_steps}
             row.update(rates(metrics))
+            row.update(counting.shares())
             results.append(row)
             print(json.dumps(row))
         for steps in sorted({1, decision_steps or 1}):
@@ -122,7 +154,9 @@ def main(argv: list[str] | None = None) -> int:
             ):
                 env = shoal.make_env(plain)
                 row = {"policy": name, "traffic": traffic, "decision_steps": steps}
-                row.update(rates(evaluate(Scripted(driver, env), env, args.seed)))
+                counting = Counting(Scripted(driver, env))
+                row.update(rates(evaluate(counting, env, args.seed)))
+                row.update(counting.shares())
                 env.close()
                 results.append(row)
                 print(json.dumps(row))
