@@ -108,7 +108,10 @@ class MultiAgentActor(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Differentiable actions for the actor's loss: ``tanh`` actions, or straight-through
         Gumbel-softmax one-hots (discrete), ``[B, N, action_dim]``."""
-        logits = self.logits(obs)
+        return self.actions_of(self.logits(obs))
+
+    def actions_of(self, logits: torch.Tensor) -> torch.Tensor:
+        """`forward` from the pre-activations `logits` returns."""
         if self.discrete:
             return F.gumbel_softmax(logits, tau=self.gumbel_temperature, hard=True)
         return torch.tanh(logits)
@@ -235,6 +238,19 @@ class JointActors(nn.Module):
     def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         """Differentiable joint actions ``[B, D]`` (each group's `MultiAgentActor.forward`)."""
         return torch.cat([actor(obs[name]).flatten(1) for name, actor in self.groups.items()], 1)
+
+    def actions_and_preactivations(
+        self, obs: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`forward`'s joint actions ``[B, D]`` and, from the same pass, the sum over agents
+        of each agent's mean squared pre-activation (its logits, or its pre-``tanh`` actions):
+        the term Lowe et al.'s code adds to every actor's loss (`MADDPGConfig.actor_reg`)."""
+        actions, penalty = [], 0.0
+        for name, actor in self.groups.items():
+            logits = actor.logits(obs[name])  # [B, N_g, action_dim]
+            actions.append(actor.actions_of(logits).flatten(1))
+            penalty = penalty + logits.pow(2).mean() * actor.num_agents
+        return torch.cat(actions, 1), penalty
 
     def target_actions(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         return self(obs)

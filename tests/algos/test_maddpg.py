@@ -213,6 +213,42 @@ def test_resume_with_saved_replay_is_exact(prioritized, tmp_path):
     assert metric_rows(resumed.run_dir) == metric_rows(straight.run_dir)
 
 
+def test_actor_reg_adds_the_mean_squared_preactivations_of_every_agent():
+    """Lowe et al.'s code adds 1e-3 * mean(logits^2) to each actor's loss; summed over agents
+    that is, per group, N_g times the mean over its agents (checked by hand on Duel's two
+    groups: red's 1 continuous pre-tanh action, the runners' 3 logits each)."""
+    env = Duel(1)
+    config = MADDPGConfig(model=ModelConfig(hidden=(8,)), replay=ReplayConfig(batch_size=4))
+    actor = MADDPGLearner(config, list(env.groups.values()), state_dim=3).core.actor
+    obs = {"red": torch.randn(5, 1, 3), "blue": torch.randn(5, 2, 2)}
+    torch.manual_seed(1)
+    actions, penalty = actor.actions_and_preactivations(obs)
+    torch.manual_seed(1)
+    torch.testing.assert_close(actions, actor(obs))  # the same actions, Gumbel noise included
+    with torch.no_grad():
+        red = actor.groups["red"].logits(obs["red"])  # [5, 1, 1]
+        blue = actor.groups["blue"].logits(obs["blue"])  # [5, 2, 3]
+    by_hand = float((red[:, 0] ** 2).mean()) + sum(float((blue[:, i] ** 2).mean()) for i in (0, 1))
+    assert float(penalty) == pytest.approx(by_hand, rel=1e-5)
+
+
+@pytest.mark.parametrize("reg", [0.0, 0.5])
+def test_actor_reg_enters_the_actor_loss_only_when_set(reg):
+    algo = MADDPG(shoal.build_config("maddpg", **small(actor_reg=reg)))
+    try:
+        seen = [algo.train_iteration() for _ in range(3)]
+    finally:
+        algo.close()
+    logged = [m for m in seen if "loss/actor" in m]
+    assert logged
+    if reg:
+        assert all(m["loss/actor_reg"] > 0 for m in logged)
+    else:
+        assert not any("loss/actor_reg" in m for m in logged)
+    with pytest.raises(ConfigError, match="actor_reg"):
+        shoal.build_config("maddpg", **small(actor_reg=-1.0))
+
+
 def test_algorithm_runs_without_the_training_loop():
     algo = MADDPG(shoal.build_config("maddpg", **small()))
     try:

@@ -106,11 +106,19 @@ class MADDPGConfig(ActorCriticReplayConfig):
     one per agent; the critics stay one per agent (their rewards may differ)."""
     gumbel_temperature: float = 1.0
     """Temperature of the Gumbel-softmax of discrete actions."""
+    actor_reg: float = 1e-3
+    """Weight of each actor's mean squared pre-activations (the logits of discrete actions, the
+    pre-``tanh`` actions of continuous ones) added to its loss, as the MADDPG authors' code
+    does (1e-3). Without it a discrete policy's logits grow until its softmax saturates: the
+    straight-through Gumbel-softmax gradient then vanishes, Gumbel sampling stops exploring,
+    and the actor stops following its critic (on the intersection it never slowed down where
+    its critic preferred to). 0 turns it off."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_choices(self)
         check(self, "gumbel_temperature", self.gumbel_temperature > 0, "must be > 0")
+        check(self, "actor_reg", self.actor_reg >= 0, "must be >= 0")
         check_multi_agent_learner(self, "MADDPG")
 
 
@@ -228,9 +236,10 @@ class MADDPGLearner(ActorCriticLearner):
 
     def update(self, batch: ReplayBatch) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """One step of Lowe et al.'s Algorithm 1 on a replay batch: the batch split by agent,
-        the critics' targets, the critics' TD loss, each actor's loss through its own critic,
-        one optimizer step, the target networks' update. Returns the metrics and each
-        sample's new priority (its mean absolute TD error over agents)."""
+        the critics' targets, the critics' TD loss, each actor's loss through its own critic
+        (plus ``actor_reg`` times its mean squared pre-activations), one optimizer step, the
+        target networks' update. Returns the metrics and each sample's new priority (its mean
+        absolute TD error over agents)."""
         cfg, core = self.config, self.core
         actor = core.actor
         b = self.layout.split(to_device(batch, self.device), cfg.gamma)
@@ -239,11 +248,15 @@ class MADDPGLearner(ActorCriticLearner):
             next_q = core.target_critic.evaluate(critic_inputs(b.next_critic_obs, next_actions))
             target = b.returns.T + b.discounts * next_q.squeeze(-1)  # [N, M]
         q = core.critic.evaluate(critic_inputs(b.critic_obs, b.actions)).squeeze(-1)  # [N, M]
-        inputs = replace_own_actions(b.critic_obs, b.actions, actor(b.obs), actor.own_columns)
+        policy_actions, preactivations = actor.actions_and_preactivations(b.obs)
+        inputs = replace_own_actions(b.critic_obs, b.actions, policy_actions, actor.own_columns)
         policy_q = core.critic.evaluate(inputs, detach_weights=True).squeeze(-1)  # [N, M]
         losses, errors, metrics = group_losses(
             q, target, policy_q, b.weights, self.groups, cfg.critic_loss
         )
+        if cfg.actor_reg > 0:
+            losses["actor_reg"] = cfg.actor_reg * preactivations
+            metrics["loss/actor_reg"] = losses["actor_reg"].detach()
         core.step(losses)
         core.update_targets()
         metrics["train/q_mean"] = q.detach().mean()
