@@ -176,3 +176,20 @@ def test_rmsprop_tf_refuses_bad_settings():
     with pytest.raises(ValueError, match="alpha"):
         build_optimizer([torch.nn.Parameter(torch.zeros(1))], "rmsprop-tf", lr=0.1, eps=0.0,
                         alpha=1.0)  # fmt: skip
+
+
+def test_rmsprop_tf_resumes_exactly_from_its_state_dict():
+    torch.manual_seed(0)
+    net = torch.nn.Linear(3, 2)
+    opt = build_optimizer(net.parameters(), "rmsprop-tf", lr=0.01, eps=1e-5, momentum=0.9)
+    x = torch.randn(8, 3)
+    for _ in range(3):
+        minimize({"total": net(x).pow(2).mean()}, opt)
+    copy = torch.nn.Linear(3, 2)
+    copy.load_state_dict(net.state_dict())
+    copy_opt = build_optimizer(copy.parameters(), "rmsprop-tf", lr=0.01, eps=1e-5, momentum=0.9)
+    copy_opt.load_state_dict(opt.state_dict())
+    for model, optimizer in ((net, opt), (copy, copy_opt)):
+        minimize({"total": model(x).pow(2).mean()}, optimizer)
+    for a, b in zip(net.parameters(), copy.parameters(), strict=True):
+        assert torch.equal(a, b)
