@@ -2,6 +2,7 @@
 by name before anything changes, clips, and its two halves (`gradients`, `apply_gradients`)
 make the same step."""
 
+import copy
 import math
 
 import pytest
@@ -185,11 +186,11 @@ def test_rmsprop_tf_resumes_exactly_from_its_state_dict():
     x = torch.randn(8, 3)
     for _ in range(3):
         minimize({"total": net(x).pow(2).mean()}, opt)
-    copy = torch.nn.Linear(3, 2)
-    copy.load_state_dict(net.state_dict())
-    copy_opt = build_optimizer(copy.parameters(), "rmsprop-tf", lr=0.01, eps=1e-5, momentum=0.9)
-    copy_opt.load_state_dict(opt.state_dict())
-    for model, optimizer in ((net, opt), (copy, copy_opt)):
+    twin = torch.nn.Linear(3, 2)
+    twin.load_state_dict(net.state_dict())
+    twin_opt = build_optimizer(twin.parameters(), "rmsprop-tf", lr=0.01, eps=1e-5, momentum=0.9)
+    twin_opt.load_state_dict(copy.deepcopy(opt.state_dict()))  # as read from a checkpoint file
+    for model, optimizer in ((net, opt), (twin, twin_opt)):
         minimize({"total": model(x).pow(2).mean()}, optimizer)
-    for a, b in zip(net.parameters(), copy.parameters(), strict=True):
+    for a, b in zip(net.parameters(), twin.parameters(), strict=True):
         assert torch.equal(a, b)
