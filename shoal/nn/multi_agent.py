@@ -237,7 +237,7 @@ class JointActors(nn.Module):
 
     def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         """Differentiable joint actions ``[B, D]`` (each group's `MultiAgentActor.forward`)."""
-        return torch.cat([actor(obs[name]).flatten(1) for name, actor in self.groups.items()], 1)
+        return self.actions_and_preactivations(obs)[0]
 
     def actions_and_preactivations(
         self, obs: dict[str, torch.Tensor]
