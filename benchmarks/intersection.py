@@ -38,7 +38,8 @@ MAPPO/MADDPG wall-clock ratio (the paper saw 3-3.5).
 ``shoal experiment`` directory of these tuned examples (``experiments/biswas_intersection.yaml``:
 long comparisons go through ``shoal experiment``, which resumes after a kill), takes each
 run's training curves and training wall-clock (its iterations' times summed) from its
-``metrics.jsonl`` and evaluates its final policy the same way.
+``metrics.jsonl`` and evaluates its final policy the same way, once: the rates are kept in
+the run's ``final_rates.json`` (which `benchmarks/archive_experiment.py` keeps with the run).
 
 Usage: ``python benchmarks/intersection.py [--speed] [--validate] [--experiments
 [--from-experiment DIR]] [--repeats 3] [--seconds 3] [--episodes 800] [--seeds 3]
@@ -252,8 +253,13 @@ def read_variants(directory: Path) -> dict[str, list[dict]]:
                 if f"episode/return/{agent}" in row:
                     curves[agent].append((row["step"], row[f"episode/return/{agent}"]))
         k = int(entry["name"].rsplit("-s", 1)[1])
-        policy = shoal.load(run_dir)
-        rates = {traffic: final_rates(policy, traffic, k) for traffic in ("low", "high")}
+        cached = run_dir / "final_rates.json"  # (kept by benchmarks/archive_experiment.py)
+        if cached.exists():
+            rates = json.loads(cached.read_text())
+        else:
+            policy = shoal.load(run_dir)
+            rates = {traffic: final_rates(policy, traffic, k) for traffic in ("low", "high")}
+            cached.write_text(json.dumps(rates, indent=2))
         runs.setdefault(name, []).append({"curves": curves, "rates": rates, "train_s": train_s})
         print(f"{name}, {entry['name']}: train {train_s:.0f} s, completion "
               f"{rates['low']['completion_rate']:.2f} at low traffic", flush=True)  # fmt: skip
