@@ -13,7 +13,7 @@ CORE_STAMP := $(VENV)/.shoal-core-installed
 STAMP := $(VENV)/.shoal-installed
 BENCH_STAMP := $(VENV)/.shoal-bench-installed
 
-.PHONY: install train test test-slow test-floor lint bench bench-scaling bench-marl bench-intersection bench-tune bench-peers bench-offline clean
+.PHONY: install train test test-slow test-floor lint docs bench bench-scaling bench-marl bench-intersection bench-tune bench-peers bench-offline clean
 
 install: $(STAMP)
 
@@ -26,19 +26,24 @@ $(CORE_STAMP): pyproject.toml constraints.txt
 	touch $(CORE_STAMP)
 
 $(STAMP): $(CORE_STAMP)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,video,mujoco,pettingzoo,atari,ray,sumo,smarts,export,report,tune,wandb,mlflow,cma,openspiel,box2d,offline]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,video,mujoco,pettingzoo,atari,ray,sumo,smarts,export,report,tune,wandb,mlflow,cma,openspiel,box2d,offline,docs]'
 	touch $(STAMP)
 
 $(BENCH_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,video,mujoco,pettingzoo,atari,ray,sumo,smarts,export,report,tune,wandb,mlflow,cma,openspiel,box2d,offline,bench]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,video,mujoco,pettingzoo,atari,ray,sumo,smarts,export,report,tune,wandb,mlflow,cma,openspiel,box2d,offline,docs,bench]'
 	touch $(BENCH_STAMP)
 
 train: $(CORE_STAMP)
 	$(BIN)/shoal train --tuned ppo-cartpole $(TRAIN_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check shoal tests benchmarks
-	$(BIN)/ruff format --check shoal tests benchmarks
+	$(BIN)/ruff check shoal tests benchmarks docs
+	$(BIN)/ruff format --check shoal tests benchmarks docs
+
+# The documentation site, into site/ (warnings are errors: a broken link, an unknown name, a
+# config field without a docstring); the tests build it too and run its examples.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # One pytest worker per core (pytest-xdist); the tests that share the local Ray run in one.
 test: lint

@@ -309,9 +309,26 @@ def _split_train_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 
 
 def _train(args: argparse.Namespace, rest: list[str]) -> int:
+    from shoal.api import train
+
+    built = train_config(args, rest)
+    if built is None:
+        return 0
+    spec, config = built
+    dataset = getattr(config, "dataset", "")
+    where = f"the dataset {dataset}" if dataset else config.env.id
+    console.print(f"training [bold]{spec.name}[/] on [bold]{where}[/]", highlight=False)
+    result = train(config, resume=args.resume, trust_code=args.trust_code)
+    _print_result(result)
+    return EXIT_INTERRUPTED if result.stop_reason == "interrupted" else 0
+
+
+def train_config(args: argparse.Namespace, rest: list[str]) -> tuple[Any, Any] | None:
+    """The algorithm and the config ``shoal train`` would train with (`_split_train_args`'s
+    split of its arguments), built and checked, nothing trained; None after printing the
+    help. The docs' tests check every ``shoal train`` command of the site with it."""
     import tyro
 
-    from shoal.api import train
     from shoal.config import from_dict
     from shoal.registry import find_tuned, get_algorithm
     from shoal.train.checkpoint import load_checkpoint
@@ -336,19 +353,14 @@ def _train(args: argparse.Namespace, rest: list[str]) -> int:
         base = spec.default_config()
     elif args.help:
         console.print(TRAIN_HELP, highlight=False, markup=False)
-        return 0
+        return None
     else:
         raise ShoalError("name an algorithm (shoal train ppo), --tuned NAME, --config or --resume")
     rest = renamed_flags(spec.config_cls, [SHORTHANDS.get(a, a) for a in rest])
     rest = whole_numbers(spec.config_cls, rest)
     rest += ["--help"] if args.help else []
     config = tyro.cli(spec.config_cls, default=base, args=rest, prog=f"shoal train {spec.name}")
-    dataset = getattr(config, "dataset", "")
-    where = f"the dataset {dataset}" if dataset else config.env.id
-    console.print(f"training [bold]{spec.name}[/] on [bold]{where}[/]", highlight=False)
-    result = train(config, resume=args.resume, trust_code=args.trust_code)
-    _print_result(result)
-    return EXIT_INTERRUPTED if result.stop_reason == "interrupted" else 0
+    return spec, config
 
 
 _SCIENTIFIC = re.compile(r"^[0-9]+(\.[0-9]*)?[eE]\+?[0-9]+$")

@@ -71,6 +71,7 @@ EXTRAS = {
     "wandb": ("wandb",),
     "mlflow": ("mlflow",),
     "video": ("imageio_ffmpeg", "pygame"),
+    "docs": ("mkdocs", "material", "mkdocstrings", "griffe"),
 }
 """shoal's optional extras and the modules each brings (pyproject.toml)."""
 

@@ -99,12 +99,15 @@ class AlphaZeroConfig:
     min_replay: int = 500
     """Positions collected before the first update."""
     batch_size: int = 256
+    """Positions per gradient step."""
     updates_per_iteration: int = 8
+    """Gradient steps after each iteration's self-play moves."""
     value_coef: float = 1.0
     """Weight of the value loss beside the policy's cross-entropy."""
     arena_every: int = 0
     """Iterations between arena matches (0: no gating, self-play with the latest network)."""
     arena_games: int = 40
+    """Games of each arena match between the trained and the best network (half first)."""
     arena_threshold: float = 0.55
     """The score (wins + draws / 2) the trained network needs to become the best."""
     eval_every: int = 10

@@ -78,6 +78,7 @@ class MuZeroConfig:
     search: MCTSConfig = field(
         default_factory=lambda: MCTSConfig(num_simulations=25, dirichlet_alpha=0.25)
     )
+    """The search in the learned model, at every step of self-play and of the deployed policy."""
     latent: int = 32
     """Size of the hidden state."""
     support_size: int = 25
@@ -96,9 +97,14 @@ class MuZeroConfig:
     replay_size: int = 50_000
     """Positions kept."""
     min_replay: int = 1_000
+    """Positions collected before the first update."""
     batch_size: int = 128
+    """Unrolls per gradient step."""
     updates_per_iteration: int = 8
+    """Gradient steps after each iteration's env steps."""
     value_coef: float = 0.25
+    """Weight of the value loss beside the policy's and the reward's (the paper's 0.25 for
+    reanalysed data, which keeps the value from overfitting)."""
     temperatures: tuple[float, ...] = (1.0, 0.5, 0.25)
     """Self-play's visit-count temperatures, the first from the start."""
     temperature_steps: tuple[int, ...] = (25_000, 37_500)

@@ -40,10 +40,13 @@ class PlannerConfig:
     search: MCTSConfig = field(
         default_factory=lambda: MCTSConfig(num_simulations=50, dirichlet_fraction=0.0)
     )
+    """The search at each step (no root noise: planning, not self-play)."""
     discount: float = 0.99
+    """Per step, in the search's backups and the rollouts' values."""
     rollout_steps: int = 20
     """Random steps that value a new leaf (0: every leaf is worth 0)."""
     reuse_tree: bool = True
+    """Start each step's search from the subtree under the action taken (its visits kept)."""
 
     def __post_init__(self) -> None:
         check(self, "discount", 0.0 < self.discount <= 1.0, "must be in (0, 1]")

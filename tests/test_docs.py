@@ -1,0 +1,83 @@
+"""The documentation site: it builds with warnings as errors (broken links and anchors,
+unknown names in the generated parts, config fields without a docstring), every ``shoal
+train`` command it shows builds its config, and every Python example runs."""
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from shoal.cli import _split_train_args, train_config
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+PAGES = sorted(DOCS.rglob("*.md"))
+FENCE = re.compile(r"^```(\w+)[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+def blocks(path: Path, language: str) -> list[str]:
+    return [body for lang, body in FENCE.findall(path.read_text()) if lang == language]
+
+
+def train_commands(path: Path) -> list[str]:
+    """The ``shoal train`` commands of ``path``'s bash blocks, continuation lines joined,
+    but those that resume a run (they name a run directory) or ask for help."""
+    commands = []
+    for body in blocks(path, "bash"):
+        for line in body.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            if words[:2] != ["shoal", "train"]:
+                continue
+            if any(w.split("=")[0] in ("--resume", "--help", "-h") for w in words):
+                continue
+            commands.append(shlex.join(words[2:]))
+    return commands
+
+
+COMMANDS = [(p.relative_to(DOCS).as_posix(), c) for p in PAGES for c in train_commands(p)]
+
+
+@pytest.mark.extra("docs")
+def test_site_builds_with_warnings_as_errors(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        timeout=600,
+    )
+    warnings = [line for line in out.stderr.splitlines() if "WARNING" in line]
+    assert out.returncode == 0 and not warnings, "\n".join(warnings) or out.stderr[-3000:]
+    pages = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("index.html"))
+    assert len(pages) == len(PAGES), pages  # every page of docs/ was built, no other
+    config = (tmp_path / "config" / "index.html").read_text()
+    assert "total_steps" in config and "Stop after this many environment steps" in config
+
+
+def test_every_page_shows_train_commands():
+    assert len(COMMANDS) >= 30, COMMANDS
+    assert {page for page, _ in COMMANDS} >= {
+        "getting-started.md", "algorithms/policy-gradient.md", "algorithms/multi-agent.md"
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(("page", "command"), COMMANDS, ids=[f"{p}: {c}" for p, c in COMMANDS])
+def test_train_command_builds_its_config(page, command, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # (a dataset's path is relative to where shoal runs)
+    args, rest = _split_train_args(shlex.split(command))
+    spec, config = train_config(args, rest)
+    assert type(config) is spec.config_cls
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if blocks(p, "python")], ids=str)
+def test_python_examples_run(page, monkeypatch, tmp_path):
+    """A page's Python blocks run in order in one namespace, in an empty directory."""
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {"__name__": "__docs__"}
+    for i, body in enumerate(blocks(page, "python")):
+        exec(compile(body, f"{page.name}, Python block {i + 1}", "exec"), namespace)
