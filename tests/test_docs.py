@@ -16,11 +16,22 @@ from shoal.cli import _split_train_args, train_config
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 PAGES = sorted(DOCS.rglob("*.md"))
-FENCE = re.compile(r"^```(\w+)[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
+FENCE = re.compile(r"^```(\w+)([^\n]*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
+TITLE = re.compile(r'title="([^"]+)"')
+
+
+def fenced(path: Path, language: str) -> list[tuple[str | None, str]]:
+    """``path``'s blocks in ``language``: (the file a block is titled as, or None; its text)."""
+    found = []
+    for lang, info, body in FENCE.findall(path.read_text()):
+        if lang == language:
+            title = TITLE.search(info)
+            found.append((title.group(1) if title else None, body))
+    return found
 
 
 def blocks(path: Path, language: str) -> list[str]:
-    return [body for lang, body in FENCE.findall(path.read_text()) if lang == language]
+    return [body for _, body in fenced(path, language)]
 
 
 def train_commands(path: Path) -> list[str]:
@@ -74,10 +85,19 @@ def test_train_command_builds_its_config(page, command, monkeypatch, tmp_path):
     assert type(config) is spec.config_cls
 
 
-@pytest.mark.parametrize("page", [p for p in PAGES if blocks(p, "python")], ids=str)
+@pytest.mark.parametrize(
+    "page",
+    [p for p in PAGES if blocks(p, "python")],
+    ids=lambda p: p.relative_to(DOCS).as_posix(),
+)
 def test_python_examples_run(page, monkeypatch, tmp_path):
-    """A page's Python blocks run in order in one namespace, in an empty directory."""
+    """A page's Python blocks run in order in one namespace, in an empty directory; a block
+    titled as a file (``title="my_envs.py"``) is written there instead, as the reader would."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
     namespace: dict = {"__name__": "__docs__"}
-    for i, body in enumerate(blocks(page, "python")):
+    for i, (title, body) in enumerate(fenced(page, "python")):
+        if title is not None:
+            (tmp_path / title).write_text(body)
+            continue
         exec(compile(body, f"{page.name}, Python block {i + 1}", "exec"), namespace)
