@@ -211,6 +211,7 @@ def render_tuned(name: str) -> str:
 
 def render_benchmarks() -> str:
     text = (ROOT / "benchmarks" / "README.md").read_text()
+    text = text.split("\n", 1)[1] if text.startswith("# ") else text  # (the page has its title)
     return text.replace("](results/", "](benchmark-results/")
 
 

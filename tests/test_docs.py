@@ -1,17 +1,14 @@
 """The documentation site: it builds with warnings as errors (broken links and anchors,
-unknown names in the generated parts, config fields without a docstring), every ``shoal
-train`` command it shows builds its config, and every Python example runs."""
+unknown names in the generated parts, config fields without a docstring), and every Python
+example runs (its commands and YAML files are tests/test_examples.py's)."""
 
 import os
 import re
-import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
-from shoal.cli import _split_train_args, train_config
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -34,24 +31,6 @@ def blocks(path: Path, language: str) -> list[str]:
     return [body for _, body in fenced(path, language)]
 
 
-def train_commands(path: Path) -> list[str]:
-    """The ``shoal train`` commands of ``path``'s bash blocks, continuation lines joined,
-    but those that resume a run (they name a run directory) or ask for help."""
-    commands = []
-    for body in blocks(path, "bash"):
-        for line in body.replace("\\\n", " ").splitlines():
-            words = shlex.split(line, comments=True)
-            if words[:2] != ["shoal", "train"]:
-                continue
-            if any(w.split("=")[0] in ("--resume", "--help", "-h") for w in words):
-                continue
-            commands.append(shlex.join(words[2:]))
-    return commands
-
-
-COMMANDS = [(p.relative_to(DOCS).as_posix(), c) for p in PAGES for c in train_commands(p)]
-
-
 @pytest.mark.extra("docs")
 def test_site_builds_with_warnings_as_errors(tmp_path):
     out = subprocess.run(
@@ -68,21 +47,6 @@ def test_site_builds_with_warnings_as_errors(tmp_path):
     assert len(pages) == len(PAGES), pages  # every page of docs/ was built, no other
     config = (tmp_path / "config" / "index.html").read_text()
     assert "total_steps" in config and "Stop after this many environment steps" in config
-
-
-def test_every_page_shows_train_commands():
-    assert len(COMMANDS) >= 30, COMMANDS
-    assert {page for page, _ in COMMANDS} >= {
-        "getting-started.md", "algorithms/policy-gradient.md", "algorithms/multi-agent.md"
-    }  # fmt: skip
-
-
-@pytest.mark.parametrize(("page", "command"), COMMANDS, ids=[f"{p}: {c}" for p, c in COMMANDS])
-def test_train_command_builds_its_config(page, command, monkeypatch, tmp_path):
-    monkeypatch.chdir(tmp_path)  # (a dataset's path is relative to where shoal runs)
-    args, rest = _split_train_args(shlex.split(command))
-    spec, config = train_config(args, rest)
-    assert type(config) is spec.config_cls
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,11 @@
-"""Every example of the README as written: each YAML block parses and is a valid file of
-its kind, each ``shoal train`` command line parses into a config (training is replaced by a
-stub: the budgets of the examples are the user's, not a test's), and each block's other
-commands (eval, export, experiment, report, tune, list) run as written, at a tiny budget, on
-the run the block's train line before them makes (trained for real, at a tiny budget)."""
+"""Every example of the README and of the documentation site (docs/) as written: each YAML
+block parses and is a valid file of its kind, each ``shoal train`` command line parses into a
+config (training is replaced by a stub: the budgets of the examples are the user's, not a
+test's), and each block's other commands (eval, export, experiment, report, tune, list,
+collect) run as written, at a tiny budget, on the run the block's train line before them
+makes (trained for real, at a tiny budget). Lines that join a Ray cluster
+(``--ray-address`` other than ``local``) are parsed, not run: there is no cluster here.
+The docs' Python blocks run in tests/test_docs.py."""
 
 import contextlib
 import re
@@ -16,8 +19,16 @@ import shoal
 import shoal.api
 from shoal.cli import main
 
-README = (Path(__file__).parent.parent / "README.md").read_text()
-BLOCKS = re.findall(r"```(\w+)\n(.*?)```", README, re.S)
+ROOT = Path(__file__).parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+TEXTS = {page: page.read_text() for page in PAGES}
+BLOCKS = [b for text in TEXTS.values() for b in re.findall(r"```(\w+)\n(.*?)```", text, re.S)]
+FILES = {
+    name: body
+    for text in TEXTS.values()
+    for name, body in re.findall(r'```python title="([^"]+)"\n(.*?)```', text, re.S)
+}
+"""The files the docs write out in full (``my_envs.py``, ``mynets.py``), by name."""
 
 
 def commands() -> list[str]:
@@ -39,8 +50,8 @@ NEEDS_A_RUN = ("--resume", "--config")
 `test_each_blocks_commands_run_as_written`, on that run."""
 
 
-def test_the_readme_has_examples():
-    assert len(commands()) >= 15 and sum(kind == "yaml" for kind, _ in BLOCKS) >= 2
+def test_the_pages_have_examples():
+    assert len(commands()) >= 60 and sum(kind == "yaml" for kind, _ in BLOCKS) >= 3
 
 
 @pytest.mark.parametrize("kind, text", [b for b in BLOCKS if b[0] == "yaml"])
@@ -105,18 +116,20 @@ def block_scripts() -> list[list[str]]:
 
 
 def write_readme_files(directory: Path) -> None:
-    """The README's YAML files (each names itself on its first line) and the user modules
-    its examples import: ``mynets`` as the README writes it, ``my_envs`` with a whole
-    Corridor (the README leaves its body out)."""
+    """The pages' YAML files (each names itself on its first line) and the user modules
+    their examples import: ``mynets`` and ``my_envs`` as the docs write them (a whole
+    Corridor where a page leaves its body out)."""
     from test_first_hour import CUSTOM_ENV
 
+    (directory / "my_envs.py").write_text(CUSTOM_ENV)
     for kind, text in BLOCKS:
         first = text.splitlines()[0]
         if kind == "yaml" and first.startswith("# ") and first.endswith(".yaml"):
             (directory / first[2:]).write_text(text)
         if kind == "python" and first == "# mynets.py":
             (directory / "mynets.py").write_text(text)
-    (directory / "my_envs.py").write_text(CUSTOM_ENV)
+    for name, text in FILES.items():
+        (directory / name).write_text(text)
 
 
 def tiny_files(directory: Path) -> None:
@@ -132,6 +145,12 @@ def tiny_files(directory: Path) -> None:
 
 def reads_a_run(argv: list[str]) -> bool:
     return argv[0] in ("eval", "export", "collect") or "--resume" in argv
+
+
+def joins_a_cluster(argv: list[str]) -> bool:
+    return any(
+        a == "--ray-address" and argv[i + 1 : i + 2] != ["local"] for i, a in enumerate(argv)
+    )
 
 
 def with_run(argv: list[str], run: str) -> list[str]:
@@ -182,5 +201,7 @@ def test_each_blocks_commands_run_as_written(lines, tmp_path, monkeypatch, capsy
             monkeypatch.setattr(shoal.api, "train", real_train)
             assert built, capsys.readouterr().out
             continue
+        if joins_a_cluster(argv):
+            continue  # parsed, where it is a train line; no cluster here to run it on
         code = main(with_run(argv, run) if reads_a_run(argv) else argv)
         assert code == 0, (argv, capsys.readouterr().out)
