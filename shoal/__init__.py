@@ -6,6 +6,7 @@ from shoal.experiment import experiment
 from shoal.registry import ALGORITHMS
 
 __version__ = "0.1.0"
+"""The version, written here only (pyproject.toml reads it; ``shoal --version`` prints it)."""
 
 __all__ = [
     "ALGORITHMS",

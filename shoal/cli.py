@@ -73,6 +73,7 @@ console = Console(soft_wrap=True)  # never break paths across lines
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="shoal", description="Reinforcement learning on PyTorch.")
+    parser.add_argument("--version", action="version", version=f"shoal {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("train", help="train an agent (shoal train ALGO --help)")
     eval_p = commands.add_parser("eval", help="evaluate a trained run")
@@ -274,6 +275,12 @@ def _collect(args: argparse.Namespace) -> int:
                  f"{data.ref_max_score:.1f})")  # fmt: skip
     console.print(line, highlight=False)
     return 0
+
+
+def _version() -> str:
+    from shoal import __version__
+
+    return __version__
 
 
 def _split_train_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
