@@ -89,7 +89,7 @@ def load(path: str | Path, trust_code: bool = False) -> ActorPolicy | JointPolic
     records; off, only from the installed packages and the working directory."""
     checkpoint = load_checkpoint(path, trust_code=trust_code)
     spec = get_algorithm(checkpoint.meta["algo"])
-    config = from_dict(spec.config_cls, checkpoint.config)
+    config: Any = from_dict(spec.config_cls, checkpoint.config)
     spaces = checkpoint.meta.get("spaces")
     if checkpoint.meta.get("joint"):
         model = spec.build_model(config, None, None)
@@ -142,9 +142,10 @@ def evaluate(
     if plays_a_game(checkpoint):  # matches against fixed players, not env episodes
         return game_report(checkpoint, episodes, seed)
     pools = any(str(spec).startswith("pool:") for spec in (fixed or {}).values())
-    checkpoint = checkpoint if pools else None
     loader = functools.partial(load, trust_code=trust_code)
-    evaluation = Evaluation(loader(run), fixed, env_kwargs, loader=loader, checkpoint=checkpoint)
+    evaluation = Evaluation(
+        loader(run), fixed, env_kwargs, loader=loader, checkpoint=checkpoint if pools else None
+    )
     return evaluation.statistics(episodes, seed, deterministic)
 
 

@@ -92,9 +92,16 @@ class Algorithm(Protocol):
 
 
 class AlgorithmSpec(Protocol):
-    """What the training loop needs of a registered algorithm (`shoal.registry`)."""
+    """What the training loop needs of a registered algorithm (`shoal.registry`; read-only,
+    as the registry's frozen specs are)."""
 
-    name: str
-    algorithm_cls: Callable[[Any], Algorithm]
-    backends: tuple[str, ...]
-    """The ``model.backend`` values its learner supports."""
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def algorithm_cls(self) -> Callable[[Any], Algorithm]: ...
+
+    @property
+    def backends(self) -> tuple[str, ...]:
+        """The ``model.backend`` values its learner supports."""
+        ...

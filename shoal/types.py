@@ -145,11 +145,11 @@ def info_metrics(info: dict[str, np.ndarray] | None) -> dict[str, float]:
 
 def merge_info(parts: list[dict[str, np.ndarray] | None]) -> dict[str, np.ndarray] | None:
     """Episode statistics of several steps or runners, concatenated by name."""
-    parts = [p for p in parts if p]
-    if not parts:
+    held = [p for p in parts if p]
+    if not held:
         return None
-    names = {name for p in parts for name in p}
-    return {n: np.concatenate([np.asarray(p[n], np.float64) for p in parts if n in p])
+    names = {name for p in held for name in p}
+    return {n: np.concatenate([np.asarray(p[n], np.float64) for p in held if n in p])
             for n in sorted(names)}  # fmt: skip
 
 

@@ -58,7 +58,7 @@ def check_positive(owner: object, *names: str) -> None:
 def check_choices(owner: object) -> None:
     """Check every ``Literal``-typed field against its choices (the type hint alone checks
     nothing outside the CLI, e.g. for YAML files and Python callers)."""
-    for name, choices in _literal_fields(type(owner)).items():
+    for name, choices in _literal_fields(typing.cast(Any, type(owner))).items():
         allowed = "must be one of " + ", ".join(map(repr, choices))
         check(owner, name, getattr(owner, name) in choices, allowed)
 
@@ -91,8 +91,9 @@ def unnest(block: T, **changes: Any) -> T:
     """The plain config a `nested_block` stands for, with ``changes`` (the variant's run and
     env), validated in full."""
     cls = type(block).__mro__[1] if is_nested(block) else type(block)
-    values = {f.name: getattr(block, f.name) for f in dataclasses.fields(block) if f.init}
-    return cls(**{**values, **changes})
+    fields = dataclasses.fields(typing.cast(Any, block))
+    values = {f.name: getattr(block, f.name) for f in fields if f.init}
+    return typing.cast(T, cls(**{**values, **changes}))
 
 
 def check_replay_holds(owner: object, num_envs: int) -> None:
@@ -100,7 +101,7 @@ def check_replay_holds(owner: object, num_envs: int) -> None:
     to the variant for a `nested_block`)."""
     if is_nested(owner):
         return
-    replay = owner.replay
+    replay = typing.cast(Any, owner).replay
     check(
         replay,
         "buffer_size",

@@ -54,7 +54,7 @@ def from_dict(cls: type[T], data: dict[str, Any], path: str = "", base: T | None
         raise ConfigError(f"{path or cls.__name__} must be a mapping, got {data!r}")
     data = upgrade(cls, data, path)
     hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    fields = {f.name: f for f in dataclasses.fields(typing.cast(Any, cls)) if f.init}
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         name = key.replace("-", "_")
@@ -68,10 +68,12 @@ def from_dict(cls: type[T], data: dict[str, Any], path: str = "", base: T | None
             kwargs[name] = from_dict(hints[name], value, where, base=block)
         else:
             kwargs[name] = _coerce(hints[name], value, f"{cls.__name__}.{name}")
-    return dataclasses.replace(base, **kwargs) if base is not None else cls(**kwargs)
+    if base is not None:
+        return typing.cast(T, dataclasses.replace(typing.cast(Any, base), **kwargs))
+    return cls(**kwargs)
 
 
-def _default(field: dataclasses.Field) -> Any:
+def _default(field: dataclasses.Field[Any]) -> Any:
     """A field's default value (built by its factory), or None when it has none."""
     if field.default_factory is not dataclasses.MISSING:
         return field.default_factory()
@@ -84,7 +86,11 @@ def _coerce(hint: Any, value: Any, path: str) -> Any:
     expected type and what was given."""
     origin = typing.get_origin(hint)
     if dataclasses.is_dataclass(hint):
-        return value if dataclasses.is_dataclass(value) else from_dict(hint, value, path)
+        return (
+            value
+            if dataclasses.is_dataclass(value)
+            else from_dict(typing.cast(Any, hint), value, path)
+        )
     if hint is Any or isinstance(hint, typing.TypeVar):
         return value
     if origin in (typing.Union, types.UnionType):
@@ -199,7 +205,7 @@ def replace(config: T, **changes: Any) -> T:
             nested.setdefault(head, {})[rest] = value
         else:
             flat[key] = value
-    names = sorted(f.name for f in dataclasses.fields(config) if f.init)
+    names = sorted(f.name for f in dataclasses.fields(typing.cast(Any, config)) if f.init)
     for name in (*flat, *nested):
         if name not in names:
             close = difflib.get_close_matches(name, names, n=3)
@@ -213,4 +219,4 @@ def replace(config: T, **changes: Any) -> T:
         flat[name] = _coerce(hints[name], value, f"{prefix}.{name}")
     for head, sub in nested.items():
         flat[head] = replace(getattr(config, head), **sub)
-    return dataclasses.replace(config, **flat)
+    return typing.cast(T, dataclasses.replace(typing.cast(Any, config), **flat))

@@ -12,6 +12,7 @@ The bootstrap is ``returns + discounts * next_value``, with ``returns`` and ``di
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -126,7 +127,7 @@ def discrete_soft_value(next_probs: Tensor, next_q: Tensor, alpha: float | Tenso
 
 
 def ensemble_td_loss(
-    q: Tensor, target: Tensor, weights: Tensor | None = None, kind: str = "mse"
+    q: Tensor, target: Tensor, weights: Tensor | None = None, kind: Literal["huber", "mse"] = "mse"
 ) -> tuple[Tensor, Tensor]:
     """TD regression of every critic of an ensemble toward one target.
 

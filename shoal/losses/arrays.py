@@ -31,7 +31,11 @@ def constant(x: Array) -> Array:
 
 def as_float(mask: Tensor | np.ndarray, like: Tensor | np.ndarray) -> Tensor | np.ndarray:
     """A boolean mask as ones and zeros in the floating type of ``like``."""
-    return mask.to(like.dtype) if isinstance(mask, Tensor) else mask.astype(like.dtype)
+    if isinstance(mask, Tensor):
+        assert isinstance(like, Tensor), "a tensor mask takes a tensor's dtype"
+        return mask.to(like.dtype)
+    assert isinstance(like, np.ndarray), "an array mask takes an array's dtype"
+    return mask.astype(like.dtype)
 
 
 def count(x: Tensor | np.ndarray) -> int:

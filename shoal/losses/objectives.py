@@ -228,7 +228,7 @@ class Objective:
 
     def gradients(self, out: PolicyOutputs, targets: Targets) -> PolicyOutputs:
         """``d total / d out``, one entry per output (None where no weighted term reads it)."""
-        grads: dict[str, Array | None] = dict.fromkeys(PolicyOutputs._fields)
+        grads: dict[str, Any] = dict.fromkeys(PolicyOutputs._fields)  # arrays, or None
         for coef, term in self.terms:
             if not coef:
                 continue

@@ -140,7 +140,8 @@ def gae(
     if isinstance(rewards, np.ndarray):
         return _gae_numpy(*inputs, gamma, lam)
     if rewards.device.type == "cpu" and not any(x.requires_grad for x in inputs):
-        advantages, returns = _gae_numpy(*(x.numpy() for x in inputs), gamma, lam)
+        r, v, nv, term, trunc = (x.numpy() for x in inputs)
+        advantages, returns = _gae_numpy(r, v, nv, term, trunc, gamma, lam)
         return torch.from_numpy(advantages), torch.from_numpy(returns)
     values = values.to(rewards.dtype)
     next_values = next_values.to(rewards.dtype)
@@ -151,12 +152,12 @@ def gae(
     # non-finite placeholder value at a masked-out position cannot leak (0 * inf is nan).
     deltas = rewards - values + torch.where(terminated, 0.0, gamma * next_values)
     decay = (~done).to(deltas.dtype) * (gamma * lam)
-    advantages = []
+    steps: list[Tensor] = []
     future = torch.zeros_like(deltas[0])  # A_T = 0
     for t in reversed(range(len(deltas))):
         future = deltas[t] + decay[t] * future
-        advantages.append(future)
-    adv = torch.stack(advantages[::-1])
+        steps.append(future)
+    adv = torch.stack(steps[::-1])
     return adv, adv + values
 
 

@@ -9,7 +9,7 @@ the kind differs, which is how QR-DQN and REM reuse it. The networks are in `sho
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import torch
 
@@ -52,6 +52,11 @@ class ValueKind(Protocol):
         ...
 
 
+LossKind = Literal["huber", "mse"]
+
+LossAndPriorities = tuple[torch.Tensor, torch.Tensor]
+
+
 def _bootstrap_action(
     kind: ValueKind, next_target: torch.Tensor, next_online: torch.Tensor | None, mask: Any
 ) -> torch.Tensor:
@@ -65,13 +70,21 @@ class ExpectedQ:
 
     atoms = 1
 
-    def __init__(self, loss_kind: str = "huber"):
+    def __init__(self, loss_kind: LossKind = "huber"):
         self.loss_kind = loss_kind
 
     def q_values(self, out: torch.Tensor) -> torch.Tensor:
         return out.squeeze(-1)
 
-    def loss(self, out_taken, next_target, next_online, returns, discounts, batch):
+    def loss(
+        self,
+        out_taken: torch.Tensor,
+        next_target: torch.Tensor,
+        next_online: torch.Tensor | None,
+        returns: torch.Tensor,
+        discounts: torch.Tensor,
+        batch: ReplayBatch,
+    ) -> LossAndPriorities:
         online = None if next_online is None else next_online.detach().squeeze(-1)
         target = q_learning_target(
             returns, discounts, next_target.squeeze(-1), online, batch.next_action_mask
@@ -96,7 +109,15 @@ class CategoricalQ:
     def q_values(self, out: torch.Tensor) -> torch.Tensor:
         return (out.softmax(dim=-1) * self._support(out)).sum(-1)
 
-    def loss(self, out_taken, next_target, next_online, returns, discounts, batch):
+    def loss(
+        self,
+        out_taken: torch.Tensor,
+        next_target: torch.Tensor,
+        next_online: torch.Tensor | None,
+        returns: torch.Tensor,
+        discounts: torch.Tensor,
+        batch: ReplayBatch,
+    ) -> LossAndPriorities:
         action = _bootstrap_action(self, next_target, next_online, batch.next_action_mask)
         rows = torch.arange(len(action), device=action.device)
         next_probs = next_target[rows, action].softmax(dim=-1)
@@ -117,7 +138,15 @@ class QuantileQ:
     def q_values(self, out: torch.Tensor) -> torch.Tensor:
         return out.mean(-1)
 
-    def loss(self, out_taken, next_target, next_online, returns, discounts, batch):
+    def loss(
+        self,
+        out_taken: torch.Tensor,
+        next_target: torch.Tensor,
+        next_online: torch.Tensor | None,
+        returns: torch.Tensor,
+        discounts: torch.Tensor,
+        batch: ReplayBatch,
+    ) -> LossAndPriorities:
         action = _bootstrap_action(self, next_target, next_online, batch.next_action_mask)
         next_quantiles = next_target[torch.arange(len(action), device=action.device), action]
         target = quantile_target(returns, discounts, next_quantiles)
@@ -130,14 +159,22 @@ class EnsembleQ:
     """REM (Agarwal et al. 2020): ``atoms`` Q-heads; each minibatch trains one random convex
     combination of them, online and target alike. Acting uses their mean."""
 
-    def __init__(self, heads: int, loss_kind: str = "huber"):
+    def __init__(self, heads: int, loss_kind: LossKind = "huber"):
         self.atoms = heads
         self.loss_kind = loss_kind
 
     def q_values(self, out: torch.Tensor) -> torch.Tensor:
         return out.mean(-1)
 
-    def loss(self, out_taken, next_target, next_online, returns, discounts, batch):
+    def loss(
+        self,
+        out_taken: torch.Tensor,
+        next_target: torch.Tensor,
+        next_online: torch.Tensor | None,
+        returns: torch.Tensor,
+        discounts: torch.Tensor,
+        batch: ReplayBatch,
+    ) -> LossAndPriorities:
         # Drawn from the global CPU generator, so a seed gives the same draws on every device.
         alphas = random_convex_combination(self.atoms).to(out_taken.device)
         online = None if next_online is None else combine_heads(next_online.detach(), alphas)
