@@ -4,8 +4,8 @@ A page asks for a generated part with an HTML comment on a line of its own:
 
 - ``<!-- shoal:algorithms -->``: every registered algorithm name with its one-line summary,
   its action spaces and its family's page (from `shoal.registry.ALGORITHMS`);
-- ``<!-- shoal:algorithm NAME [NAME ...] -->``: the first name's one-line summary, the
-  paper (its module docstring's first paragraph), its config's fields (each with its type,
+- ``<!-- shoal:algorithm NAME [NAME ...] -->``: the first name's paper (its module
+  docstring's first paragraph), its action spaces, its config's fields (each with its type,
   its default under that name and its docstring; the blocks every algorithm shares, ``run``,
   ``env``, ..., link to the config reference) and every name's tuned examples; each name
   gets an anchor;
@@ -57,13 +57,17 @@ def _docstrings(cls: type) -> dict[str, str]:
     import griffe
 
     if _griffe is None:
-        _griffe = griffe.load("shoal", search_paths=[str(ROOT)], resolve_aliases=False)
+        _griffe = griffe.load(
+            "shoal", search_paths=[str(ROOT)], resolve_aliases=False
+        )
     found: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
         if not klass.__module__.startswith("shoal"):
             continue
         try:
-            node = _griffe[f"{klass.__module__.removeprefix('shoal.')}.{klass.__qualname__}"]
+            node = _griffe[
+                f"{klass.__module__.removeprefix('shoal.')}.{klass.__qualname__}"
+            ]
         except KeyError:
             continue
         for name, member in node.members.items():
@@ -85,7 +89,9 @@ SHARED_BLOCKS = ("RunConfig", "EnvConfig", "OptimConfig", "ModelConfig", "Replay
 def _section_of(cls: type) -> str | None:
     """The algorithm page section whose config is ``cls`` (a variant's base block)."""
     registry = _registry()
-    page = {name: family for family, names in FAMILIES.items() for name in names}
+    page = {
+        name: family for family, names in FAMILIES.items() for name in names
+    }
     for name, spec in registry.ALGORITHMS.items():
         if spec.config_cls is cls and not spec.defaults and name in page:
             return f"{page[name]}.md#{name}"
@@ -93,7 +99,9 @@ def _section_of(cls: type) -> str | None:
 
 
 def _indent(text: str, by: int) -> str:
-    return "\n".join(" " * by + line if line else "" for line in text.splitlines())
+    return "\n".join(
+        " " * by + line if line else "" for line in text.splitlines()
+    )
 
 
 def _fields(cls: type, instance: Any, where: str, page: str) -> str:
@@ -108,9 +116,15 @@ def _fields(cls: type, instance: Any, where: str, page: str) -> str:
         doc = (docs.get(field.name) or "").strip()
         block = type(value) if dataclasses.is_dataclass(value) else None
         if block is None and not doc:
-            log.warning(f"{where}: config field {cls.__name__}.{field.name} has no docstring")
+            log.warning(
+                f"{where}: config field {cls.__name__}.{field.name} has no docstring"
+            )
         if block is None:
-            kind = field.type if isinstance(field.type, str) else field.type.__name__
+            kind = (
+                field.type
+                if isinstance(field.type, str)
+                else field.type.__name__
+            )
             head = f"`{field.name}` · `{kind}` · default {_default(value)}"
             lines.append(f"{head}\n:   {_indent(doc, 4).lstrip()}\n")
             continue
@@ -143,12 +157,16 @@ def _registry():
 
 def render_algorithms() -> str:
     registry = _registry()
-    page = {name: family for family, names in FAMILIES.items() for name in names}
+    page = {
+        name: family for family, names in FAMILIES.items() for name in names
+    }
     rows = ["| name | what it is | action spaces | page |", "|---|---|---|---|"]
     for name, spec in registry.ALGORITHMS.items():
         family = page.get(name)
         if family is None:
-            log.warning(f"algorithm {name!r} has no family page (docs/hooks.py FAMILIES)")
+            log.warning(
+                f"algorithm {name!r} has no family page (docs/hooks.py FAMILIES)"
+            )
             continue
         title = family.replace("-", " ")
         rows.append(
@@ -167,18 +185,22 @@ def render_algorithm(names: list[str]) -> str:
         return ""
     spec, name = specs[0], names[0]
     instance = spec.default_config()
-    paper = (importlib.import_module(spec.config_cls.__module__).__doc__ or "").strip()
+    paper = (
+        importlib.import_module(spec.config_cls.__module__).__doc__ or ""
+    ).strip()
     paper = paper.split("\n\n")[0]
     fields = _fields(spec.config_cls, instance, name, page="algorithm")
     title = f"Config: {spec.config_cls.__name__}"
     if spec.defaults:
         settings = ", ".join(f"{k}={v!r}" for k, v in spec.defaults.items())
         title += f", with {settings} under the name {name}"
-    indented = "\n".join("    " + line if line else "" for line in fields.splitlines())
+    indented = "\n".join(
+        "    " + line if line else "" for line in fields.splitlines()
+    )
     anchors = "".join(f'<a id="{n}"></a>' for n in names[1:])
     tuned = "\n".join(render_tuned(n) for n in names)
     return (
-        f"{anchors}\n\n*{spec.summary}.* Action spaces: {spec.action_spaces}.\n\n{paper}\n\n"
+        f"{anchors}\n\n{paper}\n\nAction spaces: {spec.action_spaces}.\n\n"
         f'??? info "{title}"\n\n    Module `{spec.config_cls.__module__}`.\n\n{indented}\n\n'
         f"**Tuned examples** (`shoal train --tuned NAME`; `shoal list` lists them all)\n\n"
         f"{tuned}\n"
@@ -196,22 +218,35 @@ def render_block(name: str) -> str:
 
 
 def render_tuned(name: str) -> str:
+    """Algorithm ``name``'s tuned examples, the smallest tasks first (fewest total steps),
+    each a collapsed box: what it trains and what was measured on it."""
     registry = _registry()
-    examples = {k: v for k, v in registry.tuned_examples().items() if v.algo == name}
-    if not examples:
-        return ""
+    examples = {
+        k: v for k, v in registry.tuned_examples().items() if v.algo == name
+    }
+
+    def budget(item: tuple[str, Any]) -> tuple[float, str]:
+        steps = (item[1].config.get("run") or {}).get("total_steps")
+        return (float(steps) if steps else float("inf"), item[0])
+
     out = []
-    for key, example in examples.items():
-        out.append(f"`shoal train --tuned {key}`\n:   {example.description.strip()}")
+    for key, example in sorted(examples.items(), key=budget):
+        env = (example.config.get("env") or {}).get("id") or example.config.get(
+            "dataset", ""
+        )
+        title = f"{key}: {env}" if env else key
+        text = example.description.strip()
         if example.expected.strip():
-            out.append(f"\n    *Measured:* {example.expected.strip()}")
-        out.append("")
+            text += f"\n\n*Measured:* {example.expected.strip()}"
+        out.append(f'??? example "{title}"\n\n{_indent(text, 4)}\n')
     return "\n".join(out)
 
 
 def render_benchmarks() -> str:
     text = (ROOT / "benchmarks" / "README.md").read_text()
-    text = text.split("\n", 1)[1] if text.startswith("# ") else text  # (the page has its title)
+    text = (
+        text.split("\n", 1)[1] if text.startswith("# ") else text
+    )  # (the page has its title)
     return text.replace("](results/", "](benchmark-results/")
 
 
@@ -219,7 +254,11 @@ def on_files(files, config):
     """The benchmark result images, beside the benchmarks page."""
     for image in sorted((ROOT / "benchmarks" / "results").glob("*.png")):
         files.append(
-            File.generated(config, f"benchmark-results/{image.name}", abs_src_path=str(image))
+            File.generated(
+                config,
+                f"benchmark-results/{image.name}",
+                abs_src_path=str(image),
+            )
         )
     return files
 
