@@ -36,6 +36,7 @@ def uses_numpy(
     way. ``backend`` numpy with something in the way is a `ConfigError` saying what."""
     if backend == "torch":
         return False
+    reason: str | None
     if torch.device(device).type != "cpu":
         reason = f"run.device is {device} (the NumPy path computes on the CPU)"
     elif compiled:

@@ -343,7 +343,7 @@ def train_config(args: argparse.Namespace, rest: list[str]) -> tuple[Any, Any] |
     if args.resume:
         checkpoint = load_checkpoint(args.resume, trust_code=args.trust_code, set_aside=True)
         spec = get_algorithm(checkpoint.meta["algo"])
-        base = from_dict(spec.config_cls, checkpoint.config)
+        base: Any = from_dict(spec.config_cls, checkpoint.config)
     elif args.config or args.tuned:
         example = find_tuned(args.config or args.tuned)
         if args.algo and args.algo != example.algo:
@@ -550,6 +550,7 @@ def _report(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from shoal.api import load
     from shoal.export import SUFFIX, export, has_mask
+    from shoal.policy import ActorPolicy
 
     policy = load(args.run_dir, trust_code=args.trust_code)
     run_dir = Path(args.run_dir)
@@ -557,7 +558,11 @@ def _export(args: argparse.Namespace) -> int:
         "policy" + SUFFIX[args.format]
     )
     files = export(policy, output, args.format)
-    masked = bool(getattr(policy, "_takes_mask", False)) and has_mask(policy)
+    masked = (
+        isinstance(policy, ActorPolicy)
+        and bool(getattr(policy, "_takes_mask", False))
+        and has_mask(policy)
+    )
     for path in files:
         console.print(
             f"exported: {path} ({args.format}; its actions equal shoal.load(RUN).act's on 64 "

@@ -109,7 +109,9 @@ class RMSpropTF(torch.optim.Optimizer):
         super().__init__(params, defaults)
 
     @torch.no_grad()
-    def step(self, closure: Callable[[], float] | None = None) -> float | None:
+    def step(  # type: ignore[override]  # (torch states this signature as two overloads)
+        self, closure: Callable[[], float] | None = None
+    ) -> float | None:
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -118,7 +120,7 @@ class RMSpropTF(torch.optim.Optimizer):
             params = [p for p in group["params"] if p.grad is not None]
             if not params:
                 continue
-            grads = [p.grad for p in params]
+            grads: Any = [p.grad for p in params if p.grad is not None]
             if group["weight_decay"]:
                 grads = torch._foreach_add(grads, params, alpha=group["weight_decay"])
             squares, buffers = [], []
@@ -261,6 +263,7 @@ def gradients(
         for param in parameters:
             param.grad = None
         total = total_loss(losses)
+        assert isinstance(total, Tensor), "backpropagating needs the total as a tensor"
         (total if scaler is None else scaler.scale(total)).backward()
     else:
         backend.backward()
@@ -269,7 +272,9 @@ def gradients(
     if max_grad_norm is None:
         return None
     if scaler is not None:
+        assert optimizer is not None, "float16's scaler unscales its optimizer's gradients"
         scaler.unscale_(optimizer)
+    norm: Loss
     if backend is not None:
         norm = backend.clip(max_grad_norm)
     else:

@@ -226,7 +226,7 @@ for _name, _module, _config, _algorithm, _summary, _spaces in (
 
 # Learning from a dataset (`shoal collect` writes one); ``iql`` is the multi-agent
 # independent Q-learning below, so implicit Q-learning is ``iql-offline``.
-for _name, _module, _config, _algorithm, _summary, _spaces in (
+for _name, _data_module, _data_config, _data_algorithm, _summary, _spaces in (
     ("bc", bc, bc.BCConfig, bc.BC, "Behaviour cloning of a dataset's actions",
      "Box (bounded), Discrete"),
     ("cql", cql, cql.CQLConfig, cql.CQL,
@@ -239,7 +239,7 @@ for _name, _module, _config, _algorithm, _summary, _spaces in (
      "TD3+BC: TD3 whose actor also clones the dataset's actions (offline)", "Box (bounded)"),
 ):  # fmt: skip
     ALGORITHMS[_name] = AlgorithmSpec(
-        _name, _config, _algorithm, _module.build_model, _summary, _spaces,
+        _name, _data_config, _data_algorithm, _data_module.build_model, _summary, _spaces,
         prepare=offline_core.prepare,
     )  # fmt: skip
 

@@ -53,7 +53,9 @@ def read_run(run_dir: Path, variant: str) -> Run | None:
     path = run_dir / "metrics.jsonl"
     if not path.exists():
         return None
-    steps, wall, scores = [], [], {}
+    steps: list[int] = []
+    wall: list[float] = []
+    scores: dict[str, list[float]] = {}
     elapsed = 0.0
     for line in path.read_text().splitlines():
         try:

@@ -80,7 +80,9 @@ def parse_distribution(field: str, text: Any) -> tuple[str, tuple]:
         )
     kind = match.group(1)
     try:
-        args = ast.literal_eval(f"({match.group(2)},)") if match.group(2).strip() else ()
+        args: tuple[Any, ...] = (
+            ast.literal_eval(f"({match.group(2)},)") if match.group(2).strip() else ()
+        )
     except (ValueError, SyntaxError) as exc:
         raise ConfigError(f"search: {field}: cannot read the arguments of {text!r}") from exc
     if kind == "choice":
@@ -89,7 +91,7 @@ def parse_distribution(field: str, text: Any) -> tuple[str, tuple]:
         return kind, tuple(args)
     if len(args) != 2 or not all(isinstance(a, (int, float)) for a in args):
         raise ConfigError(f"search: {field}: {kind}(low, high) takes two numbers, not {text!r}")
-    low, high = args
+    low, high = args[0], args[1]
     if not low < high or (kind in ("loguniform", "logint") and low <= 0):
         raise ConfigError(
             f"search: {field}: {text!r} needs low < high"

@@ -197,7 +197,7 @@ class OfflineDataset:
     def obs_stats(self) -> dict[str, Any]:
         """Per-feature mean and variance of every observation the actions were taken on, as
         a `RunningMeanStd` state (what deployed policies apply, frozen)."""
-        stats = RunningMeanStd(self.observation_space.shape)
+        stats = RunningMeanStd(tuple(self.observation_space.shape or ()))
         stats.update(np.concatenate([e.observations[:-1] for e in self.episodes]))
         return stats.state_dict()
 

@@ -102,7 +102,7 @@ class ReplayBuffer:
         action_shape, action_dtype = space_layout(action_space)
         self._frames = None
         if frame_stack is None:
-            self.obs = np.zeros(size + obs_shape, _numpy_dtype(obs_dtype))
+            self.obs: Any = np.zeros(size + obs_shape, _numpy_dtype(obs_dtype))  # (None: frames)
         else:
             if obs_shape[:1] != (frame_stack,) or len(obs_shape) < 2:
                 raise ValueError(
@@ -116,7 +116,7 @@ class ReplayBuffer:
         self.terminated = np.zeros(size, bool)
         self.truncated = np.zeros(size, bool)
         self.valid = np.zeros(size, bool)
-        self.action_mask = None
+        self.action_mask: np.ndarray | None = None
         if action_mask_dim is not None:
             self.action_mask = np.zeros(size + (action_mask_dim,), bool)
         # Flat ``[rows * num_envs, ...]`` views: position ``row * num_envs + env``.
@@ -169,7 +169,7 @@ class ReplayBuffer:
         self.terminated[row] = terminated
         self.truncated[row] = truncated
         self.valid[row] = valid
-        if action_mask is not None:
+        if action_mask is not None and self.action_mask is not None:
             self.action_mask[row] = action_mask
         self._rows_written += 1
         # This write completes the window (and bootstrap row) of the row n_step back.
@@ -316,7 +316,7 @@ class ReplayBuffer:
     def rng_state(self) -> dict[str, Any]:
         """The sampling generator's state alone (a buffer refilled from a dataset needs no
         more to sample exactly as before)."""
-        return self._rng.bit_generator.state
+        return dict(self._rng.bit_generator.state)
 
     def set_rng_state(self, state: dict[str, Any]) -> None:
         self._rng.bit_generator.state = state

@@ -59,9 +59,9 @@ class ReplayShard:
         self.n_step = n_step
         obs_shape, obs_dtype = space_layout(obs_space)
         action_shape, action_dtype = space_layout(action_space)
-        obs_dtype = _numpy_dtype(obs_dtype)
-        self.obs = np.zeros((capacity, *obs_shape), obs_dtype)
-        self.next_obs = np.zeros((capacity, *obs_shape), obs_dtype)
+        obs_np = _numpy_dtype(obs_dtype)
+        self.obs = np.zeros((capacity, *obs_shape), obs_np)
+        self.next_obs = np.zeros((capacity, *obs_shape), obs_np)
         self.actions = np.zeros((capacity, *action_shape), _numpy_dtype(action_dtype))
         self.rewards = np.zeros((capacity, n_step), np.float32)
         self.steps = np.zeros(capacity, np.int64)

@@ -22,13 +22,13 @@ def space_layout(space: gym.Space) -> tuple[tuple[int, ...], torch.dtype]:
         return (), torch.int64
     if isinstance(space, gym.spaces.Box):
         dtype = torch.uint8 if space.dtype == np.uint8 else torch.float32
-        return tuple(space.shape), dtype
+        return tuple(space.shape or ()), dtype
     if isinstance(space, PackedObs):  # Dict/Tuple observations: byte records, one per step
-        return tuple(space.shape), torch.uint8
+        return tuple(space.shape or ()), torch.uint8
     if isinstance(space, (gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)):
-        return tuple(space.shape), torch.int64
+        return tuple(space.shape or ()), torch.int64
     if isinstance(space, PackedActions):  # Tuple/Dict actions: float rows
-        return tuple(space.shape), torch.float32
+        return tuple(space.shape or ()), torch.float32
     split = split_observation(space)
     if split is not None:  # actor and critic parts, stored as one flat row
         return (sum(split),), torch.float32
@@ -108,6 +108,7 @@ class RolloutStorage:
     def write_action_mask(self, t: int, mask: np.ndarray) -> torch.Tensor:
         """Store the legal actions at step ``t``'s observation and return the stored row."""
         self._np["action_mask"][t] = mask
+        assert self.action_mask is not None, "a rollout of masked actions stores the masks"
         return self.action_mask[t]
 
     def write_step(self, t: int, out: ActOutput, result: StepResult) -> None:

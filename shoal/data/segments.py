@@ -13,6 +13,7 @@ Both sample with a NumPy generator whose state is saved, so resumed runs draw th
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -35,7 +36,7 @@ class ArrayRing:
     def __len__(self) -> int:
         return self.size
 
-    def add(self, item: dict[str, torch.Tensor | np.ndarray]) -> int:
+    def add(self, item: Mapping[str, torch.Tensor | np.ndarray]) -> int:
         """Store one item (copied); returns its slot."""
         if not self.arrays:
             self.arrays = {

@@ -151,14 +151,16 @@ class WorkerPool:
             options["num_cpus"] = num_cpus
         if num_gpus:  # Ray sets the actor's CUDA_VISIBLE_DEVICES to its share
             options["num_gpus"] = num_gpus
-        self._actor_cls = ray.remote(cls).options(**options)
+        self._actor_cls: Any = ray.remote(cls).options(**options)
         self._make_args = make_args
         self.name = name
         self.max_restarts = max_restarts
         self.on_restart = on_restart
         self.restarts = 0
         self._failures_in_a_row = [0] * num_workers
-        self.workers = [self._actor_cls.remote(*make_args(i)) for i in range(num_workers)]
+        self.workers: list[Any] = [
+            self._actor_cls.remote(*make_args(i)) for i in range(num_workers)
+        ]
 
     def __len__(self) -> int:
         return len(self.workers)

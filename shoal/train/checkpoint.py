@@ -207,8 +207,8 @@ def load_checkpoint(
         except _Unreadable as exc:
             unreadable.append(exc)
             continue
-        for exc in unreadable:
-            print(f"note: {exc}; using {checkpoint.path.name}, the newest good one")
+        for skipped in unreadable:
+            print(f"note: {skipped}; using {checkpoint.path.name}, the newest good one")
         if set_aside:
             for bad in candidates[: candidates.index(candidate)]:
                 if bad.name > candidate.name:

@@ -93,7 +93,7 @@ class JsonlLogger:
         self.lost_steps = 0
         """How far the file ran past ``resume_step`` (rows dropped on resume)."""
         append = resume_step is not None and self.path.exists()
-        if append:
+        if resume_step is not None and append:
             self.lost_steps = _truncate_jsonl(self.path, resume_step)
         # The file stays open for the whole run (closed in close()), hence no `with` block.
         # A resumed run appends, so its log continues the original one.
@@ -141,7 +141,7 @@ class CsvLogger:
         self.lost_steps = 0
         """How far the file ran past ``resume_step`` (rows dropped on resume)."""
         append = resume_step is not None and self.path.exists()
-        if append:
+        if resume_step is not None and append:
             self.lost_steps = _truncate_csv(self.path, resume_step)
         if append and self.path.stat().st_size:
             # A resumed run continues the file under its existing header.
@@ -403,7 +403,7 @@ class ConsoleLogger:
         )
 
     def _render(self, now: float) -> None:
-        if self._progress is not None:
+        if self._progress is not None and self._task is not None:
             if not self._display_started:
                 # Started lazily so nothing is drawn (or left behind) if no step is ever logged.
                 self._progress.start()

@@ -38,22 +38,23 @@ def record_for_deploy(
     if joint:
         return {"spaces": None, "joint": True, "import_dirs": import_dirs()}
     if spaces is not None:
-        described = {"observation": space_to_json(spaces[0]), "action": space_to_json(spaces[1])}
-        return {"spaces": described, "import_dirs": import_dirs()}
+        given = {"observation": space_to_json(spaces[0]), "action": space_to_json(spaces[1])}
+        return {"spaces": given, "import_dirs": import_dirs()}
     env = eval_env
     if env is None:
         env = make_env(dataclasses.replace(config.env, num_envs=1, vectorization="sync"))
+    described: dict[str, Any] | None
     try:
-        spaces = {
+        described = {
             "observation": space_to_json(env.observation_space),
             "action": space_to_json(env.action_space),
         }
     except TypeError:
-        spaces = None  # a space shoal cannot describe: load builds the env as before
+        described = None  # a space shoal cannot describe: load builds the env as before
     finally:
         if env is not eval_env:
             env.close()
-    return {"spaces": spaces, "import_dirs": import_dirs()}
+    return {"spaces": described, "import_dirs": import_dirs()}
 
 
 def resolve_run_dir(

@@ -207,19 +207,19 @@ class Session:
             f"resumed from step {self.resumed_from:,}"
             + (f" ({lost:,} steps since the last checkpoint were lost)" if lost else "")
         )
-        lost = []
+        inexact: list[str] = []
         if not self.exact:
-            lost.append(
+            inexact.append(
                 f"the episodes of {self.config.env.id} could not be restored mid-episode, so "
                 "they restart from fresh resets"
             )
         if self.replay_lost:
-            lost.append(
+            inexact.append(
                 "the replay buffer was not saved (replay.save is off), so it refills from the "
                 "restored policy"
             )
-        if lost:
-            print(f"note: this resume is not exact: {'; '.join(lost)}; the weights, optimizer "
+        if inexact:
+            print(f"note: this resume is not exact: {'; '.join(inexact)}; the weights, optimizer "
                   "and counters are restored")  # fmt: skip
 
     # --- one iteration --------------------------------------------------------------------

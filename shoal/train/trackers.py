@@ -39,8 +39,8 @@ class WandbLogger:
                 "--run.wandb needs Weights & Biases: pip install 'shoal[wandb]'"
             ) from None
         self.wandb = wandb
-        online = os.environ.get("WANDB_MODE") or ("online" if os.environ.get("WANDB_API_KEY")
-                                                  else "offline")  # fmt: skip
+        online: Any = os.environ.get("WANDB_MODE") or ("online" if os.environ.get("WANDB_API_KEY")
+                                                       else "offline")  # fmt: skip
         self.run = wandb.init(
             project=project, name=run_dir.name, dir=str(run_dir), config=config, mode=online,
             id=run_dir.name.replace("/", "-")[-64:], resume="allow", reinit="finish_previous",

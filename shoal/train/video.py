@@ -67,7 +67,7 @@ def record_video(policy: Policy, env: VectorEnv, path: Path, seed: int, episodes
     joint = isinstance(env, MultiAgentVectorEnv)
     obs, state = env.reset(seed=seed) if joint else (env.reset(seed=seed), None)
     extras = {"state": state} if joint else {}  # the global state a joint policy may read
-    frames = [env.render()]
+    frames: list[Any] = [env.render()]
     if frames[0] is None:
         raise ShoalError("this environment cannot render rgb_array frames")
     finished = 0
@@ -75,7 +75,7 @@ def record_video(policy: Policy, env: VectorEnv, path: Path, seed: int, episodes
         mask = getattr(env, "action_mask", None)  # legal actions, where the env has them
         if mask is not None:
             extras["action_mask"] = mask
-        result = env.step(policy.act(obs, deterministic=True, **extras))
+        result: Any = env.step(policy.act(obs, deterministic=True, **extras))
         obs = result.obs
         if joint:
             extras["state"] = result.state
@@ -133,7 +133,7 @@ def write_mp4(path: Path, frames: list[np.ndarray], fps: float) -> int:
 
     try:
         # H.264 with yuv420p needs even frame sizes; anything stricter would rescale frames.
-        imageio.mimsave(path, frames, fps=fps, macro_block_size=2)
+        imageio.mimsave(path, list(frames), fps=fps, macro_block_size=2)  # type: ignore[arg-type]
     except (ImportError, ValueError, RuntimeError, OSError) as exc:
         raise ShoalError(
             f"could not write {path}: {exc}. For .mp4 install the video extra "
