@@ -13,7 +13,7 @@ CORE_STAMP := $(VENV)/.shoal-core-installed
 STAMP := $(VENV)/.shoal-installed
 BENCH_STAMP := $(VENV)/.shoal-bench-installed
 
-.PHONY: install train test test-slow test-floor lint docs bench bench-scaling bench-marl bench-intersection bench-tune bench-peers bench-offline clean
+.PHONY: install train test test-slow test-floor test-floors lint docs bench bench-scaling bench-marl bench-intersection bench-tune bench-peers bench-offline clean
 
 install: $(STAMP)
 
@@ -67,6 +67,20 @@ $(FLOOR_VENV)/.installed: pyproject.toml
 
 test-floor: $(FLOOR_VENV)/.installed
 	$(FLOOR_VENV)/bin/python -m pytest -q -n auto --dist loadgroup --durations=10
+
+# Every core dependency at the floor pyproject.toml states (torch at TORCH_FLOOR; numpy,
+# Gymnasium, tyro, ... at their >= versions) with the test tools only, in an environment of
+# its own: the tests that need an extra skip, naming it; the rest (every core algorithm's
+# smoke, resume and learning tests) run on the oldest versions shoal says it supports.
+FLOORS_VENV ?= .venv-floors
+$(FLOORS_VENV)/.installed: pyproject.toml tests/floor_constraints.py
+	$(PYTHON) -m venv $(FLOORS_VENV)
+	$(PYTHON) tests/floor_constraints.py --torch $(TORCH_FLOOR) > $(FLOORS_VENV)/constraints.txt
+	$(FLOORS_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -c $(FLOORS_VENV)/constraints.txt -e '.[dev]'
+	touch $(FLOORS_VENV)/.installed
+
+test-floors: $(FLOORS_VENV)/.installed
+	$(FLOORS_VENV)/bin/python -m pytest -q -n auto --dist loadgroup --durations=10
 
 bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/ppo_cartpole.py --seeds 3
@@ -181,4 +195,4 @@ bench-peers: $(BENCH_STAMP) $(TORCHRL_VENV)/.installed $(TIANSHOU_VENV)/.install
 	$(BIN)/python benchmarks/peers.py --seeds 3 --json benchmarks/results/peers.json
 
 clean:
-	rm -rf $(VENV) $(FLOOR_VENV) $(RLLIB_VENV) $(BENCHMARL_VENV) $(HIGHWAY_VENV) $(ZOO_VENV) $(TORCHRL_VENV) $(TIANSHOU_VENV) $(SF_VENV) runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(FLOOR_VENV) $(FLOORS_VENV) $(RLLIB_VENV) $(BENCHMARL_VENV) $(HIGHWAY_VENV) $(ZOO_VENV) $(TORCHRL_VENV) $(TIANSHOU_VENV) $(SF_VENV) runs .pytest_cache .ruff_cache
