@@ -18,11 +18,17 @@ from shoal.search.tree import Tree
 
 
 class GumbelSettings(Protocol):
-    """The fields of `shoal.search.mcts.MCTSConfig` this module reads."""
+    """The fields of `shoal.search.mcts.MCTSConfig` this module reads (read-only, as the
+    frozen config's are)."""
 
-    max_considered: int
-    c_visit: float
-    c_scale: float
+    @property
+    def max_considered(self) -> int: ...
+
+    @property
+    def c_visit(self) -> float: ...
+
+    @property
+    def c_scale(self) -> float: ...
 
 
 def draw_gumbel(tree: Tree, generator: torch.Generator | None) -> torch.Tensor:
@@ -90,6 +96,7 @@ def halving_choice(
     """The root action of simulation ``k`` in every tree: among the actions whose visits in
     this search equal the schedule's count for simulation ``k``, the best by
     ``g + logits + sigma(q)``."""
+    assert tree.gumbel is not None and tree.search_start is not None, "a Gumbel search's tree"
     legal = tree.legal[:, 0]
     considered = legal.sum(-1).clamp(max=config.max_considered, min=1)
     want = schedules.to(considered.device)[considered, k]  # [B]
@@ -107,6 +114,7 @@ def halving_choice(
 def gumbel_action(tree: Tree, config: GumbelSettings) -> torch.Tensor:
     """``[B]``: the move after a Gumbel search: among the most visited root actions of the
     search, the best by ``g + logits + sigma(q)``."""
+    assert tree.gumbel is not None and tree.search_start is not None, "a Gumbel search's tree"
     legal = tree.legal[:, 0]
     visits = (tree.child_visits[:, 0] - tree.search_start).masked_fill(~legal, -1)
     most = visits == visits.max(-1, keepdim=True).values

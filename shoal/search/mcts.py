@@ -51,13 +51,15 @@ class Model(Protocol):
     """``num_actions``; optionally ``state_shape`` (its states are tensors of that shape, kept
     in one array; roots then come as a ``[B, ...]`` tensor) and ``device``."""
 
-    num_actions: int
+    @property
+    def num_actions(self) -> int: ...
 
-    def root(self, states: list[Any] | torch.Tensor) -> Expansion:
-        """Evaluate the roots (``reward`` and ``discount`` unused)."""
+    def root(self, states: Any) -> Expansion:
+        """Evaluate the roots (``reward`` and ``discount`` unused): a list of states, or a
+        ``[B, ...]`` tensor of a model with ``state_shape``."""
         ...
 
-    def step(self, states: list[Any] | torch.Tensor, actions: torch.Tensor) -> Expansion:
+    def step(self, states: Any, actions: torch.Tensor) -> Expansion:
         """Take ``actions`` ``[B]`` from ``states`` and evaluate where they lead."""
         ...
 
@@ -174,6 +176,7 @@ def _set_node(tree: Tree, b: torch.Tensor, n: torch.Tensor, out: Expansion) -> N
     tree.legal[b, n] = out.legal.to(tree.legal.device)
     tree.raw_value[b, n] = out.value.to(tree.raw_value)
     if tree.embeddings is not None:
+        assert isinstance(out.states, torch.Tensor), "a latent model's states are a tensor"
         tree.embeddings[b, n] = out.states.to(tree.embeddings)
         return
     for i, (bb, nn) in enumerate(zip(b.tolist(), n.tolist(), strict=True)):
@@ -293,6 +296,7 @@ def expand(tree: Tree, model: Model, nodes: torch.Tensor, actions: torch.Tensor)
     tree.parent[todo, new] = parents
     tree.action_from_parent[todo, new] = taken
     tree.children[todo, parents, taken] = new
+    assert out.reward is not None and out.discount is not None, "a step's expansion"
     tree.child_reward[todo, parents, taken] = out.reward.to(tree.child_reward)
     tree.child_discount[todo, parents, taken] = out.discount.to(tree.child_discount)
     tree.size[todo] += 1

@@ -54,8 +54,8 @@ class GameModel:
         value = torch.zeros(count)
         live = legal.any(-1).nonzero().squeeze(1)
         if live.numel():
-            obs = np.stack([game.observation(states[i]) for i in live.tolist()])
-            obs = torch.as_tensor(obs).to(self.network_device)
+            stacked = np.stack([game.observation(states[i]) for i in live.tolist()])
+            obs = torch.as_tensor(stacked).to(self.network_device)
             with torch.inference_mode():
                 live_logits, live_value = self.evaluate(obs)
             logits[live] = live_logits.float().cpu()
@@ -185,7 +185,9 @@ class EnvModel:
         out, rewards, ended = [], [], []
         for snapshot, action in zip(snapshots, actions.tolist(), strict=True):
             nxt, reward, done = self.play(snapshot, action)
-            out.append(nxt), rewards.append(reward), ended.append(done)
+            out.append(nxt)
+            rewards.append(reward)
+            ended.append(done)
         expansion = self._expand(out, ended)
         discount = torch.tensor([0.0 if done else self.discount for done in ended])
         return expansion._replace(reward=torch.tensor(rewards), discount=discount)

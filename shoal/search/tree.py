@@ -115,7 +115,7 @@ def grow(tree: Tree, capacity: int) -> Tree:
         return tree
     shape = None if tree.embeddings is None else tuple(tree.embeddings.shape[2:])
     bigger = empty_tree(tree.batch, capacity, tree.num_actions, tree.node_visits.device, shape)
-    out = {}
+    out: dict[str, Any] = {}
     for field in fields(Tree):
         name = field.name
         old, new = getattr(tree, name), getattr(bigger, name)
@@ -173,6 +173,7 @@ def subtree(tree: Tree, actions: torch.Tensor) -> Tree:
         if tree.embeddings is None:
             out.states[b][:count] = [tree.states[b][int(i)] for i in old]
         else:
+            assert out.embeddings is not None  # (made like the tree's)
             out.embeddings[b, :count] = tree.embeddings[b, old]
         out.size[b] = count
         out.q_min[b], out.q_max[b] = tree.q_min[b], tree.q_max[b]
@@ -216,7 +217,7 @@ def restore_tree(
     """A tree from `tree_arrays`, its per-node states rebuilt: node 0 of tree ``b`` is
     ``roots[b]``, and every other node is ``step(parent's state, action from the parent)``
     (parents come first, so one pass in index order rebuilds them all)."""
-    values = {name: arrays[name] for name in ARRAYS}
+    values: dict[str, Any] = {name: arrays[name] for name in ARRAYS}
     batch, capacity = values["node_visits"].shape
     states: list[list[Any]] = []
     if values["embeddings"] is None:
