@@ -169,7 +169,8 @@ class ReplayBuffer:
         self.terminated[row] = terminated
         self.truncated[row] = truncated
         self.valid[row] = valid
-        if action_mask is not None and self.action_mask is not None:
+        if action_mask is not None:
+            assert self.action_mask is not None, "masks need a buffer made with action_mask_dim"
             self.action_mask[row] = action_mask
         self._rows_written += 1
         # This write completes the window (and bootstrap row) of the row n_step back.
