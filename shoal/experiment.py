@@ -229,6 +229,28 @@ def _save_status(experiment: Experiment, status: dict[str, dict[str, Any]]) -> N
     os.replace(temporary, path)
 
 
+def _same_plan(experiment: Experiment, held: dict[str, Any]) -> bool:
+    """Whether the plan a directory holds (``experiment.json`` and its ``configs/``) is
+    ``experiment``'s though its fingerprint differs: the same runs, each config equal once
+    read by this shoal. So a shoal that added a config field (its default keeping the old
+    behaviour) resumes the experiments an older one started; a changed value is refused."""
+    if [r.get("name") for r in held.get("runs", [])] != [r.name for r in experiment.runs]:
+        return False
+    for run in experiment.runs:
+        path = experiment.directory / "configs" / f"{run.name}.yaml"
+        try:
+            saved = yaml.safe_load(path.read_text())
+            if saved["algo"] != run.algo:
+                return False
+            spec_cls = get_algorithm(run.algo).config_cls
+            config = from_dict(spec_cls, saved["config"], path=str(path))
+        except (OSError, KeyError, TypeError, yaml.YAMLError, ShoalError):
+            return False
+        if json.loads(json.dumps(dataclasses.asdict(config), default=list)) != run.config:
+            return False
+    return True
+
+
 def prepare(experiment: Experiment) -> dict[str, dict[str, Any]]:
     """Create the directory and its plan, or check that it holds this experiment; the runs'
     status (running ones from an interrupted start become pending)."""
@@ -236,7 +258,7 @@ def prepare(experiment: Experiment) -> dict[str, dict[str, Any]]:
     plan_file = directory / "experiment.json"
     if plan_file.exists():
         held = json.loads(plan_file.read_text())
-        if held.get("fingerprint") != experiment.fingerprint:
+        if held.get("fingerprint") != experiment.fingerprint and not _same_plan(experiment, held):
             raise ShoalError(
                 f"{directory} holds the runs of another experiment ({held.get('name')!r}, "
                 f"{len(held.get('runs', []))} runs); give this one another directory (--dir)"

@@ -11,6 +11,7 @@ import time
 
 import pytest
 import torch
+import yaml
 
 import shoal
 from shoal.errors import ConfigError, ShoalError
@@ -59,6 +60,34 @@ def test_bad_files_are_refused_before_any_run(tmp_path):
     with pytest.raises(ConfigError, match="10,000 at most"):
         plan(spec(axes={"optim.lr": [1e-3, 2e-3]}, seeds=5_001), tmp_path / "f")
     assert not (tmp_path / "a").exists()
+
+
+def test_a_plan_from_an_older_shoal_resumes_unless_a_value_changed(tmp_path):
+    """A directory planned by a shoal without a config field this one has (its saved
+    configs lack the field, so the fingerprint differs) is the same plan when the field's
+    default is what the old shoal did; a run whose saved value differs is another plan."""
+    from shoal.experiment import prepare
+
+    experiment = plan(spec(axes={"optim.lr": [1e-3, 2e-3]}), tmp_path / "exp")
+    prepare(experiment)
+    held = experiment.directory / "experiment.json"
+    old = json.loads(held.read_text())
+    old["fingerprint"] = "0123456789abcdef"  # what the older shoal hashed
+    held.write_text(json.dumps(old))
+    saved = experiment.directory / "configs" / f"{experiment.runs[0].name}.yaml"
+    config = yaml.safe_load(saved.read_text())
+    del config["config"]["target_kl"]  # a field the older shoal lacked (default None)
+    saved.write_text(yaml.safe_dump(config))
+    status = prepare(experiment)
+    assert set(status) == {r.name for r in experiment.runs}
+    assert json.loads(held.read_text())["fingerprint"] == experiment.fingerprint
+    assert "target_kl" in yaml.safe_load(saved.read_text())["config"]  # rewritten
+
+    held.write_text(json.dumps(old))
+    config["config"]["optim"]["lr"] = 5e-3
+    saved.write_text(yaml.safe_dump(config))
+    with pytest.raises(ShoalError, match="holds the runs of another experiment"):
+        prepare(experiment)
 
 
 def test_runs_in_parallel_and_records_a_failure(tmp_path):

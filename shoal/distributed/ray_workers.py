@@ -205,12 +205,21 @@ class WorkerPool:
             self.submit(i, method, *args)
 
     def stream(
-        self, method: str, args: Callable[[int], tuple] = lambda i: (), in_flight: int = 1
+        self,
+        method: str,
+        args: Callable[[int], tuple] = lambda i: (),
+        in_flight: int = 1,
+        in_turn: bool = False,
     ) -> Iterator[tuple[int, Any]]:
         """Results of ``method`` as workers finish them, fastest first: each worker keeps
         ``in_flight`` requests queued and gets a new one (with ``args(i)`` of that moment)
         as soon as one of its results is taken. Close the iterator to stop; results still
-        in flight then are dropped."""
+        in flight then are dropped.
+
+        ``in_turn``: results are taken in turn instead, worker 0, 1, ..., n - 1, 0, ...
+        (each worker's oldest request), waiting for the worker whose turn it is. Workers
+        still run at once; which result is taken, and so what each new request is sent,
+        is then a matter of counting, not of timing."""
         # Each request remembers the actor it went to: one that died after the owner already
         # replaced it (a failed `set_weights` found the death first) is re-issued to the new
         # actor without counting a second restart for the same failure.
@@ -222,9 +231,13 @@ class WorkerPool:
         for i in range(len(self.workers)):
             for _ in range(in_flight):
                 request(i)
+        turn = 0
         try:
             while pending:
-                [ref], _ = ray.wait(list(pending), num_returns=1)
+                if in_turn:  # ray.get below waits for it
+                    ref = next(r for r, (w, _) in pending.items() if w == turn)
+                else:
+                    [ref], _ = ray.wait(list(pending), num_returns=1)
                 i, actor = pending.pop(ref)
                 try:
                     result = ray.get(ref)
@@ -239,6 +252,7 @@ class WorkerPool:
                         request(i)
                     continue
                 self._failures_in_a_row[i] = 0
+                turn = (i + 1) % len(self.workers)
                 yield i, result
                 request(i)
         finally:

@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from board_games import shallow_minimax
 from state_helpers import assert_states_equal, metric_rows
 
 import shoal
@@ -36,7 +37,8 @@ SMALL = {
                                     "pettingzoo:pettingzoo.classic.tictactoe_v3"])  # fmt: skip
 def test_smoke_trains_and_deploys_the_network(env_id, tmp_path):
     result = shoal.train("alphazero", env=env_id, total_steps=64, run_dir=str(tmp_path / "r"),
-                         **{**SMALL, "arena_every": 2, "arena_games": 2})  # fmt: skip
+                         **{**SMALL, "arena_every": 2, "arena_games": 2,
+                            **shallow_minimax(env_id)})  # fmt: skip
     assert result.env_steps == 64 and result.iterations == 4
     rows = metric_rows(tmp_path / "r")
     assert any("loss/policy" in row for row in rows)

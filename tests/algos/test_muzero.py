@@ -3,6 +3,7 @@ resume, refused settings, and a support too small for the returns."""
 
 import numpy as np
 import pytest
+from board_games import shallow_minimax
 from state_helpers import assert_states_equal, metric_rows
 
 import shoal
@@ -111,7 +112,7 @@ def test_two_player_games_as_self_play(env_id, tmp_path):
     """A board game as self-play with discount -1: legal moves at the root, matches against
     a random and a minimax player as its evaluation, and `shoal eval` plays matches too."""
     result = shoal.train("muzero", env=env_id, total_steps=96, run_dir=str(tmp_path / "r"),
-                         **GAME)  # fmt: skip
+                         **GAME, **shallow_minimax(env_id))  # fmt: skip
     assert result.env_steps == 96
     rows = metric_rows(tmp_path / "r")
     assert any("eval/vs_minimax/score" in row for row in rows)

@@ -188,6 +188,36 @@ def test_one_killed_worker_counts_as_one_restart_when_a_call_finds_it_first():
         pool.close()
 
 
+def test_stream_in_turn_takes_results_in_worker_order():
+    """Worker 0 is much slower than worker 1 (taken as they finish, worker 1's results
+    would come first and most often); in turn, the order is 0, 1, 0, 1, ... and each new
+    request is sent the arguments of the moment its worker's result was taken."""
+    from shoal.distributed.ray_workers import WorkerPool
+
+    class Delayed:  # defined here so that Ray ships it by value to its workers
+        def __init__(self, delay: float):
+            self.delay = delay
+
+        def work(self, sent: int) -> int:
+            time.sleep(self.delay)
+            return sent
+
+    pool = WorkerPool(Delayed, lambda i: ((0.3, 0.0)[i],), 2, name="worker")
+    try:
+        taken = []
+        stream = pool.stream("work", lambda i: (len(taken),), in_turn=True)
+        for i, sent in stream:
+            taken.append((i, sent))
+            if len(taken) == 5:
+                break
+        stream.close()
+        # The first two requests were sent at the start (0 taken); worker 0's second was
+        # sent once 1 result was taken, worker 1's once 2 were, and so on.
+        assert taken == [(0, 0), (1, 0), (0, 1), (1, 2), (0, 3)]
+    finally:
+        pool.close()
+
+
 def test_impala_counts_a_killed_runner_once():
     """IMPALA over 2 Ray runners, one killed mid-run: exactly one restart is reported."""
     from shoal.algos.policy_gradient.impala import IMPALA, IMPALAConfig

@@ -32,7 +32,8 @@ learner restarts with an empty replay and trains again once it holds ``learning_
 transitions. Checkpoints hold the master networks, learner 0's optimizer and the counters,
 not the replays nor the collectors' envs: a resumed run refills replay (every learner starts
 from the saved learner state) and restarts episodes, so it goes on, not exactly. Arrival
-order depends on timing: two runs of one seed are alike, not bit-identical.
+order depends on timing: two runs of one seed are alike, not bit-identical, unless
+``results_in_turn`` fixes the order.
 
 Collection is MADDPG's own: a `shoal.collect.multi_agent.MultiAgentRunner` with MADDPG's
 acting side in each collector, its rollouts turned into MADDPG's replay rows there.
@@ -106,6 +107,11 @@ class DistributedMADDPGConfig:
     """Learner actors, each with a full MADDPG learner and replay (Biswas and Biswas: two)."""
     sync_every: int = 4
     """Gradient steps a learner takes from the master networks before sending its own."""
+    results_in_turn: bool = False
+    """Apply learner results in turn (learner 0, 1, ..., 0, ...) instead of as they arrive.
+    Learners still train at once from the master of their call's moment, so results are
+    as stale as with learners of equal speed, but which one is applied next is counted,
+    not timed: two runs of one seed are then identical (the learning test uses this)."""
 
     def __post_init__(self) -> None:
         check_positive(self, "num_learners", "sync_every")
@@ -342,7 +348,8 @@ class DistributedMADDPG:
         if self.owed <= 0:
             return trained, lags
         if self._stream is None:
-            self._stream = self.learners.stream("train", self._train_args)
+            in_turn = self.config.results_in_turn
+            self._stream = self.learners.stream("train", self._train_args, in_turn=in_turn)
         while self.owed > 0:
             j, result = next(self._stream)
             if result.error is not None:
