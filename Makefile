@@ -47,11 +47,15 @@ docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # One pytest worker per core (pytest-xdist); the tests that share the local Ray run in one.
+# shoal's bytecode is compiled first: the tests start many processes (Ray actors, the CLI),
+# and where PYTHONDONTWRITEBYTECODE is set each would compile shoal again (0.5 s each).
 test: lint
+	$(BIN)/python -m compileall -q shoal
 	$(BIN)/python -m pytest -q -n auto --dist loadgroup --durations=10
 
-# Long learning checks (PPO on Atari Breakout in float32, and in bfloat16 where the CPU has it:
-# 15-28 minutes each on 2 cores), not part of CI.
+# Long learning checks, not part of CI: PPO on Atari Pong and Breakout (float32, and bfloat16
+# where the CPU has it: 15-28 minutes each on 2 cores), and learning checks of 1-3 minutes
+# beside the other tests (MuZero on CartPole, distributed MADDPG, MADDPG with PER).
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow --durations=10
 

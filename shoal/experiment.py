@@ -243,7 +243,7 @@ def _same_plan(experiment: Experiment, held: dict[str, Any]) -> bool:
             if saved["algo"] != run.algo:
                 return False
             spec_cls = get_algorithm(run.algo).config_cls
-            config = from_dict(spec_cls, saved["config"], path=str(path))
+            config: Any = from_dict(spec_cls, saved["config"], path=str(path))
         except (OSError, KeyError, TypeError, yaml.YAMLError, ShoalError):
             return False
         if json.loads(json.dumps(dataclasses.asdict(config), default=list)) != run.config:

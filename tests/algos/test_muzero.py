@@ -90,11 +90,13 @@ def test_a_support_too_small_for_the_returns_says_what_it_needs(tmp_path):
                     **{**SMALL, "support_size": 1, "n_step": 50})  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.learning
 def test_learns_cartpole_with_its_own_model(tmp_path):
-    """The tuned example's settings for 10,240 env steps (about a minute on one core): the
-    search in the learned model, greedy, keeps the pole up for 150+ steps on average over 5
-    episodes (a random policy: about 22)."""
+    """The tuned example's settings for 10,240 env steps (about a minute on one core, 160 s
+    beside the other tests: in the slow tier): the search in the learned model, greedy,
+    keeps the pole up for 150+ steps on average over 5 episodes (a random policy: about
+    22)."""
     result = shoal.train(tuned="muzero-cartpole", seed=0, total_steps=10_240,
                          run_dir=str(tmp_path / "r"),
                          **{"run.console": False, "run.eval_every_steps": 10_240,
