@@ -14,7 +14,9 @@ from shoal.data.offline import Episode, read_dataset, write_dataset
 from shoal.errors import ConfigError, DatasetError, NaNLossError, UnsupportedSpaceError
 from shoal.train.checkpoint import load_checkpoint
 
-pytestmark = pytest.mark.extra("offline")
+# One pytest-xdist worker runs them all: the module's Pendulum datasets (about 45 s to make)
+# are then made once, not once on each worker.
+pytestmark = [pytest.mark.extra("offline"), pytest.mark.xdist_group("offline")]
 
 LEARNERS = ("bc", "cql", "iql-offline", "td3-bc")
 SMALL = {"model.hidden": (32, 32), "replay.batch_size": 32, "run.eval_every_steps": 0}
