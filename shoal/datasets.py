@@ -23,6 +23,7 @@ from shoal.config import EnvConfig, from_dict, replace, to_dict
 from shoal.data.offline import episodes_from_replay, write_dataset
 from shoal.envs import VectorEnv, make_env
 from shoal.errors import DatasetError, ShoalError
+from shoal.policy import ActorPolicy, JointPolicy
 from shoal.registry import get_algorithm
 from shoal.train.checkpoint import load_checkpoint
 
@@ -64,19 +65,25 @@ def collect(
         raise ShoalError("--from-replay exports a run's saved replay buffer: name the run")
     checkpoint = None if run is None else load_checkpoint(run, trust_code=trust_code)
     if checkpoint is not None:
-        env_config = from_dict(get_algorithm(checkpoint.meta["algo"]).config_cls,
-                               checkpoint.config).env  # fmt: skip
+        env_config: EnvConfig = from_dict(get_algorithm(checkpoint.meta["algo"]).config_cls,
+                                          checkpoint.config).env  # fmt: skip
     else:
         env_config = from_dict(EnvConfig, {"id": env})
     if env is not None:
         env_config = replace(env_config, id=env)
+    if env_config.global_state:
+        raise ShoalError(
+            f"{run or env} has env.global_state (MAPPO's critic input) on: its observations "
+            "are packed with the global state, which datasets cannot hold yet; collect from "
+            "a run without it (IPPO, or a single-agent run)"
+        )
     env_config = replace(env_config, num_envs=num_envs, normalize_obs=False,
                          normalize_reward=False, atari_training=False)  # fmt: skip
-    policy = None if run is None else load(run, trust_code=trust_code)
+    policy = None if run is None else _one_agent(load(run, trust_code=trust_code), run)
     vector_env = make_env(env_config)
     space = vector_env.action_space
     try:
-        if from_replay:
+        if from_replay and run is not None:  # (a run is required with from_replay, above)
             data = episodes_from_replay(_saved_replay(run, checkpoint))
             collector = f"the replay buffer of {run}"
         elif policy is None:
@@ -90,7 +97,9 @@ def collect(
                          f"noise {noise:g}, epsilon {epsilon:g})")  # fmt: skip
         random_score = _mean_score(random_policy(space, seed + 1), vector_env, ref_episodes,
                                    seed + 1)  # fmt: skip
-        reference = load(expert, trust_code=trust_code) if expert is not None else policy
+        reference = policy
+        if expert is not None:
+            reference = _one_agent(load(expert, trust_code=trust_code), expert)
         expert_score = ref_max_score
         if reference is not None and expert_score is None:
             expert_score = _mean_score(lambda obs: reference.act(obs, deterministic=True),
@@ -107,6 +116,14 @@ def collect(
         metadata["algorithm_name"] = checkpoint.meta["algo"]
     return write_dataset(out, data, vector_env.observation_space, space, described,
                          random_score, expert_score, metadata)  # fmt: skip
+
+
+def _one_agent(policy: ActorPolicy | JointPolicy, run: str | Path) -> ActorPolicy:
+    """``policy``, refused when it is a multi-agent run's: datasets hold one agent's
+    episodes of a Gymnasium env."""
+    if isinstance(policy, JointPolicy):
+        raise ShoalError(f"{run} is a multi-agent run: offline datasets are single-agent")
+    return policy
 
 
 def _saved_replay(run: str | Path, checkpoint: Any) -> dict[str, Any]:

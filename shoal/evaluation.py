@@ -13,6 +13,7 @@ import copy
 from typing import Any
 
 import numpy as np
+import torch
 
 from shoal.collect.evaluate import evaluate_episodes, evaluate_joint_episodes
 from shoal.config import replace
@@ -144,7 +145,9 @@ class Evaluation:
                              f", not {which!r}")  # fmt: skip
         group = self.policy.groups[0]
         model = copy.deepcopy(self.policy.model)
-        model.models[group].load_state_dict(weights[which])
+        models = model.models  # each policy's network (`shoal.nn.policy_set.PolicySet`)
+        assert isinstance(models, torch.nn.ModuleDict), type(models)
+        models[group].load_state_dict(weights[which])
         return JointPolicy(model, self.policy.config)
 
     def players(self, groups: dict[str, Any]) -> dict[str, str]:

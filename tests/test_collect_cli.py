@@ -41,6 +41,19 @@ def test_collect_refuses_bad_options(tmp_path, capsys):
     assert "iql-offline" in capsys.readouterr().out
 
 
+def test_a_run_with_a_global_state_is_refused(tmp_path, capsys):
+    """MAPPO's observations carry the critic's global state packed beside each agent's own:
+    refused with what to do instead, before anything is written (it wrote a dataset that
+    could not be read)."""
+    run = shoal.train("mappo", env="shoal/spread-v0", total_steps=64, quiet=True,
+                      run_dir=str(tmp_path / "run"),
+                      **{"env.num_envs": 2, "num_steps": 32, "minibatch_size": 64,
+                         "run.eval_every_steps": 0})  # fmt: skip
+    assert main(["collect", str(run.run_dir), "--out", str(tmp_path / "x")]) == 2
+    assert "has env.global_state (MAPPO's critic input) on" in capsys.readouterr().out
+    assert not (tmp_path / "x").exists()
+
+
 def test_a_recipe_trains_its_source_once_and_collects_at_its_step(tmp_path, monkeypatch):
     source = Source("tiny-sac", "sac-pendulum",
                     {"seed": 0, "run.total_steps": 400, "run.target_return": None,
