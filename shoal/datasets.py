@@ -119,10 +119,14 @@ def collect(
 
 
 def _one_agent(policy: ActorPolicy | JointPolicy, run: str | Path) -> ActorPolicy:
-    """``policy``, refused when it is a multi-agent run's: datasets hold one agent's
-    episodes of a Gymnasium env."""
+    """``policy``, refused when it is the joint policy of several agent groups: a dataset
+    holds the episodes of one policy (one agent's, or each agent's of a shared group)."""
     if isinstance(policy, JointPolicy):
-        raise ShoalError(f"{run} is a multi-agent run: offline datasets are single-agent")
+        raise ShoalError(
+            f"{run} has several agent groups, each with its own policy: a dataset holds one "
+            "policy's episodes; collect from a run whose agents share one policy (IPPO on "
+            "one group) or a single-agent run"
+        )
     return policy
 
 

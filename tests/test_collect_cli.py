@@ -54,6 +54,18 @@ def test_a_run_with_a_global_state_is_refused(tmp_path, capsys):
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.extra("pettingzoo")
+def test_a_run_of_several_agent_groups_is_refused(tmp_path, capsys):
+    """simple_adversary's adversary and agents are two groups with their own policies."""
+    run = shoal.train("ippo", env="pettingzoo:mpe2.simple_adversary_v3", total_steps=64,
+                      quiet=True, run_dir=str(tmp_path / "run"),
+                      **{"env.num_envs": 2, "num_steps": 32, "minibatch_size": 64,
+                         "run.eval_every_steps": 0})  # fmt: skip
+    assert main(["collect", str(run.run_dir), "--out", str(tmp_path / "x")]) == 2
+    assert "has several agent groups, each with its own policy" in capsys.readouterr().out
+    assert not (tmp_path / "x").exists()
+
+
 def test_a_recipe_trains_its_source_once_and_collects_at_its_step(tmp_path, monkeypatch):
     source = Source("tiny-sac", "sac-pendulum",
                     {"seed": 0, "run.total_steps": 400, "run.target_return": None,
