@@ -462,7 +462,10 @@ def read_tuned(path: str | Path) -> TunedExample:
     if unknown:
         raise ConfigError(f"{path}: unknown top-level keys {sorted(unknown)}")
     get_algorithm(data["algo"])
-    config = dict(data.get("config") or {})
+    config = data.get("config") or {}
+    if not isinstance(config, dict):
+        raise ConfigError(f"{path}: config must be a mapping of fields, got {config!r}")
+    config = dict(config)
     if "callbacks" in data:  # a top-level shorthand for run.callbacks
         callbacks = data["callbacks"]
         if isinstance(callbacks, str) or not isinstance(callbacks, list):

@@ -9,7 +9,7 @@ import string
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import shoal
@@ -78,6 +78,9 @@ yaml_text = st.one_of(
 
 @EXAMPLES
 @given(text=yaml_text)
+@example(text="algo: PPO\nconfig:\n ?")  # a null field name (found by this test)
+@example(text="algo: PPO\nconfig: A")  # a config that is not a mapping
+@example(text="algo: PPO\nconfig: 1")
 def test_random_yaml_configs_load_or_are_refused(text, tmp_path):
     from shoal.registry import read_tuned
 

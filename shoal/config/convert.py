@@ -52,6 +52,9 @@ def from_dict(cls: type[T], data: dict[str, Any], path: str = "", base: T | None
     """
     if not isinstance(data, dict):
         raise ConfigError(f"{path or cls.__name__} must be a mapping, got {data!r}")
+    for key in data:
+        if not isinstance(key, str):
+            raise ConfigError(f"{path or cls.__name__}: field names are text, got {key!r}")
     data = upgrade(cls, data, path)
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(typing.cast(Any, cls)) if f.init}
