@@ -214,7 +214,12 @@ def build(spec: dict[str, Any], values: dict[str, Any], seed: int, run_dir: Path
     run.update(seed=seed, run_dir=str(run_dir), console=False)
     overrides["run"] = run
     config = from_dict(spec_cls, overrides, path=f"experiment {spec['name']}", base=config)
-    return str(algo), json.loads(json.dumps(dataclasses.asdict(config), default=list))
+    return str(algo), plain(config)
+
+
+def plain(config: Any) -> dict[str, Any]:
+    """A config as the plan stores it: JSON's types (tuples as lists)."""
+    return json.loads(json.dumps(dataclasses.asdict(config), default=list))
 
 
 def _status(experiment: Experiment) -> dict[str, dict[str, Any]]:
@@ -246,7 +251,7 @@ def _same_plan(experiment: Experiment, held: dict[str, Any]) -> bool:
             config: Any = from_dict(spec_cls, saved["config"], path=str(path))
         except (OSError, KeyError, TypeError, yaml.YAMLError, ShoalError):
             return False
-        if json.loads(json.dumps(dataclasses.asdict(config), default=list)) != run.config:
+        if plain(config) != run.config:
             return False
     return True
 
