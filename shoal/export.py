@@ -32,6 +32,7 @@ from shoal.envs.composite import PackedActions, PackedObs
 from shoal.envs.make import make_multi_agent_env
 from shoal.envs.multi_agent import is_multi_agent_id
 from shoal.envs.normalize import RunningMeanStd
+from shoal.envs.shapes import as_discrete, shape_of
 from shoal.errors import ShoalError
 from shoal.nn.recurrent import is_recurrent
 from shoal.policy import ActorPolicy, JointPolicy
@@ -40,8 +41,12 @@ FORMATS = ("onnx", "torchscript")
 SUFFIX = {"onnx": ".onnx", "torchscript": ".pt"}
 
 
-class DeterministicActor(nn.Module):
-    """``obs -> action``: normalization (frozen statistics), then the policy's mode."""
+class _NormalizedInput(nn.Module):
+    """What every exported actor does first: a MAPPO-style critic part appended as zeros,
+    then normalization with the run's frozen statistics (`normalize`)."""
+
+    mean: torch.Tensor
+    std: torch.Tensor
 
     def __init__(self, policy: ActorPolicy) -> None:
         super().__init__()
@@ -65,11 +70,15 @@ class DeterministicActor(nn.Module):
             x = torch.clamp((x - self.mean) / self.std, -self.clip, self.clip)
         return x
 
+
+class DeterministicActor(_NormalizedInput):
+    """``obs -> action``: normalization (frozen statistics), then the policy's mode."""
+
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.model.distribution(self.normalize(obs)).mode()
 
 
-class MaskedDeterministicActor(DeterministicActor):
+class MaskedDeterministicActor(_NormalizedInput):
     """``(obs, action_mask) -> action`` for a policy trained with legal-action masks: the
     file takes the mask ``[B, A]`` (True: legal) as its second input and never picks an
     illegal action, as ``policy.act(obs, action_mask=m)``."""
@@ -78,9 +87,11 @@ class MaskedDeterministicActor(DeterministicActor):
         return self.model.distribution(self.normalize(obs), action_mask.bool()).mode()
 
 
-class RecurrentDeterministicActor(DeterministicActor):
+class RecurrentDeterministicActor(_NormalizedInput):
     """``(obs, state) -> (action, next_state)`` for an LSTM actor-critic; ``state_size``
     (a buffer, kept in TorchScript files) is the LSTM's ``H``."""
+
+    state_size: torch.Tensor
 
     def __init__(self, policy: ActorPolicy) -> None:
         super().__init__(policy)
@@ -115,13 +126,15 @@ def critic_part(space: gym.Space | None) -> int:
     """Columns of a centralized critic's input at the end of a MAPPO-style observation
     (``Dict(actor=..., critic=...)``, stored as one row); 0 for other spaces."""
     if isinstance(space, gym.spaces.Dict) and set(space.spaces) == {"actor", "critic"}:
-        return int(np.prod(space["critic"].shape))
+        return int(np.prod(shape_of(space["critic"])))
     return 0
 
 
 def actor_space(space: gym.Space) -> gym.Space:
     """What the exported policy reads: the actor's part of a MAPPO-style observation."""
-    return space["actor"] if critic_part(space) else space
+    if isinstance(space, gym.spaces.Dict) and critic_part(space):
+        return space["actor"]
+    return space
 
 
 def example_observations(space: gym.Space, batch: int, seed: int) -> np.ndarray:
@@ -178,8 +191,8 @@ def export(
         )
     obs = example_observations(actor_space(space), check, seed=0)
     full = obs
-    if critic_part(space):  # act reads the whole row: give it a random critic part
-        critic = example_observations(space["critic"], check, seed=1)
+    if isinstance(space, gym.spaces.Dict) and critic_part(space):  # act reads the whole row:
+        critic = example_observations(space["critic"], check, seed=1)  # a random critic part
         full = np.concatenate([obs.reshape(check, -1), critic.reshape(check, -1)], 1)
     if is_recurrent(policy.model):
         module: nn.Module = RecurrentDeterministicActor(policy).eval()
@@ -188,6 +201,7 @@ def export(
         names, outputs = ["obs", "state"], ["action", "next_state"]
     elif masked:
         module = MaskedDeterministicActor(policy).eval()
+        assert policy.action_space is not None  # a masked policy's actions are known
         mask = example_masks(policy.action_space, check, seed=2)
         inputs = (torch.as_tensor(obs), torch.as_tensor(mask))
         names, outputs = ["obs", "action_mask"], ["action"]
@@ -231,8 +245,9 @@ def has_mask(policy: ActorPolicy) -> bool:
 def example_masks(space: gym.Space, batch: int, seed: int) -> np.ndarray:
     """``batch`` random legal-action masks of a Discrete space, each with a legal action."""
     rng = np.random.default_rng(seed)
-    mask = rng.random((batch, int(space.n))) < 0.5
-    mask[np.arange(batch), rng.integers(0, int(space.n), batch)] = True
+    actions = int(as_discrete(space).n)
+    mask = rng.random((batch, actions)) < 0.5
+    mask[np.arange(batch), rng.integers(0, actions, batch)] = True
     return mask
 
 
@@ -272,6 +287,8 @@ def _write(module: nn.Module, inputs: tuple, names: list[str], outputs: list[str
                 dynamic_shapes=shapes, dynamo=True, verbose=False,
             )  # fmt: skip
         quiet.setLevel(level)
+        if program is None:
+            raise ShoalError(f"{path}: torch.onnx.export returned no program")
         program.save(str(path))
 
 

@@ -56,10 +56,10 @@ class Layer:
     layer) of ``[out, in (+1)]`` matrices, the bias as the last column."""
 
     name: str
-    weight: nn.Parameter
+    weight: Tensor
     """``[out, in]`` (linear), ``[out, C, kh, kw]`` (convolution) or ``[M, in, out]``
     (`ParallelMLP`)."""
-    bias: nn.Parameter | None
+    bias: Tensor | None
     conv: nn.Conv2d | None = None
     parallel: bool = False
 
@@ -68,8 +68,10 @@ class Layer:
         location of a convolution) of the layer's inputs and of the gradient at its output."""
         if self.conv is not None:
             conv = self.conv
+            padding = conv.padding
+            assert not isinstance(padding, str)  # refused in covered_layers
             patches = functional.unfold(
-                inputs, conv.kernel_size, conv.dilation, conv.padding, conv.stride
+                inputs, conv.kernel_size, conv.dilation, padding, conv.stride
             )  # [B, C kh kw, L]
             a = patches.transpose(1, 2).reshape(-1, patches.shape[1])
             g = grad.flatten(2).transpose(1, 2).reshape(-1, grad.shape[1])
@@ -117,7 +119,7 @@ def covered_layers(model: nn.Module) -> list[Layer]:
             )
         if isinstance(module, MLP):
             inside_mlp.update(module.layers)
-            for i, linear in enumerate(module.layers):
+            for i, linear in enumerate(module.linears):
                 layers.append(Layer(f"{name}.layers.{i}", linear.weight, linear.bias))
         elif isinstance(module, ParallelMLP):
             for i, (weight, bias) in enumerate(zip(module.weights, module.biases, strict=True)):
@@ -127,6 +129,11 @@ def covered_layers(model: nn.Module) -> list[Layer]:
         elif isinstance(module, nn.Conv2d):
             if module.groups != 1:
                 raise ConfigError(f"K-FAC does not cover the grouped convolution {name!r}")
+            if isinstance(module.padding, str):
+                raise ConfigError(
+                    f"K-FAC needs the convolution {name!r}'s padding as numbers, not "
+                    f"{module.padding!r}"
+                )
             layers.append(Layer(name, module.weight, module.bias, conv=module))
     return layers
 
@@ -231,7 +238,11 @@ class KFAC(torch.optim.Optimizer):
             )
         decay = self.defaults["stat_decay"]
         for index, (layer, grad) in enumerate(zip(self.layers, on_path, strict=True)):
-            slots = [slot for slot in self._records.get(index, []) if slot[1] is not None]
+            slots = [
+                (inputs, out_grad)
+                for inputs, out_grad in self._records.get(index, [])
+                if inputs is not None and out_grad is not None
+            ]
             if grad is None:
                 continue  # not on the path of this loss
             if not slots:
@@ -297,6 +308,7 @@ class KFAC(torch.optim.Optimizer):
             weight_grad, bias_grad = layer.unpack(matrix)
             directions[layer.weight], grads[layer.weight] = weight_dir, weight_grad
             if layer.bias is not None:
+                assert bias_dir is not None and bias_grad is not None  # the layer has a bias
                 directions[layer.bias], grads[layer.bias] = bias_dir, bias_grad
         for p in group["params"]:
             if p.grad is not None and p not in directions:

@@ -34,7 +34,8 @@ class ActorPolicy:
         observation_space: gym.Space | None = None,
         action_space: gym.Space | None = None,
     ):
-        self.model = model.cpu().eval()
+        network: Any = model.cpu().eval()  # a network with distribution(obs[, mask])
+        self.model = network
         self.config = config
         """The training config, when loaded from a run (``shoal.load``)."""
         self.observation_space = observation_space
@@ -104,6 +105,7 @@ class ActorPolicy:
                                                    gym.spaces.MultiDiscrete)):  # fmt: skip
             return False
         shape = np.shape(obs)
+        assert space.shape is not None  # these four spaces have shapes
         if shape == space.shape:
             return True
         if shape[1:] == space.shape and len(shape) == len(space.shape) + 1:
@@ -121,9 +123,10 @@ class JointPolicy:
     ``act_joint({group: obs}, deterministic)`` (`shoal.nn.multi_agent.JointActors`)."""
 
     def __init__(self, model: nn.Module, config: Any = None):
-        self.model = model.cpu().eval()
+        team: Any = model.cpu().eval()  # a team network with groups and act_joint
+        self.model = team
         self.config = config
-        self.groups = list(model.groups)
+        self.groups = list(team.groups)
         self.fixed: dict[str, Any] = {}
         """Groups that act by a fixed policy instead of the trained one (`with_fixed`)."""
 
@@ -229,7 +232,8 @@ class GroupPolicy:
         rows = self.layout.rows(own, state)
         mask = None if action_mask is None else action_mask[self.group].reshape(batch * agents, -1)
         actions = self.policy.act(rows, deterministic=deterministic, action_mask=mask)
-        shape = self.policy.action_space.shape if self.policy.action_space is not None else ()
+        space = self.policy.action_space
+        shape = space.shape if space is not None and space.shape is not None else ()
         out = {self.group: np.asarray(actions).reshape(batch, agents, *shape)}
         for name, opponent in self.opponents.items():
             out[name] = opponent.act(obs[name], None if action_mask is None else action_mask[name])

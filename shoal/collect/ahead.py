@@ -35,7 +35,7 @@ class Ahead(NamedTuple):
     """A rollout sampled ahead: its index in the run, the rollout and its finished
     episodes, and the weight version it acted with."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # shadows tuple.index, as a field may
     rollout: Rollout
     episodes: EpisodeStats
     version: int
@@ -117,7 +117,9 @@ class AheadSampler:
             with self._cond:
                 version = self.version_for(self.next_index)
                 self._cond.wait_for(
-                    lambda v=version: self._parking or self._closing or v in self.snapshots
+                    lambda v=version: (  # type: ignore[misc]
+                        self._parking or self._closing or v in self.snapshots
+                    )
                 )
                 if self._closing or version not in self.snapshots:
                     return  # closed, or parked with nothing more it may sample

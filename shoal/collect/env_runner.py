@@ -61,7 +61,10 @@ class EnvRunner:
             torch.manual_seed(torch_seed)
             set_compute_threads(1)
         self.env = make_env(env_config)
-        self.model = model_fn(self.env.observation_space, self.env.action_space)
+        # An nn.Module; recurrent ones add initial_state/step/step_value, exploring ones
+        # exploration_state: members by kind, hence Any.
+        model: Any = model_fn(self.env.observation_space, self.env.action_space)
+        self.model = model
         self.model.requires_grad_(False)
         act_with_running_statistics(self.model)
         # Small MLP actor-critics act through NumPy (`shoal.fast`) unless told otherwise: the
@@ -137,6 +140,7 @@ class EnvRunner:
         for t in range(self.num_steps):
             if masked:
                 obs = storage.write_obs(t, self.obs)
+                assert env.action_mask is not None  # the storage has masks when the env does
                 mask = storage.write_action_mask(t, env.action_mask)
                 out = model.act(obs, action_mask=mask)
             else:
@@ -159,6 +163,7 @@ class EnvRunner:
         storage, env, model = self.storage, self.env, self.model
         episodes = FinishedEpisodes()
         initial = state = self.policy_state
+        assert state is not None  # set in __init__ for recurrent models
         step_states = None
         if getattr(model, "stores_step_states", False):
             step_states = torch.empty(self.num_steps, *state.shape, dtype=state.dtype)
@@ -187,8 +192,8 @@ class EnvRunner:
             env_state = self.env.get_state()
         except EnvStateUnsupported:
             env_state = None
-        state = {"env": env_state, "obs": np.array(self.obs)}
-        if self.recurrent:
+        state: dict[str, Any] = {"env": env_state, "obs": np.array(self.obs)}
+        if self.policy_state is not None:  # recurrent models
             state["policy_state"] = self.policy_state.clone()
         if hasattr(self.model, "exploration_state"):  # e.g. an Ornstein-Uhlenbeck process
             state["exploration"] = self.model.exploration_state()
@@ -225,7 +230,7 @@ class FinishedEpisodes:
         self.returns: list[np.ndarray] = []
         self.lengths: list[np.ndarray] = []
         self.agents: list[np.ndarray] = []
-        self.infos: list[dict[str, np.ndarray]] = []
+        self.infos: list[dict[str, np.ndarray] | None] = []
 
     def add(self, result: StepResult) -> None:
         """The episodes (and the env's episode statistics) of one vector step."""
@@ -237,7 +242,7 @@ class FinishedEpisodes:
         if result.episode_info is not None:
             self.infos.append(result.episode_info)
 
-    def stats(self, agent_names: list[str] | None) -> EpisodeStats:
+    def stats(self, agent_names: tuple[str, ...] | None) -> EpisodeStats:
         """The finished episodes; per agent when the env's rows are agents
         (``agent_names``)."""
         return EpisodeStats(

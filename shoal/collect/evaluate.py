@@ -6,6 +6,7 @@ and lengths of the first episode of every env, and the env's own episode statist
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -104,7 +105,8 @@ def evaluate_episodes(
         if mask is None:
             actions = policy.act(obs, deterministic=deterministic)
         else:
-            actions = policy.act(obs, deterministic=deterministic, action_mask=mask)
+            masked: Any = policy  # a policy of a masked env takes the masks
+            actions = masked.act(obs, deterministic=deterministic, action_mask=mask)
         result = env.step(actions)
         done = np.flatnonzero(result.terminated | result.truncated)
         fresh = np.isnan(returns[done])

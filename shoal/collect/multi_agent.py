@@ -18,7 +18,7 @@ observation, and step ``t + 1`` is its autoreset step.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, overload
 
 import numpy as np
 
@@ -104,7 +104,9 @@ class MultiAgentEpisodes:
         (default: all), agents indexed in group order."""
         names = [a for g in groups or list(self.groups) for a in self.groups[g].agents]
         if not self.count:
-            return EpisodeStats(np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64), names)
+            return EpisodeStats(
+                np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64), tuple(names)
+            )
         k = self.count
         return EpisodeStats(
             np.concatenate([self.returns[a] for a in names]),
@@ -189,7 +191,8 @@ class MultiAgentRunner:
     def __init__(
         self, env: MultiAgentVectorEnv, acting: MultiAgentActing, num_steps: int, seed: int
     ):
-        self.env, self.acting, self.num_steps = env, acting, num_steps
+        self.env, self.num_steps = env, num_steps
+        self.acting: Any = acting  # its optional members are looked up (MultiAgentActing)
         self.groups = env.groups
         self.view = self._reset(seed)
 
@@ -232,13 +235,14 @@ class MultiAgentRunner:
     ) -> MultiAgentRollout:
         groups = list(self.groups)
         masked = views[0].action_mask is not None
+        states: list[Any] = [v.state for v in views]  # all arrays, or all None
 
-        def stacked(items: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        def stacked(items: list[Any]) -> dict[str, np.ndarray]:  # per-step dicts by group
             return {g: np.stack([item[g] for item in items]) for g in groups}
 
         return MultiAgentRollout(
             obs=stacked([v.obs for v in views]),
-            state=None if views[0].state is None else np.stack([v.state for v in views]),
+            state=None if states[0] is None else np.stack(states),
             action_mask=stacked([v.action_mask for v in views]) if masked else None,
             actions=stacked(actions),
             rewards=stacked([s.rewards for s in steps]),
@@ -289,6 +293,14 @@ class MultiAgentRunner:
 
     def close(self) -> None:
         self.env.close()
+
+
+@overload
+def _copy(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...
+
+
+@overload
+def _copy(arrays: None) -> None: ...
 
 
 def _copy(arrays: dict[str, np.ndarray] | None) -> dict[str, np.ndarray] | None:

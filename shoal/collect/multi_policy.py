@@ -25,6 +25,7 @@ from shoal.data.rollout import RolloutStorage
 from shoal.envs.agents_as_batch import AgentRows
 from shoal.envs.multi_agent import AgentGroup, MultiAgentStep, episode_ended
 from shoal.envs.policy_map import PolicyAgents, empty_actions
+from shoal.envs.shapes import shape_of
 from shoal.types import Rollout, StepResult
 
 _NO_EPISODES = np.zeros(0)
@@ -62,7 +63,7 @@ class MultiPolicyActing:
         groups: Mapping[str, AgentGroup],
         policies: Mapping[str, PolicyAgents],
         rows: Mapping[str, AgentRows],
-        models: Mapping[str, torch.nn.Module],
+        models: Mapping[str, Any],
         opponents: FixedGroups,
         num_steps: int,
         num_envs: int,
@@ -101,6 +102,7 @@ class MultiPolicyActing:
             for name, policy in self.policies.items():
                 storage, obs = self.storage[name], self._obs_rows(name, view)
                 if self.masked:
+                    assert masks is not None  # a masked run's env reports legal actions
                     legal = policy.gather(masks).reshape(obs.shape[0], -1)
                     tensor = storage.write_obs(t, obs)
                     mask = storage.write_action_mask(t, legal)
@@ -108,30 +110,33 @@ class MultiPolicyActing:
                 else:
                     out = self.actors[name].act(storage.write_obs_array(t, obs))
                 self._pending[name] = out
-                shape = policy.action_space.shape
+                shape = shape_of(policy.action_space)
                 chosen = np.asarray(out.actions).reshape(self.num_envs, policy.size, *shape)
                 if self.self_play is not None and self.self_play[0] == name:
-                    legal = None
-                    if self.masked:
-                        legal = policy.gather(masks).reshape(obs.shape[0], -1)
-                    chosen = self._snapshot_moves(chosen, obs, legal)
+                    legal_rows = None
+                    if self.masked and masks is not None:
+                        legal_rows = policy.gather(masks).reshape(obs.shape[0], -1)
+                    chosen = self._snapshot_moves(chosen, obs, legal_rows, self.self_play[1])
                 policy.scatter(chosen, actions)
         actions.update(self.opponents.act(view))
         return actions
 
     def _snapshot_moves(
-        self, chosen: np.ndarray, obs: np.ndarray, legal: np.ndarray | None
+        self,
+        chosen: np.ndarray,
+        obs: np.ndarray,
+        legal: np.ndarray | None,
+        seats: SelfPlaySeats,
     ) -> np.ndarray:
         """``chosen`` ``[B, seats, ...]`` with the opponents' seats played by their envs'
         snapshots (sampled actions; ``obs`` and ``legal`` are the policy's rows)."""
-        seats = self.self_play[1]
         chosen = np.array(chosen, copy=True)
         theirs = seats.opponent_rows()
         for sid in np.unique(seats.opponent):
             envs, seat = np.nonzero(theirs & (seats.opponent == sid)[:, None])
             rows = envs * seats.seats + seat
             x = torch.as_tensor(obs[rows])
-            model = seats.models[int(sid)]
+            model: Any = seats.models[int(sid)]  # an acting network (act)
             if legal is None:
                 out = model.act(x)
             else:
@@ -149,7 +154,7 @@ class MultiPolicyActing:
             if self.self_play is not None and self.self_play[0] == name:
                 masked_rows = masked_rows | self.self_play[1].opponent_rows().reshape(-1)
             result = StepResult(
-                obs=None,
+                obs=None,  # type: ignore[arg-type]  # storage writes rewards and flags only
                 reward=flat(step.rewards).astype(np.float32, copy=False),
                 terminated=flat(step.terminated),
                 truncated=flat(step.truncated),

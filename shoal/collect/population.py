@@ -97,7 +97,10 @@ class PopulationResult(NamedTuple):
 
 def _join(parts: Sequence[PopulationResult]) -> PopulationResult:
     seen = [p.obs_sums for p in parts if p.obs_sums is not None]  # empty parts have none
-    sums = tuple(np.concatenate([s[i] for s in seen]) for i in range(3)) if seen else None
+    sums = None
+    if seen:
+        count, total, squares = (np.concatenate([s[i] for s in seen]) for i in range(3))
+        sums = (count, total, squares)
     return PopulationResult(
         np.concatenate([p.returns for p in parts]),
         np.concatenate([p.lengths for p in parts]),
@@ -162,13 +165,15 @@ class PopulationEvaluator:
         return self._envs[num_envs]
 
     def vectors(
-        self, base: np.ndarray, individuals: Sequence[Individual] | np.ndarray
+        self, base: np.ndarray | None, individuals: Sequence[Individual] | np.ndarray
     ) -> np.ndarray:
         """``[K, D]`` float32: the parameters of each individual (an array is taken as is)."""
         if isinstance(individuals, np.ndarray):
             return individuals.astype(np.float32)
         if not individuals:
             return np.zeros((0, self.dim), np.float32)
+        if base is None:
+            raise ValueError("individuals given by their noise need the base parameter vector")
         return np.stack([individual_vector(base, i, self.noise) for i in individuals])
 
     @torch.inference_mode()

@@ -164,7 +164,7 @@ def concat_rollouts(parts: list[Rollout]) -> Rollout:
     ``last_obs`` and a recurrent ``policy_state``)."""
     if len(parts) == 1:
         return parts[0]
-    joined = {}
+    joined: dict[str, Any] = {}
     for name in Rollout._fields:
         values = [getattr(p, name) for p in parts]
         if values[0] is None:
@@ -183,7 +183,7 @@ def concat_episodes(parts: list[EpisodeStats]) -> EpisodeStats:
     return EpisodeStats(
         np.concatenate([p.returns for p in parts]),
         np.concatenate([p.lengths for p in parts]),
-        None if agents[0] is None else np.concatenate(agents),
+        None if agents[0] is None else np.concatenate(agents),  # type: ignore[arg-type]
         parts[0].agent_names,
         merge_info([p.info for p in parts]),
     )

@@ -70,6 +70,7 @@ def record_episodes(policy: BatchPolicy, env: VectorEnv, episodes: int, seed: in
                 running[b] = _fresh(result.obs[b])
                 continue
             current = running[b]
+            assert current is not None  # an env whose episode ended autoresets next step
             current["actions"].append(actions[b])
             current["rewards"].append(float(result.reward[b]))
             current["terminations"].append(bool(result.terminated[b]))

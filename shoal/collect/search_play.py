@@ -31,7 +31,7 @@ from shoal.search import MCTSConfig, search, subtree, visit_policy
 from shoal.search.arena import choose
 from shoal.search.gumbel import gumbel_action, improved_policy
 from shoal.search.models import GameModel, LatentModel, decode
-from shoal.search.tree import clear, restore_tree, tree_arrays
+from shoal.search.tree import Tree, clear, restore_tree, tree_arrays
 from shoal.seeding import derive_seed
 
 
@@ -63,7 +63,7 @@ class SearchSelfPlay:
         self.states = [self._new_game(b) for b in range(num_games)]
         self.moves = [0] * num_games
         self.histories: list[list[tuple]] = [[] for _ in range(num_games)]
-        self.tree = None
+        self.tree: Tree | None = None
 
     def _new_game(self, slot: int) -> Any:
         self.games_started += 1
@@ -185,7 +185,8 @@ class LatentSelfPlay:
             self.env: Any = GameVectorEnv(make_game(env_config.id), env_config.num_envs)
         else:
             self.env = make_env(env_config, seed=derive_seed(seed, "env"))
-        self.net = model_fn(self.env.observation_space, self.env.action_space).to(device).eval()
+        net = model_fn(self.env.observation_space, self.env.action_space).to(device).eval()
+        self.net: Any = net  # a MuZero network (initial/recurrent inference)
         self.search_config, self.discount, self.device = search_config, discount, device
         self.rng = np.random.default_rng(derive_seed(seed, "moves"))
         self.noise = torch.Generator().manual_seed(derive_seed(seed, "root-noise"))

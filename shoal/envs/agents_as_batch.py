@@ -27,6 +27,7 @@ import numpy as np
 
 from shoal.envs.multi_agent import MultiAgentStep, MultiAgentVectorEnv, episode_ended
 from shoal.envs.opponents import make_opponents
+from shoal.envs.shapes import shape_of
 from shoal.errors import ConfigError, UnsupportedSpaceError
 from shoal.types import StepResult
 
@@ -35,7 +36,7 @@ def split_observation(space: gym.Space) -> tuple[int, int] | None:
     """``(actor features, critic features)`` of an observation space with a critic-only part
     (a ``Dict`` with keys ``actor`` and ``critic``), else None."""
     if isinstance(space, gym.spaces.Dict) and set(space.spaces) == {"actor", "critic"}:
-        return int(np.prod(space["actor"].shape)), int(np.prod(space["critic"].shape))
+        return int(np.prod(shape_of(space["actor"]))), int(np.prod(shape_of(space["critic"])))
     return None
 
 
@@ -64,11 +65,13 @@ class AgentRows:
         self.ids = np.eye(num_agents, dtype=np.float32) if agent_id else None
         self.global_state = global_state
         id_dim = num_agents if agent_id else 0
-        actor_dim = int(np.prod(observation_space.shape)) + id_dim
+        actor_dim = int(np.prod(shape_of(observation_space))) + id_dim
         actor_space = gym.spaces.Box(-np.inf, np.inf, (actor_dim,), np.float32)
         self.observation_space: gym.Space = actor_space
         if global_state:
-            critic_dim = int(np.prod(state_space.shape)) + id_dim
+            if state_space is None:
+                raise ConfigError("global_state needs an env with a global state (state_space)")
+            critic_dim = int(np.prod(shape_of(state_space))) + id_dim
             critic_space = gym.spaces.Box(-np.inf, np.inf, (critic_dim,), np.float32)
             self.observation_space = gym.spaces.Dict(actor=actor_space, critic=critic_space)
 
@@ -83,6 +86,7 @@ class AgentRows:
             ids = np.broadcast_to(self.ids, (batch, agents, agents))
             parts.append(ids)
         if self.global_state:
+            assert state is not None, "global_state rows need the env's state"
             parts.append(np.broadcast_to(state[:, None, :], (batch, agents, state.shape[-1])))
             if ids is not None:
                 parts.append(ids)
@@ -131,15 +135,15 @@ class AgentsAsBatch:
                 "module:Class)"
             )
         self.opponents = make_opponents(opponents, env.groups, group)
-        spec = env.groups[group]
+        members = env.groups[group]
         self.layout = AgentRows(
-            spec.observation_space, spec.size, env.state_space, agent_id, global_state
+            members.observation_space, members.size, env.state_space, agent_id, global_state
         )
         self.env, self.group = env, group
-        self.agents_per_env = spec.size
-        self.agent_names = spec.agents
-        self.num_envs = env.num_envs * spec.size
-        self.action_space = spec.action_space
+        self.agents_per_env = members.size
+        self.agent_names = members.agents
+        self.num_envs = env.num_envs * members.size
+        self.action_space = members.action_space
         self.observation_space: gym.Space = self.layout.observation_space
         self.action_mask: np.ndarray | None = None
         self._raw_obs: dict[str, np.ndarray] = {}
@@ -168,7 +172,7 @@ class AgentsAsBatch:
 
     def step(self, actions: np.ndarray) -> StepResult:
         batch, agents = self.env.num_envs, self.agents_per_env
-        actions = np.asarray(actions).reshape(batch, agents, *self.action_space.shape)
+        actions = np.asarray(actions).reshape(batch, agents, *shape_of(self.action_space))
         joint = {self.group: actions}
         masks = self._raw_masks
         for name, opponent in self.opponents.items():

@@ -39,6 +39,7 @@ import numpy as np
 
 from shoal.config import EnvConfig
 from shoal.envs.ids import env_spec
+from shoal.envs.shapes import shape_of
 from shoal.errors import ConfigError
 
 __all__ = [
@@ -87,7 +88,7 @@ class FireReset(gym.Wrapper):
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
-        self.fire = _fire_action(env.unwrapped.get_action_meanings())
+        self.fire = _fire_action(_game_action_meanings(env))
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         obs, info = self.env.reset(seed=seed, options=options)
@@ -129,8 +130,9 @@ class FrameDifference(gym.Wrapper):
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
-        self.observation_space = gym.spaces.Box(-1.0, 1.0, (1, *env.observation_space.shape))
-        self.previous = np.zeros(env.observation_space.shape, np.uint8)
+        shape = shape_of(env.observation_space)
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, (1, *shape))
+        self.previous = np.zeros(shape, np.uint8)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         obs, info = self.env.reset(seed=seed, options=options)
@@ -278,7 +280,7 @@ def make_atari_vector_env(
         env = _native_vector_env(spec, config)
         fire = _fire_action(_action_meanings(env))
     else:
-        kwargs = dict(config.kwargs)
+        kwargs: dict[str, Any] = dict(config.kwargs)
 
         def thunk() -> gym.Env:
             return make_atari_env(
@@ -288,7 +290,7 @@ def make_atari_vector_env(
         vector_cls = gym.vector.SyncVectorEnv if mode == "sync" else gym.vector.AsyncVectorEnv
         env = vector_cls([thunk] * config.num_envs)
         probe = gym.make(config.id, **kwargs)
-        fire = _fire_action(probe.unwrapped.get_action_meanings())
+        fire = _fire_action(_game_action_meanings(probe))
         probe.close()
     if config.atari != "deepmind":
         return env
@@ -323,6 +325,12 @@ def _native_vector_env(spec: gym.envs.registration.EnvSpec, config: EnvConfig):
         reward_clipping=False,
         **kwargs,
     )
+
+
+def _game_action_meanings(env: gym.Env) -> list[str]:
+    """The action names of the ALE game inside ``env``."""
+    game: Any = env.unwrapped
+    return list(game.get_action_meanings())
 
 
 def _action_meanings(env: Any) -> list[str]:

@@ -21,16 +21,32 @@ class VectorEnv(Protocol):
     (env, agent) pair.
     """
 
-    num_envs: int
-    observation_space: gym.Space
-    action_space: gym.Space
-    action_mask: np.ndarray | None
-    """``[B, A]`` bool legal actions at the latest observation, None when the env has none."""
-    agents_per_env: int
-    """Rows per environment: 1, or the agents of a multi-agent env seen as a batch of agents
-    (`shoal.envs.agents_as_batch`), whose ``num_envs`` counts (env, agent) rows."""
-    agent_names: tuple[str, ...] | None
-    """Names of the agents of each environment's rows (None for single-agent envs)."""
+    # Read-only members (properties), so an env may hold any narrower type in them.
+    @property
+    def num_envs(self) -> int: ...
+
+    @property
+    def observation_space(self) -> gym.Space: ...
+
+    @property
+    def action_space(self) -> gym.Space: ...
+
+    @property
+    def action_mask(self) -> np.ndarray | None:
+        """``[B, A]`` bool legal actions at the latest observation, None when the env has
+        none."""
+        ...
+
+    @property
+    def agents_per_env(self) -> int:
+        """Rows per environment: 1, or the agents of a multi-agent env seen as a batch of
+        agents (`shoal.envs.agents_as_batch`), whose ``num_envs`` counts (env, agent) rows."""
+        ...
+
+    @property
+    def agent_names(self) -> tuple[str, ...] | None:
+        """Names of the agents of each environment's rows (None for single-agent envs)."""
+        ...
 
     def reset(self, seed: int | None = None) -> np.ndarray: ...
 
@@ -88,6 +104,7 @@ def find_wrapper(env: VectorEnv, cls: type) -> Any:
     while isinstance(current, (VectorEnvWrapper, cls)):
         if isinstance(current, cls):
             return current
+        assert isinstance(current, VectorEnvWrapper)
         current = current.env
     return None
 

@@ -16,14 +16,26 @@ from typing import Any, ClassVar
 import numpy as np
 
 from shoal.config import EnvConfig
-from shoal.envs.multi_agent import EpisodeTracker
+from shoal.envs.multi_agent import AgentGroup, EpisodeTracker
 from shoal.errors import ConfigError
 
 
 class BatchedWorld:
-    env_id: ClassVar[str] = ""
+    env_id: str = ""
     state_arrays: ClassVar[tuple[str, ...]] = ()
     """Attributes (arrays over envs) that `get_state` saves and `set_state` writes back."""
+    num_envs: int
+    groups: dict[str, AgentGroup]
+    rng: np.random.Generator
+    tracker: EpisodeTracker
+    _needs_reset: np.ndarray
+    _started: bool
+
+    def _reset_envs(self, index: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def observe(self) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        raise NotImplementedError
 
     def reset(self, seed: int | None = None) -> tuple[dict[str, np.ndarray], np.ndarray]:
         if seed is not None:
@@ -63,13 +75,15 @@ class BatchedWorld:
         pass
 
 
-def factory(cls: type) -> Callable[[EnvConfig], Any]:
+def factory(cls: type[BatchedWorld]) -> Callable[[EnvConfig], Any]:
     """``cls(num_envs, max_episode_steps=..., **env.kwargs)`` from an `EnvConfig`, with a
     clear error for keyword arguments ``cls`` does not take."""
 
     def make(config: EnvConfig) -> Any:
         try:
-            return cls(config.num_envs, max_episode_steps=config.max_episode_steps, **config.kwargs)
+            return cls(  # type: ignore[call-arg]
+                config.num_envs, max_episode_steps=config.max_episode_steps, **config.kwargs
+            )
         except TypeError as error:
             raise ConfigError(f"{cls.env_id}: bad env.kwargs {config.kwargs}: {error}") from None
 

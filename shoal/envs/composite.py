@@ -27,6 +27,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from shoal.envs.shapes import as_box
 from shoal.errors import ShoalError, UnsupportedSpaceError
 
 ALIGN = 8
@@ -95,7 +96,7 @@ def storage_of(space: gym.Space, path: str) -> tuple[np.dtype, tuple[int, ...]]:
 def _children(space: gym.Space) -> Iterator[tuple[str | int, gym.Space]]:
     if isinstance(space, gym.spaces.Dict):
         yield from space.spaces.items()
-    else:
+    elif isinstance(space, gym.spaces.Tuple):
         yield from enumerate(space.spaces)
 
 
@@ -303,7 +304,7 @@ def action_width(space: gym.Space, path: str) -> int:
     if isinstance(space, gym.spaces.MultiDiscrete) and np.asarray(space.nvec).ndim == 1:
         return len(space.nvec)
     if isinstance(space, gym.spaces.MultiBinary) and np.ndim(space.n) == 0:
-        return int(space.n)
+        return int(space.n)  # type: ignore[arg-type]  # a scalar n: ndim checked above
     if isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
         return space.shape[0]
     raise UnsupportedSpaceError(
@@ -350,7 +351,8 @@ class PackedActions(_Packed):
             elif isinstance(space, gym.spaces.MultiBinary):
                 values[part.path] = np.rint(piece).astype(np.int8)
             else:
-                values[part.path] = np.clip(piece, space.low, space.high).astype(space.dtype)
+                box = as_box(space)
+                values[part.path] = np.clip(piece, box.low, box.high).astype(box.dtype)
 
         return nest(self.original, values.__getitem__)
 

@@ -85,4 +85,4 @@ class GoalLineEnv(gym.Env):
 
 def register() -> None:
     if ENV_ID not in gym.registry:
-        gym.register(ENV_ID, entry_point=GoalLineEnv)
+        gym.register(ENV_ID, entry_point=GoalLineEnv)  # type: ignore[arg-type]

@@ -69,9 +69,9 @@ class GymVectorEnv:
         if is_composite(self.action_space):
             self._packed_actions = PackedActions(self.action_space)
             self.action_space = self._packed_actions
-        box = isinstance(self.action_space, gym.spaces.Box)
-        self._action_low = self.action_space.low if box else None
-        self._action_high = self.action_space.high if box else None
+        box = self.action_space if isinstance(self.action_space, gym.spaces.Box) else None
+        self._action_low = box.low if box is not None else None
+        self._action_high = box.high if box is not None else None
 
     def reset(self, seed: int | None = None) -> np.ndarray:
         obs, info = self.env.reset(seed=seed)
@@ -190,7 +190,7 @@ def make_gym_vector_env(config: EnvConfig, render_mode: str | None = None) -> gy
             config.id,
             config.num_envs,
             vectorization_mode=vectorization,
-            wrappers=wrappers or None,
+            wrappers=wrappers or None,  # type: ignore[arg-type]  # any gym.Env -> gym.Env
             **kwargs,
         )
     except (ImportError, gym.error.DependencyNotInstalled) as exc:

@@ -31,7 +31,7 @@ class TicTacToeHeuristic:
     the action of the square at row ``r``, column ``c`` is ``3 * r + c``."""
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, seed: int = 0):
-        if tuple(observation_space.shape) != (3, 3, 2) or int(action_space.n) != 9:
+        if observation_space.shape != (3, 3, 2) or int(getattr(action_space, "n", 0)) != 9:
             raise ValueError(
                 f"TicTacToeHeuristic plays tic-tac-toe boards [3, 3, 2] with 9 actions, not "
                 f"{observation_space} -> {action_space}"
@@ -92,7 +92,7 @@ class IntersectionHeuristic:
         width: float = 2.0,
         spread: float = 0.5,
     ):
-        if tuple(observation_space.shape) != (OBS_DIM,) or int(getattr(action_space, "n", 0)) != 4:
+        if observation_space.shape != (OBS_DIM,) or int(getattr(action_space, "n", 0)) != 4:
             raise ValueError(
                 f"IntersectionHeuristic plays shoal/intersection-v0's {OBS_DIM} vector "
                 "observations (no grid, one frame) with 4 discrete actions, not "
@@ -110,7 +110,7 @@ class IntersectionHeuristic:
         seen = neighbours[..., 4] > 0
         blocking = seen & (ahead > 0) & (ahead < self.gap)
         blocking &= np.abs(left) < self.width + self.spread * ahead
-        return blocking.any(-1).astype(np.int64)
+        return np.asarray(blocking.any(-1), np.int64)
 
 
 class TimeToConflictDriver:

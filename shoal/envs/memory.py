@@ -20,6 +20,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from shoal.envs.shapes import as_box
+
 ENV_ID = "shoal/RepeatFirst-v0"
 NO_VELOCITY_ID = "shoal/CartPoleNoVelocity-v0"
 
@@ -67,7 +69,7 @@ class HideVelocity(gym.ObservationWrapper):
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
-        box = env.observation_space
+        box = as_box(env.observation_space)
         self.observation_space = gym.spaces.Box(
             box.low[self.KEEP], box.high[self.KEEP], dtype=np.float32
         )
@@ -82,7 +84,7 @@ def cartpole_no_velocity(**kwargs: Any) -> gym.Env:
 
 def register() -> None:
     if ENV_ID not in gym.registry:
-        gym.register(ENV_ID, entry_point=RepeatFirstEnv)
+        gym.register(ENV_ID, entry_point=RepeatFirstEnv)  # type: ignore[arg-type]
     if NO_VELOCITY_ID not in gym.registry:
         gym.register(
             NO_VELOCITY_ID, entry_point=cartpole_no_velocity, max_episode_steps=500,

@@ -9,6 +9,7 @@ import numpy as np
 from shoal.envs.agents_as_batch import split_observation
 from shoal.envs.base import VectorEnv, VectorEnvWrapper
 from shoal.envs.composite import PackedObs, field_view
+from shoal.envs.shapes import shape_of
 from shoal.types import StepResult
 
 
@@ -96,6 +97,7 @@ class FieldStats:
 
 def load_obs_stats(state: dict[str, Any]) -> RunningMeanStd | FieldStats:
     """The statistics a `NormalizeObservation` state dict holds (flat or per field)."""
+    stats: RunningMeanStd | FieldStats
     if "fields" in state:
         stats = FieldStats([(f["offset"], tuple(f["shape"])) for f in state["fields"]])
     else:
@@ -123,7 +125,7 @@ class NormalizeObservation(VectorEnvWrapper):
         if isinstance(space, PackedObs):
             self.stats = FieldStats.of(space)
         else:
-            self.stats = RunningMeanStd((sum(split),) if split else space.shape)
+            self.stats = RunningMeanStd((sum(split),) if split else shape_of(space))
         self.clip = clip
         self.training = True
 

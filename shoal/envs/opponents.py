@@ -81,13 +81,13 @@ def make_opponent(group: str, spec: str, observation_space: gym.Space, action_sp
 
 
 def make_opponents(
-    specs: Mapping[str, str], groups: Mapping[str, Any], learner_group: str
+    specs: Mapping[str, str], groups: Mapping[str, Any], learner_group: str | None
 ) -> dict[str, Any]:
     """One opponent for each group in ``specs``, checked against the env's ``groups``."""
     unknown = [name for name in specs if name not in groups]
     if unknown:
         raise ConfigError(f"env.opponents names groups {unknown} this env lacks: {list(groups)}")
-    if learner_group in specs:
+    if learner_group is not None and learner_group in specs:
         raise ConfigError(
             f"env.opponents gives the learning group {learner_group!r} a fixed policy; name "
             "the other groups"

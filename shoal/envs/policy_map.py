@@ -21,6 +21,7 @@ import gymnasium as gym
 import numpy as np
 
 from shoal.envs.multi_agent import AgentGroup
+from shoal.envs.shapes import shape_of
 from shoal.errors import ConfigError
 
 
@@ -127,6 +128,6 @@ def resolve_policies(
 def empty_actions(groups: Mapping[str, AgentGroup], num_envs: int) -> dict[str, np.ndarray]:
     """Zeroed action arrays ``[B, N_g, ...]`` of every group, in each group's dtype."""
     return {
-        name: np.zeros((num_envs, g.size, *g.action_space.shape), g.action_space.dtype)
+        name: np.zeros((num_envs, g.size, *shape_of(g.action_space)), g.action_space.dtype)
         for name, g in groups.items()
     }

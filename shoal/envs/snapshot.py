@@ -105,7 +105,12 @@ def _is_node(value: object) -> bool:
 
 
 def _is_node_sequence(value: object) -> bool:
-    return type(value) in (list, tuple) and len(value) > 0 and all(map(_is_node, value))
+    return (
+        isinstance(value, (list, tuple))
+        and type(value) in (list, tuple)
+        and len(value) > 0
+        and all(map(_is_node, value))
+    )
 
 
 def _check_supported(obj: object, path: str) -> None:
@@ -159,7 +164,7 @@ def _encode(value: object) -> Any:
         return {_KIND: "numpy_scalar", "value": np.array(value)}
     if isinstance(value, np.random.Generator):
         return {_KIND: "generator", "state": _copy_plain(value.bit_generator.state)}
-    if type(value) in (list, tuple):
+    if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
         items = [_encode(item) for item in value]
         # All or nothing: half a container would restore as a different value.
         if any(item is _SKIP for item in items):
@@ -225,7 +230,7 @@ def _restore_node(obj: object, node: Any, path: str, *, apply: bool) -> None:
 def _describe(value: object) -> str:
     if value is _MISSING:
         return "no such attribute"
-    if type(value) in (list, tuple):
+    if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
         return f"a {type(value).__name__} of {len(value)} items"
     return f"a {type(value).__name__}"
 
@@ -295,7 +300,9 @@ def _decode_items(items: Any, current: Any, container: type, path: str) -> list[
         raise ValueError(f"{path}: malformed saved {container.__name__}")
     # Lists may legitimately change length between capture and restore (a growing hand of
     # cards); element-wise shape checks only make sense when the lengths agree.
-    if type(current) is not container or len(current) != len(items):
+    if not isinstance(current, (list, tuple)) or type(current) is not container:
+        current = [None] * len(items)
+    if len(current) != len(items):
         current = [None] * len(items)
     return [
         _decode(item, cur, f"{path}[{i}]")

@@ -62,7 +62,7 @@ def vector_wrapper_fns(config: EnvConfig) -> list[WrapperFn]:
 
 
 def _functions(specs: list[str], kind: tuple) -> list[WrapperFn]:
-    fns = []
+    fns: list[WrapperFn] = []
     for spec in specs:
         name, kwargs = parse_wrapper(spec, kind)
         cls = _resolve(spec, name, kind)

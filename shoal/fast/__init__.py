@@ -59,6 +59,7 @@ class NumpyLearner:
         return losses, stats
 
     def backward(self) -> None:
+        assert self._pending is not None, "backward() runs inside step()"
         saved, grads = self._pending
         self.net.backward(saved, grads)
 

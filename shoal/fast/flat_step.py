@@ -62,11 +62,13 @@ class FlatStep:
             optimizer_step(self.optimizer)
             return
         group = self.optimizer.param_groups[0]
-        self.steps += 1
+        steps = self.steps
+        assert steps is not None  # set by _flatten_state
+        steps += 1
         if type(self.optimizer) is torch.optim.RMSprop:
             self._rmsprop(group)
         else:
-            self._adam(group, float(self.steps[0]))
+            self._adam(group, float(steps[0]))
 
     def _state_is_flat(self) -> bool:
         if self.steps is None:
@@ -90,8 +92,9 @@ class FlatStep:
         if not self.supported():
             return False
         params = self.optimizer.param_groups[0]["params"]
-        states = [self.optimizer.state.get(p) for p in params]
-        if not all(states) or any(p.grad is None for p in params):
+        found = [self.optimizer.state.get(p) for p in params]
+        states = [s for s in found if s]
+        if len(states) != len(found) or any(p.grad is None for p in params):
             return False
         steps = [float(s["step"]) for s in states]
         if len(set(steps)) != 1 or sum(p.numel() for p in params) != self.param.size:

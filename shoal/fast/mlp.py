@@ -68,9 +68,14 @@ class _Views(NamedTuple):
             pairs = zip(body.weights, body.biases, strict=True)
             layers = [(array_of(weight), array_of(bias)) for weight, bias in pairs]
         else:  # nn.Linear stores [out, in]: the transposed views are [in, out]
-            layers = [(array_of(lin.weight).T, array_of(lin.bias)) for lin in body.layers]
+            assert isinstance(body, MLP)
+            layers = [(array_of(lin.weight).T, array_of(lin.bias)) for lin in body.linears]
         head = model.policy_head
-        linear = head.mean if isinstance(head, GaussianHead) else head.logits
+        if isinstance(head, GaussianHead):
+            linear = head.mean
+        else:
+            assert isinstance(head, CategoricalHead)
+            linear = head.logits
         value = model.value_head.value
         return cls(
             layers,
@@ -109,15 +114,18 @@ def unsupported(model: torch.nn.Module) -> str | None:
 class NumpyActorCritic:
     """Forward pass and hand-derived backward pass of ``model`` in NumPy (module docstring)."""
 
-    def __init__(self, model: ActorCritic, flat_parameters: bool = False):
+    def __init__(self, model: torch.nn.Module, flat_parameters: bool = False):
         """``flat_parameters``: move the parameters into one flat buffer (each becomes a view of
         it), so that `step` updates them with a few NumPy operations; for a learner's model."""
         reason = unsupported(model)
         if reason is not None:
             raise ValueError(f"no NumPy path for this model: {reason}")
+        assert isinstance(model, ActorCritic)
         self.model = model
-        self.parallel = isinstance(model.body, ParallelMLP)
-        self.activation, self.activation_backward = ACTIVATIONS[model.body.activation_name]
+        body = model.body
+        assert isinstance(body, (MLP, ParallelMLP))  # what `unsupported` accepts
+        self.parallel = isinstance(body, ParallelMLP)
+        self.activation, self.activation_backward = ACTIVATIONS[body.activation_name]
         self.categorical = isinstance(model.policy_head, CategoricalHead)
         self.composite = getattr(model.encoding, "composite", None)
         self.parameters = list(model.parameters())
@@ -144,10 +152,11 @@ class NumpyActorCritic:
         """NumPy views of the parameters' memory (`load_state_dict` copies into it in place;
         `_check_views` notices when a parameter was given new memory instead)."""
         self.weights = _Views.of(self.model, lambda p: p.detach().numpy())
-        self.viewed = list(self.parameters)
-        if self.categorical:
-            self.temperature = self.model.policy_head.temperature.numpy()
-            self.viewed.append(self.model.policy_head.temperature)
+        self.viewed: list[Tensor] = list(self.parameters)
+        head = self.model.policy_head
+        if isinstance(head, CategoricalHead):
+            self.temperature = head.temperature.numpy()
+            self.viewed.append(head.temperature)
         self.pointers = [t.data_ptr() for t in self.viewed]
 
     def _check_views(self) -> None:
@@ -168,6 +177,7 @@ class NumpyActorCritic:
         for param, grad in zip(self.parameters, self.grads, strict=True):
             if param.grad is not grad:
                 param.grad = grad
+        assert self.grad_views is not None
         return self.grad_views
 
     # --- forward ------------------------------------------------------------------------------
@@ -208,6 +218,7 @@ class NumpyActorCritic:
             return self.composite.numpy_features(obs.numpy())
         if obs.dtype == torch.float32 and obs.dim() == 2:
             return obs.contiguous().numpy()
+        assert self.model.encoding is not None  # ActorCritic without split observations
         with torch.no_grad():
             return self.model.encoding(obs).contiguous().numpy()
 
@@ -227,12 +238,14 @@ class NumpyActorCritic:
                 actions = (log_probs - np.log(gumbel)).argmax(-1)
             log_prob = log_probs[np.arange(len(actions)), actions]
         else:
+            log_std = self.weights.log_std
+            assert log_std is not None  # a Gaussian head's
             actions = out
             if not deterministic:
                 noise = torch.randn(out.shape).numpy()
-                actions = out + np.exp(self.weights.log_std) * noise
-            z = (actions - out) * np.exp(-self.weights.log_std)
-            log_prob = gaussian_log_prob(z, self.weights.log_std)
+                actions = out + np.exp(log_std) * noise
+            z = (actions - out) * np.exp(-log_std)
+            log_prob = gaussian_log_prob(z, log_std)
         return ActOutput(actions, log_prob, values)
 
     def value(self, obs: Tensor | np.ndarray) -> np.ndarray:
@@ -247,9 +260,10 @@ class NumpyActorCritic:
             index = (np.arange(len(actions)), actions.astype(np.int64, copy=False))
             log_prob = log_probs[index]
             entropy = -(probs * log_probs).sum(-1)
-            distribution = (probs, log_probs, index, entropy, float(self.temperature))
+            distribution: tuple = (probs, log_probs, index, entropy, float(self.temperature))
         else:
             log_std = self.weights.log_std
+            assert log_std is not None  # a Gaussian head's
             inv_std = np.exp(-log_std)
             z = (actions - out) * inv_std
             log_prob = gaussian_log_prob(z, log_std)
@@ -277,6 +291,7 @@ class NumpyActorCritic:
         if self.categorical:
             g_out = self._categorical_backward(distribution, g_log_prob, g_entropy)
         else:
+            assert views.log_std is not None  # a Gaussian head's
             g_out = self._gaussian_backward(distribution, g_log_prob, g_entropy, views.log_std)
         # Heads: out = actor @ weight.T + bias; values = critic @ w + b.
         np.matmul(g_out.T, actor, out=views.head[0])
@@ -344,6 +359,7 @@ class NumpyActorCritic:
         """Scale the gradients of the last `backward` down to a global norm of
         ``max_grad_norm``, as ``torch.nn.utils.clip_grad_norm_`` does; returns the norm
         before."""
+        assert self.flat_grad is not None, "clip() follows backward()"
         grad = self.flat_grad.numpy()
         norm = math.sqrt(float(grad @ grad))
         coef = max_grad_norm / (norm + 1e-6)

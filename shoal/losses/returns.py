@@ -22,7 +22,7 @@ windows of `shoal.types.ReplayBatch` instead: ``rewards [N, n]`` with ``steps [N
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple, overload
 
 import numpy as np
 import torch
@@ -99,6 +99,19 @@ def discounted_returns(
     return torch.stack(returns[::-1])
 
 
+@overload
+def gae(
+    rewards: np.ndarray,
+    values: np.ndarray,
+    next_values: np.ndarray,
+    terminated: np.ndarray,
+    truncated: np.ndarray,
+    gamma: float,
+    lam: float,
+) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+@overload
 def gae(
     rewards: Tensor,
     values: Tensor,
@@ -107,7 +120,18 @@ def gae(
     truncated: Tensor,
     gamma: float,
     lam: float,
-) -> tuple[Tensor, Tensor]:
+) -> tuple[Tensor, Tensor]: ...
+
+
+def gae(
+    rewards: Any,
+    values: Any,
+    next_values: Any,
+    terminated: Any,
+    truncated: Any,
+    gamma: float,
+    lam: float,
+) -> Any:
     """Generalized advantage estimation (Schulman et al. 2016, arXiv:1506.02438).
 
     ``delta_t = r_t + gamma * (1 - terminated_t) * next_values_t - values_t`` and

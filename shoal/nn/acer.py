@@ -26,7 +26,7 @@ from shoal.nn.actor_critic import encoder_and_body
 from shoal.nn.distributions import Categorical, DiagGaussian
 from shoal.nn.heads import CategoricalHead, GaussianHead, ValueHead
 from shoal.nn.init import linear
-from shoal.nn.mlp import MLP
+from shoal.nn.mlp import MLP, width_of
 from shoal.types import ActOutput
 
 Distribution = Categorical | DiagGaussian
@@ -38,9 +38,9 @@ class ACERNetwork(nn.Module):
     def __init__(self, obs_space: gym.Space, action_space: gym.Space, config: ModelConfig):
         super().__init__()
         self.encoding, self.body = encoder_and_body(obs_space, config)
-        width = self.body.out_dim
+        width = width_of(self.body)
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
-        if self.discrete:
+        if isinstance(action_space, gym.spaces.Discrete):
             self.num_actions = int(action_space.n)
             self.policy_head: nn.Module = CategoricalHead(width, self.num_actions)
             self.q_head = linear(width, self.num_actions, 1.0)
@@ -61,8 +61,9 @@ class ACERNetwork(nn.Module):
     def policy_params(self, features: torch.Tensor) -> torch.Tensor:
         """``phi``, ``[N, P]``: the logits (``P = A``) or the mean and log-std (``P = 2A``)."""
         head = self.policy_head
-        if self.discrete:
+        if isinstance(head, CategoricalHead):
             return head.logits(features) / head.temperature
+        assert isinstance(head, GaussianHead)
         mean = head.mean(features)
         return torch.cat([mean, head.log_std.expand_as(mean)], dim=-1)
 
@@ -83,7 +84,7 @@ class ACERNetwork(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``(V(x), Q(x, .))``: the policy's expectation of the Q head's ``[N, A]`` values
         (discrete actions), or the value head and None (continuous)."""
-        if self.discrete:
+        if isinstance(dist, Categorical):
             q = self.q_head(features)
             return (dist.logits.exp() * q).sum(-1), q
         return self.value_head(features), None

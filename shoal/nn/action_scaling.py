@@ -37,6 +37,9 @@ class ActionScaler(nn.Module):
     """Affine map between the unit box ``[-1, 1]^d`` and a Box's ``[low, high]``; the bounds
     are buffers, so a saved policy carries them."""
 
+    center: torch.Tensor
+    half_range: torch.Tensor
+
     def __init__(self, space: gym.spaces.Box):
         super().__init__()
         # Copies: spaces that come back from Ray hold read-only arrays, which torch warns about.

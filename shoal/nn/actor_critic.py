@@ -23,7 +23,7 @@ from shoal.nn.heads import (
     ProductHead,
     ValueHead,
 )
-from shoal.nn.mlp import MLP, ParallelMLP
+from shoal.nn.mlp import MLP, ParallelMLP, width_of
 from shoal.types import ActOutput
 
 
@@ -98,11 +98,11 @@ def policy_head(action_space: gym.Space, in_dim: int, config: ModelConfig) -> nn
     if isinstance(space, gym.spaces.Discrete):
         return CategoricalHead(in_dim, int(space.n), config.temperature)
     if isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
-        return GaussianHead(in_dim, space.shape[0], config.init_log_std)
+        return GaussianHead(in_dim, int(space.shape[0]), config.init_log_std)
     if isinstance(space, gym.spaces.MultiDiscrete) and np.asarray(space.nvec).ndim == 1:
         return MultiCategoricalHead(in_dim, np.asarray(space.nvec).tolist(), config.temperature)
     if isinstance(space, gym.spaces.MultiBinary) and np.ndim(space.n) == 0:
-        return BernoulliHead(in_dim, int(space.n))
+        return BernoulliHead(in_dim, int(space.n))  # type: ignore[arg-type]  # ndim 0
     if isinstance(space, PackedActions):
         heads = [policy_head(part.space, in_dim, config) for part in space.parts]
         return ProductHead(heads, [(part.start, part.end) for part in space.parts])
@@ -145,12 +145,12 @@ class ActorCritic(nn.Module):
         else:
             members = 1 if self.shared_trunk else 2
             self.encoding, self.body = encoder_and_body(obs_space, config, members)
-        self.policy_head = policy_head(action_space, self.body.out_dim, config)
-        self.value_head = ValueHead(self.body.out_dim)
+        self.policy_head = policy_head(action_space, width_of(self.body), config)
+        self.value_head = ValueHead(width_of(self.body))
 
-    def _split_inputs(self, obs: torch.Tensor) -> torch.Tensor:
+    def _split_inputs(self, obs: torch.Tensor, split: tuple[int, int]) -> torch.Tensor:
         """``[2, N, width]``: the actor part and the critic part, zero-padded to one width."""
-        actor_dim, critic_dim = self.split
+        actor_dim, critic_dim = split
         width = max(actor_dim, critic_dim)
         x = obs.float()
         actor = nn.functional.pad(x[:, :actor_dim], (0, width - actor_dim))
@@ -160,8 +160,10 @@ class ActorCritic(nn.Module):
     def features(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Actor and critic features of a batch of observations ``[N, ...]``."""
         if self.split is not None:
-            actor_features, critic_features = self.body(self._split_inputs(obs)).unbind(0)
+            inputs = self._split_inputs(obs, self.split)
+            actor_features, critic_features = self.body(inputs).unbind(0)
             return actor_features, critic_features
+        assert self.encoding is not None  # built whenever the observation is not split
         features = self.body(self.encoding(obs))
         if self.shared_trunk:
             return features, features

@@ -28,7 +28,7 @@ from shoal.nn.action_scaling import ActionScaler, check_bounded_box
 from shoal.nn.actor_critic import ActOutput, observation_features
 from shoal.nn.distributions import Categorical
 from shoal.nn.init import POLICY_GAIN, linear
-from shoal.nn.mlp import MLP
+from shoal.nn.mlp import MLP, width_of
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 """Bounds of SAC's log standard deviation (those of the authors' code), against collapse and
@@ -97,10 +97,12 @@ class _Actor(nn.Module):
     """What all three actors share: the MLP over encoded observations, the random-action
     switch, and the sampler-facing ``act``/``value``/``distribution``."""
 
+    random_actions: torch.Tensor
+
     def __init__(self, obs_space: gym.Space, model: ModelConfig):
         super().__init__()
         self.encoding = observation_features(obs_space, model)
-        self.body = MLP(self.encoding.out_dim, model.hidden, model.activation)
+        self.body = MLP(width_of(self.encoding), model.hidden, model.activation)
         self.register_buffer("random_actions", torch.tensor(True))
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:

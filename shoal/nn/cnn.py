@@ -46,6 +46,7 @@ from torch import nn
 
 from shoal.config import ModelConfig
 from shoal.device import autocast_dtype
+from shoal.envs.shapes import shape_of
 from shoal.errors import ConfigError, UnsupportedSpaceError
 from shoal.nn.init import HIDDEN_GAIN, init_linear, linear
 
@@ -63,7 +64,9 @@ def native_bfloat16() -> bool:
     return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
 
 
-def conv2d(in_channels: int, out_channels: int, kernel: int, stride: int = 1, padding: int = 0):
+def conv2d(
+    in_channels: int, out_channels: int, kernel: int, stride: int = 1, padding: int = 0
+) -> nn.Conv2d:
     """An orthogonally initialized `nn.Conv2d` (gain sqrt(2), zero bias)."""
     layer = nn.Conv2d(in_channels, out_channels, kernel, stride, padding)
     return init_linear(layer, HIDDEN_GAIN)  # orthogonal_ flattens the kernel to [out, in*k*k]
@@ -93,7 +96,7 @@ class ImageEncoder(nn.Module):
         precision: str = "float32",
     ):
         super().__init__()
-        self.trunk = trunk.to(memory_format=torch.channels_last)
+        self.trunk = trunk.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         self.fc = None if fc is None else linear(flat_dim, fc)
         self.scale = scale
         self.out_dim = flat_dim if fc is None else fc
@@ -211,7 +214,7 @@ def image_encoder(obs_space: gym.Space, encoder: str, precision: str = "float32"
         trunk, out_shape = conv_stack(channels, height, width, NATURE_CONVS, batch_norm=False)
         fc, minimum = 512, "36x36"
     elif encoder == "batchnorm-cnn2":
-        convs = BATCHNORM_CNN2_CONVS
+        convs: tuple[tuple[int, int, int, int], ...] = BATCHNORM_CNN2_CONVS
         trunk, out_shape = conv_stack(channels, height, width, convs, batch_norm=True)
         fc, minimum = None, "8x8"
     elif encoder == "batchnorm-cnn3-lstm":
@@ -221,7 +224,7 @@ def image_encoder(obs_space: gym.Space, encoder: str, precision: str = "float32"
     else:
         raise ConfigError(f"unknown model.encoder {encoder!r}")
     if min(out_shape[1:]) < 1:
-        raise _too_small(encoder, tuple(obs_space.shape), minimum)
+        raise _too_small(encoder, shape_of(obs_space), minimum)
     scale = 1.0 / 255.0 if obs_space.dtype == np.uint8 else 1.0
     return ImageEncoder(trunk, int(np.prod(out_shape)), fc, scale, precision)
 

@@ -28,9 +28,10 @@ from torch import nn
 
 from shoal.config import ModelConfig
 from shoal.envs.composite import Leaf, PackedObs
+from shoal.envs.shapes import as_box
 from shoal.errors import ConfigError, ShoalError
 from shoal.nn.cnn import image_encoder
-from shoal.nn.mlp import MLP
+from shoal.nn.mlp import MLP, width_of
 
 ONE_HOT_MAX = 64
 """Discrete parts with more values than this are embedded instead of one-hot encoded."""
@@ -88,7 +89,7 @@ class KeyMLP(nn.Module):
     def __init__(self, inner: nn.Module, hidden: tuple[int, ...], activation: str):
         super().__init__()
         self.inner = inner
-        self.mlp = MLP(inner.out_dim, hidden, activation)
+        self.mlp = MLP(width_of(inner), hidden, activation)
         self.out_dim = self.mlp.out_dim
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -112,7 +113,7 @@ def leaf_encoder(leaf: Leaf, model: ModelConfig | None) -> nn.Module:
             if model is not None and model.encoder != "mlp":  # a CNN the user asked for
                 raise ConfigError(f"observation part {leaf.name!r}: {exc}") from None
             # Smaller than the default CNN reads (MiniGrid's 7x7x3 grids): pixels as inputs.
-            high = float(np.max(space.high)) or 1.0
+            high = float(np.max(as_box(space).high)) or 1.0
             return Flatten(leaf.size, 1.0 / high)
     if isinstance(space, gym.spaces.Discrete):
         return Categories([int(space.n)])
@@ -133,7 +134,7 @@ class CompositeEncoder(nn.Module):
         self.space = space
         self.leaves = space.leaves
         self.encoders = nn.ModuleList([leaf_encoder(leaf, model) for leaf in self.leaves])
-        self.out_dim = sum(encoder.out_dim for encoder in self.encoders)
+        self.out_dim = sum(width_of(encoder) for encoder in self.encoders)
         self._numpy_parts = self._numpy_plan()
 
     def _numpy_plan(self) -> list[tuple[str, Leaf, float]] | None:

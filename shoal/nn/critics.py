@@ -13,9 +13,10 @@ import torch
 from torch import nn
 
 from shoal.config import ModelConfig
+from shoal.envs.shapes import shape_of
 from shoal.nn.actor_critic import observation_features
 from shoal.nn.init import VALUE_GAIN, linear
-from shoal.nn.mlp import ParallelMLP
+from shoal.nn.mlp import ParallelMLP, width_of
 
 
 class CriticEnsemble(nn.Module):
@@ -44,7 +45,7 @@ class CriticEnsemble(nn.Module):
         self.encoding = observation_features(obs_space, model)
         self.members = members
         self.body = ParallelMLP(
-            self.encoding.out_dim + action_dim, model.hidden, model.activation, members
+            width_of(self.encoding) + action_dim, model.hidden, model.activation, members
         )
         weight = torch.stack(
             [
@@ -74,7 +75,8 @@ class CriticEnsemble(nn.Module):
         ``[members, N, in]``, one input per member (MADDPG's critic ``i`` sees agent ``i``'s
         own policy action among the others' replayed ones) -> ``[members, N, out_dim]``."""
         h = self.body(inputs, detach_weights)
-        weight, bias = self.out_weight, self.out_bias
+        weight: torch.Tensor = self.out_weight
+        bias: torch.Tensor = self.out_bias
         if detach_weights:
             weight, bias = weight.detach(), bias.detach()
         return torch.baddbmm(bias, h, weight)
@@ -87,7 +89,7 @@ def q_ensemble(
     else ``Q(s, a)`` on unit-box actions (SAC's, CQL's and IQL's twin critics)."""
     if isinstance(action_space, gym.spaces.Discrete):
         return CriticEnsemble(obs_space, 0, int(action_space.n), model, members=members)
-    return CriticEnsemble(obs_space, action_space.shape[0], 1, model, members=members)
+    return CriticEnsemble(obs_space, shape_of(action_space)[0], 1, model, members=members)
 
 
 def taken_q(q_all: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:

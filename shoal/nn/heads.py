@@ -31,6 +31,8 @@ class CategoricalHead(nn.Module):
     it with `set_temperature` (Lamb et al. anneals it between iterations).
     """
 
+    temperature: torch.Tensor
+
     def __init__(self, in_dim: int, num_actions: int, temperature: float = 1.0):
         super().__init__()
         self.logits = linear(in_dim, num_actions, POLICY_GAIN)
@@ -104,7 +106,9 @@ class MultiCategoricalHead(CategoricalHead):
         super().__init__(in_dim, sum(int(n) for n in nvec), temperature)
         self.nvec = [int(n) for n in nvec]
 
-    def forward(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> MultiCategorical:
+    def forward(  # type: ignore[override]  # a categorical per sub-action
+        self, features: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> MultiCategorical:
         return MultiCategorical(self.logits(features) / self.temperature, self.nvec, mask)
 
 

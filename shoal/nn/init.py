@@ -8,15 +8,18 @@ outputs is the choice that "Implementation Matters in Deep Policy Gradients" (En
 from __future__ import annotations
 
 import math
+from typing import TypeVar
 
 from torch import nn
+
+Layer = TypeVar("Layer", nn.Linear, nn.Conv2d)
 
 HIDDEN_GAIN = math.sqrt(2.0)
 POLICY_GAIN = 0.01
 VALUE_GAIN = 1.0
 
 
-def init_linear(layer: nn.Linear, gain: float) -> nn.Linear:
+def init_linear(layer: Layer, gain: float) -> Layer:
     nn.init.orthogonal_(layer.weight, gain=gain)
     if layer.bias is not None:
         nn.init.zeros_(layer.bias)

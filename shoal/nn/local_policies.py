@@ -49,6 +49,8 @@ class ParallelHeads(nn.Module):
 class GlobalActor(nn.Module):
     """Deterministic parts of the ``N`` global policies: ``[B, S]`` states -> ``[B, N, d]``."""
 
+    random_actions: torch.Tensor
+
     def __init__(
         self,
         state_dim: int,
@@ -113,6 +115,8 @@ class LocalPolicies(nn.Module):
         message_dim: numbers per message (the paper's 1 or 3).
         hidden: hidden layers of part 1 and of part 2 (section 5.2: one layer of 64).
     """
+
+    others: torch.Tensor
 
     def __init__(
         self,

@@ -97,11 +97,13 @@ class RecurrentQPolicy(nn.Module):
             self._h = self._last = None
             return
         keep = (~torch.as_tensor(mask, dtype=torch.bool)).float().unsqueeze(-1)
-        self._h, self._last = self._h * keep, self._last * keep
+        self._h = self._h * keep
+        if self._last is not None:
+            self._last = self._last * keep
 
-    def distribution(self, obs: torch.Tensor) -> GreedyChoice:
+    def distribution(self, obs: torch.Tensor) -> _Remember:
         rows = obs.shape[0]
-        if self._h is None or self._h.shape[0] != rows:
+        if self._h is None or self._h.shape[0] != rows or self._last is None:
             self._h = self.agent.initial_state(rows)
             self._last = torch.zeros(rows, self.agent.num_actions, device=obs.device)
         x = obs.float()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 import torch
 from torch import nn
@@ -10,6 +11,15 @@ from torch.nn import functional as F
 
 from shoal.nn.activations import ACTIVATIONS
 from shoal.nn.init import HIDDEN_GAIN, linear
+
+
+def width_of(module: nn.Module) -> int:
+    """The width of the features ``module`` returns: its ``out_dim`` (MLPs, the built-in
+    encoders, a user's encoder, `shoal.nn.custom`), checked to be an int."""
+    width = getattr(module, "out_dim", None)
+    if not isinstance(width, int):
+        raise TypeError(f"{type(module).__name__} has no integer out_dim (got {width!r})")
+    return width
 
 
 class MLP(nn.Module):
@@ -32,9 +42,14 @@ class MLP(nn.Module):
         """Called as ``tap(layer, inputs, pre_activations)`` in every forward pass when set
         (K-FAC reads each layer's inputs and output gradients through it, `shoal.kfac`)."""
 
+    @property
+    def linears(self) -> list[nn.Linear]:
+        """The layers, typed (a ModuleList knows them only as modules)."""
+        return cast("list[nn.Linear]", list(self.layers))
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for index, layer in enumerate(self.layers):
-            pre = F.linear(x, layer.weight, layer.bias)
+            pre = F.linear(x, layer.weight, layer.bias)  # type: ignore[arg-type]
             if self.tap is not None:
                 self.tap(index, x, pre)
             x = self.activation(pre)

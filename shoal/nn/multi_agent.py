@@ -46,6 +46,9 @@ class MultiAgentActor(nn.Module):
         gumbel_temperature: temperature of the Gumbel-softmax (discrete actions).
     """
 
+    random_actions: torch.Tensor
+    ids: torch.Tensor
+
     def __init__(
         self,
         obs_space: gym.Space,
@@ -60,7 +63,7 @@ class MultiAgentActor(nn.Module):
         if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
             raise UnsupportedSpaceError(f"MADDPG needs 1-D Box observations, got {obs_space}")
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
-        if self.discrete:
+        if isinstance(action_space, gym.spaces.Discrete):
             self.action_dim = int(action_space.n)
         elif isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
             if (action_space.low < -1).any() or (action_space.high > 1).any():
@@ -196,6 +199,9 @@ class JointActors(nn.Module):
             (``share_parameters`` shares within a group, never across groups).
     """
 
+    own_columns: torch.Tensor
+    random_actions: torch.Tensor
+
     def __init__(
         self,
         groups: Sequence[AgentGroup],
@@ -245,11 +251,13 @@ class JointActors(nn.Module):
         """`forward`'s joint actions ``[B, D]`` and, from the same pass, the sum over agents
         of each agent's mean squared pre-activation (its logits, or its pre-``tanh`` actions):
         the term Lowe et al.'s code adds to every actor's loss (`MADDPGConfig.actor_reg`)."""
-        actions, penalty = [], 0.0
+        actions: list[torch.Tensor] = []
+        penalty: torch.Tensor | float = 0.0
         for name, actor in self.groups.items():
             logits = actor.logits(obs[name])  # [B, N_g, action_dim]
             actions.append(actor.actions_of(logits).flatten(1))
             penalty = penalty + logits.pow(2).mean() * actor.num_agents
+        assert isinstance(penalty, torch.Tensor)  # a team has at least one group
         return torch.cat(actions, 1), penalty
 
     def target_actions(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:

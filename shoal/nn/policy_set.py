@@ -20,6 +20,7 @@ from torch import nn
 from shoal.envs.agents_as_batch import AgentRows
 from shoal.envs.multi_agent import AgentGroup
 from shoal.envs.policy_map import PolicyAgents, empty_actions
+from shoal.envs.shapes import shape_of
 
 
 class PolicySet(nn.Module):
@@ -38,10 +39,7 @@ class PolicySet(nn.Module):
         self.models = nn.ModuleDict(dict(models))
         self.opponents = dict(opponents)
         self.state_dim = state_dim
-        self._takes_mask = {
-            name: "action_mask" in inspect.signature(m.distribution).parameters
-            for name, m in self.models.items()
-        }
+        self._takes_mask = {name: _takes_mask(m) for name, m in self.models.items()}
 
     @torch.inference_mode()
     def act_joint(
@@ -61,16 +59,21 @@ class PolicySet(nn.Module):
         actions = empty_actions(self.groups, batch)
         for name, policy in self.policies.items():
             rows = torch.as_tensor(self.rows[name].rows(policy.gather(arrays), global_state))
-            model = self.models[name]
+            model: Any = self.models[name]  # any model with distribution(obs[, mask])
             if masks is not None and self._takes_mask[name]:
                 legal = torch.as_tensor(policy.gather(masks).reshape(rows.shape[0], -1))
                 dist = model.distribution(rows, legal)
             else:
                 dist = model.distribution(rows)
             chosen = (dist.mode() if deterministic else dist.sample()).numpy()
-            shape = policy.action_space.shape
+            shape = shape_of(policy.action_space)
             policy.scatter(chosen.reshape(batch, policy.size, *shape), actions)
         for group, opponent in self.opponents.items():
-            legal = None if masks is None else masks[group]
-            actions[group] = opponent.act(arrays[group], legal)
+            legal_rows = None if masks is None else masks[group]
+            actions[group] = opponent.act(arrays[group], legal_rows)
         return {g: torch.as_tensor(a) for g, a in actions.items()}
+
+
+def _takes_mask(model: Any) -> bool:
+    """Whether ``model.distribution`` takes legal-action masks (``action_mask``)."""
+    return "action_mask" in inspect.signature(model.distribution).parameters

@@ -37,6 +37,9 @@ class PolicyNetwork(nn.Module):
     for image observations) and the policy head for the action space. The action is the
     head's mode, clipped to a Box's bounds."""
 
+    low: torch.Tensor | None
+    high: torch.Tensor | None
+
     def __init__(self, obs_space: gym.Space, action_space: gym.Space, model: ModelConfig):
         super().__init__()
         self.encoding, self.body = encoder_and_body(obs_space, model)
@@ -57,7 +60,7 @@ class PolicyNetwork(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """The deterministic actions ``[N, ...]`` for ``obs`` ``[N, ...]``."""
         action = self.head(self.body(self.encoding(obs))).mode()
-        if self.low is not None:
+        if self.low is not None and self.high is not None:
             action = torch.maximum(torch.minimum(action, self.high), self.low)
         return action
 
@@ -73,6 +76,9 @@ class LinearPolicy(nn.Module):
     """Augmented random search's policy (Mania et al. 2018): ``a = M s`` with ``M`` a
     ``[actions, observations]`` matrix, zero at the start, no bias. A Box action is clipped to
     its bounds; a Discrete action is the largest of ``M s``'s entries."""
+
+    low: torch.Tensor | None
+    high: torch.Tensor | None
 
     def __init__(self, obs_space: gym.Space, action_space: gym.Space):
         super().__init__()
@@ -102,7 +108,7 @@ class LinearPolicy(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         out = obs.float().flatten(1) @ self.weight.T
-        if self.discrete:
+        if self.low is None or self.high is None:  # Discrete actions (Box ones have bounds)
             return out.argmax(-1)
         return torch.maximum(torch.minimum(out, self.high), self.low)
 

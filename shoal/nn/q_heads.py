@@ -39,6 +39,9 @@ class NoisyLinear(nn.Module):
     mode or when ``noise_enabled`` is False.
     """
 
+    eps_in: torch.Tensor
+    eps_out: torch.Tensor
+
     def __init__(self, in_features: int, out_features: int, sigma0: float = 0.5):
         super().__init__()
         if in_features < 1 or out_features < 1:
@@ -65,9 +68,9 @@ class NoisyLinear(nn.Module):
 
     def reset_noise(self) -> None:
         """Draws new factorized noise: ``in`` then ``out`` standard normals."""
-        like = {"device": self.eps_in.device, "dtype": self.eps_in.dtype}
-        self.eps_in.copy_(_scale_noise(torch.randn(self.in_features, **like)))
-        self.eps_out.copy_(_scale_noise(torch.randn(self.out_features, **like)))
+        device, dtype = self.eps_in.device, self.eps_in.dtype
+        self.eps_in.copy_(_scale_noise(torch.randn(self.in_features, device=device, dtype=dtype)))
+        self.eps_out.copy_(_scale_noise(torch.randn(self.out_features, device=device, dtype=dtype)))
 
     @property
     def weight_epsilon(self) -> torch.Tensor:

@@ -19,6 +19,7 @@ from shoal.errors import ConfigError, UnsupportedSpaceError
 from shoal.losses.q_learning import masked_argmax
 from shoal.losses.value_kinds import ValueKind
 from shoal.nn.actor_critic import encoder_and_body
+from shoal.nn.mlp import width_of
 from shoal.nn.q_heads import QHead
 from shoal.types import ActOutput
 
@@ -50,6 +51,9 @@ class QNetwork(nn.Module):
     ``temperature`` are buffers, so exploration settings travel with the weights to every
     sampler."""
 
+    epsilon: torch.Tensor
+    temperature: torch.Tensor
+
     def __init__(self, obs_space: gym.Space, action_space: gym.Space, config: Any, kind: ValueKind):
         super().__init__()
         if not isinstance(action_space, gym.spaces.Discrete):
@@ -67,7 +71,7 @@ class QNetwork(nn.Module):
             )
         self.encoding, self.body = encoder_and_body(obs_space, model)
         self.head = QHead(
-            self.body.out_dim,
+            width_of(self.body),
             int(action_space.n),
             atoms=kind.atoms,
             dueling=config.dueling,

@@ -10,6 +10,8 @@ environment wherever ``starts`` marks the first step of an episode.
 
 from __future__ import annotations
 
+from typing import Any
+
 import gymnasium as gym
 import torch
 from torch import nn
@@ -131,7 +133,7 @@ class RecurrentActorCritic(nn.Module):
         self._deployed_state = zero_rows(self._deployed_state, mask)
 
 
-def deployed_step(model: nn.Module, obs: torch.Tensor) -> torch.Tensor:
+def deployed_step(model: Any, obs: torch.Tensor) -> torch.Tensor:
     """A deployed recurrent model's features ``[B, H]`` at ``obs`` ``[B, ...]``, from the state
     its previous call left in ``model._deployed_state`` (zero at the first call or when ``B``
     changes), which it then updates."""

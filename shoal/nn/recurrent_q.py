@@ -50,6 +50,8 @@ class RecurrentQNetwork(nn.Module):
     """Rollouts keep the state before every step (`shoal.types.Rollout.step_states`): R2D2
     stores the actor's state at each sequence start."""
 
+    epsilon: torch.Tensor
+
     def __init__(
         self, obs_space: gym.Space, action_space: gym.Space, config: ModelConfig, dueling: bool
     ):

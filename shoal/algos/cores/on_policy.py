@@ -52,7 +52,7 @@ class PPOBatch(NamedTuple):
 
     def map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> PPOBatch:
         """``fn`` applied to every field (the mask too, when there is one)."""
-        return PPOBatch(*(None if x is None else fn(x) for x in self))
+        return PPOBatch(*(None if x is None else fn(x) for x in self))  # type: ignore[arg-type]
 
 
 class PPOSequenceBatch(NamedTuple):
@@ -215,8 +215,8 @@ def mean_metrics(rows: Iterable[dict[str, Any]]) -> dict[str, float]:
         means = dict(zip(names, table.mean(0).tolist(), strict=True))
         check_finite_metrics(means)  # a GPU learner's NaN check (`shoal.optim.gradients`)
         return means
-    table = np.array([[row[k] for k in names] for row in rows], dtype=np.float64)
-    return dict(zip(names, table.mean(0).tolist(), strict=True))
+    array = np.array([[row[k] for k in names] for row in rows], dtype=np.float64)
+    return dict(zip(names, array.mean(0).tolist(), strict=True))
 
 
 def step_metrics(losses: dict[str, Any], stats: dict[str, Any]) -> dict[str, Any]:
@@ -245,7 +245,7 @@ class ModelLearner:
         self.device = resolve_device(config.run.device)
         check_precision(config.model.precision, self.device)
         self.model = place(model, self.device, config.run.compile)
-        self.parameters = list(self.model.parameters())
+        self.parameters: list[torch.Tensor] = list(self.model.parameters())
         if make_optimizer is None:
             optim = config.optim
             decay = optim.weight_decay

@@ -45,7 +45,7 @@ import dataclasses
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -83,8 +83,11 @@ from shoal.nn.target import frozen_copy
 from shoal.policy import ActorPolicy, JointPolicy
 from shoal.seeding import derive_seed
 
-MADDPGBlock = nested_block(MADDPGConfig)
-"""MADDPG's settings of distributed MADDPG's learners (`shoal.config.nested_block`)."""
+# MADDPG's settings of distributed MADDPG's learners (`shoal.config.nested_block`).
+if TYPE_CHECKING:  # for the type checker, a block is its config class
+    MADDPGBlock = MADDPGConfig
+else:
+    MADDPGBlock = nested_block(MADDPGConfig)
 
 NETWORKS = ("actor", "critic", "target_actor", "target_critic")
 """What the parameter server holds and learners exchange (each learner keeps its optimizer)."""

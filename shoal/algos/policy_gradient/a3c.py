@@ -20,7 +20,7 @@ import functools
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import gymnasium as gym
 import torch
@@ -53,8 +53,11 @@ from shoal.schedules import scheduled
 from shoal.seeding import derive_seed
 from shoal.types import EpisodeStats
 
-A2CBlock = nested_block(A2CConfig)
-"""A2C's settings of A3C's workers (`shoal.config.nested_block`)."""
+# A2C's settings of A3C's workers (`shoal.config.nested_block`).
+if TYPE_CHECKING:  # for the type checker, a block is its config class
+    A2CBlock = A2CConfig
+else:
+    A2CBlock = nested_block(A2CConfig)
 
 A2C_FIELDS = (
     "optim",

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import gymnasium as gym
 import torch
@@ -60,8 +60,11 @@ from shoal.schedules import scheduled
 from shoal.seeding import derive_seed
 from shoal.types import EpisodeStats, Rollout
 
-PPOBlock = nested_block(PPOConfig)
-"""PPO's settings of APPO's learner (`shoal.config.nested_block`)."""
+# PPO's settings of APPO's learner (`shoal.config.nested_block`).
+if TYPE_CHECKING:  # for the type checker, a block is its config class
+    PPOBlock = PPOConfig
+else:
+    PPOBlock = nested_block(PPOConfig)
 
 
 @dataclass(frozen=True)

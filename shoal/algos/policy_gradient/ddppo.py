@@ -24,7 +24,7 @@ import os
 import socket
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import gymnasium as gym
 import torch
@@ -59,8 +59,11 @@ COLLECTIVE_TIMEOUT = timedelta(minutes=5)
 30 minutes would hang a run whose learner died for that long)."""
 
 
-PPOBlock = nested_block(PPOConfig)
-"""PPO's settings of one DD-PPO learner (`shoal.config.nested_block`)."""
+# PPO's settings of one DD-PPO learner (`shoal.config.nested_block`).
+if TYPE_CHECKING:  # for the type checker, a block is its config class
+    PPOBlock = PPOConfig
+else:
+    PPOBlock = nested_block(PPOConfig)
 
 PPO_FIELDS = (
     "optim",

@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -187,12 +187,21 @@ class ApexConfig:
         return unnest(getattr(self, self.LEARNER), run=self.run, env=self.env)
 
 
-DQNBlock = nested_block(DQNConfig)
-"""Ape-X DQN's learner settings (`shoal.config.nested_block`)."""
-DDPGBlock = nested_block(DDPGConfig)
-"""Ape-X DPG's learner settings (`shoal.config.nested_block`)."""
-R2D2Block = nested_block(R2D2Config)
-"""Distributed R2D2's learner settings (`shoal.config.nested_block`)."""
+# Ape-X DQN's learner settings (`shoal.config.nested_block`).
+if TYPE_CHECKING:  # for the type checker, a block is its config class
+    DQNBlock = DQNConfig
+else:
+    DQNBlock = nested_block(DQNConfig)
+# Ape-X DPG's learner settings (`shoal.config.nested_block`).
+if TYPE_CHECKING:  # for the type checker, a block is its config class
+    DDPGBlock = DDPGConfig
+else:
+    DDPGBlock = nested_block(DDPGConfig)
+# Distributed R2D2's learner settings (`shoal.config.nested_block`).
+if TYPE_CHECKING:  # for the type checker, a block is its config class
+    R2D2Block = R2D2Config
+else:
+    R2D2Block = nested_block(R2D2Config)
 
 
 def _apex_replay(batch_size: int, n_step: int = 3) -> ReplayConfig:

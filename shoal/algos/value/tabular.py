@@ -120,6 +120,9 @@ class QTable(nn.Module):
     treat it like any other policy network. ``epsilon`` is the exploration rate at the time of
     the snapshot, used by ``sample()`` (``shoal eval --stochastic``)."""
 
+    q: torch.Tensor
+    epsilon: torch.Tensor
+
     def __init__(self, num_states: int, num_actions: int, q_init: float = 0.0):
         super().__init__()
         table = torch.full((num_states, num_actions), q_init, dtype=torch.float64)

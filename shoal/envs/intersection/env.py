@@ -62,7 +62,7 @@ consecutive ones.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -110,8 +110,8 @@ class IntersectionEnv(BatchedWorld):
     simulator that moves the vehicles (`shoal.envs.intersection.simulators`); further
     keyword arguments are that simulator's options."""
 
-    env_id: ClassVar[str] = ENV_ID
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["rgb_array"], "render_fps": 10}
+    env_id: str = ENV_ID
+    metadata: dict[str, Any] = {"render_modes": ["rgb_array"], "render_fps": 10}
     neighbours, sensor_range = 8, 50.0
     lookahead = (5.0, 10.0, 20.0)
     progress_weight, completion_bonus = 0.1, 10.0
@@ -169,7 +169,7 @@ class IntersectionEnv(BatchedWorld):
             else gym.spaces.Discrete(4)
         )
         self.groups = {GROUP: AgentGroup(GROUP, agents, obs, action)}
-        self.state_space = gym.spaces.Box(
+        self.state_space: gym.Space | None = gym.spaces.Box(
             -np.inf, np.inf, (sc.slots * 6 + 4 * sc.signals,), np.float32
         )
         self.done = np.zeros((B, AGENTS), bool)

@@ -71,12 +71,19 @@ def make_simulator(
     """The simulator ``backend`` names over ``vehicles``, with its own ``options`` (SUMO:
     ``processes``; SMARTS: ``headless``)."""
     env_id = vehicles.scenario.env_id
+    cls: type[Simulator]
     if backend == "builtin":
-        from shoal.envs.intersection.kinematic import KinematicSimulator as cls
+        from shoal.envs.intersection.kinematic import KinematicSimulator
+
+        cls = KinematicSimulator
     elif backend == "sumo":
-        from shoal.envs.intersection.sumo import SumoSimulator as cls
+        from shoal.envs.intersection.sumo import SumoSimulator
+
+        cls = SumoSimulator
     elif backend == "smarts":
-        from shoal.envs.intersection.smarts import SmartsSimulator as cls
+        from shoal.envs.intersection.smarts import SmartsSimulator
+
+        cls = SmartsSimulator
     else:
         raise ConfigError(f"{env_id}: backend must be one of {list(BACKENDS)}, not {backend!r}")
     try:

@@ -87,7 +87,7 @@ def write_scenario(scenario: Scenario) -> Path:
     net, _ = build_network(scenario)
     per_hour = scenario.vehicles_per_minute * 60.0 / len(scenario.entry_routes)
     keys = scenario.routes.keys
-    flows = []
+    flows: list[Any] = []
     for key in keys:
         turns = sum(1 for other in keys if other[:2] == key[:2])
         entry, exit_, sumo_lane = route_edges(key)
@@ -95,14 +95,14 @@ def write_scenario(scenario: Scenario) -> Path:
         if per_hour > 0:
             flows.append(t.Flow(route=route, rate=per_hour / turns,
                                 actors={t.TrafficActor("car"): 1.0}))  # fmt: skip
-    key = hashlib.sha256(net.read_bytes() + repr(flows).encode()).hexdigest()[:16]
+    digest = hashlib.sha256(net.read_bytes() + repr(flows).encode()).hexdigest()[:16]
 
     def make(work: Path) -> None:
         shutil.copy(net, work / "map.net.xml")
         traffic = {"background": t.Traffic(flows=flows)} if flows else None
         gen_scenario(t.Scenario(traffic=traffic), output_dir=str(work))
 
-    return build_once(cache_dir("smarts") / key, make)
+    return build_once(cache_dir("smarts") / digest, make)
 
 
 class SmartsSimulator:
@@ -180,7 +180,7 @@ class SmartsSimulator:
             a = np.clip(actions.reshape(B, A, 3), [0, 0, -1], [1, 1, 1])
         else:
             a = actions.reshape(B, A).astype(np.int64)
-        for b in np.flatnonzero(real):
+        for b in np.flatnonzero(real).tolist():
             commands = {
                 agent: (a[b, i].astype(np.float64) if sc.continuous
                         else LANE_ACTIONS[int(a[b, i])])

@@ -130,10 +130,12 @@ class _Worker:
         self.receive()
 
     def send(self, request: Any) -> None:
+        assert self.process.stdin is not None  # opened with stdin=PIPE
         sumo_worker.write_message(self.process.stdin, request)
 
     def receive(self) -> Any:
         try:
+            assert self.process.stdout is not None  # opened with stdout=PIPE
             answer = sumo_worker.read_message(self.process.stdout)
         except EOFError:
             raise RuntimeError(f"SUMO worker exited with code {self.process.wait()}") from None
@@ -226,7 +228,7 @@ class SumoSimulator:
                 request["lights"] = lights[b].tolist()
             self._sims[b].send(request)
         for b in np.flatnonzero(real):
-            self._read(b, self._sims[b].receive(), acting[b])
+            self._read(int(b), self._sims[b].receive(), acting[b])
             self._requests[b] = {}
         if not self.scenario.continuous:  # the steering of the agents' yaw rate
             v, A = self.vehicles, AGENTS
@@ -271,7 +273,7 @@ class SumoSimulator:
             present[:A] = v.present[b, :A]
         else:  # an agent SUMO took off at its route's end completed it: put it there
             for i in np.flatnonzero(got["arrived"][:A]):
-                v.park_at_route_end(b, i)
+                v.park_at_route_end(b, int(i))
                 present[i] = True
         present[:A] &= acting
         v.present[b] = present

@@ -18,7 +18,7 @@ import os
 import pickle
 import struct
 import sys
-from typing import Any, BinaryIO
+from typing import IO, Any
 
 import numpy as np
 
@@ -154,7 +154,7 @@ class Simulation:
         self.traci.close()
 
 
-def read_message(stream: BinaryIO) -> Any:
+def read_message(stream: IO[bytes]) -> Any:
     """One pickled message; `EOFError` when the other side has gone."""
     header = stream.read(4)
     if len(header) < 4:
@@ -163,7 +163,7 @@ def read_message(stream: BinaryIO) -> Any:
     return pickle.loads(stream.read(size))
 
 
-def write_message(stream: BinaryIO, message: Any) -> None:
+def write_message(stream: IO[bytes], message: Any) -> None:
     data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     stream.write(struct.pack("<I", len(data)) + data)
     stream.flush()

@@ -51,7 +51,7 @@ def bound(v: np.ndarray) -> np.ndarray:
 
 
 class TagEnv(BatchedWorld):
-    env_id: ClassVar[str] = "shoal/tag-v0"
+    env_id: str = "shoal/tag-v0"
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["rgb_array"], "render_fps": 10}
     dt, damping, contact_force, contact_margin = 0.1, 0.25, 1e2, 1e-3
     sizes = {PREDATORS: 0.075, PREY: 0.05}

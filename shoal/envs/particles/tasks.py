@@ -244,6 +244,7 @@ class PredatorPreyEnv(ParticleEnv):
     def steer(self) -> None:
         """Move every learned prey ``prey_step`` along the direction it chose."""
         prey, a = self.landmark_pos, self._prey_actions
+        assert a is not None, "steer() runs after step() has stored the prey's actions"
         if self.continuous:
             direction = np.clip(a.reshape(self.num_envs, -1, 2), -1.0, 1.0).astype(F32)
             norm = np.sqrt((direction * direction).sum(-1, keepdims=True))

@@ -28,7 +28,7 @@ class ParticleEnv(BatchedWorld):
     `_observations`.
     """
 
-    env_id: ClassVar[str] = ""
+    env_id: str = ""
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["rgb_array"], "render_fps": 10}
     """Rendering: RGB frames, played at 10 per second (as the multi-agent particle envs)."""
     default_agents: ClassVar[int] = 3
