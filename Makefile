@@ -39,7 +39,7 @@ train: $(CORE_STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check shoal tests benchmarks docs
 	$(BIN)/ruff format --check shoal tests benchmarks docs
-	$(BIN)/mypy   # pyproject.toml's [tool.mypy]: strict on the configs, types, interfaces, losses, API
+	$(BIN)/mypy   # pyproject.toml's [tool.mypy]: all of shoal; strict on configs, types, interfaces, losses, API
 
 # The documentation site, into site/ (warnings are errors: a broken link, an unknown name, a
 # config field without a docstring); the tests build it too and run its examples.

@@ -12,7 +12,7 @@ through ``torch.compile`` in `place`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -50,7 +50,10 @@ def uses_numpy(
     return reason is None
 
 
-def place(module: nn.Module, device: torch.device, compiled: bool = False) -> nn.Module:
+Module = TypeVar("Module", bound=nn.Module)
+
+
+def place(module: Module, device: torch.device, compiled: bool = False) -> Module:
     """``module`` moved to ``device`` and, with ``compiled``, compiled in place
     (``nn.Module.compile``: forward and, through AOTAutograd, backward; the module keeps its
     parameters and state-dict keys)."""
@@ -60,7 +63,7 @@ def place(module: nn.Module, device: torch.device, compiled: bool = False) -> nn
     return module
 
 
-def uncompiled_copy(module: nn.Module, device: torch.device | str = "cpu") -> nn.Module:
+def uncompiled_copy(module: Module, device: torch.device | str = "cpu") -> Module:
     """An eager copy of ``module`` (`shoal.nn.target.eager_copy`) on ``device`` (a deployed
     policy's or an acting copy's: the CPU)."""
     return eager_copy(module).to(device)

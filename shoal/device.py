@@ -63,12 +63,12 @@ def to_device(value: T, device: torch.device, non_blocking: bool = True) -> T:
     ordinary host memory (a rollout once per update) is copied as it is."""
     if isinstance(value, torch.Tensor):
         if value.device == device:
-            return value  # type: ignore[return-value]
+            return value
         return value.to(device, non_blocking=non_blocking)  # type: ignore[return-value]
     if isinstance(value, tuple) and hasattr(value, "_fields"):  # a NamedTuple batch
-        return type(value)(*(to_device(v, device, non_blocking) for v in value))  # type: ignore[return-value]
+        return type(value)(*(to_device(v, device, non_blocking) for v in value))
     if isinstance(value, (list, tuple)):
-        return type(value)(to_device(v, device, non_blocking) for v in value)  # type: ignore[return-value]
+        return type(value)(to_device(v, device, non_blocking) for v in value)
     if isinstance(value, dict):
         return {k: to_device(v, device, non_blocking) for k, v in value.items()}  # type: ignore[return-value]
     return value

@@ -88,7 +88,11 @@ class Rollout(NamedTuple):
         by one step is exact, including the bootstrap at truncation."""
         return torch.cat([self.values[1:], self.last_values.unsqueeze(0)], dim=0)
 
-    def transitions(self) -> tuple[np.ndarray | None, ...]:
+    def transitions(
+        self,
+    ) -> tuple[
+        np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None
+    ]:
         """NumPy views of what a replay stores, in the order of ``ReplayBuffer.extend``: obs,
         actions, rewards, terminated, truncated, valid, action_mask (None without one)."""
         mask = None if self.action_mask is None else self.action_mask.numpy()

@@ -170,6 +170,13 @@ def test_recurrent_layers_are_refused():
         KFAC(model)
 
 
+def test_string_padded_convolutions_are_refused():
+    # unfold, which the convolution's factors read patches with, takes padding as numbers.
+    model = nn.Sequential(nn.Conv2d(1, 2, 3, padding="same"), nn.Flatten())
+    with pytest.raises(ConfigError, match="padding as numbers, not 'same'"):
+        covered_layers(model)
+
+
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError, match="damping"):
         KFAC(nn.Linear(2, 2), damping=0.0)

@@ -8,10 +8,11 @@ as a remote actor (the Ray sampler of a later issue).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from shoal import backend
 from shoal.config import EnvConfig
@@ -24,27 +25,20 @@ from shoal.errors import ConfigError
 from shoal.interfaces import Weights
 from shoal.nn.recurrent import is_recurrent
 from shoal.threads import set_compute_threads
-from shoal.types import ActOutput, EpisodeStats, Rollout, StepResult, merge_info
+from shoal.types import EpisodeStats, Rollout, StepResult, merge_info
 
-
-class ActingModel(Protocol):
-    """What a runner needs from a policy network (`ActorCritic`, DQN's `QNetwork`, ...).
-    ``act`` receives ``action_mask`` only when the env reports legal actions."""
-
-    def act(self, obs: torch.Tensor, deterministic: bool = False) -> ActOutput: ...
-
-    def value(self, obs: torch.Tensor) -> torch.Tensor: ...
-
-    def load_state_dict(self, state: Weights) -> Any: ...
-
-    def requires_grad_(self, requires_grad: bool) -> Any: ...
+ModelFn = Callable[[Any, Any], nn.Module]
+"""``model_fn(observation_space, action_space)``: the policy network a runner acts with
+(`ActorCritic`, DQN's `QNetwork`, ...): an ``nn.Module`` with ``act(obs, deterministic)`` (and
+``action_mask=`` when the env reports legal actions) and ``value(obs)``; recurrent ones add
+``initial_state``, ``step`` and ``step_value``."""
 
 
 class EnvRunner:
     def __init__(
         self,
         env_config: EnvConfig,
-        model_fn: Callable[[Any, Any], ActingModel],
+        model_fn: ModelFn,
         num_steps: int,
         seed: int,
         torch_seed: int | None = None,

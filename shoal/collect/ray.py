@@ -20,13 +20,13 @@ A runner that dies or raises is restarted from its seeds with the latest weights
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import torch
 
-from shoal.collect.env_runner import ActingModel, EnvRunner
+from shoal.collect.env_runner import EnvRunner, ModelFn
 from shoal.config import EnvConfig
 from shoal.distributed import require_ray
 from shoal.errors import ConfigError
@@ -38,7 +38,7 @@ class RaySampler:
     def __init__(
         self,
         env_config: EnvConfig,
-        model_fn: Callable[[Any, Any], ActingModel],
+        model_fn: ModelFn,
         num_steps: int,
         seeds: list[int],
         torch_seeds: list[int],

@@ -82,7 +82,7 @@ class SegmentReplay:
     def __len__(self) -> int:
         return len(self.ring)
 
-    def add(self, segment: dict[str, torch.Tensor | np.ndarray]) -> None:
+    def add(self, segment: Mapping[str, torch.Tensor | np.ndarray]) -> None:
         self.ring.add(segment)
 
     def sample(self) -> dict[str, torch.Tensor]:

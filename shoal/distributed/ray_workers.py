@@ -14,7 +14,7 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
 import ray
@@ -210,7 +210,7 @@ class WorkerPool:
         args: Callable[[int], tuple] = lambda i: (),
         in_flight: int = 1,
         in_turn: bool = False,
-    ) -> Iterator[tuple[int, Any]]:
+    ) -> Generator[tuple[int, Any], None, None]:
         """Results of ``method`` as workers finish them, fastest first: each worker keeps
         ``in_flight`` requests queued and gets a new one (with ``args(i)`` of that moment)
         as soon as one of its results is taken. Close the iterator to stop; results still

@@ -138,7 +138,7 @@ class _Packed(gym.Space):
         return False
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.original == self.original  # type: ignore[attr-defined]
+        return type(other) is type(self) and other.original == self.original
 
     def __hash__(self) -> int:
         return hash((type(self).__name__, repr(self.original)))

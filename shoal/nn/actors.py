@@ -93,7 +93,7 @@ def make_noise(config: NoiseConfig) -> GaussianNoise | OrnsteinUhlenbeckNoise:
     return GaussianNoise(config.scale)
 
 
-class _Actor(nn.Module):
+class Actor(nn.Module):
     """What all three actors share: the MLP over encoded observations, the random-action
     switch, and the sampler-facing ``act``/``value``/``distribution``."""
 
@@ -135,7 +135,7 @@ class _Actor(nn.Module):
         return torch.zeros(obs.shape[0], device=obs.device)
 
 
-class DeterministicActor(_Actor):
+class DeterministicActor(Actor):
     """``mu(s) = tanh(W h(s) + b)`` in the unit box; explores with additive noise."""
 
     def __init__(
@@ -172,7 +172,7 @@ class DeterministicActor(_Actor):
         self.noise.load_state(state)
 
 
-class SquashedGaussianActor(_Actor):
+class SquashedGaussianActor(Actor):
     """``a = tanh(u)``, ``u ~ N(mean(s), std(s)^2)``: SAC's policy (Haarnoja et al. 2018)."""
 
     def __init__(self, obs_space: gym.Space, action_space: gym.Space, model: ModelConfig):
@@ -215,7 +215,7 @@ class SquashedGaussianActor(_Actor):
         return self.scaler.to_env(unit)
 
 
-class GaussianActor(_Actor):
+class GaussianActor(Actor):
     """``a ~ N(tanh(W h(s) + b), diag(std)^2)`` with a state-independent ``std``, clipped to
     the unit box when acting: IQL's policy (Kostrikov et al. 2021), whose log-density of a
     dataset's actions needs no inverse tanh (which diverges at the bounds, where offline
@@ -253,7 +253,7 @@ class GaussianActor(_Actor):
         return self.scaler.to_env(unit)
 
 
-class CategoricalActor(_Actor):
+class CategoricalActor(Actor):
     """A softmax policy over discrete actions (discrete SAC, Christodoulou 2019)."""
 
     def __init__(self, obs_space: gym.Space, action_space: gym.Space, model: ModelConfig):

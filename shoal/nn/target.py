@@ -5,12 +5,15 @@ stable bootstrap targets."""
 from __future__ import annotations
 
 import copy
+from typing import TypeVar
 
 import torch
 from torch import nn
 
+Network = TypeVar("Network", bound=nn.Module)
 
-def eager_copy(network: nn.Module) -> nn.Module:
+
+def eager_copy(network: Network) -> Network:
     """A deep copy of ``network`` that runs eagerly. ``nn.Module.compile`` keeps the compiled
     forward in the instance's ``_compiled_call_impl``, which a deep copy would keep calling,
     on the original's compiled graph; the copy drops it from every submodule."""
@@ -20,7 +23,7 @@ def eager_copy(network: nn.Module) -> nn.Module:
     return clone
 
 
-def frozen_copy(network: nn.Module) -> nn.Module:
+def frozen_copy(network: Network) -> Network:
     """An eager copy of ``network`` that autograd ignores, to serve as its target."""
     return eager_copy(network).requires_grad_(False)
 

@@ -133,7 +133,7 @@ def write_mp4(path: Path, frames: list[np.ndarray], fps: float) -> int:
 
     try:
         # H.264 with yuv420p needs even frame sizes; anything stricter would rescale frames.
-        imageio.mimsave(path, list(frames), fps=fps, macro_block_size=2)  # type: ignore[arg-type]
+        imageio.mimsave(path, list(frames), fps=fps, macro_block_size=2)
     except (ImportError, ValueError, RuntimeError, OSError) as exc:
         raise ShoalError(
             f"could not write {path}: {exc}. For .mp4 install the video extra "

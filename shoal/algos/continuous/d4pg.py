@@ -25,6 +25,7 @@ from shoal.algos.cores.off_policy import ReplayAlgorithm
 from shoal.config import NoiseConfig, check
 from shoal.losses import categorical_projection, categorical_td_loss
 from shoal.losses.actor_critic import deterministic_actor_loss
+from shoal.nn.actors import DeterministicActor
 from shoal.types import ReplayBatch
 
 
@@ -50,7 +51,7 @@ class D4PGConfig(ActorCriticReplayConfig):
         check(self, "v_max", self.v_max > self.v_min, f"must be > v_min = {self.v_min}")
 
 
-class D4PGLearner(ActorCriticLearner):
+class D4PGLearner(ActorCriticLearner[DeterministicActor]):
     def __init__(self, config: D4PGConfig, obs_space: gym.Space, action_space: gym.Space):
         self.config = config
         actor = build_model(config, obs_space, action_space)
@@ -66,7 +67,7 @@ class D4PGLearner(ActorCriticLearner):
         batch = core.batch(batch)
         returns, discounts = core.bootstrap(batch)
         with torch.no_grad():
-            next_actions = core.target_actor(batch.next_obs)
+            next_actions = core.target_policy(batch.next_obs)
             next_logits = core.target_critic(batch.next_obs, next_actions)[0]
             target = categorical_projection(
                 next_logits.softmax(dim=-1), self.support, returns, discounts

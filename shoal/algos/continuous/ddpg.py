@@ -22,6 +22,7 @@ from shoal.algos.cores.actor_critic_replay import (
 )
 from shoal.algos.cores.off_policy import ReplayAlgorithm
 from shoal.config import NoiseConfig
+from shoal.envs.shapes import shape_of
 from shoal.losses.actor_critic import deterministic_actor_loss, ensemble_td_loss, twin_min_target
 from shoal.nn.actors import DeterministicActor
 from shoal.nn.critics import CriticEnsemble
@@ -47,10 +48,10 @@ def deterministic_critic(
 ) -> CriticEnsemble:
     """A critic ensemble over (observation, unit-box action) inputs; ``kwargs`` give
     ``out_dim`` and ``members``."""
-    return CriticEnsemble(obs_space, action_space.shape[0], model=config.model, **kwargs)
+    return CriticEnsemble(obs_space, shape_of(action_space)[0], model=config.model, **kwargs)
 
 
-class DDPGLearner(ActorCriticLearner):
+class DDPGLearner(ActorCriticLearner[DeterministicActor]):
     def __init__(self, config: DDPGConfig, obs_space: gym.Space, action_space: gym.Space):
         self.config = config
         actor = build_model(config, obs_space, action_space)
@@ -62,7 +63,7 @@ class DDPGLearner(ActorCriticLearner):
         batch = core.batch(batch)
         returns, discounts = core.bootstrap(batch)
         with torch.no_grad():
-            next_actions = core.target_actor(batch.next_obs)
+            next_actions = core.target_policy(batch.next_obs)
             next_q = core.target_critic(batch.next_obs, next_actions).squeeze(-1)
         target = twin_min_target(returns, discounts, next_q)
         q = core.critic(batch.obs, core.unit_actions(batch.actions)).squeeze(-1)

@@ -30,6 +30,7 @@ from shoal.algos.cores.actor_critic_replay import (
 from shoal.algos.cores.off_policy import ReplayAlgorithm
 from shoal.config import check, check_positive
 from shoal.device import resolve_device
+from shoal.envs.shapes import shape_of
 from shoal.losses.actor_critic import (
     discrete_sac_actor_loss,
     discrete_soft_value,
@@ -71,7 +72,9 @@ class SACConfig(ActorCriticReplayConfig):
             check(self, name, value is None or math.isfinite(value), "must be finite")
 
 
-def build_model(config: SACConfig, obs_space: gym.Space, action_space: gym.Space) -> nn.Module:
+def build_model(
+    config: SACConfig, obs_space: gym.Space, action_space: gym.Space
+) -> SquashedGaussianActor | CategoricalActor:
     if isinstance(action_space, gym.spaces.Discrete):
         return CategoricalActor(obs_space, action_space, config.model)
     return SquashedGaussianActor(obs_space, action_space, config.model)
@@ -80,7 +83,7 @@ def build_model(config: SACConfig, obs_space: gym.Space, action_space: gym.Space
 def default_target_entropy(action_space: gym.Space) -> float:
     if isinstance(action_space, gym.spaces.Discrete):
         return 0.98 * math.log(int(action_space.n))
-    return -float(action_space.shape[0])
+    return -float(shape_of(action_space)[0])
 
 
 class CriticPenalty(Protocol):
@@ -105,7 +108,7 @@ class CriticPenalty(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
-class SACLearner(ActorCriticLearner):
+class SACLearner(ActorCriticLearner[SquashedGaussianActor | CategoricalActor]):
     def __init__(
         self,
         config: SACConfig,
@@ -134,18 +137,19 @@ class SACLearner(ActorCriticLearner):
         batch = self.core.batch(batch)
         if self.discrete:
             return self._update_discrete(batch)
-        cfg, core = self.config, self.core
+        cfg, core, actor = self.config, self.core, self.core.actor
+        assert isinstance(actor, SquashedGaussianActor)  # not discrete
         alpha = self.log_alpha.detach().exp()
         returns, discounts = core.bootstrap(batch)
         with torch.no_grad():
-            next_actions, next_log_prob = core.actor.sample(batch.next_obs)
+            next_actions, next_log_prob = actor.sample(batch.next_obs)
             next_q = core.target_critic(batch.next_obs, next_actions).squeeze(-1)
         backup_log_prob = next_log_prob if cfg.entropy_backup else None
         target = soft_q_target(returns, discounts, next_q, backup_log_prob, alpha)
         q = core.critic(batch.obs, core.unit_actions(batch.actions)).squeeze(-1)
         critic_loss, priorities = ensemble_td_loss(q, target, batch.weights, cfg.critic_loss)
         extra = self._penalty(batch, q, None)
-        actions, log_prob = core.actor.sample(batch.obs)
+        actions, log_prob = actor.sample(batch.obs)
         policy_q = core.critic(batch.obs, actions, detach_weights=True).squeeze(-1)
         actor_loss = sac_actor_loss(policy_q, log_prob, alpha)
         return self._finish(critic_loss, actor_loss, log_prob, q, alpha, priorities, extra)

@@ -29,6 +29,7 @@ from shoal.losses.actor_critic import (
     smoothed_target_actions,
     twin_min_target,
 )
+from shoal.nn.actors import DeterministicActor
 from shoal.types import ReplayBatch
 
 
@@ -63,7 +64,7 @@ def _deterministic_objective(q, policy_actions, data_actions):
     return deterministic_actor_loss(q)
 
 
-class TD3Learner(ActorCriticLearner):
+class TD3Learner(ActorCriticLearner[DeterministicActor]):
     def __init__(
         self,
         config: TD3Config,
@@ -85,7 +86,7 @@ class TD3Learner(ActorCriticLearner):
         returns, discounts = core.bootstrap(batch)
         with torch.no_grad():
             next_actions = smoothed_target_actions(
-                core.target_actor(batch.next_obs), cfg.target_noise, cfg.target_noise_clip
+                core.target_policy(batch.next_obs), cfg.target_noise, cfg.target_noise_clip
             )
             next_q = core.target_critic(batch.next_obs, next_actions).squeeze(-1)
         target = twin_min_target(returns, discounts, next_q)

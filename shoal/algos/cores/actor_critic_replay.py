@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 import torch
 from torch import nn
@@ -42,6 +42,8 @@ from shoal.device import (
     to_host,
 )
 from shoal.losses import bootstrap_discount, n_step_return
+from shoal.nn.action_scaling import ActionScaler
+from shoal.nn.critics import CriticEnsemble
 from shoal.nn.target import frozen_copy, soft_update
 from shoal.optim import build_optimizer, minimize
 from shoal.types import ReplayBatch
@@ -96,7 +98,10 @@ class ActorCriticReplayConfig:
         check_replay_holds(self, self.env.num_envs)
 
 
-class ActorCriticCore:
+ActorT = TypeVar("ActorT", bound=nn.Module)  # an `Actor`, or MADDPG's and CTEDD's teams
+
+
+class ActorCriticCore(Generic[ActorT]):
     """The actor, the critic ensemble, their targets and one Adam optimizer with a parameter
     group per network, as DDPG, TD3, SAC and D4PG learners use them.
 
@@ -116,8 +121,8 @@ class ActorCriticCore:
     def __init__(
         self,
         config: ActorCriticReplayConfig,
-        actor: nn.Module,
-        critic: nn.Module,
+        actor: ActorT,
+        critic: CriticEnsemble,
         target_actor: bool,
         extra: Sequence[tuple[Sequence[nn.Parameter], float]] = (),
     ):
@@ -129,8 +134,8 @@ class ActorCriticCore:
         self.target_critic = place(frozen_copy(critic), self.device)
         self.actor = place(actor, self.device, compiled)
         self.critic = place(critic, self.device, compiled)
-        self.actor_params = list(actor.parameters())
-        self.critic_params = list(critic.parameters())
+        self.actor_params: list[torch.Tensor] = list(actor.parameters())
+        self.critic_params: list[torch.Tensor] = list(critic.parameters())
         optim = config.optim
         groups: list[dict[str, Any]] = [
             {"params": self.actor_params, "lr": config.actor_lr or optim.lr},
@@ -141,10 +146,13 @@ class ActorCriticCore:
             groups.append({"params": list(params), "lr": lr})
         self.optimizer = build_optimizer(groups, "adam", optim.lr, optim.eps)
         self.scaler = grad_scaler(config.model.precision, self.device)
-        self._critic_pairs = (list(self.target_critic.parameters()), self.critic_params)
-        self._actor_pairs = (
-            (list(self.target_actor.parameters()), self.actor_params) if target_actor else None
+        self._critic_pairs: tuple[list[torch.Tensor], list[torch.Tensor]] = (
+            list(self.target_critic.parameters()),
+            self.critic_params,
         )
+        self._actor_pairs: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None
+        if self.target_actor is not None:
+            self._actor_pairs = (list(self.target_actor.parameters()), self.actor_params)
         self.grad_steps = 0
 
     def batch(self, batch: ReplayBatch) -> ReplayBatch:
@@ -153,7 +161,9 @@ class ActorCriticCore:
 
     def unit_actions(self, actions: torch.Tensor) -> torch.Tensor:
         """Replay's env-unit actions in the unit box the networks use."""
-        return self.actor.scaler.to_unit(actions)
+        scaler = self.actor.scaler
+        assert isinstance(scaler, ActionScaler)  # continuous actors have one
+        return scaler.to_unit(actions)
 
     def bootstrap(self, batch: ReplayBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """``(returns, discounts)`` ``[N]`` of a batch's n-step windows."""
@@ -175,6 +185,12 @@ class ActorCriticCore:
         )
         self.grad_steps += 1
 
+    @property
+    def target_policy(self) -> ActorT:
+        """The target actor (the learners that keep one: DDPG, TD3, D4PG)."""
+        assert self.target_actor is not None, "built with target_actor=True"
+        return self.target_actor
+
     def update_targets(self, actor: bool = True) -> None:
         """Polyak-average the target critic (and target actor, when kept and ``actor``)."""
         soft_update(*self._critic_pairs, self.config.tau)
@@ -182,7 +198,9 @@ class ActorCriticCore:
             soft_update(*self._actor_pairs, self.config.tau)
 
     def set_random_actions(self, on: bool) -> None:
-        self.actor.random_actions.fill_(on)
+        switch = self.actor.random_actions  # a bool buffer of every actor here
+        assert isinstance(switch, torch.Tensor)
+        switch.fill_(on)
 
     def state_dict(self) -> dict[str, Any]:
         state = {
@@ -208,11 +226,11 @@ class ActorCriticCore:
         load_scaler_state(self.scaler, state)
 
 
-class ActorCriticLearner:
+class ActorCriticLearner(Generic[ActorT]):
     """The plumbing of a learner built on an `ActorCriticCore` (``self.core``): weights for
     the samplers, checkpoint state, the random-action switch. A learner adds its ``update``."""
 
-    core: ActorCriticCore
+    core: ActorCriticCore[ActorT]
 
     @property
     def device(self) -> torch.device:

@@ -11,7 +11,7 @@ settings and learner core are in `shoal.algos.cores.actor_critic_replay`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import gymnasium as gym
 import torch
@@ -23,6 +23,7 @@ from shoal.config import EnvConfig, ModelConfig, OptimConfig, ReplayConfig, RunC
 from shoal.data.frame_replay import stack_size
 from shoal.data.prioritized import Priorities, ProportionalPriorities, RankBasedPriorities
 from shoal.data.replay import ReplayBuffer
+from shoal.envs.shapes import as_discrete
 from shoal.optim import check_finite_metrics
 from shoal.policy import ActorPolicy
 from shoal.seeding import derive_seed
@@ -30,18 +31,38 @@ from shoal.types import ReplayBatch
 
 
 class ReplayLearnerConfig(Protocol):
-    """The fields of a config that `ReplayAlgorithm` reads (DQN's and the actor-critics')."""
+    """The fields of a config that `ReplayAlgorithm` reads (DQN's and the actor-critics');
+    read-only, as a frozen config's are."""
 
-    run: RunConfig
-    env: EnvConfig
-    optim: OptimConfig
-    model: ModelConfig
-    replay: ReplayConfig
-    rollout_steps: int
+    @property
+    def run(self) -> RunConfig: ...
+
+    @property
+    def env(self) -> EnvConfig: ...
+
+    @property
+    def optim(self) -> OptimConfig: ...
+
+    @property
+    def model(self) -> ModelConfig: ...
+
+    @property
+    def replay(self) -> ReplayConfig: ...
+
+    @property
+    def rollout_steps(self) -> int: ...
 
 
 class ReplayLearner(Protocol):
-    grad_steps: int
+    @property
+    def grad_steps(self) -> int:
+        """Gradient steps taken so far."""
+        ...
+
+    @property
+    def device(self) -> torch.device:
+        """Where the learner computes (the replay keeps its batches there)."""
+        ...
 
     def update(self, batch: ReplayBatch) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """One gradient step; returns metrics (scalar tensors) and new priorities ``[N]``."""
@@ -57,6 +78,13 @@ class ReplayLearner(Protocol):
     def state_dict(self) -> dict[str, Any]: ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class RandomStartLearner(ReplayLearner, Protocol):
+    """A replay learner whose policy can act uniformly at random (the actor-critics', until
+    ``replay.learning_starts``; the offline learners', never)."""
+
+    def set_random_actions(self, on: bool) -> None: ...
 
 
 def make_priorities(replay: ReplayConfig, num_envs: int) -> Priorities | None:
@@ -151,7 +179,7 @@ class ReplayAlgorithm:
         self.sampler = LocalSampler(runner)
         env = runner.env
         self.learner = learner_fn(config, env.observation_space, env.action_space)
-        mask_dim = None if env.action_mask is None else int(env.action_space.n)
+        mask_dim = None if env.action_mask is None else int(as_discrete(env.action_space).n)
         frame_stack = None
         if getattr(config, "frame_replay", False):  # DQN's switch; not in other configs
             frame_stack = stack_size(env.observation_space)
@@ -177,7 +205,8 @@ class ReplayAlgorithm:
     def explore(self) -> dict[str, float]:
         """Set the learner's exploration for this iteration's acting; returns its metrics.
         The actor-critics act uniformly at random until ``learning_starts``."""
-        self.learner.set_random_actions(self.env_steps < self.config.replay.learning_starts)
+        learner = cast(RandomStartLearner, self.learner)  # DQN overrides explore
+        learner.set_random_actions(self.env_steps < self.config.replay.learning_starts)
         return {}
 
     def train_iteration(self) -> dict[str, float]:

@@ -23,7 +23,7 @@ import gymnasium as gym
 from torch import nn
 
 from shoal.algos.cores.actor_critic_replay import ActorCriticReplayConfig
-from shoal.algos.cores.off_policy import ReplayLearner, learn_from_replay, replay_runner
+from shoal.algos.cores.off_policy import RandomStartLearner, learn_from_replay, replay_runner
 from shoal.backend import uncompiled_copy
 from shoal.collect import LocalSampler
 from shoal.config import (
@@ -159,7 +159,7 @@ class OfflineAlgorithm:
     def __init__(
         self,
         config: OfflineConfig,
-        learner_fn: Callable[[Any, gym.Space, gym.Space], ReplayLearner],
+        learner_fn: Callable[[Any, gym.Space, gym.Space], RandomStartLearner],
         model_fn: Callable[[Any, gym.Space, gym.Space], nn.Module],
     ):
         self.config = config
@@ -198,10 +198,11 @@ class OfflineAlgorithm:
         return metrics
 
     def _online_iteration(self) -> dict[str, float]:
-        if self.sampler is None:
-            self._go_online(derive_seed(self.config.run.seed, "env", 0))
-        self.sampler.set_weights(self.learner.get_weights())
-        rollout, episodes = self.sampler.sample()
+        sampler = self.sampler
+        if sampler is None:
+            sampler = self._go_online(derive_seed(self.config.run.seed, "env", 0))
+        sampler.set_weights(self.learner.get_weights())
+        rollout, episodes = sampler.sample()
         self.replay.extend(*rollout.transitions())
         self.env_steps += rollout.rewards.numel()
         self.iteration += 1
@@ -209,7 +210,7 @@ class OfflineAlgorithm:
         metrics.update(episodes.metrics())
         return metrics
 
-    def _go_online(self, seed: int) -> None:
+    def _go_online(self, seed: int) -> LocalSampler:
         """Build the sampler: its env standardizes observations with the dataset's frozen
         statistics, as the learner saw them."""
         config = self.config
@@ -221,6 +222,7 @@ class OfflineAlgorithm:
             wrapper.training = False
             runner.obs = runner.env.reset(seed=seed)  # observed again with the dataset's stats
         self.sampler = LocalSampler(runner)
+        return self.sampler
 
     # --- deploy and checkpoint ------------------------------------------------------------
 
@@ -278,9 +280,9 @@ class OfflineAlgorithm:
         else:
             self.replay.set_rng_state(state["replay_rng"])
         fallback = derive_seed(self.config.run.seed, "env-restart", self.iteration)
-        self._go_online(fallback)
-        self.sampler.set_weights(self.learner.get_weights())
-        return self.sampler.set_state(state["sampler"], fallback)
+        sampler = self._go_online(fallback)
+        sampler.set_weights(self.learner.get_weights())
+        return sampler.set_state(state["sampler"], fallback)
 
     def close(self) -> None:
         if self.sampler is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable
-from typing import Any, NamedTuple
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -226,17 +226,20 @@ def step_metrics(losses: dict[str, Any], stats: dict[str, Any]) -> dict[str, Any
     return row
 
 
-class ModelLearner:
+Model = TypeVar("Model", bound=torch.nn.Module)
+
+
+class ModelLearner(Generic[Model]):
     """What every on-policy learner has around its update: one ``model`` on the run's device
     whose weights go to the samplers, its ``optimizer``, and their checkpoint state."""
 
-    model: torch.nn.Module
+    model: Model
     optimizer: torch.optim.Optimizer
 
     def setup(
         self,
         config: Any,
-        model: torch.nn.Module,
+        model: Model,
         make_optimizer: Callable[[list[torch.Tensor]], torch.optim.Optimizer] | None = None,
     ) -> None:
         """Put ``model`` on ``config.run.device`` (compiled with ``run.compile``) and build its

@@ -26,6 +26,7 @@ from shoal.config import ModelConfig, check, check_positive
 from shoal.data.noise import NoiseTable, check_noise_size
 from shoal.envs import make_env
 from shoal.envs.normalize import RunningMeanStd
+from shoal.envs.shapes import shape_of
 from shoal.errors import ConfigError
 from shoal.nn.population import LinearPolicy, PolicyNetwork, parameter_vector, set_parameter_vector
 from shoal.policy import ActorPolicy
@@ -129,7 +130,7 @@ class Population:
                 f"search.obs_filter standardizes Box observations, not {probe_space[0]}; "
                 "turn it off"
             )
-        self.obs_filter = RunningMeanStd(probe_space[0].shape) if search.obs_filter else None
+        self.obs_filter = RunningMeanStd(shape_of(probe_space[0])) if search.obs_filter else None
         self.env_steps = self.episodes = self.iteration = 0
         self.start_generation()
 
@@ -167,7 +168,7 @@ class Population:
 
     def start_generation(self) -> None:
         self._started = time.perf_counter()
-        self.timing = {}
+        self.timing: dict[str, float] = {}
         self._seen: list[Any] = []
 
     def center_return(self, perturbations: int) -> dict[str, float]:

@@ -86,13 +86,15 @@ class ES:
         cfg, population = self.config, self.population
         population.start_generation()
         sigma, steps_before = cfg.noise_stdev, population.env_steps
-        offsets, returns, lengths = [], [], []
-        while not offsets or population.env_steps - steps_before < cfg.train_batch_size:
-            offsets.append(population.offsets(cfg.pairs))
-            round_returns, round_lengths = population.evaluate_pairs(offsets[-1], sigma)
-            returns.append(round_returns)  # [pairs, (+, -)]
-            lengths.append(round_lengths)
-        offsets, returns = np.concatenate(offsets), np.concatenate(returns)
+        rounds: list[np.ndarray] = []
+        round_returns: list[np.ndarray] = []
+        lengths: list[np.ndarray] = []
+        while not rounds or population.env_steps - steps_before < cfg.train_batch_size:
+            rounds.append(population.offsets(cfg.pairs))
+            pair_returns, pair_lengths = population.evaluate_pairs(rounds[-1], sigma)
+            round_returns.append(pair_returns)  # [pairs, (+, -)]
+            lengths.append(pair_lengths)
+        offsets, returns = np.concatenate(rounds), np.concatenate(round_returns)
         metrics = population.center_return(returns.size)
         fitness = centered_ranks(returns) if cfg.return_proc_mode == "centered_rank" else returns
         gradient = np.zeros(population.dim)

@@ -72,6 +72,7 @@ from shoal.config import (
 from shoal.data.replay import ReplayBuffer
 from shoal.envs.make import make_multi_agent_env
 from shoal.envs.multi_agent import AgentGroup, MultiAgentVectorEnv
+from shoal.envs.shapes import shape_of
 from shoal.errors import ConfigError
 from shoal.losses.actor_critic import deterministic_actor_loss, ensemble_td_loss
 from shoal.losses.distillation import exploration_scale_loss
@@ -208,7 +209,7 @@ def _group(env: MultiAgentVectorEnv, opponents: dict[str, str] | None = None) ->
 
 
 def build_local(config: CTEDDConfig, group: AgentGroup, message_dim: int) -> LocalPolicies:
-    obs_dim, action_dim = group.observation_space.shape[0], group.action_space.shape[0]
+    obs_dim, action_dim = shape_of(group.observation_space)[0], shape_of(group.action_space)[0]
     return LocalPolicies(obs_dim, action_dim, group.size, message_dim, config.local_hidden)
 
 
@@ -222,7 +223,7 @@ def build_model(config: CTEDDConfig, obs_space: gym.Space, action_space: gym.Spa
     return build_local(config, group, config.message_dim)
 
 
-class CTEDDLearner(ActorCriticLearner):
+class CTEDDLearner(ActorCriticLearner[GlobalActor]):
     """Stage 1: the global policies, their exploration scales and the centralized critics
     (whose inputs are MADDPG's, `shoal.algos.multi_agent.maddpg.critic_inputs`)."""
 
@@ -254,7 +255,7 @@ class CTEDDLearner(ActorCriticLearner):
         state, next_state = batch.obs[:, self.offset :], batch.next_obs[:, self.offset :]
         replayed = batch.actions.float()
         with torch.no_grad():
-            next_inputs = critic_inputs(next_state, core.target_actor(next_state))
+            next_inputs = critic_inputs(next_state, core.target_policy(next_state))
             next_q = core.target_critic.evaluate(next_inputs).squeeze(-1)  # [N, M]
             target = returns.T + discounts * next_q
         q = core.critic.evaluate(critic_inputs(state, replayed)).squeeze(-1)
@@ -322,9 +323,13 @@ class CTEDD:
         self.env = make_multi_agent_env(config.env)
         self.group = _group(self.env, config.env.opponents)
         n, num_envs = self.group.size, self.env.num_envs
-        self.obs_dim = self.group.observation_space.shape[0]
-        self.action_dim = self.group.action_space.shape[0]
-        self.state_dim = int(self.env.state_space.shape[0])
+        self.obs_dim = shape_of(self.group.observation_space)[0]
+        self.action_dim = shape_of(self.group.action_space)[0]
+        if self.env.state_space is None:
+            raise ConfigError(
+                f"CTEDD's global policies read a global state; {config.env.id} has none"
+            )
+        self.state_dim = int(shape_of(self.env.state_space)[0])
         self.learner = CTEDDLearner(config, n, self.action_dim, self.state_dim, n * self.obs_dim)
         dims = (config.message_dim, *config.extra_message_dims)
         device, compiled = self.learner.device, config.run.compile

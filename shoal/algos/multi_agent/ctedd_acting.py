@@ -14,6 +14,7 @@ from torch import nn
 from shoal.backend import uncompiled_copy
 from shoal.collect.multi_agent import JointObs
 from shoal.envs.multi_agent import MultiAgentStep
+from shoal.errors import ShoalError
 from shoal.nn.local_policies import ExplorationScale, GlobalActor
 
 
@@ -52,6 +53,7 @@ class CTEDDActing:
         return {self.group: raw.clamp(-1.0, 1.0).numpy(), **self.opponents.act(view)}
 
     def observe(self, actions: dict[str, np.ndarray], step: MultiAgentStep) -> None:
+        assert self._pending is not None, "observe() follows act()"
         state, raw = self._pending
         valid = torch.from_numpy(~step.autoreset)
         self.states.append(state[valid])
@@ -94,4 +96,6 @@ class Team(nn.Module):
         state: torch.Tensor | None = None,
         action_mask: dict[str, torch.Tensor] | None = None,
     ) -> dict[str, torch.Tensor]:
+        if state is None:
+            raise ShoalError(f"team {self.team!r} acts on the env's global state: pass state=")
         return {self.team: self.act(obs[self.team].float(), state)}

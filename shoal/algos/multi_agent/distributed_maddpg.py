@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -182,7 +182,7 @@ def probe_groups(config: MADDPGConfig) -> tuple[list[AgentGroup], int | None]:
 
 def network_state(learner: MADDPGLearner) -> dict[str, dict[str, torch.Tensor]]:
     core = learner.core
-    modules = (core.actor, core.critic, core.target_actor, core.target_critic)
+    modules = (core.actor, core.critic, core.target_policy, core.target_critic)
     # Host copies: they travel through Ray's object store to processes without a GPU.
     return {
         name: {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
@@ -192,7 +192,7 @@ def network_state(learner: MADDPGLearner) -> dict[str, dict[str, torch.Tensor]]:
 
 def load_networks(learner: MADDPGLearner, state: dict[str, dict[str, torch.Tensor]]) -> None:
     core = learner.core
-    modules = (core.actor, core.critic, core.target_actor, core.target_critic)
+    modules = (core.actor, core.critic, core.target_policy, core.target_critic)
     for name, module in zip(NETWORKS, modules, strict=True):
         module.load_state_dict(state[name])
 
@@ -304,8 +304,8 @@ class DistributedMADDPG:
         """Gradient steps of the learner results applied to the master."""
         self.owed = 0
         """Learner gradient steps due for the data collected so far."""
-        self._refs: dict[str, tuple[int, Any]] = {}
-        self._stream: Iterator[tuple[int, Trained]] | None = None
+        self._refs: dict[str, tuple[tuple[int, bool], Any]] = {}
+        self._stream: Generator[tuple[int, Trained], None, None] | None = None
 
     def _shared(self, name: str, value: Any) -> Any:
         """``value`` in the object store, once per master version."""
@@ -334,7 +334,8 @@ class DistributedMADDPG:
         self.iteration += 1
         metrics = self._metrics(trained, lags)
         metrics["train/collector_lag"] = self.version - version
-        metrics.update(MultiAgentEpisodes.concat([b.episodes for b in batches]).metrics())
+        episodes = [b.episodes for b in batches if b.episodes is not None]  # all: sent back
+        metrics.update(MultiAgentEpisodes.concat(episodes).metrics())
         return metrics
 
     def _collected(self, i: int, ref: Any, weights: Any) -> Collected:
@@ -347,7 +348,8 @@ class DistributedMADDPG:
     def _learn(self) -> tuple[list[Trained], list[int]]:
         """Learner results, each applied on arrival, until the owed updates are done (or a
         learner has nothing to train on: a restarted one refilling its replay)."""
-        trained, lags = [], []
+        trained: list[Trained] = []
+        lags: list[int] = []
         if self.owed <= 0:
             return trained, lags
         if self._stream is None:

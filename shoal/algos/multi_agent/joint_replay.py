@@ -16,6 +16,7 @@ from shoal.algos.cores.off_policy import make_priorities
 from shoal.collect.multi_agent import MultiAgentRollout
 from shoal.config import ReplayConfig
 from shoal.data.replay import ReplayBuffer
+from shoal.errors import ConfigError
 from shoal.losses import bootstrap_discount, n_step_return
 from shoal.nn.multi_agent import JointActors
 from shoal.types import ReplayBatch
@@ -48,6 +49,8 @@ def replay_steps(
     groups = groups or list(rollout.obs)
     parts = [rollout.obs[g][:-1].reshape(steps, envs, -1).astype(np.float32) for g in groups]
     if with_state:
+        if rollout.state is None:
+            raise ConfigError("the replay rows hold the global state, which this env lacks")
         parts.append(rollout.state[:-1].astype(np.float32))
     terminated = np.concatenate([rollout.terminated[g] for g in groups], axis=-1)
     truncated = np.concatenate([rollout.truncated[g] for g in groups], axis=-1)
@@ -55,8 +58,8 @@ def replay_steps(
         np.concatenate(parts, axis=-1),
         actions,
         np.concatenate([rollout.rewards[g] for g in groups], axis=-1),
-        terminated.all(-1),
-        truncated.any(-1),
+        np.asarray(terminated.all(-1)),
+        np.asarray(truncated.any(-1)),
         ~rollout.autoreset,
     )
 
@@ -101,7 +104,11 @@ class JointLayout:
         ]
         self.with_state = critic_input == "state"
         self.obs_size = actors.obs_size
-        self.row_size = self.obs_size + (state_dim if self.with_state else 0)
+        if self.with_state and state_dim is None:
+            raise ConfigError("critic_input 'state' needs an env with a global state")
+        self.row_size = self.obs_size + (
+            state_dim if state_dim is not None and self.with_state else 0
+        )
         self.stored_size = sum(n * (1 if discrete else d) for _, n, _, d, discrete in self.groups)
         self.num_agents = actors.num_agents
 

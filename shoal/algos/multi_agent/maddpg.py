@@ -59,6 +59,7 @@ from shoal.config import (
 from shoal.device import to_device
 from shoal.envs.make import make_multi_agent_env
 from shoal.envs.multi_agent import AgentGroup, MultiAgentVectorEnv
+from shoal.envs.shapes import shape_of
 from shoal.errors import ConfigError
 from shoal.losses.actor_critic import deterministic_actor_loss, ensemble_td_loss
 from shoal.nn.critics import CriticEnsemble
@@ -124,7 +125,7 @@ class MADDPGConfig(ActorCriticReplayConfig):
 
 def state_dim(env: MultiAgentVectorEnv) -> int | None:
     """The size of the env's global state (None: it has none)."""
-    return None if env.state_space is None else int(env.state_space.shape[0])
+    return None if env.state_space is None else int(shape_of(env.state_space)[0])
 
 
 def maddpg_groups(env: MultiAgentVectorEnv) -> list[AgentGroup]:
@@ -219,7 +220,7 @@ def deployed_policy(actors: JointActors) -> ActorPolicy | JointPolicy:
     return JointPolicy(model) if isinstance(model, JointActors) else ActorPolicy(model)
 
 
-class MADDPGLearner(ActorCriticLearner):
+class MADDPGLearner(ActorCriticLearner[JointActors]):
     """Actors, centralized critics (one per agent of every group, batched) and targets."""
 
     def __init__(self, config: MADDPGConfig, groups: list[AgentGroup], state_dim: int | None):
@@ -227,7 +228,11 @@ class MADDPGLearner(ActorCriticLearner):
         actor = build_actors(config, groups)
         self.layout = JointLayout(actor, state_dim, config.critic_input)
         self.groups = {g.name: g.size for g in groups}
-        critic_obs_dim = state_dim if config.critic_input == "state" else actor.obs_size
+        critic_obs_dim = actor.obs_size
+        if config.critic_input == "state":
+            if state_dim is None:
+                raise ConfigError("critic_input 'state' needs an env with a global state")
+            critic_obs_dim = state_dim
         critic_space = gym.spaces.Box(-np.inf, np.inf, (critic_obs_dim,), np.float32)
         critic = CriticEnsemble(
             critic_space, actor.action_size, 1, config.model, members=actor.num_agents
@@ -244,7 +249,7 @@ class MADDPGLearner(ActorCriticLearner):
         actor = core.actor
         b = self.layout.split(to_device(batch, self.device), cfg.gamma)
         with torch.no_grad():
-            next_actions = core.target_actor.target_actions(b.next_obs)
+            next_actions = core.target_policy.target_actions(b.next_obs)
             next_q = core.target_critic.evaluate(critic_inputs(b.next_critic_obs, next_actions))
             target = b.returns.T + b.discounts * next_q.squeeze(-1)  # [N, M]
         q = core.critic.evaluate(critic_inputs(b.critic_obs, b.actions)).squeeze(-1)  # [N, M]
@@ -269,7 +274,7 @@ def group_losses(
     policy_q: torch.Tensor,
     weights: torch.Tensor,
     groups: dict[str, int],
-    critic_loss: str,
+    critic_loss: Literal["huber", "mse"],
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor, dict[str, torch.Tensor]]:
     """The critic and actor losses of every group from ``q``, ``target`` and ``policy_q``
     ``[N, M]`` (agents in group order): each group's losses are sums over its agents of
@@ -277,7 +282,10 @@ def group_losses(
     critic. Returns the two losses, the TD errors ``[N, M]`` and the metrics (per group when
     there are several)."""
     metrics: dict[str, torch.Tensor] = {}
-    critic, actor, errors, start = 0.0, 0.0, [], 0
+    critic: torch.Tensor | float = 0.0
+    actor: torch.Tensor | float = 0.0
+    errors: list[torch.Tensor] = []
+    start = 0
     for name, size in groups.items():
         rows = slice(start, start + size)
         group_critic, group_errors = ensemble_td_loss(
@@ -291,6 +299,7 @@ def group_losses(
             metrics[f"loss/{name}/critic"] = group_critic.detach()
             metrics[f"loss/{name}/actor"] = group_actor.detach()
         start += size
+    assert isinstance(critic, torch.Tensor) and isinstance(actor, torch.Tensor)  # >= 1 group
     metrics["loss/critic"], metrics["loss/actor"] = critic.detach(), actor.detach()
     return {"critic": critic, "actor": actor}, torch.cat(errors), metrics
 

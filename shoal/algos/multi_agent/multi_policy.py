@@ -32,6 +32,7 @@ from shoal.envs.make import make_multi_agent_env
 from shoal.envs.multi_agent import MultiAgentVectorEnv, is_multi_agent_id
 from shoal.envs.opponents import make_opponents
 from shoal.envs.policy_map import PolicyAgents, resolve_policies
+from shoal.envs.shapes import shape_of
 from shoal.errors import ConfigError
 from shoal.losses import adaptive_kl_coeff
 from shoal.nn.policy_set import PolicySet
@@ -95,7 +96,7 @@ def build_policy_set(config: PPOConfig, env: MultiAgentVectorEnv) -> PolicySet:
         for name, p in policies.items()
     }  # fmt: skip
     opponents = make_opponents(config.env.opponents, env.groups, None)
-    state_dim = 0 if env.state_space is None else int(env.state_space.shape[0])
+    state_dim = 0 if env.state_space is None else int(shape_of(env.state_space)[0])
     return PolicySet(env.groups, policies, rows, models, opponents, state_dim)
 
 
@@ -226,6 +227,7 @@ class MultiPolicyPPO:
 
     def _self_play_metrics(self) -> dict[str, float]:
         seats = self.seats
+        assert seats is not None  # called for self-play runs only
         if self.iteration % self.config.self_play.snapshot_every == 0:
             name = next(iter(self.learners))
             seats.pool.add(self.learners[name].get_weights())

@@ -44,6 +44,7 @@ from shoal.data.episode_replay import EpisodeBatch, EpisodeBuilder, EpisodeRepla
 from shoal.device import check_precision, resolve_device, to_device
 from shoal.envs.make import make_multi_agent_env
 from shoal.envs.multi_agent import MultiAgentStep, MultiAgentVectorEnv
+from shoal.envs.shapes import as_discrete, shape_of
 from shoal.errors import ConfigError, UnsupportedSpaceError
 from shoal.losses.q_learning import masked_argmax
 from shoal.losses.value_decomposition import double_q_next_values, masked_td_loss, td_targets
@@ -159,12 +160,14 @@ def _extra_inputs(config: QMIXConfig, num_actions: int) -> int:
     return num_actions if config.last_action else 0
 
 
-def build_model(config: QMIXConfig, obs_space: gym.Space, action_space: gym.Space):
+def build_model(
+    config: QMIXConfig, obs_space: gym.Space, action_space: gym.Space
+) -> RecurrentQPolicy:
     """The deployable `RecurrentQPolicy` for `AgentsAsBatch` rows (``obs_space`` of one row)."""
     if not isinstance(action_space, gym.spaces.Discrete):
         raise UnsupportedSpaceError(f"qmix/vdn/iql need Discrete actions, got {action_space}")
     num_actions = int(action_space.n)
-    in_dim = int(np.prod(obs_space.shape)) + _extra_inputs(config, num_actions)
+    in_dim = int(np.prod(shape_of(obs_space))) + _extra_inputs(config, num_actions)
     agent = RecurrentAgent(
         in_dim, config.model.hidden, config.rnn_hidden, num_actions, config.model.activation
     )
@@ -183,7 +186,7 @@ class QMIXLearner:
         online = QMIXNetworks(config, in_dim, num_actions, n_agents, state_dim)
         self.target = place(frozen_copy(online), self.device, config.run.compile)
         self.online = place(online, self.device, config.run.compile)
-        self.parameters = list(self.online.parameters())
+        self.parameters: list[torch.Tensor] = list(self.online.parameters())
         optim = config.optim
         self.optimizer = build_optimizer(
             self.parameters, config.optimizer, optim.lr, optim.eps, alpha=config.optim_alpha
@@ -201,10 +204,11 @@ class QMIXLearner:
         q_taken = q[:-1].gather(-1, batch.actions.unsqueeze(-1)).squeeze(-1)
         mask = None if batch.action_mask is None else batch.action_mask[1:]
         next_values = double_q_next_values(q[1:], q_target[1:], mask, cfg.double_q)
-        if self.online.mixer is not None:
-            q_tot = self.online.mixer(q_taken, batch.state[:-1])
+        mixer, target_mixer = self.online.mixer, self.target.mixer
+        if mixer is not None and target_mixer is not None:
+            q_tot = mixer(q_taken, batch.state[:-1])
             with torch.no_grad():
-                next_tot = self.target.mixer(next_values, batch.state[1:])
+                next_tot = target_mixer(next_values, batch.state[1:])
             rewards, valid = batch.rewards.mean(-1), batch.filled
         else:  # IQL: one TD error per active agent
             q_tot, next_tot = q_taken, next_values
@@ -251,12 +255,14 @@ def _group(env: MultiAgentVectorEnv, config: QMIXConfig) -> str:
             f"others a fixed policy (--env.group {guess} --env.opponents {spec}, or a "
             "scripted module:Class), or train every group with mappo, ippo or maddpg"
         )
-    spec = env.groups[group]
-    if not isinstance(spec.action_space, gym.spaces.Discrete):
-        raise UnsupportedSpaceError(f"qmix/vdn/iql need Discrete actions, got {spec.action_space}")
-    if not isinstance(spec.observation_space, gym.spaces.Box):
+    learners = env.groups[group]
+    if not isinstance(learners.action_space, gym.spaces.Discrete):
         raise UnsupportedSpaceError(
-            f"qmix/vdn/iql need Box observations, not {spec.observation_space}"
+            f"qmix/vdn/iql need Discrete actions, got {learners.action_space}"
+        )
+    if not isinstance(learners.observation_space, gym.spaces.Box):
+        raise UnsupportedSpaceError(
+            f"qmix/vdn/iql need Box observations, not {learners.observation_space}"
         )
     if config.mixer == "qmix" and env.state_space is None:
         raise ConfigError("mixer = 'qmix' needs an env with a global state; use vdn or none")
@@ -268,7 +274,7 @@ class QMIXActing:
     among legal actions. Its GRU state and the last actions run from step to step and restart
     with each episode."""
 
-    def __init__(self, qmix: QMIX, agent: nn.Module, seed: int, opponents: FixedGroups):
+    def __init__(self, qmix: QMIX, agent: RecurrentAgent, seed: int, opponents: FixedGroups):
         self.qmix, self.agent = qmix, agent
         self.group = qmix.group
         self.opponents = opponents
@@ -283,12 +289,18 @@ class QMIXActing:
         self.hidden = self.agent.initial_state(b * n)
         self.last_actions = np.zeros((b, n), np.int64)
 
+    def _state(self) -> tuple[torch.Tensor, np.ndarray]:
+        """The GRU state and last actions (set by `begin` when episodes start)."""
+        assert self.hidden is not None and self.last_actions is not None, "begin() comes first"
+        return self.hidden, self.last_actions
+
     @torch.no_grad()
     def act(self, view: JointObs) -> dict[str, np.ndarray]:
         obs = np.asarray(view.obs[self.group], np.float32)
         b, n = obs.shape[:2]
-        inputs = self.qmix.agent_inputs(torch.from_numpy(obs), torch.from_numpy(self.last_actions))
-        q, self.hidden = self.agent(inputs.reshape(b * n, -1), self.hidden)
+        hidden, last_actions = self._state()
+        inputs = self.qmix.agent_inputs(torch.from_numpy(obs), torch.from_numpy(last_actions))
+        q, self.hidden = self.agent(inputs.reshape(b * n, -1), hidden)
         q = q.view(b, n, -1)
         masks = view.action_mask
         mask = None if masks is None else torch.from_numpy(np.asarray(masks[self.group], bool))
@@ -300,18 +312,20 @@ class QMIXActing:
         return actions
 
     def observe(self, actions: dict[str, np.ndarray], step: MultiAgentStep) -> None:
-        self.last_actions = actions[self.group].copy()
-        reset = np.repeat(step.autoreset, self.last_actions.shape[1])
-        self.hidden[torch.from_numpy(reset)] = 0.0
-        self.last_actions[step.autoreset] = 0
+        hidden, _ = self._state()
+        last_actions = self.last_actions = actions[self.group].copy()
+        reset = np.repeat(step.autoreset, last_actions.shape[1])
+        hidden[torch.from_numpy(reset)] = 0.0
+        last_actions[step.autoreset] = 0
 
     def set_weights(self, weights: dict[str, torch.Tensor]) -> None:
         self.agent.load_state_dict(weights)
 
     def get_state(self) -> dict[str, Any]:
+        hidden, last_actions = self._state()
         return {
-            "hidden": self.hidden.clone(),
-            "last_actions": self.last_actions.copy(),
+            "hidden": hidden.clone(),
+            "last_actions": last_actions.copy(),
             "rng": self.rng.bit_generator.state,
             "opponents": self.opponents.get_state(),
         }
@@ -335,11 +349,11 @@ class QMIX:
         self.group = _group(env, cfg)
         spec = env.groups[self.group]
         self.agents, self.n_agents = spec.agents, spec.size
-        self.num_actions = int(spec.action_space.n)
-        self.obs_shape = tuple(spec.observation_space.shape)
+        self.num_actions = int(as_discrete(spec.action_space).n)
+        self.obs_shape = shape_of(spec.observation_space)
         obs_dim = int(np.prod(self.obs_shape)) + (self.n_agents if cfg.env.agent_id else 0)
         in_dim = obs_dim + _extra_inputs(cfg, self.num_actions)
-        state_dim = 0 if env.state_space is None else int(np.prod(env.state_space.shape))
+        state_dim = 0 if env.state_space is None else int(np.prod(shape_of(env.state_space)))
         self.learner = QMIXLearner(cfg, in_dim, self.num_actions, self.n_agents, state_dim)
         mask_dim = self.num_actions if getattr(env, "action_mask", None) is not None else None
         self.replay = EpisodeReplay(
@@ -381,6 +395,7 @@ class QMIX:
             ids = torch.eye(self.n_agents, device=obs.device)
             parts.append(ids.expand(*lead, self.n_agents))
         if self.config.last_action:
+            assert last_actions is not None  # given whenever the inputs hold the last action
             parts.append(F.one_hot(last_actions, self.num_actions).float())
         return torch.cat(parts, -1)
 

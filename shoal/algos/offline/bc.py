@@ -34,7 +34,9 @@ class BCConfig(OfflineConfig):
     ONLINE: ClassVar[bool] = False
 
 
-def build_model(config: BCConfig, obs_space: gym.Space, action_space: gym.Space) -> nn.Module:
+def build_model(
+    config: BCConfig, obs_space: gym.Space, action_space: gym.Space
+) -> CategoricalActor | DeterministicActor:
     if isinstance(action_space, gym.spaces.Discrete):
         return CategoricalActor(obs_space, action_space, config.model)
     return DeterministicActor(obs_space, action_space, config.model, NoiseConfig(scale=0.0))
@@ -54,10 +56,11 @@ class BCLearner:
 
     def update(self, batch: ReplayBatch) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         batch = to_device(batch, self.device)
-        if self.discrete:
-            prediction, actions = self.actor.logits(self.actor.features(batch.obs)), batch.actions
+        actor = self.actor
+        if isinstance(actor, CategoricalActor):
+            prediction, actions = actor.logits(actor.features(batch.obs)), batch.actions
         else:
-            prediction, actions = self.actor(batch.obs), self.actor.scaler.to_unit(batch.actions)
+            prediction, actions = actor(batch.obs), actor.scaler.to_unit(batch.actions)
         loss = behaviour_cloning_loss(prediction, actions, self.discrete)
         minimize({"policy": loss}, self.optimizer, self.config.optim.max_grad_norm)
         self.grad_steps += 1

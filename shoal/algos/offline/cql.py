@@ -27,6 +27,7 @@ from shoal.algos.cores.actor_critic_replay import ActorCriticCore
 from shoal.algos.cores.offline import OfflineAlgorithm, OfflineConfig
 from shoal.config import check, check_positive
 from shoal.device import resolve_device
+from shoal.envs.shapes import shape_of
 from shoal.losses.offline import cql_logsumexp, cql_penalty, lagrange_loss
 from shoal.types import ReplayBatch
 
@@ -64,7 +65,7 @@ class ConservativePenalty:
     def __init__(self, config: CQLConfig, action_space: gym.Space):
         self.config = config
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
-        self.action_dim = 0 if self.discrete else action_space.shape[0]
+        self.action_dim = 0 if self.discrete else shape_of(action_space)[0]
         device = resolve_device(config.run.device)
         initial = math.log(config.conservative_weight)
         self.log_weight = nn.Parameter(torch.tensor(initial, device=device))
@@ -81,7 +82,10 @@ class ConservativePenalty:
         data_q: torch.Tensor,
         all_q: torch.Tensor | None,
     ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-        soft_max = cql_logsumexp(all_q) if self.discrete else self._sampled_soft_max(core, batch)
+        if all_q is not None:  # discrete actions: every action's Q-value
+            soft_max = cql_logsumexp(all_q)
+        else:
+            soft_max = self._sampled_soft_max(core, batch)
         penalty = cql_penalty(soft_max, data_q)
         threshold = self.config.lagrange_threshold
         weight = self.log_weight.detach().exp().clamp(max=1e6)

@@ -166,7 +166,9 @@ class SearchPolicy(nn.Module):
         return Categorical(torch.log(visit_policy(tree, 1.0).clamp(min=1e-12)))
 
 
-def build_model(config: MuZeroConfig, obs_space: gym.Space, action_space: gym.Space) -> nn.Module:
+def build_model(
+    config: MuZeroConfig, obs_space: gym.Space, action_space: gym.Space
+) -> SearchPolicy:
     """The search policy around a fresh network (what `shoal.load` rebuilds)."""
     if not isinstance(action_space, gym.spaces.Discrete):
         raise ConfigError(
@@ -312,7 +314,9 @@ class MuZero:
             for k in range(cfg.unroll_steps):
                 state = 0.5 * state + 0.5 * state.detach()  # halve the gradient through time
                 state, reward, policy, value = net.recurrent(state, batch.actions[k].to(device))
-                policies.append(policy), values.append(value), rewards.append(reward)
+                policies.append(policy)
+                values.append(value)
+                rewards.append(reward)
             loss, parts = muzero_loss(
                 torch.stack(policies), torch.stack(values), torch.stack(rewards),
                 batch.target_policy.to(device), two_hot(batch.target_value),
@@ -363,7 +367,7 @@ class MuZero:
         self.players.close()
 
 
-def _network(config: MuZeroConfig, obs_space: gym.Space, action_space: gym.Space) -> nn.Module:
+def _network(config: MuZeroConfig, obs_space: gym.Space, action_space: gym.Space) -> MuZeroNet:
     """A self-play worker's network, for its env's spaces (weights come by ``set_weights``)."""
     return build_model(config, obs_space, action_space).net
 

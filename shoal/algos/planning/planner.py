@@ -25,7 +25,7 @@ from shoal.errors import ShoalError
 from shoal.search import MCTSConfig, search, subtree, visit_policy
 from shoal.search.arena import choose
 from shoal.search.models import EnvModel
-from shoal.search.tree import clear, restore_tree, tree_arrays
+from shoal.search.tree import Tree, clear, restore_tree, tree_arrays
 from shoal.seeding import derive_seed
 
 __all__ = ["Planner", "PlannerConfig", "build_model"]
@@ -69,7 +69,7 @@ class Planner:
     def __init__(self, config: PlannerConfig):
         self.config = cfg = config
         env_spec(cfg.env.id)  # an unknown id is refused with the ids that work
-        kwargs = dict(cfg.env.kwargs)
+        kwargs: dict[str, Any] = dict(cfg.env.kwargs)
         if cfg.env.max_episode_steps is not None:
             kwargs["max_episode_steps"] = cfg.env.max_episode_steps
         make = lambda: gym.make(cfg.env.id, disable_env_checker=True, **kwargs)  # noqa: E731
@@ -82,7 +82,7 @@ class Planner:
             self._reset(env)
         self.returns = [0.0] * len(self.envs)
         self.rng = np.random.default_rng(derive_seed(cfg.run.seed, "ties"))
-        self.tree = None
+        self.tree: Tree | None = None
         self.env_steps = self.iteration = 0
 
     def _reset(self, env: gym.Env) -> None:

@@ -113,7 +113,7 @@ def make_optimizer(config: A2CConfig, parameters: list[torch.Tensor]) -> torch.o
     return rmsprop_or_adamw(config.optimizer, parameters, config.optim, config.rms_alpha)
 
 
-class A2CLearner(ModelLearner):
+class A2CLearner(ModelLearner[ActorCritic | RecurrentActorCritic]):
     """Owns the actor-critic and its optimizer; one gradient step per rollout on the A2C
     objective (`shoal.losses.objectives.a2c_objective`), through autograd or the NumPy path
     (`shoal.backend.learner_step`)."""
@@ -145,17 +145,19 @@ class A2CLearner(ModelLearner):
         detached every ``config.chunk`` steps, so the gradient stops there (truncated BPTT).
         Also returns the valid samples, flat, in the same order."""
         chunk, steps = self.config.chunk, batch.chunks.obs.shape[0]
+        model = self.model
+        assert isinstance(model, RecurrentActorCritic)  # sequence batches are recurrent ones
         state = batch.initial_state
         pieces = []
         for begin in range(0, steps, chunk):
-            features, state = self.model(
+            features, state = model(
                 batch.chunks.obs[begin : begin + chunk], state, batch.starts[begin : begin + chunk]
             )
             pieces.append(features)
             state = state.detach()
         keep = batch.valid.flatten()
         features = pieces[0] if len(pieces) == 1 else torch.cat(pieces)
-        outputs = self.model.heads(features.flatten(0, 1)[keep])
+        outputs = model.heads(features.flatten(0, 1)[keep])
         return outputs, batch.chunks.map(lambda x: x.flatten(0, 1)[keep])
 
     def update(self, batch: PPOBatch | PPOSequenceBatch, lr: float) -> dict[str, float]:
@@ -182,6 +184,7 @@ class A2C(OnPolicyAlgorithm):
         # Autoreset transitions are dropped by make_batch; truncations bootstrap from the
         # final observation's value (`Rollout.next_values`). Recurrent models keep the
         # rollout time-major ([T, B]: one piece of num_steps per env), masked the same way.
+        batch: PPOBatch | PPOSequenceBatch
         if cfg.model.lstm_hidden is None:
             batch = make_batch(rollout, cfg.gamma, cfg.gae_lambda)
         else:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
@@ -45,7 +45,7 @@ from shoal.device import resolve_device
 from shoal.distributed import require_ray
 from shoal.errors import NaNLossError
 from shoal.losses.objectives import PolicyOutputs, a2c_objective
-from shoal.nn import ActorCritic, build_actor_critic
+from shoal.nn import ActorCritic, RecurrentActorCritic, build_actor_critic
 from shoal.nn.heads import apply_temperature
 from shoal.optim import apply_gradients, gradients
 from shoal.policy import ActorPolicy
@@ -134,7 +134,9 @@ class A3CConfig:
         return max(1, self.run.runners)
 
 
-def build_model(config: A3CConfig, obs_space: gym.Space, action_space: gym.Space) -> ActorCritic:
+def build_model(
+    config: A3CConfig, obs_space: gym.Space, action_space: gym.Space
+) -> ActorCritic | RecurrentActorCritic:
     return build_actor_critic(obs_space, action_space, config.a2c.model)
 
 
@@ -173,7 +175,7 @@ class A3CWorker:
         )
         # The worker's copy computes gradients on the CPU, as the samplers act there.
         self.model = model_fn(self.runner.env.observation_space, self.runner.env.action_space)
-        self.parameters = list(self.model.parameters())
+        self.parameters: list[torch.Tensor] = list(self.model.parameters())
         self.objective = a2c_objective(a2c.vf_coef, a2c.ent_coef, a2c.normalize_advantages)
 
     def describe(self) -> dict[str, Any]:
@@ -274,13 +276,13 @@ class A3C:
         # The shared parameters and optimizer state live on the run's device; the workers
         # compute their gradients on the CPU.
         self.model = place(model, self.device)
-        self.parameters = list(self.model.parameters())
+        self.parameters: list[torch.Tensor] = list(self.model.parameters())
         self.optimizer = make_optimizer(a2c, self.parameters)
         self.env_steps = self.episodes = self.iteration = self.updates = 0
         self._sent = [0] * config.workers
         """The update count of the weights each worker last received (for staleness)."""
         self._weights: tuple[int, Any] | None = None
-        self._stream: Iterator[tuple[int, Gradients]] | None = None
+        self._stream: Generator[tuple[int, Gradients], None, None] | None = None
         self.temperature = apply_temperature(self.model, a2c.model, 0, 0)
 
     def _weights_for(self, i: int) -> tuple[Any]:

@@ -51,6 +51,7 @@ from shoal.device import to_device
 from shoal.losses import retrace
 from shoal.losses.acer import acer_policy_objective, trust_region_projection
 from shoal.nn.acer import ACERNetwork
+from shoal.nn.distributions import Categorical
 from shoal.nn.target import frozen_copy, soft_update
 from shoal.optim import minimize
 from shoal.schedules import scheduled
@@ -160,7 +161,7 @@ def _masked_mean(x: torch.Tensor, valid: torch.Tensor, count: torch.Tensor) -> t
     return torch.where(valid, x, 0.0).sum() / count
 
 
-class ACERLearner(ModelLearner):
+class ACERLearner(ModelLearner[ACERNetwork]):
     """The network, its average copy and the optimizer; `update` takes one segment."""
 
     def __init__(self, config: ACERConfig, obs_space: gym.Space, action_space: gym.Space):
@@ -200,7 +201,8 @@ class ACERLearner(ModelLearner):
         rho_a = log_rho_a.exp().flatten()
         v_t, v_next = values[:-1].detach(), values[1:].detach()
         flags = (segment["rewards"], segment["terminated"], segment["truncated"])
-        if model.discrete:
+        if isinstance(dist_t, Categorical) and isinstance(mu, Categorical):  # discrete
+            assert q_every is not None  # the Q head's values of every action
             q_all = q_every[: steps * envs]
             q_a = q_all.gather(-1, flat_actions.long().unsqueeze(-1)).squeeze(-1)
             q_ret = retrace(
@@ -229,7 +231,8 @@ class ACERLearner(ModelLearner):
                 average = self.average
                 average_phi = average.policy_params(average.features(obs[:-1].flatten(0, 1)))
             leaf = phi.detach().requires_grad_(True)
-            kl_rows = model.distribution_of(average_phi).kl(model.distribution_of(leaf))
+            averaged: Any = model.distribution_of(average_phi)  # the same kind as leaf's
+            kl_rows = averaged.kl(model.distribution_of(leaf))
             (k,) = torch.autograd.grad(kl_rows.sum(), leaf)
             g = trust_region_projection(g, k, cfg.delta)
             kl = _masked_mean(kl_rows.detach(), flat_valid, count)

@@ -33,7 +33,7 @@ from shoal.config import EnvConfig, ModelConfig, OptimConfig, RunConfig, check, 
 from shoal.device import to_device
 from shoal.kfac import KFAC
 from shoal.losses.objectives import a2c_objective
-from shoal.nn import ActorCritic, build_actor_critic
+from shoal.nn import ActorCritic, RecurrentActorCritic, build_actor_critic
 from shoal.nn.distributions import Distribution
 from shoal.schedules import scheduled
 
@@ -113,8 +113,10 @@ class ACKTRConfig:
         check_no_masks(self, "ACKTR")
 
 
-def build_model(config: ACKTRConfig, obs_space: gym.Space, action_space: gym.Space) -> ActorCritic:
-    return build_actor_critic(obs_space, action_space, config.model)
+def build_model(
+    config: ACKTRConfig, obs_space: gym.Space, action_space: gym.Space
+) -> ActorCritic | RecurrentActorCritic:
+    return build_actor_critic(obs_space, action_space, config.model)  # K-FAC refuses LSTMs
 
 
 def fisher_loss(dist: Distribution, values: torch.Tensor, vf_coef: float) -> torch.Tensor:
@@ -127,7 +129,7 @@ def fisher_loss(dist: Distribution, values: torch.Tensor, vf_coef: float) -> tor
     return dist.log_prob(actions).mean() + vf_coef * value_log_likelihood.mean()
 
 
-class ACKTRLearner(ModelLearner):
+class ACKTRLearner(ModelLearner[ActorCritic | RecurrentActorCritic]):
     """The actor-critic and its K-FAC optimizer; one natural-gradient step per rollout."""
 
     def __init__(self, config: ACKTRConfig, obs_space: gym.Space, action_space: gym.Space):
@@ -142,6 +144,8 @@ class ACKTRLearner(ModelLearner):
             )  # fmt: skip
 
         self.setup(config, model, make_optimizer)
+        assert isinstance(self.optimizer, KFAC)
+        self.kfac = self.optimizer
         self.step = TorchStep(self.model, self.scaler)
         self.objective = a2c_objective(config.vf_coef, config.ent_coef, config.normalize_advantages)
 
@@ -152,14 +156,14 @@ class ACKTRLearner(ModelLearner):
     def update(self, batch: PPOBatch, lr: float) -> dict[str, float]:
         self.optimizer.param_groups[0]["lr"] = lr
         batch = to_device(batch, self.device)
-        with self.optimizer.record():
+        with self.kfac.record():
             dist, values = self.model(batch.obs)
-        self.optimizer.accumulate(fisher_loss(dist, values, self.config.kfac.vf_fisher_coef))
+        self.kfac.accumulate(fisher_loss(dist, values, self.config.kfac.vf_fisher_coef))
         max_norm = self.config.optim.max_grad_norm
         losses, stats = self.step(self.objective, batch, self.optimizer, max_norm, (dist, values))
         metrics = mean_metrics([step_metrics(losses, stats)])
         metrics["train/lr"] = lr
-        metrics["train/trust_region_scale"] = self.optimizer.last_scale
+        metrics["train/trust_region_scale"] = self.kfac.last_scale
         return metrics
 
 

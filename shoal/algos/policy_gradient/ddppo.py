@@ -156,14 +156,14 @@ def average_gradients(parameters: list[torch.Tensor], world_size: int) -> None:
     """Replace every ``.grad`` by its mean over the ranks: one all-reduce of the flattened
     gradients (parameters without a gradient are left out; all ranks run the same graph, so
     they leave out the same ones)."""
-    with_grad = [p for p in parameters if p.grad is not None]
-    flat = torch.cat([p.grad.reshape(-1) for p in with_grad])
+    grads = [p.grad for p in parameters if p.grad is not None]
+    flat = torch.cat([g.reshape(-1) for g in grads])
     dist.all_reduce(flat, op=dist.ReduceOp.SUM)
     flat /= world_size
     offset = 0
-    for p in with_grad:
-        p.grad.copy_(flat[offset : offset + p.numel()].view_as(p))
-        offset += p.numel()
+    for g in grads:
+        g.copy_(flat[offset : offset + g.numel()].view_as(g))
+        offset += g.numel()
 
 
 def agree_finite(losses: dict[str, torch.Tensor]) -> None:

@@ -51,7 +51,7 @@ from shoal.config import (
 from shoal.device import to_device
 from shoal.losses import vtrace
 from shoal.losses.objectives import PolicyOutputs, Targets, a2c_objective
-from shoal.nn import build_actor_critic
+from shoal.nn import ActorCritic, RecurrentActorCritic, build_actor_critic
 from shoal.optim import minimize
 from shoal.schedules import scheduled
 from shoal.seeding import derive_seed
@@ -156,7 +156,7 @@ def make_optimizer(config: IMPALAConfig, parameters: list[torch.Tensor]) -> torc
     )
 
 
-class IMPALALearner(ModelLearner):
+class IMPALALearner(ModelLearner[ActorCritic | RecurrentActorCritic]):
     """Owns the actor-critic and its optimizer; V-trace targets and one gradient step per
     call of `update`, on a time-major rollout batch, on the A2C objective's terms
     (`shoal.losses.objectives.a2c_objective`: policy gradient on the V-trace advantages,
@@ -290,7 +290,7 @@ class IMPALA(OnPolicyAlgorithm):
         share = self.config.replay_proportion
         while torch.rand((), generator=self._replay_rng).item() < share:
             share -= 1.0
-            index = torch.randint(len(self._replay), (), generator=self._replay_rng).item()
+            index = int(torch.randint(len(self._replay), (), generator=self._replay_rng))
             chosen.append(self._replay[index])
         return chosen
 
@@ -335,7 +335,9 @@ class IMPALA(OnPolicyAlgorithm):
         """Gradient steps cycling over the minibatch ring (RLlib's MinibatchBuffer): each slot
         holds a train batch for num_sgd_iter steps; stop where a slot needs a batch that has
         not arrived yet. Returns the mean metrics of the steps."""
-        ring, pending, sums, steps = self._ring, batch, collections.Counter(), 0
+        ring, steps = self._ring, 0
+        pending: Rollout | None = batch
+        sums: collections.Counter[str] = collections.Counter()
         while True:
             slot = ring[self._ring_index]
             if slot[1] == 0:

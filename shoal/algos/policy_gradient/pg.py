@@ -32,7 +32,7 @@ from shoal.config import EnvConfig, ModelConfig, OptimConfig, RunConfig, check, 
 from shoal.device import to_device
 from shoal.losses import entropy_loss, episode_returns, policy_gradient_loss, value_loss
 from shoal.losses.objectives import standardize
-from shoal.nn import ActorCritic
+from shoal.nn import ActorCritic, RecurrentActorCritic
 from shoal.optim import minimize
 from shoal.schedules import scheduled
 from shoal.types import Rollout
@@ -128,7 +128,7 @@ def make_batch(
     return batch, next_carry
 
 
-class PGLearner(ModelLearner):
+class PGLearner(ModelLearner[ActorCritic | RecurrentActorCritic]):
     """Owns the policy (and baseline) network and its optimizer; one gradient step per batch."""
 
     def __init__(self, config: PGConfig, obs_space: gym.Space, action_space: gym.Space):

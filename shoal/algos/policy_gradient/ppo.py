@@ -7,6 +7,8 @@ early stopping. Discrete actions use a categorical policy, continuous ones a dia
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -139,7 +141,7 @@ def build_model(
     return build_actor_critic(obs_space, action_space, config.model)
 
 
-class PPOLearner(ModelLearner):
+class PPOLearner(ModelLearner[ActorCritic | RecurrentActorCritic]):
     """Owns the actor-critic and its optimizer; turns a `PPOBatch` into minibatch SGD steps on
     the PPO objective (`shoal.losses.objectives.ppo_objective`), through autograd or the NumPy
     path (`shoal.backend.learner_step`)."""
@@ -178,12 +180,11 @@ class PPOLearner(ModelLearner):
             group["lr"] = lr
         batch = to_device(batch, self.device)
         objective = self.objective(clip_eps, kl_coeff)
-        epoch = self._sequence_epoch if isinstance(batch, PPOSequenceBatch) else self._epoch
         rows: list[dict] = []
         epochs_done = 0
         for _ in range(cfg.num_epochs):
             first = len(rows)
-            for minibatch, outputs in epoch(batch):
+            for minibatch, outputs in self._minibatches(batch):
                 losses, stats = self.step(
                     objective, minibatch, self.optimizer, cfg.optim.max_grad_norm, outputs
                 )
@@ -197,6 +198,14 @@ class PPOLearner(ModelLearner):
         metrics["train/lr"] = lr
         return metrics
 
+    def _minibatches(
+        self, batch: PPOBatch | PPOSequenceBatch
+    ) -> Iterator[tuple[PPOBatch, tuple | None]]:
+        """One epoch's minibatches (and, recurrent, the model's outputs on them)."""
+        if isinstance(batch, PPOSequenceBatch):
+            return self._sequence_epoch(batch)
+        return self._epoch(batch)
+
     def _epoch(self, batch: PPOBatch) -> Iterator[tuple[PPOBatch, None]]:
         """Feed-forward minibatches of one epoch: shuffled samples."""
         n, size = batch.obs.shape[0], self.config.minibatch_size
@@ -207,7 +216,7 @@ class PPOLearner(ModelLearner):
             permutation = torch.randperm(n, generator=self.generator).to(batch.obs.device)
             shuffled = batch.map(lambda x: x[permutation])
         for start in range(0, n, size):
-            minibatch = shuffled.map(lambda x, start=start: x[start : start + size])
+            minibatch = shuffled.map(operator.itemgetter(slice(start, start + size)))
             if minibatch.obs.shape[0] < 2:
                 continue  # a lone sample cannot be standardized; skip the remainder
             yield minibatch, None
@@ -222,8 +231,10 @@ class PPOLearner(ModelLearner):
         every piece consistent with the network being trained (on the first epoch it equals
         what the sampler saw). The gradient stops at piece boundaries (truncated BPTT)."""
         chunk = self.config.chunk
+        model = self.model
+        assert isinstance(model, RecurrentActorCritic)  # sequence batches are recurrent ones
         states = chunk_start_states(
-            self.model, batch.rollout_obs, batch.initial_state, batch.rollout_starts, chunk
+            model, batch.rollout_obs, batch.initial_state, batch.rollout_starts, chunk
         ).flatten(0, 1)
         n, per = states.shape[0], self.config.minibatch_size // chunk
         order = torch.randperm(n, generator=self.generator) if per < n else torch.arange(n)
@@ -233,11 +244,14 @@ class PPOLearner(ModelLearner):
             keep = batch.valid[:, index].flatten()
             if int(keep.sum()) < 2:
                 continue
-            features, _ = self.model(
-                batch.chunks.obs[:, index], states[index], batch.starts[:, index]
-            )
-            outputs = self.model.heads(features.flatten(0, 1)[keep])
-            yield batch.chunks.map(lambda x, i=index, k=keep: x[:, i].flatten(0, 1)[k]), outputs
+            features, _ = model(batch.chunks.obs[:, index], states[index], batch.starts[:, index])
+            outputs = model.heads(features.flatten(0, 1)[keep])
+            yield batch.chunks.map(functools.partial(_pieces, index=index, keep=keep)), outputs
+
+
+def _pieces(x: torch.Tensor, index: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """The valid steps ``keep`` of the pieces ``index`` of ``x`` ``[chunk, pieces, ...]``."""
+    return x[:, index].flatten(0, 1)[keep]
 
 
 class PPO(OnPolicyAlgorithm):
@@ -253,6 +267,7 @@ class PPO(OnPolicyAlgorithm):
         lr = scheduled(cfg.optim.lr_schedule, cfg.optim.lr, progress)
         clip_eps = scheduled(cfg.clip_schedule, cfg.clip_eps, progress)
         rollout, episodes = self.sample()
+        batch: PPOBatch | PPOSequenceBatch
         if cfg.model.lstm_hidden is None:
             batch = make_batch(rollout, cfg.gamma, cfg.gae_lambda)
         else:

@@ -101,7 +101,7 @@ def build_model(config: TRPOConfig, obs_space: gym.Space, action_space: gym.Spac
     return ActorCritic(obs_space, action_space, config.model)
 
 
-class TRPOLearner(ModelLearner):
+class TRPOLearner(ModelLearner[ActorCritic]):
     """Owns the actor-critic, a natural-gradient policy step and the value optimizer.
 
     The separate actor and critic encoders live in one stacked `ParallelMLP` tensor per layer,

@@ -67,6 +67,7 @@ from shoal.data.segments import SequenceShard
 from shoal.device import to_host
 from shoal.distributed import require_ray
 from shoal.envs import make_env
+from shoal.envs.shapes import as_discrete
 from shoal.errors import ConfigError
 from shoal.optim import check_finite_metrics
 from shoal.policy import ActorPolicy
@@ -343,7 +344,8 @@ class Apex:
         # with its own message, not as actors failing and restarting in a loop.
         probe = make_env(dataclasses.replace(config.env, num_envs=1))
         self._spaces = (probe.observation_space, probe.action_space)
-        self._mask_dim = None if probe.action_mask is None else int(probe.action_space.n)
+        mask = probe.action_mask
+        self._mask_dim = None if mask is None else int(as_discrete(probe.action_space).n)
         probe.close()
         self.learner = self.parts.learner_fn(self.parts.inner, *self._spaces)
         self._rw = rw = require_ray()

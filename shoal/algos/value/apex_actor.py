@@ -19,6 +19,7 @@ from shoal.collect.env_runner import EnvRunner
 from shoal.config import EnvConfig, RunConfig
 from shoal.data.replay import ReplayBuffer
 from shoal.data.sequences import SequenceBuilder
+from shoal.envs.shapes import as_discrete
 from shoal.losses import bootstrap_discount, n_step_return
 from shoal.losses.actor_critic import ensemble_td_loss, twin_min_target
 from shoal.losses.sequence_q import sequence_priorities
@@ -27,15 +28,29 @@ from shoal.types import ReplayBatch
 
 
 class ApexActorConfig(Protocol):
-    """The fields of an Ape-X config (`shoal.algos.value.apex.ApexConfig`) its actors read."""
+    """The fields of an Ape-X config (`shoal.algos.value.apex.ApexConfig`) its actors read
+    (read-only, as a frozen config's are)."""
 
-    run: RunConfig
-    env: EnvConfig
-    rollout_steps: int
-    exploration_epsilon: float
-    exploration_alpha: float
-    per_worker_exploration: bool
-    worker_side_prioritization: bool
+    @property
+    def run(self) -> RunConfig: ...
+
+    @property
+    def env(self) -> EnvConfig: ...
+
+    @property
+    def rollout_steps(self) -> int: ...
+
+    @property
+    def exploration_epsilon(self) -> float: ...
+
+    @property
+    def exploration_alpha(self) -> float: ...
+
+    @property
+    def per_worker_exploration(self) -> bool: ...
+
+    @property
+    def worker_side_prioritization(self) -> bool: ...
 
 
 class Variant(NamedTuple):
@@ -142,7 +157,7 @@ class ApexActor:
                 parts.inner, env.observation_space, env.action_space, out_dim=1, members=1
             ).requires_grad_(False)
         self.scale = exploration_scales(config, parts)[index]
-        self.mask_dim = None if env.action_mask is None else int(env.action_space.n)
+        self.mask_dim = None if env.action_mask is None else int(as_discrete(env.action_space).n)
         steps, n, envs = config.rollout_steps, parts.inner.replay.n_step, env.num_envs
         self.windows = ReplayBuffer(
             (steps + n + 1) * envs,
@@ -181,8 +196,8 @@ class ApexActor:
                 priorities = ddpg_priorities(self.model, self.critic, batch, self.parts.inner)
             else:
                 priorities = dqn_priorities(self.model, batch, self.parts.inner)
-            priorities = priorities.numpy()
-        return batch, priorities, episodes, rollout.rewards.numel()
+        host = None if priorities is None else priorities.numpy()
+        return batch, host, episodes, rollout.rewards.numel()
 
     def _completed_windows(self, new_rows: int) -> ReplayBatch | None:
         """The n-step transitions that the last ``new_rows`` rows completed: rows ``r`` with

@@ -146,7 +146,7 @@ class DQNLearner:
         self.target = place(frozen_copy(online), self.device, config.run.compile)
         self.online = place(online, self.device, config.run.compile)
         self.kind = self.online.kind
-        self.parameters = list(self.online.parameters())
+        self.parameters: list[torch.Tensor] = list(self.online.parameters())
         optim = config.optim
         self.optimizer = build_optimizer(
             self.parameters, "adamw", optim.lr, optim.eps, optim.weight_decay
@@ -227,7 +227,9 @@ class DQN(ReplayAlgorithm):
         explore = self.progress(cfg.exploration_steps)
         epsilon = linear(cfg.epsilon_start, cfg.epsilon_end, explore)
         temperature = linear(cfg.temperature_start, cfg.temperature_end, explore)
-        self.learner.set_exploration(epsilon, temperature)
+        learner = self.learner
+        assert isinstance(learner, DQNLearner)
+        learner.set_exploration(epsilon, temperature)
         metrics = {"train/epsilon": epsilon}
         if cfg.exploration == "boltzmann":
             metrics["train/temperature"] = temperature

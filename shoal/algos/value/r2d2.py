@@ -187,7 +187,7 @@ class R2D2Learner:
         online = build_model(config, obs_space, action_space)
         self.target = place(frozen_copy(online), self.device)
         self.model = place(online, self.device)
-        self.parameters = list(self.model.parameters())
+        self.parameters: list[torch.Tensor] = list(self.model.parameters())
         optim = config.optim
         self.optimizer = build_optimizer(self.parameters, "adam", optim.lr, optim.eps)
         self.grad_steps = 0

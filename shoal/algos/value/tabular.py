@@ -20,6 +20,7 @@ from torch import nn
 
 from shoal.config import EnvConfig, RunConfig, check, check_choices, check_positive
 from shoal.envs import env_spec, make_env
+from shoal.envs.shapes import as_discrete
 from shoal.envs.snapshot import EnvStateUnsupported
 from shoal.errors import ConfigError, UnsupportedSpaceError
 from shoal.policy import ActorPolicy
@@ -147,7 +148,7 @@ def build_model(config: TabularConfig, obs_space: gym.Space, action_space: gym.S
                 f"tabular methods need a Discrete {kind} space starting at 0 (it indexes the Q "
                 f"table), got {kind} space {shown}; use ppo for other spaces"
             )
-    return QTable(int(obs_space.n), int(action_space.n), config.q_init)
+    return QTable(int(as_discrete(obs_space).n), int(as_discrete(action_space).n), config.q_init)
 
 
 # --- pure update rules ---------------------------------------------------------------------------
