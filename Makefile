@@ -80,7 +80,7 @@ FLOORS_VENV ?= .venv-floors
 $(FLOORS_VENV)/.installed: pyproject.toml tests/floor_constraints.py
 	$(PYTHON) -m venv $(FLOORS_VENV)
 	$(PYTHON) tests/floor_constraints.py --torch $(TORCH_FLOOR) > $(FLOORS_VENV)/constraints.txt
-	$(FLOORS_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -c $(FLOORS_VENV)/constraints.txt -e '.[dev]'
+	$(FLOORS_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -c $(FLOORS_VENV)/constraints.txt 'setuptools>=68' -e '.[dev]'
 	touch $(FLOORS_VENV)/.installed
 
 test-floors: $(FLOORS_VENV)/.installed

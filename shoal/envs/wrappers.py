@@ -77,7 +77,12 @@ def _apply(spec: str, cls: type, kwargs: dict[str, Any], kind: tuple, env: Any) 
     except (TypeError, ValueError, AssertionError) as exc:  # e.g. a wrong space for it
         spec_of = getattr(env, "spec", None)
         target = spec_of.id if spec_of is not None else env
-        raise _bad(spec, f"{cls.__name__} cannot wrap {target}: {exc}", kind) from None
+        # A bare assert (older Gymnasium's) says nothing: name the spaces it checked instead.
+        reason = str(exc) or (
+            f"it refuses observation space {getattr(env, 'observation_space', '?')} or "
+            f"action space {getattr(env, 'action_space', '?')}"
+        )
+        raise _bad(spec, f"{cls.__name__} cannot wrap {target}: {reason}", kind) from None
 
 
 def _resolve(spec: str, name: str, kind: tuple) -> type:

@@ -264,7 +264,12 @@ def test_resume_is_exact(algo, tmp_path):
         ("es", {"env.normalize_obs": True}, "normalize_obs .*search.obs_filter"),
         ("ga", {"truncation": 100}, "truncation .* at most population"),
         ("es", {"search.eval_prob": 2.0}, "eval_prob"),
-        ("cmaes", {"model.hidden": (128, 128)}, "at most 10,000 parameters"),
+        pytest.param(
+            "cmaes",
+            {"model.hidden": (128, 128)},
+            "at most 10,000 parameters",
+            marks=pytest.mark.extra("cma"),
+        ),
     ],
 )
 def test_bad_settings_are_refused_before_anything_runs(algo, overrides, match, tmp_path):
