@@ -558,11 +558,7 @@ def _export(args: argparse.Namespace) -> int:
         "policy" + SUFFIX[args.format]
     )
     files = export(policy, output, args.format)
-    masked = (
-        isinstance(policy, ActorPolicy)
-        and bool(getattr(policy, "_takes_mask", False))
-        and has_mask(policy)
-    )
+    masked = isinstance(policy, ActorPolicy) and policy.takes_mask and has_mask(policy)
     for path in files:
         console.print(
             f"exported: {path} ({args.format}; its actions equal shoal.load(RUN).act's on 64 "

@@ -183,7 +183,7 @@ def export(
             f"export takes policies whose action is one array (Discrete, MultiDiscrete, Box); "
             f"this one acts in {policy.action_space.original}: use shoal.load(RUN).act in Python"
         )
-    masked = bool(getattr(policy, "_takes_mask", False)) and has_mask(policy)
+    masked = isinstance(policy, ActorPolicy) and policy.takes_mask and has_mask(policy)
     if masked and is_recurrent(policy.model):
         raise ShoalError(
             "export of a recurrent policy with action masks is not supported yet: use "

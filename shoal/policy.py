@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import inspect
 from typing import Any
 
 import gymnasium as gym
@@ -15,6 +14,7 @@ from shoal.envs.composite import PackedActions, PackedObs, map_leaves
 from shoal.envs.normalize import FieldStats, RunningMeanStd, load_obs_stats, normalize
 from shoal.envs.opponents import make_opponent
 from shoal.errors import ShoalError
+from shoal.nn.policy_set import takes_mask
 
 
 class ActorPolicy:
@@ -46,8 +46,7 @@ class ActorPolicy:
         if obs_stats is not None:
             self.obs_stats = load_obs_stats(obs_stats)
         self.clip_obs = clip_obs
-        parameters = inspect.signature(self.model.distribution).parameters
-        self._takes_mask = "action_mask" in parameters
+        self.takes_mask = takes_mask(self.model)
         """Whether the model restricts its policy to legal actions (others ignore masks)."""
 
     @torch.inference_mode()
@@ -85,7 +84,7 @@ class ActorPolicy:
             self.model.reset_state(torch.as_tensor(np.asarray(episode_start), dtype=torch.bool))
         if self.obs_stats is not None:
             obs = normalize(obs, self.obs_stats, self.clip_obs)
-        if action_mask is None or not self._takes_mask:
+        if action_mask is None or not self.takes_mask:
             dist = self.model.distribution(torch.as_tensor(obs))
         else:
             mask = torch.as_tensor(np.asarray(action_mask, bool)).reshape(len(obs), -1)

@@ -39,7 +39,7 @@ class PolicySet(nn.Module):
         self.models = nn.ModuleDict(dict(models))
         self.opponents = dict(opponents)
         self.state_dim = state_dim
-        self._takes_mask = {name: _takes_mask(m) for name, m in self.models.items()}
+        self._takes_mask = {name: takes_mask(m) for name, m in self.models.items()}
 
     @torch.inference_mode()
     def act_joint(
@@ -74,6 +74,6 @@ class PolicySet(nn.Module):
         return {g: torch.as_tensor(a) for g, a in actions.items()}
 
 
-def _takes_mask(model: Any) -> bool:
+def takes_mask(model: Any) -> bool:
     """Whether ``model.distribution`` takes legal-action masks (``action_mask``)."""
     return "action_mask" in inspect.signature(model.distribution).parameters
