@@ -3,6 +3,7 @@
 #                (TRAIN_ARGS="--seed 3 --run-dir DIR" passes options on)
 #   make test    runs ruff and the whole test suite except the slow tier
 #   make test-slow  runs the slow learning checks (minutes each; not part of CI)
+#   make test-fuzz  runs the fuzz tests on new random examples (make test's are fixed)
 #   make test-floor runs the tests on the oldest PyTorch shoal supports (pyproject's floor)
 #   make bench   runs the benchmarks against Stable-Baselines3
 
@@ -13,7 +14,7 @@ CORE_STAMP := $(VENV)/.shoal-core-installed
 STAMP := $(VENV)/.shoal-installed
 BENCH_STAMP := $(VENV)/.shoal-bench-installed
 
-.PHONY: install train test test-slow test-floor test-floors lint docs bench bench-scaling bench-marl bench-intersection bench-tune bench-peers bench-offline clean
+.PHONY: install train test test-slow test-fuzz test-floor test-floors lint docs bench bench-scaling bench-marl bench-intersection bench-tune bench-peers bench-offline clean
 
 install: $(STAMP)
 
@@ -58,6 +59,10 @@ test: lint
 # beside the other tests (MuZero on CartPole, distributed MADDPG, MADDPG with PER).
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow --durations=10
+
+# The fuzz tests on examples drawn afresh, 600 a test (make test runs a fixed 60 a test).
+test-fuzz: $(STAMP)
+	SHOAL_FUZZ=explore $(BIN)/python -m pytest -q tests/test_fuzz.py
 
 # The oldest PyTorch pyproject.toml admits, in an environment of its own (a CUDA wheel from
 # PyPI: several GB); everything else as `make install` has it.
