@@ -1,7 +1,8 @@
 # Set-up is implicit: every target that needs the virtual environment creates it first.
 #   make train   trains PPO on CartPole-v1 (the embedded default) and prints the run directory
 #                (TRAIN_ARGS="--seed 3 --run-dir DIR" passes options on)
-#   make test    runs ruff and the whole test suite except the slow tier
+#   make test    runs the linters and the tests except the learning checks
+#   make test-learning  runs the fixed-seed learning checks (CI runs it after make test)
 #   make test-slow  runs the slow learning checks (minutes each; not part of CI)
 #   make test-fuzz  runs the fuzz tests on new random examples (make test's are fixed)
 #   make test-floor runs the tests on the oldest PyTorch shoal supports (pyproject's floor)
@@ -14,7 +15,7 @@ CORE_STAMP := $(VENV)/.shoal-core-installed
 STAMP := $(VENV)/.shoal-installed
 BENCH_STAMP := $(VENV)/.shoal-bench-installed
 
-.PHONY: install train test test-slow test-fuzz test-floor test-floors lint docs bench bench-scaling bench-marl bench-intersection bench-tune bench-peers bench-offline clean
+.PHONY: install train test test-learning test-slow test-fuzz test-floor test-floors lint docs bench bench-scaling bench-marl bench-intersection bench-tune bench-peers bench-offline clean
 
 install: $(STAMP)
 
@@ -50,9 +51,17 @@ docs: $(STAMP)
 # One pytest worker per core (pytest-xdist); the tests that share the local Ray run in one.
 # shoal's bytecode is compiled first: the tests start many processes (Ray actors, the CLI),
 # and where PYTHONDONTWRITEBYTECODE is set each would compile shoal again (0.5 s each).
+# Unit, smoke, resume, fault and interface tests: everything but the learning checks (the
+# `learning` and `slow` markers), one worker per core.
 test: lint
 	$(BIN)/python -m compileall -q shoal
-	$(BIN)/python -m pytest -q -n auto --dist loadgroup --durations=10
+	$(BIN)/python -m pytest -q -n auto --dist loadgroup --durations=10 -m "not learning and not slow"
+
+# The fixed-seed learning checks: each algorithm (and the references' tasks) learns past what
+# a random policy reaches. Kept out of make test for its time; CI (.ci/run) runs both.
+test-learning: $(STAMP)
+	$(BIN)/python -m compileall -q shoal
+	$(BIN)/python -m pytest -q -n auto --dist loadgroup --durations=10 -m "learning and not slow"
 
 # Long learning checks, not part of CI: PPO on Atari Pong and Breakout (float32, and bfloat16
 # where the CPU has it: 15-28 minutes each on 2 cores), and learning checks of 1-3 minutes

@@ -328,6 +328,7 @@ def test_the_center_policy_is_what_is_deployed():
 # --- learning -------------------------------------------------------------------------------
 
 
+@pytest.mark.learning
 def test_ars_solves_cartpole(tmp_path):
     """ARS's tuned example, seed 0: an evaluation mean of 475 over 20 episodes (random
     linear policies, weights N(0, 1), score 65 on average over 200 draws; the zero policy,
@@ -337,6 +338,7 @@ def test_ars_solves_cartpole(tmp_path):
     assert result.solved and result.eval_return >= 475, result
 
 
+@pytest.mark.learning
 @pytest.mark.extra("mujoco")
 def test_es_solves_inverted_pendulum(tmp_path):
     """ES's tuned example, seed 2: an evaluation mean of 950 (of 1,000) over 20 episodes

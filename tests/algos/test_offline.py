@@ -98,6 +98,7 @@ CQL_BANDIT = {"actor_lr": 1e-3, "conservative_weight": 1.0}
 thousands: here it flattens the Q-values toward the data's uniform actions)."""
 
 
+@pytest.mark.learning
 @pytest.mark.parametrize("algo", ["bc", "cql", "iql-offline"])
 def test_discrete_learners_pick_the_rewarded_action(algo, tmp_path):
     """One-step episodes: action 1 pays 1 where obs[0] > 0, action 0 pays 1 elsewhere. BC
@@ -192,6 +193,7 @@ def test_behaviour_cloning_recovers_a_linear_expert(tmp_path):
     assert error.mean() < 0.03 and error.max() < 0.15
 
 
+@pytest.mark.learning
 def test_iql_learns_pendulum_medium(pendulum, tmp_path):
     """Random: 0, the expert: 100, the dataset's own episodes: about 45."""
     result = shoal.train("iql-offline", dataset=str(pendulum / "medium"), seed=0,
@@ -201,6 +203,7 @@ def test_iql_learns_pendulum_medium(pendulum, tmp_path):
     assert scores(result.run_dir)[-1] >= 35
 
 
+@pytest.mark.learning
 def test_cql_learns_pendulum_medium(pendulum, tmp_path):
     result = shoal.train("cql", dataset=str(pendulum / "medium"), seed=0,
                          total_steps=256 * 2000, run_dir=str(tmp_path / "r"), quiet=True,
@@ -209,6 +212,7 @@ def test_cql_learns_pendulum_medium(pendulum, tmp_path):
     assert max(scores(result.run_dir)[-2:]) >= 20
 
 
+@pytest.mark.learning
 def test_offline_to_online_improves_on_the_offline_score(pendulum, tmp_path):
     offline = shoal.train("iql-offline", dataset=str(pendulum / "medium-replay"), seed=0,
                           total_steps=256 * 1000, run_dir=str(tmp_path / "r"), quiet=True,

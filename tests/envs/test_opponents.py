@@ -106,6 +106,7 @@ def test_opponents_only_where_they_apply(tmp_path):
         shoal.build_config("maddpg", env="shoal/spread-v0", **{"env.opponents": {"x": "random"}})
 
 
+@pytest.mark.learning
 def test_mappo_trains_agents_against_a_random_adversary(tmp_path):
     """mpe2's simple_adversary: the two agents learn while the adversary acts at random.
     Random agents average about 4 per episode against it (40 episodes of random actions)."""

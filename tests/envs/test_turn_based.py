@@ -116,6 +116,7 @@ def self_play(tmp_path, steps):
     return shoal.load(result.run_dir)
 
 
+@pytest.mark.learning
 def test_self_play_learns_to_beat_a_random_player(tmp_path, monkeypatch):
     illegal = []
     original = TurnBasedParallel.step
@@ -140,6 +141,7 @@ def test_self_play_wins_nine_games_in_ten_as_first_player(tmp_path):
     assert (play_against_random(policy, first=True) > 0).mean() >= 0.9
 
 
+@pytest.mark.learning
 def test_pool_self_play_learns_both_seats_against_a_random_player(tmp_path):
     """CI-sized: the tuned ippo-tictactoe-selfplay (one policy, a PFSP pool of its past
     snapshots as opponents) for 100k env steps, about 30 s on one core (measured: 97% of
