@@ -17,7 +17,9 @@ import shoal
 from shoal.errors import ConfigError, ShoalError
 from shoal.experiment import plan, run_experiment
 
-SMALL = {"run": {"total_steps": 1024, "eval_every_steps": 0, "checkpoint_every_steps": 256},
+# No evaluations (ppo-cartpole's target_return would evaluate every iteration to watch for it).
+SMALL = {"run": {"total_steps": 1024, "eval_every_steps": 0, "target_return": None,
+                 "checkpoint_every_steps": 256},
          "env": {"num_envs": 8}, "num_steps": 32, "minibatch_size": 64,
          "model": {"hidden": [8]}}  # fmt: skip
 

@@ -33,7 +33,8 @@ class RunConfig:
     built-in (EarlyStopping, SaveBest), with optional literal keyword arguments:
     ``EarlyStopping(patience=3)``. Recorded with the run, so a resume has them again."""
     eval_every_steps: int = 10_000
-    """Evaluate the deterministic policy every this many environment steps (0 disables)."""
+    """Evaluate the deterministic policy every this many environment steps (0: never, unless
+    ``target_return`` is set: then every iteration, to see when it is reached)."""
     eval_episodes: int = 10
     """Episodes per evaluation, run in parallel on separate environments."""
     checkpoint_every_steps: int = 50_000
