@@ -11,6 +11,7 @@ that name it, so "medium" and "medium-replay" cost one run.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,9 @@ import numpy as np
 from shoal.api import load, train
 from shoal.collect.record import BatchPolicy, exploring, random_policy, record_episodes
 from shoal.config import EnvConfig, from_dict, replace, to_dict
-from shoal.data.offline import episodes_from_replay, write_dataset
+from shoal.data.offline import Episode, episodes_from_replay, write_dataset
 from shoal.envs import VectorEnv, make_env
+from shoal.envs.agents_as_batch import actor_space, critic_part
 from shoal.errors import DatasetError, ShoalError
 from shoal.policy import ActorPolicy, JointPolicy
 from shoal.registry import get_algorithm
@@ -71,17 +73,16 @@ def collect(
         env_config = from_dict(EnvConfig, {"id": env})
     if env is not None:
         env_config = replace(env_config, id=env)
-    if env_config.global_state:
-        raise ShoalError(
-            f"{run or env} has env.global_state (MAPPO's critic input) on: its observations "
-            "are packed with the global state, which datasets cannot hold yet; collect from "
-            "a run without it (IPPO, or a single-agent run)"
-        )
     env_config = replace(env_config, num_envs=num_envs, normalize_obs=False,
                          normalize_reward=False, atari_training=False)  # fmt: skip
     policy = None if run is None else _one_agent(load(run, trust_code=trust_code), run)
     vector_env = make_env(env_config)
     space = vector_env.action_space
+    # A MAPPO run (env.global_state) acts on rows that end with its critic's global state: the
+    # dataset keeps each row's actor part, what the deployed policy reads, and names its env
+    # without the global state.
+    critic_columns = critic_part(vector_env.observation_space)
+    observation_space = actor_space(vector_env.observation_space)
     try:
         if from_replay and run is not None:  # (a run is required with from_replay, above)
             data = episodes_from_replay(_saved_replay(run, checkpoint))
@@ -100,6 +101,7 @@ def collect(
         reference = policy
         if expert is not None:
             reference = _one_agent(load(expert, trust_code=trust_code), expert)
+            _check_reads(reference, vector_env.observation_space, expert)
         expert_score = ref_max_score
         if reference is not None and expert_score is None:
             expert_score = _mean_score(lambda obs: reference.act(obs, deterministic=True),
@@ -108,14 +110,32 @@ def collect(
         vector_env.close()
     if not data:
         raise DatasetError(f"{collector} holds no whole episode to write")
+    if critic_columns:
+        data = [_actor_part(e, critic_columns) for e in data]
+        env_config = replace(env_config, global_state=False)
     defaults = to_dict(EnvConfig(id=env_config.id))  # what shapes the data: id, options, ...
     described = {k: v for k, v in to_dict(env_config).items()
                  if k == "id" or (k not in _NOT_RECORDED and v != defaults[k])}  # fmt: skip
     metadata = {"collector": collector, "ref_episodes": ref_episodes, "seed": seed}
     if checkpoint is not None:
         metadata["algorithm_name"] = checkpoint.meta["algo"]
-    return write_dataset(out, data, vector_env.observation_space, space, described,
+    return write_dataset(out, data, observation_space, space, described,
                          random_score, expert_score, metadata)  # fmt: skip
+
+
+def _actor_part(episode: Episode, critic_columns: int) -> Episode:
+    """``episode`` with the critic's columns cut from the end of each observation row."""
+    return dataclasses.replace(episode, observations=episode.observations[:, :-critic_columns])
+
+
+def _check_reads(policy: ActorPolicy, space: Any, run: str | Path) -> None:
+    """Refuse an expert whose policy reads other observations than the env gives (another
+    env, or a MAPPO run's rows against a run's without the global state)."""
+    if policy.observation_space is not None and policy.observation_space != space:
+        raise ShoalError(
+            f"the expert {run} reads observations {policy.observation_space}, but the env the "
+            f"dataset comes from gives {space}: name an expert trained on the same env settings"
+        )
 
 
 def _one_agent(policy: ActorPolicy | JointPolicy, run: str | Path) -> ActorPolicy:

@@ -28,11 +28,12 @@ import torch
 from torch import nn
 
 from shoal.config import replace
+from shoal.envs.agents_as_batch import actor_space, critic_part
 from shoal.envs.composite import PackedActions, PackedObs
 from shoal.envs.make import make_multi_agent_env
 from shoal.envs.multi_agent import is_multi_agent_id
 from shoal.envs.normalize import RunningMeanStd
-from shoal.envs.shapes import as_discrete, shape_of
+from shoal.envs.shapes import as_discrete
 from shoal.errors import ShoalError
 from shoal.nn.recurrent import is_recurrent
 from shoal.policy import ActorPolicy, JointPolicy
@@ -120,21 +121,6 @@ class GroupActor(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.actor.greedy(obs.float())
-
-
-def critic_part(space: gym.Space | None) -> int:
-    """Columns of a centralized critic's input at the end of a MAPPO-style observation
-    (``Dict(actor=..., critic=...)``, stored as one row); 0 for other spaces."""
-    if isinstance(space, gym.spaces.Dict) and set(space.spaces) == {"actor", "critic"}:
-        return int(np.prod(shape_of(space["critic"])))
-    return 0
-
-
-def actor_space(space: gym.Space) -> gym.Space:
-    """What the exported policy reads: the actor's part of a MAPPO-style observation."""
-    if isinstance(space, gym.spaces.Dict) and critic_part(space):
-        return space["actor"]
-    return space
 
 
 def example_observations(space: gym.Space, batch: int, seed: int) -> np.ndarray:

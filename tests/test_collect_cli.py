@@ -1,6 +1,7 @@
 """``shoal collect`` and ``shoal train ... --dataset`` from the command line, and the dataset
 recipes behind ``shoal collect --recipe``."""
 
+import numpy as np
 import pytest
 
 import shoal
@@ -8,6 +9,7 @@ from shoal import datasets
 from shoal.cli import main
 from shoal.data.offline import read_dataset
 from shoal.datasets import Recipe, Source
+from shoal.errors import ShoalError
 
 pytestmark = pytest.mark.extra("offline")
 
@@ -41,17 +43,40 @@ def test_collect_refuses_bad_options(tmp_path, capsys):
     assert "iql-offline" in capsys.readouterr().out
 
 
-def test_a_run_with_a_global_state_is_refused(tmp_path, capsys):
-    """MAPPO's observations carry the critic's global state packed beside each agent's own:
-    refused with what to do instead, before anything is written (it wrote a dataset that
-    could not be read)."""
+def test_a_mappo_run_is_collected_as_what_its_actors_see(tmp_path, capsys):
+    """MAPPO's rows carry the critic's global state after each agent's own observation: the
+    dataset keeps the actor's part (what the deployed policy reads) and names the env without
+    the global state, so an offline learner trains and evaluates on the agents' own view."""
     run = shoal.train("mappo", env="shoal/spread-v0", total_steps=64, quiet=True,
                       run_dir=str(tmp_path / "run"),
                       **{"env.num_envs": 2, "num_steps": 32, "minibatch_size": 64,
                          "run.eval_every_steps": 0})  # fmt: skip
-    assert main(["collect", str(run.run_dir), "--out", str(tmp_path / "x")]) == 2
-    assert "has env.global_state (MAPPO's critic input) on" in capsys.readouterr().out
-    assert not (tmp_path / "x").exists()
+    rows = shoal.load(run.run_dir).observation_space
+    assert rows["actor"].shape == (17,) and rows["critic"].shape[0] > 0  # spread: 3 agents
+    out = tmp_path / "x"
+    assert main(["collect", str(run.run_dir), "--out", str(out), "--episodes", "3",
+                 "--num-envs", "1"]) == 0  # fmt: skip
+    data = read_dataset(out)
+    assert data.observation_space.shape == (17,)
+    assert data.env == {"id": "shoal/spread-v0", "agent_id": True}  # no global_state
+    assert all(e.observations.shape[1:] == (17,) for e in data.episodes)
+    assert data.ref_max_score is not None  # the run's own policy, on whole rows
+    # What the actor saw: the same env without the global state gives the same first rows.
+    own_view = shoal.make_env("shoal/spread-v0", num_envs=1, agent_id=True)
+    first = own_view.reset(seed=0)  # collect's seed; agent 0's episode ends first (row order)
+    np.testing.assert_array_equal(data.episodes[0].observations[0], first[0])
+    own_view.close()
+    ippo = shoal.train("ippo", env="shoal/spread-v0", total_steps=64, quiet=True,
+                       run_dir=str(tmp_path / "ippo"),
+                       **{"env.num_envs": 2, "num_steps": 32, "minibatch_size": 64,
+                          "run.eval_every_steps": 0})  # fmt: skip
+    with pytest.raises(ShoalError, match="the expert .* reads observations"):
+        shoal.collect(tmp_path / "y", run.run_dir, episodes=3, num_envs=1, expert=ippo.run_dir)
+    bc = shoal.train("bc", dataset=str(out), total_steps=320, quiet=True,
+                     run_dir=str(tmp_path / "bc"),
+                     **{"run.eval_every_steps": 320, "run.eval_episodes": 2,
+                        "replay.batch_size": 32})  # fmt: skip
+    assert bc.eval_return is not None
 
 
 @pytest.mark.extra("pettingzoo")

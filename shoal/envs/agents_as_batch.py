@@ -40,6 +40,23 @@ def split_observation(space: gym.Space) -> tuple[int, int] | None:
     return None
 
 
+def critic_part(space: gym.Space | None) -> int:
+    """Columns of a centralized critic's input at the end of a MAPPO-style row
+    (`AgentRows` with ``global_state``: ``Dict(actor=..., critic=...)``, stored as one flat
+    row); 0 for other spaces."""
+    if isinstance(space, gym.spaces.Dict) and set(space.spaces) == {"actor", "critic"}:
+        return int(np.prod(shape_of(space["critic"])))
+    return 0
+
+
+def actor_space(space: gym.Space) -> gym.Space:
+    """What a deployed policy reads: the actor's part of a MAPPO-style row (the space itself
+    for others)."""
+    if isinstance(space, gym.spaces.Dict) and critic_part(space):
+        return space["actor"]
+    return space
+
+
 class AgentRows:
     """The rows a shared policy sees for ``num_agents`` agents with one observation space:
     each agent's own observation, flat, then its one-hot index (``agent_id``); with
