@@ -288,7 +288,7 @@ def test_nan_in_the_network_raises_naming_the_loss():
         algo.close()
 
 
-@pytest.mark.parametrize("switches", ["double", "rainbow", "rank"])
+@pytest.mark.parametrize("switches", ["double", "rainbow", "rank", "quantile", "rem"])
 def test_resume_with_saved_replay_is_exact(switches, tmp_path):
     first, total = 3 * ITERATION, 6 * ITERATION
     # anneal_steps fixed: by default beta anneals over run.total_steps, which the resume changes

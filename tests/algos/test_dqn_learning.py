@@ -10,7 +10,9 @@ pytestmark = pytest.mark.learning
 QUIET = {"run.console": False, "run.tensorboard": False, "run.checkpoint_every_steps": 0}
 
 
-@pytest.mark.parametrize("tuned", ["dqn-cartpole", "rainbow-cartpole", "qrdqn-cartpole"])
+@pytest.mark.parametrize(
+    "tuned", ["dqn-cartpole", "rainbow-cartpole", "qrdqn-cartpole", "rem-cartpole"]
+)
 def test_tuned_example_solves_cartpole(tuned, tmp_path):
     result = shoal.train(tuned=tuned, seed=0, run_dir=str(tmp_path / "run"), **QUIET)
     assert result.solved, result

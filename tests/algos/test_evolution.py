@@ -339,6 +339,26 @@ def test_ars_solves_cartpole(tmp_path):
 
 
 @pytest.mark.learning
+def test_ga_solves_cartpole(tmp_path):
+    """The genetic algorithm's tuned example, seed 0: an evaluation mean of 475 over 20
+    episodes (500 after 51k env steps; uniformly random actions score about 22)."""
+    result = shoal.train(tuned="ga-cartpole", seed=0, quiet=True, run_dir=str(tmp_path / "run"),
+                         **{"run.console": False, "run.tensorboard": False})  # fmt: skip
+    assert result.solved and result.eval_return >= 475, result
+
+
+@pytest.mark.learning
+@pytest.mark.extra("cma")
+def test_cmaes_swings_pendulum_up(tmp_path):
+    """CMA-ES's tuned example, seed 1: an evaluation mean of -200 over 20 episodes within
+    its budget (-199 after 0.8M env steps, about 30 s; random actions score about -1,200)."""
+    result = shoal.train(tuned="cmaes-pendulum", seed=1, quiet=True,
+                         run_dir=str(tmp_path / "run"),
+                         **{"run.console": False, "run.tensorboard": False})  # fmt: skip
+    assert result.solved and result.eval_return >= -200, result
+
+
+@pytest.mark.learning
 @pytest.mark.extra("mujoco")
 def test_es_solves_inverted_pendulum(tmp_path):
     """ES's tuned example, seed 2: an evaluation mean of 950 (of 1,000) over 20 episodes

@@ -242,7 +242,7 @@ def test_spread_smoke_with_last_action(tmp_path):
     assert result.env_steps == 200 and np.isfinite(result.eval_return)
 
 
-@pytest.mark.parametrize("algo", ["qmix", "iql"])
+@pytest.mark.parametrize("algo", ["qmix", "vdn", "iql"])
 def test_resume_with_saved_replay_is_exact(algo, tmp_path):
     opts = small(last_action=True, **{"replay.save": True})
     total = 6 * ITERATION

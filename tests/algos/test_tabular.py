@@ -429,6 +429,8 @@ def test_env_without_time_limit_is_refused(tmp_path):
 # Dense rewards and episodes that span the checkpoint (default limit 200), so the Q table,
 # the traces, the exploration generator and the envs mid-episode all have to be restored.
 RESUME_CASES = [
+    ("q-learning", "CliffWalking-v1"),
+    ("sarsa", "Taxi-v4"),
     ("q-lambda", "Taxi-v4"),
     ("sarsa-lambda", "CliffWalking-v1"),
     ("expected-sarsa", "FrozenLake-v1"),

@@ -121,13 +121,12 @@ def test_multi_agent_ppo_counts_env_steps_and_logs_returns_per_agent(algo, tmp_p
     env.close()
 
 
-def test_mappo_resume_is_exact(tmp_path):
+@pytest.mark.parametrize("algo", ["mappo", "ippo"])
+def test_resume_is_exact(algo, tmp_path):
     overrides = small(**{"run.checkpoint_every_steps": 32})
-    part = shoal.train("mappo", seed=1, total_steps=64, run_dir=str(tmp_path / "a"), **overrides)
+    part = shoal.train(algo, seed=1, total_steps=64, run_dir=str(tmp_path / "a"), **overrides)
     resumed = shoal.train(resume=part.run_dir, total_steps=128)
-    straight = shoal.train(
-        "mappo", seed=1, total_steps=128, run_dir=str(tmp_path / "b"), **overrides
-    )
+    straight = shoal.train(algo, seed=1, total_steps=128, run_dir=str(tmp_path / "b"), **overrides)
     got = load_checkpoint(resumed.run_dir).state["algorithm"]
     want = load_checkpoint(straight.run_dir).state["algorithm"]
     assert_states_equal(got, want)

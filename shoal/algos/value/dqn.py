@@ -52,7 +52,8 @@ from shoal.types import ReplayBatch
 @dataclass(frozen=True)
 class DQNConfig:
     """DQN hyperparameters. Defaults are a plain Double DQN that learns CartPole-sized tasks;
-    the tuned examples (dqn-cartpole, rainbow-cartpole, qrdqn-cartpole) hold tested settings."""
+    the tuned examples (dqn-cartpole, rainbow-cartpole, qrdqn-cartpole, rem-cartpole) hold
+    tested settings."""
 
     run: RunConfig = field(default_factory=RunConfig)
     env: EnvConfig = field(default_factory=lambda: EnvConfig(num_envs=4))
