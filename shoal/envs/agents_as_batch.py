@@ -41,12 +41,10 @@ def split_observation(space: gym.Space) -> tuple[int, int] | None:
 
 
 def critic_part(space: gym.Space | None) -> int:
-    """Columns of a centralized critic's input at the end of a MAPPO-style row
-    (`AgentRows` with ``global_state``: ``Dict(actor=..., critic=...)``, stored as one flat
-    row); 0 for other spaces."""
-    if isinstance(space, gym.spaces.Dict) and set(space.spaces) == {"actor", "critic"}:
-        return int(np.prod(shape_of(space["critic"])))
-    return 0
+    """Columns of a centralized critic's input at the end of a MAPPO-style row (`AgentRows`
+    with ``global_state``, stored as one flat row); 0 for other spaces."""
+    split = None if space is None else split_observation(space)
+    return 0 if split is None else split[1]
 
 
 def actor_space(space: gym.Space) -> gym.Space:
