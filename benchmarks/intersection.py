@@ -306,7 +306,18 @@ def summarize_variant(runs: list[dict], edges: np.ndarray) -> dict:
         for traffic in ("low", "high")
     }  # fmt: skip
     train_s = t_interval([r["train_s"] for r in runs])
-    return {"per_agent": per_agent, "rates": rates, "train_s": train_s}
+    return {"per_agent": per_agent, "rates": rates, "train_s": train_s,
+            "drops": t_interval([drops(r, edges) for r in runs])}  # fmt: skip
+
+
+def drops(run: dict, edges: np.ndarray) -> float:
+    """How far from monotonic a run's learning is (the paper's finding 2 says PER makes it
+    "almost monotonic"): the sum of the falls of its team curve (the agents' mean
+    training-episode return, binned) from one bin to the next, in return units; 0 for a curve
+    that never falls."""
+    team = np.nanmean(np.stack([binned(run["curves"][a], edges) for a in AGENTS]), axis=0)
+    team = team[~np.isnan(team)]
+    return float(np.clip(team[:-1] - team[1:], 0, None).sum())
 
 
 def plot(experiment: str, names: tuple[str, str], summary: dict, edges, path: Path) -> None:
@@ -367,7 +378,10 @@ def experiments(args) -> dict:
         for name in pair:
             s = summary[name]
             finals = ", ".join(f"{a} {s['per_agent'][a]['final'][0]:.1f}" for a in AGENTS)
-            print(f"  {name:<24} final returns {finals}; train {s['train_s'][0]:.0f} s")
+            print(
+                f"  {name:<24} final returns {finals}; train {s['train_s'][0]:.0f} s; "
+                f"falls of the team curve {s['drops'][0]:.1f} +- {s['drops'][1]:.1f}"
+            )
             for traffic in ("low", "high"):
                 c, x = (s["rates"][traffic][k] for k in ("completion_rate", "collision_rate"))
                 print(f"    {traffic:>4} traffic: completion {c[0]:.2f} +- {c[1]:.2f}, "
