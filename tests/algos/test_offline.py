@@ -43,6 +43,16 @@ def pendulum(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def pendulum_random(tmp_path_factory):
+    """Uniformly random Pendulum episodes with a stated expert score: what the smoke, resume
+    and bad-input tests need, without training an expert (`pendulum`, for the learning
+    tests)."""
+    root = tmp_path_factory.mktemp("pendulum-random")
+    return shoal.collect(root / "random", env="Pendulum-v1", episodes=10, num_envs=10,
+                         ref_max_score=-150.0)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
 def cartpole(tmp_path_factory):
     root = tmp_path_factory.mktemp("cartpole")
     return shoal.collect(root / "random", env="CartPole-v1", episodes=20, num_envs=4)
@@ -54,6 +64,7 @@ def scores(run_dir):
                 if r.get("eval/normalized_score")]  # fmt: skip
 
 
+@pytest.mark.learning  # the expert is a trained SAC
 def test_collected_datasets_record_their_reference_scores(pendulum):
     medium = read_dataset(pendulum / "medium")
     assert medium.env_id == "Pendulum-v1" and len(medium.episodes) == 10
@@ -64,12 +75,12 @@ def test_collected_datasets_record_their_reference_scores(pendulum):
 
 
 @pytest.mark.parametrize("algo", LEARNERS)
-def test_smoke_never_steps_a_training_env(algo, pendulum, tmp_path, monkeypatch):
+def test_smoke_never_steps_a_training_env(algo, pendulum_random, tmp_path, monkeypatch):
     def no_runner(*args, **kwargs):
         raise AssertionError("an offline learner built an env runner")
 
     monkeypatch.setattr(env_runner.EnvRunner, "__init__", no_runner)
-    result = shoal.train(algo, dataset=str(pendulum / "medium"), total_steps=32 * 40,
+    result = shoal.train(algo, dataset=str(pendulum_random), total_steps=32 * 40,
                          run_dir=str(tmp_path / "r"), quiet=True,
                          **small(algo, **{"run.eval_every_steps": 32 * 20,
                                           "run.eval_episodes": 2}))  # fmt: skip
@@ -123,9 +134,9 @@ def test_discrete_learners_pick_the_rewarded_action(algo, tmp_path):
 
 
 @pytest.mark.parametrize("algo", LEARNERS)
-def test_resume_is_exact(algo, pendulum, tmp_path):
+def test_resume_is_exact(algo, pendulum_random, tmp_path):
     overrides = small(algo, **{"run.checkpoint_every_steps": 32 * 10})
-    data = str(pendulum / "medium")
+    data = str(pendulum_random)
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
     part = shoal.train(algo, dataset=data, seed=3, total_steps=32 * 10, run_dir=a, quiet=True,
                        **overrides)  # fmt: skip
@@ -157,8 +168,8 @@ def test_nan_in_the_data_stops_with_a_clear_error(algo, tmp_path):
                     quiet=True, **small(algo))  # fmt: skip
 
 
-def test_bad_input_is_refused_before_training(pendulum, cartpole, tmp_path):
-    data = str(pendulum / "medium")
+def test_bad_input_is_refused_before_training(pendulum_random, cartpole, tmp_path):
+    data = str(pendulum_random)
     with pytest.raises(DatasetError, match="does not match"):
         shoal.train("iql-offline", dataset=data, env="MountainCarContinuous-v0",
                     run_dir=str(tmp_path / "a"), quiet=True)  # fmt: skip
