@@ -1,10 +1,13 @@
 """Exact comparison of nested checkpoint states and of logged metrics, shared by the
-algorithm tests."""
+algorithm tests; and the resume check of runs that cannot be compared exactly."""
 
 import json
 
 import numpy as np
 import torch
+
+import shoal
+from shoal.train.checkpoint import load_checkpoint
 
 
 def flatten_state(tree, prefix=""):
@@ -47,3 +50,16 @@ def metric_rows(run_dir):
         for row in rows
         if "eval/final" not in row
     ]
+
+
+def assert_resume_goes_on(run_dir, total_steps):
+    """Resume ``run_dir`` to ``total_steps`` and check that its learner goes on from the
+    checkpoint's gradient steps: for runs whose actors and learner interleave by timing
+    (Ape-X), where a resume cannot equal an unbroken run. Returns the resumed run."""
+    saved = load_checkpoint(run_dir).state["algorithm"]["learner"]["grad_steps"]
+    resumed = []
+    again = shoal.train(resume=run_dir, total_steps=total_steps,
+                        on_iteration=lambda step, metrics: resumed.append(metrics))  # fmt: skip
+    assert again.env_steps >= total_steps
+    assert resumed[0]["train/grad_steps"] >= saved and resumed[-1]["train/grad_steps"] > saved
+    return again

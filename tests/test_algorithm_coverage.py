@@ -75,8 +75,8 @@ COVERAGE: dict[str, tuple[str, ...]] = {
     "bc": OFFLINE
     + named("algos/test_offline.py", "test_discrete_learners_pick_the_rewarded_action"),
     "cql": OFFLINE + named("algos/test_offline.py", "test_cql_learns_pendulum_medium"),
-    "iql-offline": OFFLINE + named("algos/test_offline.py", "test_iql_learns_pendulum_medium"),
-    "td3-bc": OFFLINE + named("algos/test_offline.py", "test_td3_bc_learns_pendulum_medium"),
+    "iql-offline": OFFLINE + named("algos/test_offline.py", "test_learns_pendulum_medium"),
+    "td3-bc": OFFLINE + named("algos/test_offline.py", "test_learns_pendulum_medium"),
     "q-learning": TABULAR,
     "sarsa": TABULAR,
     "expected-sarsa": TABULAR,

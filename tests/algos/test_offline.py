@@ -205,23 +205,15 @@ def test_behaviour_cloning_recovers_a_linear_expert(tmp_path):
 
 
 @pytest.mark.learning
-def test_iql_learns_pendulum_medium(pendulum, tmp_path):
-    """Random: 0, the expert: 100, the dataset's own episodes: about 45."""
-    result = shoal.train("iql-offline", dataset=str(pendulum / "medium"), seed=0,
+@pytest.mark.parametrize(("algo", "floor"), [("iql-offline", 35), ("td3-bc", 30)])
+def test_learns_pendulum_medium(algo, floor, pendulum, tmp_path):
+    """Random: 0, the expert: 100, the dataset's own episodes: about 45. TD3+BC measured
+    39.1 after 2,000 updates (seed 0; seeds 1 and 2: 35.8, 56.1)."""
+    result = shoal.train(algo, dataset=str(pendulum / "medium"), seed=0,
                          total_steps=256 * 2000, run_dir=str(tmp_path / "r"), quiet=True,
                          **{"run.eval_every_steps": 256 * 500,
                             "model.hidden": (64, 64)})  # fmt: skip
-    assert scores(result.run_dir)[-1] >= 35
-
-
-@pytest.mark.learning
-def test_td3_bc_learns_pendulum_medium(pendulum, tmp_path):
-    """Random: 0; measured after 2,000 updates: 39.1 (seed 0; seeds 1 and 2: 35.8, 56.1)."""
-    result = shoal.train("td3-bc", dataset=str(pendulum / "medium"), seed=0,
-                         total_steps=256 * 2000, run_dir=str(tmp_path / "r"), quiet=True,
-                         **{"run.eval_every_steps": 256 * 500,
-                            "model.hidden": (64, 64)})  # fmt: skip
-    assert scores(result.run_dir)[-1] >= 30
+    assert scores(result.run_dir)[-1] >= floor
 
 
 @pytest.mark.learning

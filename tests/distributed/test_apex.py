@@ -6,6 +6,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from state_helpers import assert_resume_goes_on
 from torch import nn
 
 import shoal
@@ -24,7 +25,6 @@ from shoal.config import NoiseConfig, RenamedFieldWarning, RunConfig, replace
 from shoal.data.replay_shard import ReplayShard
 from shoal.errors import ConfigError, NaNLossError
 from shoal.losses.value_kinds import ExpectedQ
-from shoal.train.checkpoint import load_checkpoint
 from shoal.types import ReplayBatch
 
 QUIET = {
@@ -291,19 +291,9 @@ def test_apex_dqn_smoke_checkpoint_and_resume(ray_session, tmp_path):
     assert last["train/epsilon_mean"] == pytest.approx((0.4 + 0.4**8) / 2)
     # The throttle keeps the learner at 4 replayed transitions per env step after the start.
     assert last["train/grad_steps"] * 16 >= 4 * (result.env_steps - 32 - 4 * 32)
-    saved = load_checkpoint(result.run_dir).state["algorithm"]
     policy = shoal.load(result.run_dir)
     assert policy.act(np.zeros((3, 4), np.float32)).shape == (3,)
-
-    resumed = []
-    again = shoal.train(
-        resume=result.run_dir,
-        total_steps=6 * 64,
-        on_iteration=lambda step, metrics: resumed.append(metrics),
-    )
-    assert again.env_steps >= 6 * 64 and again.iterations == 6
-    assert resumed[0]["train/grad_steps"] >= saved["learner"]["grad_steps"]
-    assert resumed[-1]["train/grad_steps"] > saved["learner"]["grad_steps"]
+    assert assert_resume_goes_on(result.run_dir, 6 * 64).iterations == 6
 
 
 def test_apex_ddpg_smoke_checkpoint_and_resume(ray_session, tmp_path):
@@ -321,15 +311,7 @@ def test_apex_ddpg_smoke_checkpoint_and_resume(ray_session, tmp_path):
     assert last["train/noise_scale_mean"] == pytest.approx((0.3 + 0.3 * 0.4**3) / 2)
     action = shoal.load(result.run_dir).act(np.zeros((2, 3), np.float32))
     assert action.shape == (2, 1) and (np.abs(action) <= 2.0).all()
-    # Resumed, the learner goes on from its checkpoint (actors and learner interleave by
-    # timing in Ape-X, so a resume continues the run; it cannot equal an unbroken one).
-    saved = load_checkpoint(result.run_dir).state["algorithm"]
-    resumed = []
-    again = shoal.train(resume=result.run_dir, total_steps=6 * 64,
-                        on_iteration=lambda step, metrics: resumed.append(metrics))  # fmt: skip
-    assert again.env_steps >= 6 * 64
-    assert resumed[0]["train/grad_steps"] >= saved["learner"]["grad_steps"]
-    assert resumed[-1]["train/grad_steps"] > saved["learner"]["grad_steps"]
+    assert_resume_goes_on(result.run_dir, 6 * 64)
 
 
 def test_crashed_actor_and_shard_restart_and_training_goes_on(ray_session):
