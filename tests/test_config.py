@@ -276,7 +276,7 @@ def test_old_encoder_and_atari_names_are_read_as_the_new_ones():
     what they are; the old ones still work everywhere a config is written, with a warning
     naming the new one."""
     from shoal.algos.policy_gradient.ppo import PPOConfig
-    from shoal.cli import renamed_flags
+    from shoal.cli.train import renamed_flags
 
     old = {"env": {"atari": "ref001-stack"}, "model": {"encoder": "ref001-model3"}}
     with pytest.warns(RenamedFieldWarning) as caught:
