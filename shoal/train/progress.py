@@ -1,0 +1,217 @@
+"""The console's progress display of a training run: a live bar on a terminal, a plain line
+at most every second elsewhere (`ConsoleLogger`)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+__all__ = ["ConsoleLogger", "eval_rates"]
+
+# Metric names the console logger knows how to summarise.
+STEPS_PER_S_KEY = "perf/env_steps_per_s"
+RETURN_KEY = "episode/return"
+EVAL_RETURN_KEY = "eval/return"
+
+# A live terminal display is redrawn at most this often; faster redraws cost training time
+# without being readable.
+_LIVE_REFRESH_PER_S = 10
+
+
+def _interval(metrics: Mapping[str, float], group: str) -> str:
+    """`` [low, high]``: a group's evaluation interval, where the metrics have it."""
+    low, high = metrics.get(f"eval/return_low/{group}"), metrics.get(f"eval/return_high/{group}")
+    return "" if low is None or high is None else f" [{low:.1f}, {high:.1f}]"
+
+
+def eval_rates(metrics: Mapping[str, float]) -> str:
+    """The evaluation's rates for the progress line: a game's wins per seat or group
+    (``eval/win/<name>``) and the env's own rates (``eval/<name>_rate``: a traffic env's
+    completion and collision rates), e.g. ``win player_1 0.70 player_2 0.20``."""
+    wins = [f"{k.removeprefix('eval/win/')} {v:.2f}" for k, v in metrics.items()
+            if k.startswith("eval/win/")]  # fmt: skip
+    rates = [f"{k.removeprefix('eval/').removesuffix('_rate')} {v:.2f}" for k, v in metrics.items()
+             if k.startswith("eval/") and k.endswith("_rate") and k.count("/") == 1]  # fmt: skip
+    return " ".join((["win", *wins] if wins else []) + rates)
+
+
+class ConsoleLogger:
+    """Human-readable progress on the console.
+
+    On a terminal this is a live ``rich`` progress bar showing env steps / total, env-steps/s,
+    the latest ``episode/return`` and ``eval/return``, and elapsed time. Elsewhere (CI logs,
+    pipes) a live display would spam control codes, so a plain line is printed at most every
+    ``every_s`` seconds, and once more on ``close``::
+
+        steps 40960/100000 | 120,345 steps/s | return 312.4 | eval 500.0 | 0:00:01
+
+    The steps/s figure is ``perf/env_steps_per_s`` when the trainer reports it, otherwise the
+    average rate since the first ``log`` call. ``log`` is cheap: it records the values and only
+    touches the display when a redraw is due.
+    """
+
+    def __init__(
+        self,
+        total_steps: int | None,
+        every_s: float = 1.0,
+        console: Console | None = None,
+        groups: Sequence[str] = (),
+    ) -> None:
+        self.total_steps = total_steps
+        self.groups = list(groups) if len(groups) > 1 else []
+        """Several groups: each group's evaluation return is shown, never their mean."""
+        self.every_s = every_s
+        self._console = console if console is not None else Console()
+        self._live = self._console.is_terminal
+        self._min_interval_s = 1.0 / _LIVE_REFRESH_PER_S if self._live else every_s
+
+        # Elapsed time counts from construction, i.e. from the start of the run, not from the
+        # first (possibly slow) training iteration.
+        self._start_time = time.monotonic()
+        self._next_render_time = 0.0
+        self._step: int | None = None
+        # (step, time) of the first log call, the baseline for the fallback steps/s estimate.
+        self._rate_origin: tuple[int, float] | None = None
+        self._reported_rate: float | None = None
+        self._return: float | None = None
+        self._eval_return: float | None = None
+        self._eval_rates = ""
+        self._eval_groups = ""
+        self._groups_return = ""
+        self._rendered: tuple | None = None
+        self._closed = False
+
+        self._progress: Progress | None = None
+        self._task: TaskID | None = None
+        self._display_started = False
+        if self._live:
+            self._progress = Progress(
+                TextColumn("steps"),
+                MofNCompleteColumn(),
+                BarColumn(),
+                TextColumn("{task.fields[rate]}", markup=False),
+                TextColumn("{task.fields[returns]}", markup=False),
+                TimeElapsedColumn(),
+                console=self._console,
+                refresh_per_second=_LIVE_REFRESH_PER_S,
+            )
+            # Adding the task now (without starting the display) starts its elapsed clock now.
+            self._task = self._progress.add_task("train", total=total_steps, rate="", returns="")
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        now = time.monotonic()
+        self._step = int(step)
+        if self._rate_origin is None:
+            self._rate_origin = (self._step, now)
+        # Returns are only reported on iterations where episodes finished, so keep the last one.
+        if STEPS_PER_S_KEY in metrics:
+            self._reported_rate = float(metrics[STEPS_PER_S_KEY])
+        if RETURN_KEY in metrics:
+            self._return = float(metrics[RETURN_KEY])
+            self._groups_return = self._per_group(metrics, RETURN_KEY)
+        if EVAL_RETURN_KEY in metrics:
+            self._eval_return = float(metrics[EVAL_RETURN_KEY])
+            self._eval_rates = eval_rates(metrics)
+            self._eval_groups = " ".join(
+                f"{g} {metrics[f'{EVAL_RETURN_KEY}/{g}']:.1f}" + _interval(metrics, g)
+                for g in self.groups
+                if f"{EVAL_RETURN_KEY}/{g}" in metrics
+            )
+
+        if now >= self._next_render_time:
+            self._next_render_time = now + self._min_interval_s
+            self._render(now)
+
+    def _per_group(self, metrics: Mapping[str, float], key: str) -> str:
+        """``adversary 7.0 agent -7.5``: each group's ``key/<group>``, or "" with one group."""
+        return " ".join(
+            f"{g} {metrics[f'{key}/{g}']:.1f}" for g in self.groups if f"{key}/{g}" in metrics
+        )
+
+    def _render(self, now: float) -> None:
+        if self._progress is not None and self._task is not None:
+            if not self._display_started:
+                # Started lazily so nothing is drawn (or left behind) if no step is ever logged.
+                self._progress.start()
+                self._display_started = True
+            self._progress.update(
+                self._task,
+                completed=self._step,
+                rate=self._rate_text(now),
+                returns=" | ".join(self._return_parts()),
+            )
+        else:
+            self._console.out(self.format_line(now), highlight=False)
+        self._rendered = self._state()
+
+    def _state(self) -> tuple:
+        """What a progress line shows besides the clock: a line is not printed again for it."""
+        return (self._step, self._return, self._eval_return, self._eval_rates)
+
+    def _rate(self, now: float) -> float | None:
+        if self._reported_rate is not None:
+            return self._reported_rate
+        if self._rate_origin is None or self._step is None:
+            return None
+        origin_step, origin_time = self._rate_origin
+        if now <= origin_time:
+            return None
+        return (self._step - origin_step) / (now - origin_time)
+
+    def _rate_text(self, now: float) -> str:
+        rate = self._rate(now)
+        return "" if rate is None else f"{rate:,.0f} steps/s"
+
+    def _return_parts(self) -> list[str]:
+        parts = []
+        if self._groups_return:
+            parts.append(f"return {self._groups_return}")
+        elif self._return is not None:
+            parts.append(f"return {self._return:.1f}")
+        if self._eval_groups:
+            parts.append(f"eval {self._eval_groups}")
+        elif self._eval_return is not None:
+            parts.append(f"eval {self._eval_return:.1f}")
+        if self._eval_rates:
+            parts.append(self._eval_rates)
+        return parts
+
+    def format_line(self, now: float | None = None) -> str:
+        """The plain progress line printed when the console is not a terminal."""
+        now = time.monotonic() if now is None else now
+        steps = f"steps {self._step if self._step is not None else 0}"
+        if self.total_steps is not None:
+            steps += f"/{self.total_steps}"
+        parts = [steps]
+        rate_text = self._rate_text(now)
+        if rate_text:
+            parts.append(rate_text)
+        parts.extend(self._return_parts())
+        parts.append(str(timedelta(seconds=int(now - self._start_time))))
+        return " | ".join(parts)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._step is None:
+            # Nothing was logged, so there is no progress worth reporting.
+            return
+        now = time.monotonic()
+        # Show the final state, even if the last log call fell inside the throttle window,
+        # but not a second time where the last line already showed it.
+        if self._progress is not None or self._rendered != self._state():
+            self._render(now)
+        if self._progress is not None:
+            self._progress.stop()
