@@ -210,12 +210,10 @@ AGENTS = tuple(f"agent_{i}" for i in range(4))
 def train_variant(name: str, seed: int, steps: int, root: Path) -> dict:
     """One training run: per-agent training-episode returns against env steps, the final
     policy's rates at both traffic settings, and the training wall-clock."""
-    curves: dict[str, list[tuple[int, float]]] = {a: [] for a in AGENTS}
+    curves: dict[str, list[tuple[int, float, float]]] = {a: [] for a in AGENTS}
 
     def record(step: int, metrics: dict[str, float]) -> None:
-        for agent in AGENTS:
-            if f"episode/return/{agent}" in metrics:
-                curves[agent].append((step, metrics[f"episode/return/{agent}"]))
+        add_point(curves, step, metrics)
 
     run_dir = root / f"{VARIANTS[name]}-{seed}"
     result = shoal.train(
@@ -244,14 +242,12 @@ def read_variants(directory: Path) -> dict[str, list[dict]]:
         if name is None or status.get(entry["name"], {}).get("state") != "done":
             continue
         run_dir = directory / entry["name"]
-        curves: dict[str, list[tuple[int, float]]] = {a: [] for a in AGENTS}
+        curves: dict[str, list[tuple[int, float, float]]] = {a: [] for a in AGENTS}
         train_s = 0.0
         for line in (run_dir / "metrics.jsonl").read_text().splitlines():
             row = json.loads(line)
             train_s += float(row.get("perf/iteration_s", 0.0))
-            for agent in AGENTS:
-                if f"episode/return/{agent}" in row:
-                    curves[agent].append((row["step"], row[f"episode/return/{agent}"]))
+            add_point(curves, row["step"], row)
         k = int(entry["name"].rsplit("-s", 1)[1])
         cached = run_dir / "final_rates.json"  # (kept by benchmarks/archive_experiment.py)
         if cached.exists():
@@ -280,15 +276,26 @@ def final_rates(policy, traffic: str, seed: int, episodes: int = 10) -> dict[str
     return {k: metrics[f"eval/{k}"] for k in ("completion_rate", "collision_rate")}
 
 
-def binned(curve: list[tuple[int, float]], edges: np.ndarray) -> np.ndarray:
-    """The mean of ``curve``'s values in each bin of env steps (NaN where none)."""
-    steps = np.array([s for s, _ in curve])
-    values = np.array([v for _, v in curve])
+def add_point(curves: dict[str, list], step: int, row: dict) -> None:
+    """Each agent's mean return over the training episodes that ended in a metrics row, with
+    their number (``episode/count``), to ``curves``."""
+    for agent in AGENTS:
+        if f"episode/return/{agent}" in row:
+            episodes = float(row.get("episode/count", 1))
+            curves[agent].append((step, row[f"episode/return/{agent}"], episodes))
+
+
+def binned(curve: list[tuple[int, float, float]], edges: np.ndarray) -> np.ndarray:
+    """The mean return of the training episodes that ended in each bin of env steps (NaN
+    where none): the rows' means weighted by their episodes, so that a bin's value does not
+    depend on how the rows were logged (per iteration, or merged by
+    benchmarks/archive_experiment.py)."""
+    steps, values, episodes = (np.array(column, dtype=float) for column in zip(*curve, strict=True))
     out = np.full(len(edges) - 1, np.nan)
     for i in range(len(out)):
-        inside = (steps > edges[i]) & (steps <= edges[i + 1])
+        inside = (steps > edges[i]) & (steps <= edges[i + 1]) & (episodes > 0)
         if inside.any():
-            out[i] = values[inside].mean()
+            out[i] = np.average(values[inside], weights=episodes[inside])
     return out
 
 
@@ -362,7 +369,8 @@ def experiments(args) -> dict:
     root = Path(tempfile.mkdtemp(prefix="intersection-experiments-"))
     if args.from_experiment is not None:
         runs = read_variants(args.from_experiment)
-        args.steps = max(s for r in runs.values() for run in r for s, _ in run["curves"]["agent_0"])
+        args.steps = max(point[0] for r in runs.values() for run in r
+                         for point in run["curves"]["agent_0"])  # fmt: skip
         args.seeds = min(len(r) for r in runs.values())
     else:
         runs = train_variants(args, root)

@@ -95,10 +95,12 @@ def plot(runs: list[str], path: str, bin_steps: int = 20_000) -> None:
     for run in runs:
         rows = [json.loads(line) for line in (Path(run) / "metrics.jsonl").read_text().splitlines()]
         for key, runs_curves in curves.items():
-            points = [(r["step"], r[f"episode/{key}"]) for r in rows if f"episode/{key}" in r]
-            steps, values = np.array(points).T
-            bins = (steps // bin_steps).astype(np.int64)
-            runs_curves.append([values[bins == b].mean() for b in range(bins.max())])
+            points = [(r["step"], r[f"episode/{key}"], r.get("episode/count", 1))
+                      for r in rows if f"episode/{key}" in r]  # fmt: skip
+            steps, values, episodes = np.array(points, dtype=float).T
+            bins = (steps // bin_steps).astype(np.int64)  # rates over the episodes of a bin
+            runs_curves.append([np.average(values[bins == b], weights=episodes[bins == b])
+                                for b in range(bins.max())])  # fmt: skip
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     for ax, (key, runs_curves) in zip(axes, curves.items(), strict=True):
         n = min(len(c) for c in runs_curves)
