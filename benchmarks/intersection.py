@@ -34,6 +34,13 @@ comparison, four panels), completion and collision rates of each final determini
 on 10 evaluation episodes at low and at high traffic, training wall-clock, and the
 MAPPO/MADDPG wall-clock ratio (the paper saw 3-3.5).
 
+``--wall-clock``: the training wall-clock of every variant at equal env steps, measured as
+ratios in one sitting (the machine's speed drifts between sittings by a factor of up to
+two): ``--repeats`` rounds, each training every variant once for ``--steps`` env steps (a
+fresh ``shoal train --tuned`` process, as ``shoal experiment`` starts its runs; no
+evaluation), the variants' order reversed every other round; each variant's median
+training seconds (its iterations' times summed) and its ratio to MADDPG's.
+
 ``--experiments --from-experiment DIR`` trains nothing: it reads the finished runs of a
 ``shoal experiment`` directory of these tuned examples (``experiments/biswas_intersection.yaml``:
 long comparisons go through ``shoal experiment``, which resumes after a kill), takes each
@@ -42,7 +49,7 @@ run's training curves and training wall-clock (its iterations' times summed) fro
 the run's ``final_rates.json`` (which `benchmarks/archive_experiment.py` keeps with the run).
 
 Usage: ``python benchmarks/intersection.py [--speed] [--validate] [--experiments
-[--from-experiment DIR]] [--repeats 3] [--seconds 3] [--episodes 800] [--seeds 3]
+[--from-experiment DIR]] [--wall-clock] [--repeats 3] [--seconds 3] [--episodes 800] [--seeds 3]
 [--steps 150000] [--highway-python PY] [--results DIR] [--json F]``.
 """
 
@@ -403,6 +410,39 @@ def experiments(args) -> dict:
             "summary": summary, "mappo_over_maddpg_wall_clock": ratio, "met": True}  # fmt: skip
 
 
+def training_seconds(run_dir: Path) -> float:
+    """A run's training wall-clock: its iterations' times (``perf/iteration_s``) summed."""
+    rows = map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
+    return sum(float(row.get("perf/iteration_s", 0.0)) for row in rows)
+
+
+def wall_clock(args) -> dict:
+    root = Path(tempfile.mkdtemp(prefix="intersection-wall-clock-"))
+    names = list(VARIANTS)
+    seconds: dict[str, list[float]] = {name: [] for name in names}
+    for round_ in range(args.repeats):
+        for name in names if round_ % 2 == 0 else names[::-1]:
+            run_dir = root / f"{VARIANTS[name]}-{round_}"
+            subprocess.run(
+                [sys.executable, "-m", "shoal.cli", "train", "--tuned", VARIANTS[name],
+                 "--run.total-steps", str(args.steps), "--run.eval-every-steps", "0",
+                 "--run.seed", str(round_), "--run.run-dir", str(run_dir),
+                 "--run.no-console", "--run.no-tensorboard"],
+                check=True, capture_output=True,
+            )  # fmt: skip
+            seconds[name].append(training_seconds(run_dir))
+            shutil.rmtree(run_dir, ignore_errors=True)
+            print(f"round {round_}, {name}: {seconds[name][-1]:.0f} s", flush=True)
+    medians = {name: statistics.median(values) for name, values in seconds.items()}
+    ratios = {name: medians[name] / medians["MADDPG"] for name in names}
+    print(f"\ntraining wall-clock at {args.steps:,} env steps, median of {args.repeats}:")
+    for name in names:
+        print(f"  {name:<24} {medians[name]:7.0f} s   {ratios[name]:.2f} x MADDPG")
+    shutil.rmtree(root, ignore_errors=True)
+    return {"steps": args.steps, "repeats": args.repeats, "seconds": seconds,
+            "median_s": medians, "over_maddpg": ratios, "met": True}  # fmt: skip
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--speed", action="store_true", help="simulation speed")
@@ -413,6 +453,9 @@ def main() -> int:
     parser.add_argument("--highway-python", help="a Python with highway-env installed")
     parser.add_argument("--experiments", action="store_true", help="the paper's four")
     parser.add_argument(
+        "--wall-clock", action="store_true", help="the variants' training times, in one sitting"
+    )
+    parser.add_argument(
         "--from-experiment", type=Path, help="read --experiments' runs from this directory"
     )
     parser.add_argument("--seeds", type=int, default=3)
@@ -420,7 +463,7 @@ def main() -> int:
     parser.add_argument("--results", type=Path, default=Path(__file__).parent / "results")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    if not (args.speed or args.validate or args.experiments):
+    if not (args.speed or args.validate or args.experiments or args.wall_clock):
         args.speed = True
     set_compute_threads(1)
     results = {}
@@ -430,6 +473,8 @@ def main() -> int:
         results["validate"] = validate(args)
     if args.experiments:
         results["experiments"] = experiments(args)
+    if args.wall_clock:
+        results["wall_clock"] = wall_clock(args)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return 0 if all(r["met"] for r in results.values()) else 1
