@@ -49,8 +49,8 @@ run's training curves and training wall-clock (its iterations' times summed) fro
 the run's ``final_rates.json`` (which `benchmarks/archive_experiment.py` keeps with the run).
 
 Usage: ``python benchmarks/intersection.py [--speed] [--validate] [--experiments
-[--from-experiment DIR]] [--wall-clock] [--repeats 3] [--seconds 3] [--episodes 800] [--seeds 3]
-[--steps 150000] [--highway-python PY] [--results DIR] [--json F]``.
+[--from-experiment DIR]] [--wall-clock] [--repeats 3] [--seconds 3] [--episodes 800]
+[--seeds 3] [--steps 150000] [--highway-python PY] [--results DIR] [--json F]``.
 """
 
 from __future__ import annotations
@@ -250,11 +250,10 @@ def read_variants(directory: Path) -> dict[str, list[dict]]:
             continue
         run_dir = directory / entry["name"]
         curves: dict[str, list[tuple[int, float, float]]] = {a: [] for a in AGENTS}
-        train_s = 0.0
         for line in (run_dir / "metrics.jsonl").read_text().splitlines():
             row = json.loads(line)
-            train_s += float(row.get("perf/iteration_s", 0.0))
             add_point(curves, row["step"], row)
+        train_s = training_seconds(run_dir)
         k = int(entry["name"].rsplit("-s", 1)[1])
         cached = run_dir / "final_rates.json"  # (kept by benchmarks/archive_experiment.py)
         if cached.exists():
