@@ -128,10 +128,14 @@ class RaySampler:
         self._check_weights(list(range(self.num_runners)))
         return concat_rollouts([r for r, _ in parts]), concat_episodes([e for _, e in parts])
 
-    def stream(self, in_flight: int = 1) -> Iterator[tuple[int, Rollout, EpisodeStats]]:
+    def stream(
+        self, in_flight: int = 1, in_turn: bool = False
+    ) -> Iterator[tuple[int, Rollout, EpisodeStats]]:
         """``(runner, rollout, episodes)`` as runners finish; each keeps ``in_flight`` sample
-        requests queued, so a rollout can be up to ``in_flight`` broadcasts old."""
-        for i, (rollout, episodes) in self.pool.stream("sample", in_flight=in_flight):
+        requests queued, so a rollout can be up to ``in_flight`` broadcasts old. ``in_turn``:
+        runner 0, 1, ..., 0, ... instead (`WorkerPool.stream`)."""
+        stream = self.pool.stream("sample", in_flight=in_flight, in_turn=in_turn)
+        for i, (rollout, episodes) in stream:
             self._check_weights([i])
             yield i, rollout, episodes
 

@@ -6,7 +6,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from state_helpers import assert_resume_goes_on
+from state_helpers import assert_resume_goes_on, assert_seeded_runs_identical
 from torch import nn
 
 import shoal
@@ -314,6 +314,19 @@ def test_apex_ddpg_smoke_checkpoint_and_resume(ray_session, tmp_path):
     assert_resume_goes_on(result.run_dir, 6 * 64)
 
 
+@pytest.mark.parametrize(
+    ("algo", "overrides"),
+    [("apex-dqn", SMALL), ("apex-ddpg", small("ddpg", replay_shards=1, **{"env.num_envs": 1}))],
+)
+def test_results_in_turn_make_runs_of_one_seed_identical(ray_session, tmp_path, algo, overrides):
+    """Actor and replay batches taken in request order: actors, 2 shards and the learner run
+    at once, yet two runs of one seed end in the same state, bit for bit, having logged the
+    same metrics."""
+    overrides = {**overrides, "results_in_turn": True}
+    rows = assert_seeded_runs_identical(tmp_path, algo, 4 * 64, seed=3, **overrides)
+    assert rows[-1]["train/grad_steps"] > 0
+
+
 def test_crashed_actor_and_shard_restart_and_training_goes_on(ray_session):
     algo = Apex(replace(ApexDQNConfig(), **SMALL))
     try:
@@ -352,9 +365,10 @@ def test_nan_loss_raises_naming_the_loss(ray_session):
 def test_apex_dqn_learns_cartpole(ray_session, tmp_path):
     """Tuned apex-dqn-cartpole (2 actors, 1 shard) on seed 0 until the deterministic
     evaluation (10 episodes, every 2048 env steps) reaches 150, within 60k env steps.
-    Measured on 2 shared CPU cores, seed 0: 168.6 after 4k env steps (11 s) in one run, 167.8
-    after 31k (31 s, Ray start included) in another: actors and learner interleave by timing,
-    so runs of one seed vary. Seeds 1 and 2 passed 150 after 8k and 6-10k env steps."""
+    Results are taken in request order, so the run is the same however actors and learner
+    are timed: seed 0 reaches 190.8 at 24,576 env steps every time (43-50 s on 2 shared
+    cores, Ray start included; seeds 1 and 2 at 24,576 and 20,480). Taken as they arrived,
+    seed 0 passed 150 after anything from 4k to 31k env steps."""
     evals = []
 
     def record(step, metrics):
@@ -363,10 +377,12 @@ def test_apex_dqn_learns_cartpole(ray_session, tmp_path):
 
     result = shoal.train(
         tuned="apex-dqn-cartpole",
+        seed=0,
         run_dir=str(tmp_path / "learn"),
         total_steps=60_000,
         target_return=150.0,
         on_iteration=record,
+        results_in_turn=True,
         **{"run.eval_episodes": 10, "run.console": False, "run.tensorboard": False},
     )
     assert result.eval_return is not None and result.eval_return >= 150.0, evals
@@ -376,8 +392,9 @@ def test_apex_dqn_learns_cartpole(ray_session, tmp_path):
 def test_apex_ddpg_swings_pendulum_up(ray_session, tmp_path):
     """Tuned apex-ddpg-pendulum (2 actors, 1 shard) on seed 0 until the deterministic
     evaluation (10 episodes, every 1,000 env steps) reaches -200, within its 30k env steps
-    (random actions score about -1,200). Actors and learner interleave by timing, so runs of
-    one seed vary."""
+    (random actions score about -1,200). Results are taken in request order, so the run is
+    the same however actors and learner are timed: seed 0 reaches -173.9 at 4,096 env steps
+    every time (33-39 s on 2 shared cores; seed 1: -152.1 at 5,120)."""
     evals = []
 
     def record(step, metrics):
@@ -385,6 +402,6 @@ def test_apex_ddpg_swings_pendulum_up(ray_session, tmp_path):
             evals.append((step, round(metrics["eval/return"], 1)))
 
     result = shoal.train(tuned="apex-ddpg-pendulum", seed=0, run_dir=str(tmp_path / "learn"),
-                         on_iteration=record,
+                         on_iteration=record, results_in_turn=True,
                          **{"run.console": False, "run.tensorboard": False})  # fmt: skip
     assert result.eval_return is not None and result.eval_return >= -200.0, evals

@@ -100,6 +100,11 @@ class A3CConfig:
     grads_per_iteration: int | None = None
     """Gradients applied per training iteration (None: one per worker, run.runners or 1).
     It sets only how often metrics are logged and checkpoints can be taken."""
+    results_in_turn: bool = False
+    """Apply gradients in turn (worker 0, 1, ..., 0, ...) instead of as they arrive. Workers
+    still compute at once from the weights of their call's moment, but which gradient is
+    applied next is counted, not timed: two runs of one seed are then identical (the
+    learning test uses this)."""
 
     RENAMED: ClassVar[dict[str, Renamed]] = {name: Renamed(f"a2c.{name}") for name in A2C_FIELDS}
 
@@ -236,9 +241,10 @@ class InProcessPool:
         return [self.call_one(0, method, *args)]
 
     def stream(
-        self, method: str, args: Callable[[int], tuple], in_flight: int = 1
+        self, method: str, args: Callable[[int], tuple], in_flight: int = 1, in_turn: bool = False
     ) -> Iterator[tuple[int, Any]]:
-        # ``args`` is read when the next result is asked for, after the previous one was used.
+        # ``args`` is read when the next result is asked for, after the previous one was used;
+        # one worker is always in turn.
         while True:
             yield 0, self.call_one(0, method, *args(0))
 
@@ -306,7 +312,8 @@ class A3C:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         if self._stream is None:
-            self._stream = self.pool.stream("compute_gradients", self._weights_for)
+            in_turn = self.config.results_in_turn
+            self._stream = self.pool.stream("compute_gradients", self._weights_for, in_turn=in_turn)
         results, staleness = [], []
         for _ in range(cfg.grads_per_iteration or cfg.workers):
             i, result = next(self._stream)

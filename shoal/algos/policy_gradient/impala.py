@@ -98,6 +98,11 @@ class IMPALAConfig:
     max_sample_requests_in_flight_per_worker: int = 2
     """Sample requests queued on each Ray runner, so it never waits for weights; a rollout
     can then be that many weight updates old (RLlib's key of the same name)."""
+    results_in_turn: bool = False
+    """Take rollouts in turn (runner 0, 1, ..., 0, ...) instead of as they arrive. Runners
+    still sample at once and rollouts are as stale as with runners of equal speed, but which
+    one the learner takes next, and so which weights each request is sent, is counted, not
+    timed: two runs of one seed are then identical (the learning test uses this)."""
     broadcast_interval: int = 1
     """Refresh the weights snapshot sent to arriving runners after this many arrivals (RLlib's
     broadcast_interval); every arriving runner gets the current snapshot."""
@@ -254,7 +259,8 @@ class IMPALA(OnPolicyAlgorithm):
             return 0, rollout, episodes, self._held[0]
         if self._stream is None:
             in_flight = self.config.max_sample_requests_in_flight_per_worker
-            self._stream = self.sampler.stream(in_flight=in_flight)
+            in_turn = self.config.results_in_turn
+            self._stream = self.sampler.stream(in_flight=in_flight, in_turn=in_turn)
         runner, rollout, episodes = next(self._stream)
         return runner, rollout, episodes, self._queued[runner].popleft()
 

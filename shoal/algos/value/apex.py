@@ -17,7 +17,7 @@ a few cores.
 Ray is reached only through `shoal.distributed`. A killed actor restarts with its seeds and
 gets the latest weights; a killed shard restarts empty. The seed fixes every actor's env and
 torch seeds, but how actors and learner interleave depends on timing: two runs of one seed
-are alike, not bit-identical.
+are alike, not bit-identical, unless ``results_in_turn`` takes results in request order.
 """
 
 from __future__ import annotations
@@ -139,6 +139,11 @@ class ApexConfig:
     None lets actors run freely, as in the paper, which needs a learner much faster than the
     actors together; where they share a few cores, free actors fill replay while the learner
     hardly trains."""
+    results_in_turn: bool = False
+    """Take actor batches and replay batches in the order they were requested instead of as
+    they arrive. Actors, shards and learner still run at once, but what the learner does next
+    (store a batch, train, push weights, ask for more) is counted, not timed: two runs of one
+    seed are then identical (the learning tests use this)."""
 
     LEARNER: ClassVar[str] = ""
     """The name of the nested learner config field (dqn or ddpg)."""
@@ -400,7 +405,10 @@ class Apex:
         episodes = []
         self._start_actors()
         while self.env_steps < goal:
-            ref = self._rw.wait_first(list(self._pending))
+            if self.config.results_in_turn:
+                ref = next(iter(self._pending))  # the oldest request; `_result` waits for it
+            else:
+                ref = self._rw.wait_first(list(self._pending))
             kind, i = self._pending.pop(ref)
             result = self._result(kind, i, ref)
             if kind == "sample":
