@@ -7,8 +7,8 @@ import torch
 from state_helpers import assert_resume_goes_on
 
 import shoal
-from shoal.algos.value.apex import ApexR2D2Config, SequenceActor, exploration_scales, variant
-from shoal.algos.value.apex_actor import r2d2_priorities
+from shoal.algos.value.apex_actor import SequenceActor, exploration_scales, r2d2_priorities
+from shoal.algos.value.apex_config import ApexR2D2Config, variant
 from shoal.config import RunConfig
 from shoal.data.segments import SequenceShard
 from shoal.train.checkpoint import load_checkpoint

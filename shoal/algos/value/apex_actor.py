@@ -28,7 +28,7 @@ from shoal.types import ReplayBatch
 
 
 class ApexActorConfig(Protocol):
-    """The fields of an Ape-X config (`shoal.algos.value.apex.ApexConfig`) its actors read
+    """The fields of an Ape-X config (`shoal.algos.value.apex_config.ApexConfig`) its actors read
     (read-only, as a frozen config's are)."""
 
     @property
@@ -55,7 +55,7 @@ class ApexActorConfig(Protocol):
 
 class Variant(NamedTuple):
     """The single-process algorithm config an Ape-X config stands for, and its builders
-    (`shoal.algos.value.apex.variant`)."""
+    (`shoal.algos.value.apex_config.variant`)."""
 
     inner: Any
     """The `DQNConfig`, `DDPGConfig` or `R2D2Config` whose learner and networks Ape-X
@@ -140,8 +140,8 @@ class ApexActor:
     exploration rate, the n-step cutting of its steps (a small `ReplayBuffer` holding one
     batch and the n steps before it) and, for DDPG's priorities, a critic copy.
 
-    ``parts`` is ``variant(config)`` (`shoal.algos.value.apex`): the DQN or DDPG config, learner and
-    network builder that the Ape-X config stands for."""
+    ``parts`` is ``variant(config)`` (`shoal.algos.value.apex_config`): the DQN or DDPG
+    config, learner and network builder that the Ape-X config stands for."""
 
     def __init__(self, config: ApexActorConfig, index: int, parts: Variant):
         self.config = config
