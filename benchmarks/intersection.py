@@ -262,7 +262,10 @@ def read_variants(directory: Path) -> dict[str, list[dict]]:
             policy = shoal.load(run_dir)
             rates = {traffic: final_rates(policy, traffic, k) for traffic in ("low", "high")}
             cached.write_text(json.dumps(rates, indent=2))
-        runs.setdefault(name, []).append({"curves": curves, "rates": rates, "train_s": train_s})
+        budget = json.loads((run_dir / "config.json").read_text())["run"]["total_steps"]
+        runs.setdefault(name, []).append(
+            {"curves": curves, "rates": rates, "train_s": train_s, "budget": budget}
+        )
         print(f"{name}, {entry['name']}: train {train_s:.0f} s, completion "
               f"{rates['low']['completion_rate']:.2f} at low traffic", flush=True)  # fmt: skip
     return runs
@@ -295,11 +298,13 @@ def binned(curve: list[tuple[int, float, float]], edges: np.ndarray) -> np.ndarr
     """The mean return of the training episodes that ended in each bin of env steps (NaN
     where none): the rows' means weighted by their episodes, so that a bin's value does not
     depend on how the rows were logged (per iteration, or merged by
-    benchmarks/archive_experiment.py)."""
+    benchmarks/archive_experiment.py). The last bin also takes the rows past its edge (a run
+    stops at the first rollout that reaches its budget)."""
     steps, values, episodes = (np.array(column, dtype=float) for column in zip(*curve, strict=True))
     out = np.full(len(edges) - 1, np.nan)
     for i in range(len(out)):
-        inside = (steps > edges[i]) & (steps <= edges[i + 1]) & (episodes > 0)
+        below = steps <= edges[i + 1] if i < len(out) - 1 else True
+        inside = (steps > edges[i]) & below & (episodes > 0)
         if inside.any():
             out[i] = np.average(values[inside], weights=episodes[inside])
     return out
@@ -375,8 +380,7 @@ def experiments(args) -> dict:
     root = Path(tempfile.mkdtemp(prefix="intersection-experiments-"))
     if args.from_experiment is not None:
         runs = read_variants(args.from_experiment)
-        args.steps = max(point[0] for r in runs.values() for run in r
-                         for point in run["curves"]["agent_0"])  # fmt: skip
+        args.steps = max(run["budget"] for r in runs.values() for run in r)
         args.seeds = min(len(r) for r in runs.values())
     else:
         runs = train_variants(args, root)
