@@ -38,6 +38,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -374,6 +375,7 @@ def run_experiment(
         changed.set()
 
     totals = {r.name: int(r.config["run"]["total_steps"]) for r in experiment.runs}
+    restore_sigterm = _forward_sigterm(active)
     try:
         while pending or active:
             while pending and len(active) < jobs:
@@ -399,11 +401,11 @@ def run_experiment(
                 entry["attempts"] = entry.get("attempts", 0) + 1
                 if code == 0:
                     entry["state"] = "done"
-                elif code not in (2, 130) and entry["attempts"] <= retries:
+                elif code not in (2, 130, 143) and entry["attempts"] <= retries:
                     entry["state"] = "pending"  # a crash: again, from its last checkpoint
                     pending.append(next(r for r in experiment.runs if r.name == name))
                 else:
-                    entry["state"] = "interrupted" if code == 130 else "failed"
+                    entry["state"] = "interrupted" if code in (130, 143) else "failed"
                     tail = (experiment.directory / "configs" / f"{name}.log").read_text(
                         errors="replace"
                     )
@@ -420,11 +422,35 @@ def run_experiment(
             if hasattr(process, "cancel"):  # a Ray task: stopped where it is
                 process.cancel()
             else:
-                process.wait()  # the run got the Ctrl-C too: it saves a checkpoint and exits
+                process.wait()  # the run got the signal too: it saves a checkpoint and exits
             status[name]["state"] = "interrupted"
         _save_status(experiment, status)
         raise
+    finally:
+        restore_sigterm()
     return status
+
+
+def _forward_sigterm(active: dict[str, tuple[Any, float]]) -> Callable[[], None]:
+    """Until the returned function is called, SIGTERM to the experiment (`kill`, a batch
+    scheduler's notice) reaches its local runs as well, which save a checkpoint and exit,
+    and then stops the experiment as Ctrl-C does (Ctrl-C reaches the runs by itself: the
+    terminal signals the whole process group). Outside the main thread nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def handler(signum: int, frame: Any) -> None:
+        for process, _ in list(active.values()):
+            if isinstance(process, subprocess.Popen):
+                process.send_signal(signal.SIGTERM)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, previous)
+
+    return restore
 
 
 def experiment(

@@ -172,8 +172,14 @@ def test_list_envs(capsys):
     assert "CartPole-v1" in capsys.readouterr().out.split()
 
 
-def test_ctrl_c_in_a_real_process_saves_and_exits(tmp_path):
-    """The user's path: SIGINT to a running `shoal train` saves a checkpoint, exits 130."""
+@pytest.mark.parametrize(
+    ("signame", "code", "said"),
+    [("SIGINT", 130, r"interrupted \(Ctrl-C\)"), ("SIGTERM", 143, r"terminated \(SIGTERM\)")],
+)
+def test_a_stop_signal_to_a_real_process_saves_and_exits(tmp_path, signame, code, said):
+    """The user's path: Ctrl-C (SIGINT), or SIGTERM from `kill`, `timeout` or a batch
+    scheduler, to a running `shoal train` saves a checkpoint and exits with the shell's code
+    for that signal (130, 143)."""
     import os
     import signal
     import subprocess
@@ -193,10 +199,10 @@ def test_ctrl_c_in_a_real_process_saves_and_exits(tmp_path):
     deadline = time.time() + 60
     while time.time() < deadline and not (metrics.exists() and metrics.stat().st_size):
         time.sleep(0.1)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(getattr(signal, signame))
     out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 130, out
-    assert re.search(r"stopped:\s+interrupted \(Ctrl-C\)", out), out
+    assert proc.returncode == code, out
+    assert re.search(r"stopped:\s+" + said, out), out
     latest = (run_dir / "checkpoints" / "latest").read_text().strip()
     assert (run_dir / "checkpoints" / latest / "state.pt").exists()
 

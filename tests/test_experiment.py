@@ -1,6 +1,7 @@
 """``shoal experiment``: grid expansion and seeding, bad files refused before any run, runs
 in parallel processes, a failing run recorded while the others finish, resume after the
-whole experiment was killed mid-way, and a directory of another experiment refused."""
+whole experiment was killed mid-way, SIGTERM passed on to the runs, and a directory of
+another experiment refused."""
 
 import json
 import os
@@ -143,6 +144,31 @@ def test_resumes_after_the_whole_experiment_was_killed(tmp_path):
     resumed = shoal.load(directory / "base-s1").model.state_dict()
     for name, value in shoal.load(straight.run_dir).model.state_dict().items():
         assert torch.equal(value, resumed[name]), name
+
+
+def test_sigterm_to_the_experiment_reaches_its_runs_which_save(tmp_path):
+    """SIGTERM to the experiment alone (a batch scheduler's notice, `kill PID`) is passed on
+    to its running run, which saves a checkpoint and exits; the run is recorded as
+    interrupted, to be resumed, not left running without its experiment."""
+    settings = {**SMALL, "run": {**SMALL["run"], "total_steps": 10**8}}
+    file = tmp_path / "exp.yaml"
+    file.write_text(json.dumps({"name": "term", "base": "ppo-cartpole", "config": settings}))
+    directory = tmp_path / "exp"
+    code = "import shoal, sys; shoal.experiment(sys.argv[1], sys.argv[2], jobs=1)"
+    parent = subprocess.Popen([sys.executable, "-c", code, str(file), str(directory)],
+                              start_new_session=True)  # fmt: skip
+    latest = directory / "base-s0" / "checkpoints" / "latest"
+    deadline = time.time() + 120
+    while not latest.exists() and time.time() < deadline:  # the run is training
+        time.sleep(0.2)
+    parent.send_signal(signal.SIGTERM)  # to the experiment's process alone
+    assert parent.wait(timeout=120) != 0
+    status = json.loads((directory / "status.json").read_text())
+    assert status["base-s0"]["state"] == "interrupted"
+    log = (directory / "configs" / "base-s0.log").read_text()
+    assert "terminated (SIGTERM) at env step" in log, log
+    step = int(log.split("terminated (SIGTERM) at env step ")[1].split(";")[0].replace(",", ""))
+    assert latest.read_text().strip() == f"step_{step:012d}"  # saved where it stopped
 
 
 def test_command_line_plan(tmp_path, capsys):

@@ -8,6 +8,9 @@ import argparse
 from rich.console import Console
 
 EXIT_INTERRUPTED = 130  # the shell's code for a command stopped by Ctrl-C
+EXIT_TERMINATED = 143  # and by SIGTERM (128 + 15)
+# A run stopped by a signal saves and exits with the shell's code for that signal.
+STOP_EXIT_CODES = {"interrupted": EXIT_INTERRUPTED, "terminated": EXIT_TERMINATED}
 EXIT_ERROR = 2  # a ShoalError: bad input, said in one line
 
 console = Console(soft_wrap=True)  # never break paths across lines

@@ -13,7 +13,7 @@ import re
 import typing
 from typing import Any
 
-from shoal.cli.shared import EXIT_INTERRUPTED, console, plain
+from shoal.cli.shared import STOP_EXIT_CODES, console, plain
 from shoal.errors import ShoalError
 
 # Short flags for the most used fields, translated to their dotted tyro names.
@@ -77,7 +77,7 @@ def run(argv: list[str]) -> int:
     console.print(f"training [bold]{spec.name}[/] on [bold]{where}[/]", highlight=False)
     result = train(config, resume=args.resume, trust_code=args.trust_code)
     _print_result(result)
-    return EXIT_INTERRUPTED if result.stop_reason == "interrupted" else 0
+    return STOP_EXIT_CODES.get(result.stop_reason, 0)
 
 
 def split_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:

@@ -1,9 +1,9 @@
 """The training loop: drives an algorithm, evaluates, logs, checkpoints and stops.
 
 Algorithms only return metric dicts; this loop is the one place that logs them, decides when to
-evaluate and checkpoint, and handles Ctrl-C (finish the iteration, save, exit) and NaN losses
-(stop without saving the broken state, point at the last good checkpoint). `run` reads top to
-bottom; its steps are `shoal.train.session.Session`'s.
+evaluate and checkpoint, and handles Ctrl-C and SIGTERM (finish the iteration, save, exit) and
+NaN losses (stop without saving the broken state, point at the last good checkpoint). `run`
+reads top to bottom; its steps are `shoal.train.session.Session`'s.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from shoal.errors import ConfigError, NaNLossError
 from shoal.interfaces import AlgorithmSpec
 from shoal.train.callbacks import CallbackError, build_callbacks
 from shoal.train.checkpoint import Checkpoint
-from shoal.train.session import RunResult, Session
+from shoal.train.session import SIGNAL_WORDS, RunResult, Session
 
 __all__ = ["IterationCallback", "RunResult", "check_runtime", "run"]
 
@@ -46,11 +46,11 @@ def run(
     hooks = build_callbacks(config, callbacks, on_iteration)  # imports checked before any run
     session = Session.start(spec, config, resume, hooks)
     try:
-        with _interrupt_flag() as interrupted:
-            reason = session.stop_reason(interrupted)  # a resumed run may be done already
+        with _stop_signals() as signalled:
+            reason = session.stop_reason(signalled)  # a resumed run may be done already
             while reason is None:
                 session.iterate()  # train, log, evaluate when due
-                reason = session.stop_reason(interrupted)
+                reason = session.stop_reason(signalled)
                 if reason is None:
                     session.checkpoint_when_due()
             session.finish(reason)  # final evaluation, last checkpoint
@@ -88,25 +88,33 @@ def check_runtime(spec: AlgorithmSpec, config: Any) -> None:
         )
 
 
+# The signals that stop a run between iterations, and the stop reason each gives: SIGINT is
+# Ctrl-C; SIGTERM is what `kill`, `timeout`, a container's stop and a batch scheduler's notice
+# before its SIGKILL (Slurm, Kubernetes) send.
+STOP_SIGNALS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
+
+
 @contextmanager
-def _interrupt_flag() -> Iterator[threading.Event]:
-    """First Ctrl-C sets a flag that the loop checks between iterations (so it can save a
-    consistent checkpoint); a second Ctrl-C interrupts immediately."""
-    flag = threading.Event()
+def _stop_signals() -> Iterator[list[str]]:
+    """The first Ctrl-C or SIGTERM puts its stop reason in the list the loop checks between
+    iterations (so it can save a consistent checkpoint); a second one interrupts at once.
+    Outside the main thread (where Python delivers no signals) the list stays empty."""
+    signalled: list[str] = []
     if threading.current_thread() is not threading.main_thread():
-        yield flag
+        yield signalled
         return
 
     def handler(signum: int, frame: Any) -> None:
-        if flag.is_set():
+        if signalled:
             raise KeyboardInterrupt
-        flag.set()
-        print(
-            "\ninterrupt: finishing this iteration and saving a checkpoint (Ctrl-C again to abort)"
-        )
+        reason = STOP_SIGNALS[signal.Signals(signum)]
+        signalled.append(reason)
+        word = SIGNAL_WORDS[reason]
+        print(f"\n{word}: finishing this iteration and saving a checkpoint ({word} again to abort)")
 
-    previous = signal.signal(signal.SIGINT, handler)
+    previous = {signum: signal.signal(signum, handler) for signum in STOP_SIGNALS}
     try:
-        yield flag
+        yield signalled
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, old in previous.items():
+            signal.signal(signum, old)

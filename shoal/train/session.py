@@ -14,8 +14,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,9 @@ from shoal.train.checkpoint import Checkpoint, config_changes, incompatible, sav
 from shoal.train.logger import MultiLogger, make_loggers
 from shoal.train.run_dir import guarded_write, record_for_deploy, resolve_run_dir
 from shoal.train.trackers import make_trackers
+
+# The stop reasons of the signals the loop turns into a saved stop, and their names for users.
+SIGNAL_WORDS = {"interrupted": "Ctrl-C", "terminated": "SIGTERM"}
 
 
 @dataclass
@@ -63,7 +66,8 @@ class RunResult:
     eval_return: float | None
     """Mean return of the last evaluation (None when evaluation is off)."""
     stop_reason: str
-    """total_steps, target_return, max_wall_s, interrupted or callback."""
+    """total_steps, target_return, max_wall_s, interrupted (Ctrl-C), terminated (SIGTERM) or
+    callback."""
     eval_step: int | None = None
     """The env step at which ``eval_return`` was measured: the end of the run, unless the
     run was interrupted or evaluates only at its ``run.eval_every_steps``."""
@@ -306,8 +310,9 @@ class Session:
 
     # --- when to stop ---------------------------------------------------------------------
 
-    def stop_reason(self, interrupted: threading.Event) -> str | None:
-        """Why the run stops now, if it does: every stop condition, in order of precedence."""
+    def stop_reason(self, signalled: Sequence[str]) -> str | None:
+        """Why the run stops now, if it does: every stop condition, in order of precedence.
+        ``signalled`` holds the stop reason of a Ctrl-C or SIGTERM the process received."""
         run_cfg, loop = self.config.run, self.loop
         target = run_cfg.target_return
         if target is not None and loop.eval_return is not None and loop.eval_return >= target:
@@ -317,8 +322,8 @@ class Session:
             and time.perf_counter() - self.started > run_cfg.max_wall_s
         ):
             return "max_wall_s"
-        if interrupted.is_set():
-            return "interrupted"
+        if signalled:
+            return signalled[0]
         if self.stop_asked:
             return "callback"
         if self.steps >= run_cfg.total_steps:
@@ -335,8 +340,9 @@ class Session:
             )
         if reason == "max_wall_s":
             return f"run.max_wall_s ({run_cfg.max_wall_s:g} s) elapsed at env step {steps:,}"
-        if reason == "interrupted":
-            return f"interrupted (Ctrl-C) at env step {steps:,}; continue with --resume"
+        if reason in SIGNAL_WORDS:
+            word = SIGNAL_WORDS[reason]
+            return f"{reason} ({word}) at env step {steps:,}; continue with --resume"
         if reason == "callback":
             return f"{self.hooks.stop_reason} at env step {steps:,}"
         return f"run.total_steps {run_cfg.total_steps:,} reached ({steps:,} env steps)"
@@ -350,7 +356,7 @@ class Session:
         stopped here and resumed evaluates exactly as one that never stopped."""
         if (
             self.eval_env is not None
-            and reason != "interrupted"
+            and reason not in SIGNAL_WORDS
             and self.loop.eval_step != self.steps
         ):
             seed = derive_seed(self.config.run.seed, "final-eval", self.steps)

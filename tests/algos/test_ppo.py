@@ -323,19 +323,27 @@ def test_nan_loss_stops_with_the_last_good_checkpoint(
         assert torch.isfinite(tensor).all()
 
 
-def test_ctrl_c_finishes_the_iteration_and_saves(tmp_path, small_ppo, iteration_steps, capsys):
+@pytest.mark.parametrize(
+    ("signum", "reason", "word"),
+    [(signal.SIGINT, "interrupted", "Ctrl-C"), (signal.SIGTERM, "terminated", "SIGTERM")],
+)
+def test_a_stop_signal_finishes_the_iteration_and_saves(
+    tmp_path, small_ppo, iteration_steps, capsys, signum, reason, word
+):
+    """Ctrl-C, and SIGTERM (`kill`, `timeout`, a batch scheduler's notice), stop the run
+    after the iteration under way, with a checkpoint of it."""
     # A stand-in handler, so that should shoal not install its own, the signal is recorded
     # here and the test fails instead of the KeyboardInterrupt ending the whole session.
     reached_outer = []
 
-    def outer_handler(signum, frame):
-        reached_outer.append(signum)
+    def outer_handler(received, frame):
+        reached_outer.append(received)
 
     def interrupt_at_second_iteration(steps, metrics):
         if steps == 2 * iteration_steps:
-            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signum)
 
-    previous = signal.signal(signal.SIGINT, outer_handler)
+    previous = signal.signal(signum, outer_handler)
     try:
         result = shoal.train(
             "ppo",
@@ -344,17 +352,18 @@ def test_ctrl_c_finishes_the_iteration_and_saves(tmp_path, small_ppo, iteration_
             on_iteration=interrupt_at_second_iteration,
             **small_ppo(),
         )
-        handler_after = signal.getsignal(signal.SIGINT)
+        handler_after = signal.getsignal(signum)
     finally:
-        signal.signal(signal.SIGINT, previous)
+        signal.signal(signum, previous)
     assert reached_outer == []
     assert handler_after is outer_handler  # shoal restored the handler it replaced
-    assert result.stop_reason == "interrupted"
+    assert result.stop_reason == reason
+    assert result.stop_detail.startswith(f"{reason} ({word}) at env step")
     assert result.env_steps == 2 * iteration_steps
     assert result.checkpoint.name == f"step_{2 * iteration_steps:012d}"
     assert load_checkpoint(result.run_dir).meta["env_steps"] == 2 * iteration_steps
     shoal.load(result.run_dir)
-    assert "interrupt" in capsys.readouterr().out
+    assert f"{word}: finishing this iteration and saving" in capsys.readouterr().out
 
 
 def test_new_run_in_existing_run_dir_is_refused(tmp_path, small_ppo, iteration_steps):
