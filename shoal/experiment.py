@@ -38,7 +38,6 @@ import json
 import math
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -54,6 +53,7 @@ from shoal.config import from_dict, read_yaml
 from shoal.errors import ConfigError, ShoalError
 from shoal.registry import find_tuned, get_algorithm
 from shoal.seeding import derive_seed
+from shoal.train.signals import forward_sigterm
 
 SPECIAL_AXES = ("algo", "base")
 
@@ -375,82 +375,62 @@ def run_experiment(
         changed.set()
 
     totals = {r.name: int(r.config["run"]["total_steps"]) for r in experiment.runs}
-    restore_sigterm = _forward_sigterm(active)
-    try:
-        while pending or active:
-            while pending and len(active) < jobs:
-                run = pending.pop(0)
-                log = experiment.directory / "configs" / f"{run.name}.log"
-                process = launch(command(experiment, run, threads), log)
-                active[run.name] = (process, time.time())
-                threading.Thread(target=wait, args=(run.name, process), daemon=True).start()
-                status[run.name].update(state="running", error=None)
-            finished = False
-            for name, (process, started) in list(active.items()):
-                entry = status[name]
-                entry["steps"] = progress(experiment.directory / name)
-                entry["total_steps"] = totals[name]
-                code = process.poll() if name in ended else None
-                now = ended.get(name, time.time())
-                entry["wall_s"] = entry.get("wall_before_s", 0.0) + now - started
-                if code is None:
-                    continue
-                del active[name]
-                finished = True
-                entry["wall_before_s"] = entry["wall_s"]
-                entry["attempts"] = entry.get("attempts", 0) + 1
-                if code == 0:
-                    entry["state"] = "done"
-                elif code not in (2, 130, 143) and entry["attempts"] <= retries:
-                    entry["state"] = "pending"  # a crash: again, from its last checkpoint
-                    pending.append(next(r for r in experiment.runs if r.name == name))
+
+    def local_runs() -> list[Any]:  # SIGTERM to the experiment alone reaches these too
+        return [p for p, _ in active.values() if isinstance(p, subprocess.Popen)]
+
+    with forward_sigterm(local_runs):
+        try:
+            while pending or active:
+                while pending and len(active) < jobs:
+                    run = pending.pop(0)
+                    log = experiment.directory / "configs" / f"{run.name}.log"
+                    process = launch(command(experiment, run, threads), log)
+                    active[run.name] = (process, time.time())
+                    threading.Thread(target=wait, args=(run.name, process), daemon=True).start()
+                    status[run.name].update(state="running", error=None)
+                finished = False
+                for name, (process, started) in list(active.items()):
+                    entry = status[name]
+                    entry["steps"] = progress(experiment.directory / name)
+                    entry["total_steps"] = totals[name]
+                    code = process.poll() if name in ended else None
+                    now = ended.get(name, time.time())
+                    entry["wall_s"] = entry.get("wall_before_s", 0.0) + now - started
+                    if code is None:
+                        continue
+                    del active[name]
+                    finished = True
+                    entry["wall_before_s"] = entry["wall_s"]
+                    entry["attempts"] = entry.get("attempts", 0) + 1
+                    if code == 0:
+                        entry["state"] = "done"
+                    elif code not in (2, 130, 143) and entry["attempts"] <= retries:
+                        entry["state"] = "pending"  # a crash: again, from its last checkpoint
+                        pending.append(next(r for r in experiment.runs if r.name == name))
+                    else:
+                        entry["state"] = "interrupted" if code in (130, 143) else "failed"
+                        tail = (experiment.directory / "configs" / f"{name}.log").read_text(
+                            errors="replace"
+                        )
+                        entry["error"] = tail[-2000:]
+                        entry["exit_code"] = code
+                _save_status(experiment, status)
+                if on_update is not None:
+                    on_update(status)
+                if active and not finished:  # (a run that ended frees a job: fill it at once)
+                    changed.wait(poll)
+                    changed.clear()
+        except KeyboardInterrupt:
+            for name, (process, _) in active.items():
+                if hasattr(process, "cancel"):  # a Ray task: stopped where it is
+                    process.cancel()
                 else:
-                    entry["state"] = "interrupted" if code in (130, 143) else "failed"
-                    tail = (experiment.directory / "configs" / f"{name}.log").read_text(
-                        errors="replace"
-                    )
-                    entry["error"] = tail[-2000:]
-                    entry["exit_code"] = code
+                    process.wait()  # the run got the signal too: it saves a checkpoint and exits
+                status[name]["state"] = "interrupted"
             _save_status(experiment, status)
-            if on_update is not None:
-                on_update(status)
-            if active and not finished:  # (a run that ended frees a job: fill it at once)
-                changed.wait(poll)
-                changed.clear()
-    except KeyboardInterrupt:
-        for name, (process, _) in active.items():
-            if hasattr(process, "cancel"):  # a Ray task: stopped where it is
-                process.cancel()
-            else:
-                process.wait()  # the run got the signal too: it saves a checkpoint and exits
-            status[name]["state"] = "interrupted"
-        _save_status(experiment, status)
-        raise
-    finally:
-        restore_sigterm()
+            raise
     return status
-
-
-def _forward_sigterm(active: dict[str, tuple[Any, float]]) -> Callable[[], None]:
-    """Until the returned function is called, SIGTERM to the experiment (`kill`, a batch
-    scheduler's notice) reaches its local runs as well, which save a checkpoint and exit,
-    and then stops the experiment as Ctrl-C does (Ctrl-C reaches the runs by itself: the
-    terminal signals the whole process group). Outside the main thread nothing changes."""
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-
-    def handler(signum: int, frame: Any) -> None:
-        for process, _ in list(active.values()):
-            if isinstance(process, subprocess.Popen):
-                process.send_signal(signal.SIGTERM)
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, handler)
-
-    def restore() -> None:
-        signal.signal(signal.SIGTERM, previous)
-
-    return restore
 
 
 def experiment(

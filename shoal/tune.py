@@ -59,6 +59,7 @@ import yaml
 from shoal.errors import ConfigError, NaNLossError, ShoalError, UnknownFieldError
 from shoal.experiment import build, nested
 from shoal.experiment import merge_dicts as merge
+from shoal.train.signals import forward_sigterm
 
 DISTRIBUTIONS = ("uniform", "loguniform", "int", "logint", "choice")
 _CALL = re.compile(r"^\s*(\w+)\s*\((.*)\)\s*$", re.S)
@@ -358,6 +359,7 @@ def train_objective(config: tuple[str, dict[str, Any]], report: Callable[[int, f
     from shoal.config import from_dict
     from shoal.registry import get_algorithm
     from shoal.train.callbacks import Callback
+    from shoal.train.signals import SIGNAL_WORDS
 
     algo, data = config
     spec = get_algorithm(algo)
@@ -368,6 +370,8 @@ def train_objective(config: tuple[str, dict[str, Any]], report: Callable[[int, f
             return report(self.context.env_steps, result["eval/return"])
 
     result = train(built, callbacks=[Report()])
+    if result.stop_reason in SIGNAL_WORDS:  # Ctrl-C or SIGTERM: stop the search, and the
+        raise KeyboardInterrupt  # trial fails rather than count a cut-short run's value
     if result.eval_return is None:
         raise ShoalError("a trial ended without an evaluation: set run.eval_every_steps")
     return float(result.eval_return)
@@ -421,8 +425,14 @@ def tune(
         workers = [context.Process(target=_worker, args=args) for args in calls(jobs or 1)]
         for w in workers:
             w.start()
-        for w in workers:
-            w.join()
+        try:
+            with forward_sigterm(lambda: workers):  # SIGTERM to this process reaches them
+                for w in workers:
+                    w.join()
+        except KeyboardInterrupt:
+            for w in workers:
+                w.join()  # each got the signal too: it saves its trial's run and stops
+            raise
     else:
         tuner.run(objective, echo=_echo if echo else None)
     study = tuner.study()

@@ -3,6 +3,7 @@ in parallel processes, a failing run recorded while the others finish, resume af
 whole experiment was killed mid-way, SIGTERM passed on to the runs, and a directory of
 another experiment refused."""
 
+import contextlib
 import json
 import os
 import signal
@@ -162,7 +163,11 @@ def test_sigterm_to_the_experiment_reaches_its_runs_which_save(tmp_path):
     while not latest.exists() and time.time() < deadline:  # the run is training
         time.sleep(0.2)
     parent.send_signal(signal.SIGTERM)  # to the experiment's process alone
-    assert parent.wait(timeout=120) != 0
+    try:
+        assert parent.wait(timeout=120) != 0
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # what is left, should the test fail
+            os.killpg(parent.pid, signal.SIGKILL)
     status = json.loads((directory / "status.json").read_text())
     assert status["base-s0"]["state"] == "interrupted"
     log = (directory / "configs" / "base-s0.log").read_text()

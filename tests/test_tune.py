@@ -2,8 +2,10 @@
 optimum on a toy objective, resuming its SQLite study, pruning, the best config as a tuned
 example, and a real (tiny) PPO search from the command line."""
 
+import contextlib
 import math
 import os
+import signal
 
 import numpy as np
 import pytest
@@ -11,7 +13,7 @@ import pytest
 from shoal.cli import main
 from shoal.errors import ConfigError
 from shoal.registry import find_tuned
-from shoal.tune import Tuner, parse_distribution, trial_line
+from shoal.tune import Tuner, parse_distribution, train_objective, trial_line
 
 BASE = {"name": "toy", "base": "ppo-cartpole", "seed": 0}
 
@@ -90,6 +92,66 @@ def test_a_ppo_search_writes_a_ready_tuned_example(tmp_path, capsys):
     config = example.build_config()
     assert config.env.id == "CartPole-v1" and config.model.hidden in ((16,), (32,))
     assert 1e-4 <= config.optim.lr <= 1e-2 and np.isfinite(config.optim.lr)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_signal_fails_the_trial_instead_of_scoring_a_cut_short_run(tmp_path, signum):
+    """Ctrl-C or SIGTERM mid-trial saves the trial's run and stops the search; the trial is
+    not scored with the evaluation its cut-short run last made."""
+    search = {**BASE, "config": {"run": {"total_steps": 8192, "eval_every_steps": 512,
+              "eval_episodes": 2, "target_return": None}, "env": {"num_envs": 4},
+              "num_steps": 64, "minibatch_size": 128, "model": {"hidden": [8]}},
+              "search": {"optim.lr": "loguniform(1e-4, 1e-2)"}, "trials": 2}  # fmt: skip
+    tuner = Tuner(search, tmp_path / "study")
+
+    def stop_at_first_evaluation(config, report):
+        def signal_then_report(step, value):
+            os.kill(os.getpid(), signum)  # as a user's Ctrl-C or a scheduler's SIGTERM
+            return report(step, value)
+
+        return train_objective(config, signal_then_report)
+
+    previous = signal.signal(signum, lambda *_: pytest.fail("shoal installed no handler"))
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            tuner.run(stop_at_first_evaluation)
+    finally:
+        signal.signal(signum, previous)
+    (trial,) = tuner.study(0).get_trials()
+    assert trial.state.name == "FAIL" and trial.value is None
+    assert (tmp_path / "study" / "trial-0" / "checkpoints" / "latest").exists()  # saved
+
+
+def test_sigterm_to_a_search_reaches_its_worker_processes(tmp_path):
+    """SIGTERM to a search with worker processes (a scheduler's notice, `kill PID`) is passed
+    on to them: each saves its trial's run, its trial fails, and none is left running."""
+    import json
+    import subprocess
+    import sys
+    import time
+
+    spec = {**BASE, "config": {"run": {"total_steps": 10**8, "eval_every_steps": 512,
+            "checkpoint_every_steps": 512, "eval_episodes": 2, "target_return": None},
+            "env": {"num_envs": 4}, "num_steps": 64, "minibatch_size": 128,
+            "model": {"hidden": [8]}}, "search": {"optim.lr": "loguniform(1e-4, 1e-2)"},
+            "trials": 4, "sampler": "random", "pruner": "none"}  # fmt: skip
+    directory = tmp_path / "study"
+    code = "import json, sys, shoal.tune as t; t.tune(json.loads(sys.argv[1]), sys.argv[2], jobs=2)"
+    search = subprocess.Popen([sys.executable, "-c", code, json.dumps(spec), str(directory)],
+                              start_new_session=True)  # fmt: skip
+    saved = [directory / f"trial-{i}" / "checkpoints" / "latest" for i in (0, 1)]
+    deadline = time.time() + 240
+    while time.time() < deadline and not all(path.exists() for path in saved):
+        time.sleep(0.2)
+    search.send_signal(signal.SIGTERM)  # to the search's own process alone
+    try:
+        assert search.wait(timeout=120) != 0
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # what is left, should the test fail
+            os.killpg(search.pid, signal.SIGKILL)
+    trials = Tuner(spec, directory).study().get_trials()
+    assert sorted(t.state.name for t in trials) == ["FAIL", "FAIL"]  # none running, none scored
+    assert all(path.exists() for path in saved)
 
 
 def test_workers_as_ray_tasks_share_one_study(ray_session, tmp_path):

@@ -9,10 +9,7 @@ reads top to bottom; its steps are `shoal.train.session.Session`'s.
 from __future__ import annotations
 
 import dataclasses
-import signal
-import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from shoal.config import is_nested
@@ -21,7 +18,8 @@ from shoal.errors import ConfigError, NaNLossError
 from shoal.interfaces import AlgorithmSpec
 from shoal.train.callbacks import CallbackError, build_callbacks
 from shoal.train.checkpoint import Checkpoint
-from shoal.train.session import SIGNAL_WORDS, RunResult, Session
+from shoal.train.session import RunResult, Session
+from shoal.train.signals import stop_signals
 
 __all__ = ["IterationCallback", "RunResult", "check_runtime", "run"]
 
@@ -46,7 +44,7 @@ def run(
     hooks = build_callbacks(config, callbacks, on_iteration)  # imports checked before any run
     session = Session.start(spec, config, resume, hooks)
     try:
-        with _stop_signals() as signalled:
+        with stop_signals() as signalled:
             reason = session.stop_reason(signalled)  # a resumed run may be done already
             while reason is None:
                 session.iterate()  # train, log, evaluate when due
@@ -86,35 +84,3 @@ def check_runtime(spec: AlgorithmSpec, config: Any) -> None:
             f"trains through autograd (the NumPy path serves PPO and A2C); use "
             f"{' or '.join(spec.backends)}"
         )
-
-
-# The signals that stop a run between iterations, and the stop reason each gives: SIGINT is
-# Ctrl-C; SIGTERM is what `kill`, `timeout`, a container's stop and a batch scheduler's notice
-# before its SIGKILL (Slurm, Kubernetes) send.
-STOP_SIGNALS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
-
-
-@contextmanager
-def _stop_signals() -> Iterator[list[str]]:
-    """The first Ctrl-C or SIGTERM puts its stop reason in the list the loop checks between
-    iterations (so it can save a consistent checkpoint); a second one interrupts at once.
-    Outside the main thread (where Python delivers no signals) the list stays empty."""
-    signalled: list[str] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield signalled
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        if signalled:
-            raise KeyboardInterrupt
-        reason = STOP_SIGNALS[signal.Signals(signum)]
-        signalled.append(reason)
-        word = SIGNAL_WORDS[reason]
-        print(f"\n{word}: finishing this iteration and saving a checkpoint ({word} again to abort)")
-
-    previous = {signum: signal.signal(signum, handler) for signum in STOP_SIGNALS}
-    try:
-        yield signalled
-    finally:
-        for signum, old in previous.items():
-            signal.signal(signum, old)

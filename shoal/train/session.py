@@ -32,10 +32,8 @@ from shoal.train.callbacks import Callbacks, TrainContext
 from shoal.train.checkpoint import Checkpoint, config_changes, incompatible, save_checkpoint
 from shoal.train.logger import MultiLogger, make_loggers
 from shoal.train.run_dir import guarded_write, record_for_deploy, resolve_run_dir
+from shoal.train.signals import SIGNAL_WORDS
 from shoal.train.trackers import make_trackers
-
-# The stop reasons of the signals the loop turns into a saved stop, and their names for users.
-SIGNAL_WORDS = {"interrupted": "Ctrl-C", "terminated": "SIGTERM"}
 
 
 @dataclass
