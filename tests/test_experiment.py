@@ -114,22 +114,32 @@ def test_runs_in_parallel_and_records_a_failure(tmp_path):
         run_experiment(other)
 
 
-def test_resumes_after_the_whole_experiment_was_killed(tmp_path):
-    """Kill the experiment and its runs mid-way; starting it again keeps the finished run
-    and resumes the one that was cut off from its checkpoint, to the same final weights as a
-    run that was never stopped."""
-    settings = {**SMALL, "run": {**SMALL["run"], "total_steps": 8192}}
+def start_experiment_process(tmp_path, name, total_steps, seeds):
+    """A `shoal.experiment` of `ppo-cartpole` runs in a process (and session) of its own;
+    returns the process, the experiment file and its directory."""
+    settings = {**SMALL, "run": {**SMALL["run"], "total_steps": total_steps}}
     file = tmp_path / "exp.yaml"
-    file.write_text(json.dumps({"name": "kill", "base": "ppo-cartpole", "config": settings,
-                                "seeds": 2}))  # fmt: skip
+    file.write_text(json.dumps({"name": name, "base": "ppo-cartpole", "config": settings,
+                                "seeds": seeds}))  # fmt: skip
     directory = tmp_path / "exp"
     code = "import shoal, sys; shoal.experiment(sys.argv[1], sys.argv[2], jobs=1)"
     parent = subprocess.Popen([sys.executable, "-c", code, str(file), str(directory)],
                               start_new_session=True)  # fmt: skip
-    second = directory / "base-s1" / "checkpoints" / "latest"
-    deadline = time.time() + 240
-    while not second.exists() and time.time() < deadline:  # run 2 has saved a checkpoint
+    return parent, file, directory
+
+
+def wait_for(path, seconds):
+    deadline = time.time() + seconds
+    while not path.exists() and time.time() < deadline:
         time.sleep(0.2)
+
+
+def test_resumes_after_the_whole_experiment_was_killed(tmp_path):
+    """Kill the experiment and its runs mid-way; starting it again keeps the finished run
+    and resumes the one that was cut off from its checkpoint, to the same final weights as a
+    run that was never stopped."""
+    parent, file, directory = start_experiment_process(tmp_path, "kill", 8192, seeds=2)
+    wait_for(directory / "base-s1" / "checkpoints" / "latest", 240)  # run 2 has saved one
     os.killpg(parent.pid, signal.SIGKILL)
     parent.wait()
     status = json.loads((directory / "status.json").read_text())
@@ -151,17 +161,9 @@ def test_sigterm_to_the_experiment_reaches_its_runs_which_save(tmp_path):
     """SIGTERM to the experiment alone (a batch scheduler's notice, `kill PID`) is passed on
     to its running run, which saves a checkpoint and exits; the run is recorded as
     interrupted, to be resumed, not left running without its experiment."""
-    settings = {**SMALL, "run": {**SMALL["run"], "total_steps": 10**8}}
-    file = tmp_path / "exp.yaml"
-    file.write_text(json.dumps({"name": "term", "base": "ppo-cartpole", "config": settings}))
-    directory = tmp_path / "exp"
-    code = "import shoal, sys; shoal.experiment(sys.argv[1], sys.argv[2], jobs=1)"
-    parent = subprocess.Popen([sys.executable, "-c", code, str(file), str(directory)],
-                              start_new_session=True)  # fmt: skip
+    parent, _, directory = start_experiment_process(tmp_path, "term", 10**8, seeds=1)
     latest = directory / "base-s0" / "checkpoints" / "latest"
-    deadline = time.time() + 120
-    while not latest.exists() and time.time() < deadline:  # the run is training
-        time.sleep(0.2)
+    wait_for(latest, 120)  # the run is training
     parent.send_signal(signal.SIGTERM)  # to the experiment's process alone
     try:
         assert parent.wait(timeout=120) != 0
