@@ -303,8 +303,8 @@ def binned(curve: list[tuple[int, float, float]], edges: np.ndarray) -> np.ndarr
     steps, values, episodes = (np.array(column, dtype=float) for column in zip(*curve, strict=True))
     out = np.full(len(edges) - 1, np.nan)
     for i in range(len(out)):
-        below = steps <= edges[i + 1] if i < len(out) - 1 else True
-        inside = (steps > edges[i]) & below & (episodes > 0)
+        upper = edges[i + 1] if i < len(out) - 1 else np.inf
+        inside = (steps > edges[i]) & (steps <= upper) & (episodes > 0)
         if inside.any():
             out[i] = np.average(values[inside], weights=episodes[inside])
     return out
