@@ -38,6 +38,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -54,6 +55,10 @@ from shoal.errors import ConfigError, ShoalError
 from shoal.registry import find_tuned, get_algorithm
 from shoal.seeding import derive_seed
 from shoal.train.signals import forward_sigterm
+
+# A run's exit status when Ctrl-C or SIGTERM stopped it, after it saved: 130, or the SIGTERM
+# it put off and then let end it (-15 as subprocess reports it; 143 where a handler exited).
+STOPPED = (130, 143, -signal.SIGTERM)
 
 SPECIAL_AXES = ("algo", "base")
 
@@ -405,11 +410,11 @@ def run_experiment(
                     entry["attempts"] = entry.get("attempts", 0) + 1
                     if code == 0:
                         entry["state"] = "done"
-                    elif code not in (2, 130, 143) and entry["attempts"] <= retries:
+                    elif code not in (2, *STOPPED) and entry["attempts"] <= retries:
                         entry["state"] = "pending"  # a crash: again, from its last checkpoint
                         pending.append(next(r for r in experiment.runs if r.name == name))
                     else:
-                        entry["state"] = "interrupted" if code in (130, 143) else "failed"
+                        entry["state"] = "interrupted" if code in STOPPED else "failed"
                         tail = (experiment.directory / "configs" / f"{name}.log").read_text(
                             errors="replace"
                         )

@@ -260,13 +260,15 @@ class Tuner:
             remaining = min(remaining, share)
         if remaining > 0:
             # A sampled combination that is no valid config (a minibatch larger than the
-            # rollout) or diverges to a NaN loss fails its trial; the search goes on.
-            study.optimize(
-                trial_fn, n_trials=remaining, catch=(ConfigError, NaNLossError),
-                callbacks=[optuna.study.MaxTrialsCallback(
-                    self.trials, states=(optuna.trial.TrialState.COMPLETE,
-                                         optuna.trial.TrialState.PRUNED)), announce],
-            )  # fmt: skip
+            # rollout) or diverges to a NaN loss fails its trial; the search goes on. SIGTERM
+            # (once the trial's run is saved) stops the search as Ctrl-C does: the trial fails.
+            with forward_sigterm(lambda: ()):
+                study.optimize(
+                    trial_fn, n_trials=remaining, catch=(ConfigError, NaNLossError),
+                    callbacks=[optuna.study.MaxTrialsCallback(
+                        self.trials, states=(optuna.trial.TrialState.COMPLETE,
+                                             optuna.trial.TrialState.PRUNED)), announce],
+                )  # fmt: skip
         return study
 
     def best_yaml(self, study: Any) -> str:

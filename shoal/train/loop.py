@@ -19,7 +19,7 @@ from shoal.interfaces import AlgorithmSpec
 from shoal.train.callbacks import CallbackError, build_callbacks
 from shoal.train.checkpoint import Checkpoint
 from shoal.train.session import RunResult, Session
-from shoal.train.signals import stop_signals
+from shoal.train.signals import deliver_deferred, stop_signals
 
 __all__ = ["IterationCallback", "RunResult", "check_runtime", "run"]
 
@@ -64,6 +64,9 @@ def run(
         session.close()
     result = session.result(reason)
     hooks.call("on_train_end", result)
+    if reason == "terminated":
+        print(f"SIGTERM: the run is saved in {result.checkpoint}; terminating", flush=True)
+        deliver_deferred(signalled)  # put off until now, so that the run is saved and closed
     return result
 
 

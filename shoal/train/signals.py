@@ -1,11 +1,16 @@
 """Stopping on a signal without losing work.
 
 SIGINT is Ctrl-C; SIGTERM is what `kill`, `timeout`, a container's stop and a batch
-scheduler's notice before its SIGKILL (Slurm, Kubernetes) send. A training run treats both
-alike (`stop_signals`): the first lets the iteration under way finish, saves a checkpoint and
-stops; a second aborts at once. A process that runs others (``shoal experiment``, ``shoal
-tune``'s workers) passes SIGTERM on to them (`forward_sigterm`): Ctrl-C reaches them by
-itself, since a terminal signals its whole foreground process group.
+scheduler's notice before its SIGKILL (Slurm, Kubernetes) send. A training run
+(`stop_signals`) lets the iteration under way finish and saves a checkpoint on the first of
+either; a second one aborts at once. Ctrl-C then ends the run (``shoal.train`` returns, stop
+reason "interrupted"). SIGTERM is only put off: once the run is saved and closed,
+`deliver_deferred` sends it again to the process, under the handler the process had before, so
+a process asked to terminate terminates (by default), now with its work saved. A signal the
+process ignored before (SIG_IGN, as a shell sets SIGINT for background jobs) stays ignored.
+A process that runs others (``shoal experiment``, ``shoal tune``'s workers) passes SIGTERM on
+to them (`forward_sigterm`): Ctrl-C reaches them by itself, since a terminal signals its whole
+foreground process group.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["SIGNAL_WORDS", "STOP_SIGNALS", "forward_sigterm", "stop_signals"]
+__all__ = ["SIGNAL_WORDS", "STOP_SIGNALS", "deliver_deferred", "forward_sigterm", "stop_signals"]
 
 STOP_SIGNALS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
 """The signals that stop a run between iterations, and the stop reason each gives."""
@@ -46,12 +51,21 @@ def stop_signals() -> Iterator[list[str]]:
         word = SIGNAL_WORDS[reason]
         print(f"\n{word}: finishing this iteration and saving a checkpoint ({word} again to abort)")
 
-    previous = {signum: signal.signal(signum, handler) for signum in STOP_SIGNALS}
+    watched = [s for s in STOP_SIGNALS if signal.getsignal(s) is not signal.SIG_IGN]
+    previous = {signum: signal.signal(signum, handler) for signum in watched}
     try:
         yield signalled
     finally:
         for signum, old in previous.items():
             signal.signal(signum, old)
+
+
+def deliver_deferred(signalled: list[str]) -> None:
+    """After `stop_signals` has exited (its handlers restored) and the run is saved: send a
+    SIGTERM it put off to this process again, for the process's own handler to act on (by
+    default: terminate). A Ctrl-C has done its work (the run stopped) and is not sent again."""
+    if signalled and signalled[0] == "terminated":
+        signal.raise_signal(signal.SIGTERM)
 
 
 @contextmanager
