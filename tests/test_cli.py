@@ -195,6 +195,9 @@ def test_a_stop_signal_to_a_real_process_saves_and_exits(tmp_path, signame, code
         stderr=subprocess.STDOUT,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        # as from a terminal: a test run started in the background ignores SIGINT, and a
+        # process inherits that (shoal then leaves the signal ignored, as it should)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     metrics = run_dir / "metrics.jsonl"
     deadline = time.time() + 60

@@ -370,6 +370,29 @@ def test_a_stop_signal_finishes_the_iteration_and_saves(
     assert f"{word}: finishing this iteration and saving" in capsys.readouterr().out
 
 
+def test_a_signal_the_process_ignores_stays_ignored(tmp_path, small_ppo, iteration_steps):
+    """A process that ignores SIGTERM (SIG_IGN, as its parent may have set it) keeps training
+    through one: shoal acts only on the signals the process would have acted on."""
+
+    def send_at_second_iteration(steps, metrics):
+        if steps == 2 * iteration_steps:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        result = shoal.train(
+            "ppo",
+            run_dir=str(tmp_path / "run"),
+            total_steps=4 * iteration_steps,
+            on_iteration=send_at_second_iteration,
+            **small_ppo(),
+        )
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert result.stop_reason == "total_steps" and result.env_steps == 4 * iteration_steps
+
+
 def test_new_run_in_existing_run_dir_is_refused(tmp_path, small_ppo, iteration_steps):
     run_dir = str(tmp_path / "run")
     shoal.train("ppo", run_dir=run_dir, total_steps=iteration_steps, **small_ppo())
