@@ -33,6 +33,12 @@ def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
+def _restorable(handler: Any) -> Any:
+    """A handler that `signal.getsignal` returned, as `signal.signal` takes it back: None
+    (one installed outside Python) comes back as the default."""
+    return signal.SIG_DFL if handler is None else handler
+
+
 @contextmanager
 def stop_signals() -> Iterator[list[str]]:
     """The first Ctrl-C or SIGTERM puts its stop reason in the list the loop checks between
@@ -51,13 +57,13 @@ def stop_signals() -> Iterator[list[str]]:
         word = SIGNAL_WORDS[reason]
         print(f"\n{word}: finishing this iteration and saving a checkpoint ({word} again to abort)")
 
-    watched = [s for s in STOP_SIGNALS if signal.getsignal(s) is not signal.SIG_IGN]
+    watched = [n for n in STOP_SIGNALS if signal.getsignal(n) is not signal.SIG_IGN]
     previous = {signum: signal.signal(signum, handler) for signum in watched}
     try:
         yield signalled
     finally:
         for signum, old in previous.items():
-            signal.signal(signum, old)
+            signal.signal(signum, _restorable(old))
 
 
 def deliver_deferred(signalled: list[str]) -> None:
@@ -73,8 +79,8 @@ def forward_sigterm(children: Callable[[], Iterable[Any]]) -> Iterator[None]:
     """While inside, SIGTERM to this process is sent on to each of ``children()`` (processes
     with ``terminate()``: `subprocess.Popen`, `multiprocessing.Process`), which save and exit,
     and then raises KeyboardInterrupt here, so this process stops as after Ctrl-C.
-    Outside the main thread nothing changes."""
-    if not _in_main_thread():
+    Outside the main thread, or where this process ignores SIGTERM, nothing changes."""
+    if not _in_main_thread() or signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:
         yield
         return
 
@@ -87,4 +93,4 @@ def forward_sigterm(children: Callable[[], Iterable[Any]]) -> Iterator[None]:
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGTERM, _restorable(previous))
