@@ -64,9 +64,7 @@ def run(
         session.close()
     result = session.result(reason)
     hooks.call("on_train_end", result)
-    if reason == "terminated":
-        print(f"SIGTERM: the run is saved in {result.checkpoint}; terminating", flush=True)
-        deliver_deferred(signalled)  # put off until now, so that the run is saved and closed
+    deliver_deferred(reason, result.checkpoint)  # a SIGTERM, put off until the run is saved
     return result
 
 

@@ -19,6 +19,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 __all__ = ["SIGNAL_WORDS", "STOP_SIGNALS", "deliver_deferred", "forward_sigterm", "stop_signals"]
@@ -66,12 +67,15 @@ def stop_signals() -> Iterator[list[str]]:
             signal.signal(signum, _restorable(old))
 
 
-def deliver_deferred(signalled: list[str]) -> None:
-    """After `stop_signals` has exited (its handlers restored) and the run is saved: send a
-    SIGTERM it put off to this process again, for the process's own handler to act on (by
-    default: terminate). A Ctrl-C has done its work (the run stopped) and is not sent again."""
-    if signalled and signalled[0] == "terminated":
-        signal.raise_signal(signal.SIGTERM)
+def deliver_deferred(reason: str, saved: Path | None) -> None:
+    """After `stop_signals` has exited (its handlers restored) and the run, stopped for
+    ``reason``, is saved in ``saved`` and closed: a SIGTERM that stopped it is sent to this
+    process again, for the process's own handler to act on (by default: terminate). A Ctrl-C
+    has done its work (the run stopped) and is not sent again."""
+    if reason != "terminated":
+        return
+    print(f"SIGTERM: the run is saved in {saved}; terminating", flush=True)
+    signal.raise_signal(signal.SIGTERM)
 
 
 @contextmanager

@@ -323,6 +323,29 @@ def test_nan_loss_stops_with_the_last_good_checkpoint(
         assert torch.isfinite(tensor).all()
 
 
+def train_signalled(tmp_path, small_ppo, iteration_steps, signum, handler, iterations):
+    """PPO for ``iterations`` iterations with ``handler`` as the process's own handler of
+    ``signum``, which the process is sent after its second iteration; returns the result and
+    the handler in place when training ended. The process's handler is restored after."""
+
+    def send_at_second_iteration(steps, metrics):
+        if steps == 2 * iteration_steps:
+            os.kill(os.getpid(), signum)
+
+    previous = signal.signal(signum, handler)
+    try:
+        result = shoal.train(
+            "ppo",
+            run_dir=str(tmp_path / "run"),
+            total_steps=iterations * iteration_steps,
+            on_iteration=send_at_second_iteration,
+            **small_ppo(),
+        )
+        return result, signal.getsignal(signum)
+    finally:
+        signal.signal(signum, previous)
+
+
 @pytest.mark.parametrize(
     ("signum", "reason", "word"),
     [(signal.SIGINT, "interrupted", "Ctrl-C"), (signal.SIGTERM, "terminated", "SIGTERM")],
@@ -341,22 +364,9 @@ def test_a_stop_signal_finishes_the_iteration_and_saves(
     def outer_handler(received, frame):
         reached_outer.append((received, latest.exists() and latest.read_text().strip()))
 
-    def interrupt_at_second_iteration(steps, metrics):
-        if steps == 2 * iteration_steps:
-            os.kill(os.getpid(), signum)
-
-    previous = signal.signal(signum, outer_handler)
-    try:
-        result = shoal.train(
-            "ppo",
-            run_dir=str(tmp_path / "run"),
-            total_steps=10 * iteration_steps,
-            on_iteration=interrupt_at_second_iteration,
-            **small_ppo(),
-        )
-        handler_after = signal.getsignal(signum)
-    finally:
-        signal.signal(signum, previous)
+    result, handler_after = train_signalled(
+        tmp_path, small_ppo, iteration_steps, signum, outer_handler, iterations=10
+    )
     saved = f"step_{2 * iteration_steps:012d}"
     # SIGTERM comes to the handler the process had, once the run is saved; Ctrl-C does not.
     assert reached_outer == ([(signal.SIGTERM, saved)] if signum == signal.SIGTERM else [])
@@ -373,23 +383,10 @@ def test_a_stop_signal_finishes_the_iteration_and_saves(
 def test_a_signal_the_process_ignores_stays_ignored(tmp_path, small_ppo, iteration_steps):
     """A process that ignores SIGTERM (SIG_IGN, as its parent may have set it) keeps training
     through one: shoal acts only on the signals the process would have acted on."""
-
-    def send_at_second_iteration(steps, metrics):
-        if steps == 2 * iteration_steps:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    try:
-        result = shoal.train(
-            "ppo",
-            run_dir=str(tmp_path / "run"),
-            total_steps=4 * iteration_steps,
-            on_iteration=send_at_second_iteration,
-            **small_ppo(),
-        )
-        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    result, handler_after = train_signalled(
+        tmp_path, small_ppo, iteration_steps, signal.SIGTERM, signal.SIG_IGN, iterations=4
+    )
+    assert handler_after is signal.SIG_IGN
     assert result.stop_reason == "total_steps" and result.env_steps == 4 * iteration_steps
 
 
