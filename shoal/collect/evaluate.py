@@ -1,19 +1,25 @@
-"""Evaluation of a deterministic policy on environments separate from training (the training
-loop's periodic and final evaluations, `shoal eval`, and algorithms' own scores): returns
-and lengths of the first episode of every env, and the env's own episode statistics
-(``eval/<name>``, e.g. a traffic env's ``eval/collision_rate``) of those episodes."""
+"""Evaluation of a policy on environments separate from training (the training loop's
+periodic and final evaluations, `shoal eval`, and algorithms' own scores): returns and
+lengths of the first episode of every env, and the env's own episode statistics
+(``eval/<name>``, e.g. a traffic env's ``eval/collision_rate``) of those episodes. Actions
+are the policy's deterministic ones (the mode, argmax or mean) unless sampled: sampled
+actions come from torch's generators seeded from the evaluation's seed (`seeded_sampling`)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 
 from shoal.envs.base import VectorEnv
 from shoal.envs.multi_agent import MultiAgentVectorEnv, episode_ended
 from shoal.interfaces import Policy
 from shoal.policy import JointPolicy
+from shoal.seeding import derive_seed
 from shoal.stats import bootstrap_ci
 from shoal.types import info_metrics
 
@@ -79,6 +85,21 @@ def game_outcomes(
     return outcomes
 
 
+@contextlib.contextmanager
+def seeded_sampling(seed: int, deterministic: bool) -> Iterator[None]:
+    """For a sampled evaluation (``deterministic`` False): torch's generators (the CPU's, and
+    the GPUs' this process has started) seeded from ``seed`` inside, and restored on leaving.
+    The same seed then gives the same episodes, and the caller's random streams, a training
+    run's, come out as they went in: an evaluation does not change what training draws next."""
+    if deterministic:
+        yield
+        return
+    gpus = torch.cuda.is_available() and torch.cuda.is_initialized()
+    with torch.random.fork_rng(devices=range(torch.cuda.device_count()) if gpus else []):
+        torch.manual_seed(derive_seed(seed, "actions"))
+        yield
+
+
 def evaluate(
     policy: Policy, env: VectorEnv, seed: int, deterministic: bool = True
 ) -> dict[str, float]:
@@ -99,22 +120,23 @@ def evaluate_episodes(
     returns = np.full(n, np.nan)
     lengths = np.zeros(n, np.int64)
     info = FirstEpisodeInfo(n)
-    obs = env.reset(seed=seed)
-    while np.isnan(returns).any():
-        mask = getattr(env, "action_mask", None)  # legal actions, where the env reports them
-        if mask is None:
-            actions = policy.act(obs, deterministic=deterministic)
-        else:
-            masked: Any = policy  # a policy of a masked env takes the masks
-            actions = masked.act(obs, deterministic=deterministic, action_mask=mask)
-        result = env.step(actions)
-        done = np.flatnonzero(result.terminated | result.truncated)
-        fresh = np.isnan(returns[done])
-        returns[done[fresh]] = result.episode_returns[fresh]
-        lengths[done[fresh]] = result.episode_lengths[fresh]
-        if result.episode_info is not None and result.episode_info_rows is not None:
-            info.add(result.episode_info, result.episode_info_rows)
-        obs = result.obs
+    with seeded_sampling(seed, deterministic):
+        obs = env.reset(seed=seed)
+        while np.isnan(returns).any():
+            mask = getattr(env, "action_mask", None)  # legal actions, where the env reports them
+            if mask is None:
+                actions = policy.act(obs, deterministic=deterministic)
+            else:
+                masked: Any = policy  # a policy of a masked env takes the masks
+                actions = masked.act(obs, deterministic=deterministic, action_mask=mask)
+            result = env.step(actions)
+            done = np.flatnonzero(result.terminated | result.truncated)
+            fresh = np.isnan(returns[done])
+            returns[done[fresh]] = result.episode_returns[fresh]
+            lengths[done[fresh]] = result.episode_lengths[fresh]
+            if result.episode_info is not None and result.episode_info_rows is not None:
+                info.add(result.episode_info, result.episode_info_rows)
+            obs = result.obs
     agents = {}
     names = getattr(env, "agent_names", None)
     if names is not None:  # rows of agents: row r is agent r % agents_per_env
@@ -162,23 +184,25 @@ def evaluate_joint_episodes(
     """`evaluate_joint`'s episodes themselves: per env, the mean return over all agents, and
     each group's (mean over its agents) and agent's returns."""
     n = env.num_envs
-    obs, state = env.reset(seed=seed)
-    mask = getattr(env, "action_mask", None)
     totals = {g: np.zeros((n, group.size)) for g, group in env.groups.items()}
     lengths = np.zeros(n, np.int64)
     running = np.ones(n, bool)
     info = FirstEpisodeInfo(n)
-    while running.any():
-        step = env.step(policy.act(obs, deterministic=deterministic, state=state, action_mask=mask))
-        real = running & ~step.autoreset
-        lengths += real
-        for g, total in totals.items():
-            total[real] += step.rewards[g][real]
-        ended = episode_ended(step)
-        if step.episode_info is not None:
-            info.add(step.episode_info, np.flatnonzero(ended))
-        running &= ~ended
-        obs, state, mask = step.obs, step.state, step.action_mask
+    with seeded_sampling(seed, deterministic):
+        obs, state = env.reset(seed=seed)
+        mask = getattr(env, "action_mask", None)
+        while running.any():
+            actions = policy.act(obs, deterministic=deterministic, state=state, action_mask=mask)
+            step = env.step(actions)
+            real = running & ~step.autoreset
+            lengths += real
+            for g, total in totals.items():
+                total[real] += step.rewards[g][real]
+            ended = episode_ended(step)
+            if step.episode_info is not None:
+                info.add(step.episode_info, np.flatnonzero(ended))
+            running &= ~ended
+            obs, state, mask = step.obs, step.state, step.action_mask
     every = np.concatenate(list(totals.values()), axis=1)
     groups = {g: total.mean(axis=1) for g, total in totals.items()}
     agents = {

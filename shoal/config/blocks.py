@@ -33,10 +33,15 @@ class RunConfig:
     built-in (EarlyStopping, SaveBest), with optional literal keyword arguments:
     ``EarlyStopping(patience=3)``. Recorded with the run, so a resume has them again."""
     eval_every_steps: int = 10_000
-    """Evaluate the deterministic policy every this many environment steps (0: never, unless
+    """Evaluate the policy every this many environment steps (0: never, unless
     ``target_return`` is set: then every iteration, to see when it is reached)."""
     eval_episodes: int = 10
     """Episodes per evaluation, run in parallel on separate environments."""
+    eval_actions: Literal["deterministic", "sampled"] = "deterministic"
+    """The actions evaluations take: the policy's deterministic ones (argmax, mode or mean),
+    or sampled from it, seeded by the evaluation's seed. rl-baselines3-zoo scores Atari
+    policies with sampled actions; a stochastic policy's argmax can do worse than its samples
+    (it can repeat a move that leads nowhere)."""
     checkpoint_every_steps: int = 50_000
     """Save a checkpoint every this many environment steps (0: only at the end)."""
     keep_checkpoints: int = 3
@@ -76,6 +81,7 @@ class RunConfig:
         check_positive(self, "total_steps", "eval_episodes", "keep_checkpoints", "torch_threads")
         check(self, "eval_every_steps", self.eval_every_steps >= 0, "must be >= 0")
         check(self, "runners", self.runners >= 0, "must be >= 0 (0: no Ray)")
+        check_choices(self)
         for tracker, module, extra in (("wandb", "wandb", "wandb"), ("mlflow", "mlflow", "mlflow")):
             if getattr(self, tracker) is not None and importlib.util.find_spec(module) is None:
                 raise ConfigError(

@@ -253,12 +253,14 @@ class Session:
     # --- evaluate -------------------------------------------------------------------------
 
     def evaluate(self, seed: int) -> dict[str, float]:
-        """Evaluate the current policy (deterministic actions) on the evaluation envs."""
+        """Evaluate the current policy on the evaluation envs, with the actions
+        ``run.eval_actions`` names."""
         policy = self.algorithm.policy()
+        deterministic = self.config.run.eval_actions == "deterministic"
         if isinstance(policy, JointPolicy):
-            metrics = evaluate_joint(policy, self.eval_env, seed)
+            metrics = evaluate_joint(policy, self.eval_env, seed, deterministic)
         else:
-            metrics = evaluate(policy, self.eval_env, seed)
+            metrics = evaluate(policy, self.eval_env, seed, deterministic)
         if hasattr(self.algorithm, "eval_metrics"):  # e.g. an offline learner's normalized score
             metrics.update(self.algorithm.eval_metrics(metrics))
         self.loop.eval_return, self.loop.eval_step = metrics["eval/return"], self.steps

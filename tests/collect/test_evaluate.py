@@ -2,10 +2,12 @@
 reported apart, a game's win / draw / loss from scripted games with known outcomes, and
 `shoal eval` on multi-agent runs with fixed players."""
 
+import csv
 import json
 
 import numpy as np
 import pytest
+import torch
 
 import shoal
 import shoal.errors
@@ -44,6 +46,31 @@ class LowestLegalSquare:
 
     def act(self, obs, deterministic=True, state=None, action_mask=None):
         return {g: np.argmax(m, axis=-1) for g, m in action_mask.items()}
+
+
+class CoinFlips:
+    """CartPole's left or right by torch's coin when sampled, always left when not."""
+
+    def act(self, obs, deterministic=True):
+        if deterministic:
+            return np.zeros(len(obs), np.int64)
+        return torch.randint(0, 2, (len(obs),)).numpy()
+
+
+def test_a_sampled_evaluation_is_reproducible_and_leaves_the_callers_generator_alone():
+    env = make_env(EnvConfig(id="CartPole-v1", num_envs=6))
+    torch.manual_seed(0)
+    before = torch.get_rng_state()
+    first = evaluate_episodes(CoinFlips(), env, seed=3, deterministic=False).returns
+    assert torch.equal(torch.get_rng_state(), before)  # training draws on as if none ran
+    again = evaluate_episodes(CoinFlips(), env, seed=3, deterministic=False).returns
+    other = evaluate_episodes(CoinFlips(), env, seed=4, deterministic=False).returns
+    always_left = evaluate_episodes(CoinFlips(), env, seed=3).returns
+    env.close()
+    np.testing.assert_array_equal(first, again)
+    assert not np.array_equal(first, other)
+    # Pushing left every step ends CartPole within about 10 steps; coin flips last longer.
+    assert always_left.max() <= 12 < first.mean()
 
 
 @pytest.mark.extra("pettingzoo")
@@ -132,6 +159,9 @@ def test_evaluate_and_a_quiet_run_from_python(tmp_path, capsys):
     assert stats["return"]["n"] == 6 and stats["episodes"] == 6 and stats["players"] == {}
     assert stats["return"]["ci_low"] <= stats["return"]["mean"] <= stats["return"]["ci_high"]
     assert stats == shoal.evaluate(result.run_dir, episodes=6, seed=3)  # reproducible
+    sampled = shoal.evaluate(result.run_dir, episodes=6, seed=3, deterministic=False)
+    assert sampled == shoal.evaluate(result.run_dir, episodes=6, seed=3, deterministic=False)
+    assert sampled["deterministic"] is False
     with pytest.raises(shoal.errors.ShoalError, match="multi-agent"):
         shoal.evaluate(result.run_dir, fixed={"agent": "random"})
 
@@ -169,3 +199,27 @@ def test_a_seat_played_by_a_snapshot_of_the_self_play_pool(tmp_path, capsys):
     assert newest["outcomes"] == alone["outcomes"] and newest["agents"] == alone["agents"]
     assert main(["eval", str(result.run_dir), "--fixed", "player_2", "pool:0"]) == 2
     assert "the run's self-play pool holds snapshots ['2', '3'], not '0'" in capsys.readouterr().out
+
+
+def test_sampled_evaluations_during_training_leave_the_training_unchanged(tmp_path):
+    """``run.eval_actions=sampled``: the loop's evaluations sample actions (their returns
+    differ from the deterministic ones), and training, which draws from the same torch
+    generator, goes on exactly as with no evaluation at all."""
+    losses, evals = {}, {}
+    for name, every, actions in (("none", 0, "deterministic"), ("argmax", 128, "deterministic"),
+                                 ("sampled", 128, "sampled")):  # fmt: skip
+        run = shoal.train("ppo", env="CartPole-v1", total_steps=512, seed=5, quiet=True,
+                          run_dir=str(tmp_path / name),
+                          **{"env.num_envs": 4, "num_steps": 32, "minibatch_size": 64,
+                             "run.tensorboard": False, "run.eval_every_steps": every,
+                             "run.eval_episodes": 8, "run.eval_actions": actions})  # fmt: skip
+        with open(run.run_dir / "metrics.csv") as f:
+            rows = list(csv.DictReader(f))
+        losses[name] = [r["loss/total"] for r in rows if r["loss/total"]]
+        evals[name] = [r["eval/return"] for r in rows if r.get("eval/return")]
+    assert len(losses["none"]) == 4 and losses["sampled"] == losses["none"] == losses["argmax"]
+    assert len(evals["sampled"]) == len(evals["argmax"]) >= 4
+    assert evals["sampled"] != evals["argmax"]
+    with pytest.raises(shoal.errors.ConfigError, match="eval_actions.*must be one of"):
+        shoal.train("ppo", env="CartPole-v1", run_dir=str(tmp_path / "bad"),
+                    **{"run.eval_actions": "greedy"})  # fmt: skip
