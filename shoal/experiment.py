@@ -25,7 +25,10 @@ directory each in the usual layout, with ``experiment.json`` (the plan) and ``st
 (each run's state, wall-clock and error). Starting the same file on the same directory
 resumes: finished runs are kept, interrupted ones resume from their last checkpoint (or
 start again when they had none); a directory that holds another experiment is refused. A
-run that fails is recorded with the end of its error output and the others go on.
+file whose only change is a raised budget (``run.total_steps``) extends the experiment: its
+finished runs go on from their last checkpoint to the new budget, provided their schedules
+do not anneal over the budget (``optim.anneal_steps`` set). A run that fails is recorded
+with the end of its error output and the others go on.
 """
 
 from __future__ import annotations
@@ -240,26 +243,74 @@ def _save_status(experiment: Experiment, status: dict[str, dict[str, Any]]) -> N
     os.replace(temporary, path)
 
 
-def _same_plan(experiment: Experiment, held: dict[str, Any]) -> bool:
-    """Whether the plan a directory holds (``experiment.json`` and its ``configs/``) is
-    ``experiment``'s though its fingerprint differs: the same runs, each config equal once
-    read by this shoal. So a shoal that added a config field (its default keeping the old
-    behaviour) resumes the experiments an older one started; a changed value is refused."""
+def _plan_difference(experiment: Experiment, held: dict[str, Any]) -> str | None:
+    """Why the plan a directory holds (``experiment.json`` and its ``configs/``) is not
+    ``experiment``'s though its fingerprint differs, or None when it is: the same runs, each
+    config equal once read by this shoal, except that a run's budget (``run.total_steps``)
+    may have been raised (`saved_budgets`). So a shoal that added a config field (its default
+    keeping the old behaviour) resumes the experiments an older one started, and a longer
+    budget extends them; any other changed value, or a lowered budget, is refused."""
+    another = (
+        f"{experiment.directory} holds the runs of another experiment ({held.get('name')!r}, "
+        f"{len(held.get('runs', []))} runs); give this one another directory (--dir)"
+    )
     if [r.get("name") for r in held.get("runs", [])] != [r.name for r in experiment.runs]:
-        return False
+        return another
     for run in experiment.runs:
         path = experiment.directory / "configs" / f"{run.name}.yaml"
         try:
             saved = yaml.safe_load(path.read_text())
             if saved["algo"] != run.algo:
-                return False
+                return another
             spec_cls = get_algorithm(run.algo).config_cls
             config: Any = from_dict(spec_cls, saved["config"], path=str(path))
         except (OSError, KeyError, TypeError, yaml.YAMLError, ShoalError):
-            return False
-        if plain(config) != run.config:
-            return False
-    return True
+            return another
+        held_config = plain(config)
+        if _without_budget(held_config) != _without_budget(run.config):
+            return another
+        had, planned = held_config["run"]["total_steps"], run.config["run"]["total_steps"]
+        if planned < had:
+            return (
+                f"{experiment.directory}: run {run.name}'s budget is {had:,} steps and this file "
+                f"gives {planned:,}; a budget can be raised (finished runs go on from their "
+                "last checkpoint), not lowered: give this one another directory (--dir)"
+            )
+        stretched = _horizons_from_budget(run.config)
+        if planned > had and stretched:
+            return (
+                f"{experiment.directory}: run {run.name} anneals over its budget "
+                f"({', '.join(stretched)} unset), so raising the budget from {had:,} to "
+                f"{planned:,} steps would change its schedules mid-run. Only runs whose "
+                "schedules have horizons of their own can be extended: give this one another "
+                "directory (--dir), with those fields set in the file"
+            )
+    return None
+
+
+def _without_budget(config: dict[str, Any]) -> dict[str, Any]:
+    return {**config, "run": {**config["run"], "total_steps": None}}
+
+
+def _horizons_from_budget(config: dict[str, Any]) -> list[str]:
+    """The fields of a run's config whose schedules take ``run.total_steps`` as their
+    horizon because they are unset (learning rate, clip range and replay priorities anneal
+    over ``optim.anneal_steps``; CTEDD's entropy factor over ``alpha_anneal_steps``)."""
+    fields = [("optim.anneal_steps", config.get("optim", {}), "anneal_steps"),
+              ("alpha_anneal_steps", config, "alpha_anneal_steps")]  # fmt: skip
+    return [name for name, block, key in fields if key in block and block[key] is None]
+
+
+def saved_budgets(experiment: Experiment) -> dict[str, int]:
+    """``run.total_steps`` of each run as the directory's plan holds it (none when new)."""
+    budgets = {}
+    for run in experiment.runs:
+        path = experiment.directory / "configs" / f"{run.name}.yaml"
+        if path.exists():
+            budgets[run.name] = int(
+                yaml.safe_load(path.read_text())["config"]["run"]["total_steps"]
+            )
+    return budgets
 
 
 def prepare(experiment: Experiment) -> dict[str, dict[str, Any]]:
@@ -267,13 +318,14 @@ def prepare(experiment: Experiment) -> dict[str, dict[str, Any]]:
     status (running ones from an interrupted start become pending)."""
     directory = experiment.directory
     plan_file = directory / "experiment.json"
+    budgets: dict[str, int] = {}
     if plan_file.exists():
         held = json.loads(plan_file.read_text())
-        if held.get("fingerprint") != experiment.fingerprint and not _same_plan(experiment, held):
-            raise ShoalError(
-                f"{directory} holds the runs of another experiment ({held.get('name')!r}, "
-                f"{len(held.get('runs', []))} runs); give this one another directory (--dir)"
-            )
+        if held.get("fingerprint") != experiment.fingerprint:
+            difference = _plan_difference(experiment, held)
+            if difference is not None:
+                raise ShoalError(difference)
+            budgets = saved_budgets(experiment)
     elif directory.exists() and any(directory.iterdir()):
         raise ShoalError(f"{directory} is not empty and holds no experiment; use another --dir")
     directory.mkdir(parents=True, exist_ok=True)
@@ -289,6 +341,10 @@ def prepare(experiment: Experiment) -> dict[str, dict[str, Any]]:
         entry = status.setdefault(run.name, {"state": "pending"})
         if entry["state"] in ("running", "interrupted"):
             entry["state"] = "pending"
+        if entry["state"] == "done" and run.config["run"]["total_steps"] > budgets.get(
+            run.name, math.inf
+        ):
+            entry["state"] = "pending"  # its budget was raised: on from its last checkpoint
         (directory / "configs" / f"{run.name}.yaml").write_text(
             yaml.safe_dump(
                 {
@@ -304,11 +360,13 @@ def prepare(experiment: Experiment) -> dict[str, dict[str, Any]]:
 
 
 def command(experiment: Experiment, run: PlannedRun, threads: int) -> list[str]:
-    """The ``shoal train`` command of one run: resume from its checkpoint when it has one."""
+    """The ``shoal train`` command of one run: resume from its checkpoint when it has one
+    (to the plan's budget, which may have been raised since the run started)."""
     run_dir = experiment.directory / run.name
     train = [sys.executable, "-m", "shoal.cli", "train"]
     if (run_dir / "checkpoints" / "latest").exists():
-        return [*train, "--resume", str(run_dir)]
+        budget = str(run.config["run"]["total_steps"])
+        return [*train, "--resume", str(run_dir), "--run.total-steps", budget]
     if run_dir.exists():  # started, but stopped before its first checkpoint: start again
         shutil.rmtree(run_dir)
     config = experiment.directory / "configs" / f"{run.name}.yaml"

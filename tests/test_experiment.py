@@ -96,6 +96,39 @@ def test_a_plan_from_an_older_shoal_resumes_unless_a_value_changed(tmp_path):
         prepare(experiment)
 
 
+def losses(run_dir):
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [(r["step"], r["loss/total"]) for r in rows if "loss/total" in r]
+
+
+def test_a_raised_budget_extends_finished_runs_as_if_planned_so(tmp_path):
+    """Raising ``run.total_steps`` in the file takes the finished runs on from their last
+    checkpoint to the new budget, and they end as runs planned with it from the start would.
+    A lowered budget, or a raised one for runs that anneal over their budget, is refused."""
+    pinned = {**SMALL, "optim": {"anneal_steps": 4096, "lr_schedule": "linear"}}
+
+    def budget(steps):
+        return {**spec(), "config": {**pinned, "run": {**SMALL["run"], "total_steps": steps}}}
+
+    short = plan(budget(512), tmp_path / "exp")
+    [name] = [r.name for r in short.runs]
+    assert run_experiment(short, jobs=1)[name]["steps"] == 512
+    first = losses(tmp_path / "exp" / name)
+    status = run_experiment(plan(budget(1024), tmp_path / "exp"), jobs=1)
+    assert status[name]["state"] == "done" and status[name]["steps"] == 1024
+    extended = losses(tmp_path / "exp" / name)
+    assert extended[: len(first)] == first and len(extended) == 2 * len(first)
+    run_experiment(plan(budget(1024), tmp_path / "straight"), jobs=1)
+    assert losses(tmp_path / "straight" / name) == extended
+    with pytest.raises(ShoalError, match="budget is 1,024 steps and this file gives 512"):
+        run_experiment(plan(budget(512), tmp_path / "exp"))
+    loose = {**spec(), "config": {**SMALL, "run": {**SMALL["run"], "total_steps": 256}}}
+    run_experiment(plan(loose, tmp_path / "loose"), jobs=1)
+    loose["config"]["run"]["total_steps"] = 512
+    with pytest.raises(ShoalError, match=r"anneals over its budget \(optim.anneal_steps unset\)"):
+        run_experiment(plan(loose, tmp_path / "loose"))
+
+
 def test_runs_in_parallel_and_records_a_failure(tmp_path):
     bad = spec(axes={"env.id": ["CartPole-v1", "NoSuchEnv-v0"]})
     experiment = plan(bad, tmp_path / "exp")
