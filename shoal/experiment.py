@@ -247,7 +247,7 @@ def _plan_difference(experiment: Experiment, held: dict[str, Any]) -> str | None
     """Why the plan a directory holds (``experiment.json`` and its ``configs/``) is not
     ``experiment``'s though its fingerprint differs, or None when it is: the same runs, each
     config equal once read by this shoal, except that a run's budget (``run.total_steps``)
-    may have been raised (`saved_budgets`). So a shoal that added a config field (its default
+    may have been raised. So a shoal that added a config field (its default
     keeping the old behaviour) resumes the experiments an older one started, and a longer
     budget extends them; any other changed value, or a lowered budget, is refused."""
     another = (
@@ -301,31 +301,17 @@ def _horizons_from_budget(config: dict[str, Any]) -> list[str]:
     return [name for name, block, key in fields if key in block and block[key] is None]
 
 
-def saved_budgets(experiment: Experiment) -> dict[str, int]:
-    """``run.total_steps`` of each run as the directory's plan holds it (none when new)."""
-    budgets = {}
-    for run in experiment.runs:
-        path = experiment.directory / "configs" / f"{run.name}.yaml"
-        if path.exists():
-            budgets[run.name] = int(
-                yaml.safe_load(path.read_text())["config"]["run"]["total_steps"]
-            )
-    return budgets
-
-
 def prepare(experiment: Experiment) -> dict[str, dict[str, Any]]:
     """Create the directory and its plan, or check that it holds this experiment; the runs'
     status (running ones from an interrupted start become pending)."""
     directory = experiment.directory
     plan_file = directory / "experiment.json"
-    budgets: dict[str, int] = {}
     if plan_file.exists():
         held = json.loads(plan_file.read_text())
         if held.get("fingerprint") != experiment.fingerprint:
             difference = _plan_difference(experiment, held)
             if difference is not None:
                 raise ShoalError(difference)
-            budgets = saved_budgets(experiment)
     elif directory.exists() and any(directory.iterdir()):
         raise ShoalError(f"{directory} is not empty and holds no experiment; use another --dir")
     directory.mkdir(parents=True, exist_ok=True)
@@ -341,9 +327,8 @@ def prepare(experiment: Experiment) -> dict[str, dict[str, Any]]:
         entry = status.setdefault(run.name, {"state": "pending"})
         if entry["state"] in ("running", "interrupted"):
             entry["state"] = "pending"
-        if entry["state"] == "done" and run.config["run"]["total_steps"] > budgets.get(
-            run.name, math.inf
-        ):
+        budget = run.config["run"]["total_steps"]
+        if entry["state"] == "done" and entry.get("total_steps", budget) < budget:
             entry["state"] = "pending"  # its budget was raised: on from its last checkpoint
         (directory / "configs" / f"{run.name}.yaml").write_text(
             yaml.safe_dump(
