@@ -126,7 +126,7 @@ def evaluate(
     episodes: int = 10,
     *,
     seed: int = 12345,
-    deterministic: bool = True,
+    deterministic: bool | None = None,
     fixed: dict[str, str] | None = None,
     env_kwargs: dict[str, Any] | None = None,
     trust_code: bool = False,
@@ -135,9 +135,11 @@ def evaluate(
     over ``episodes`` episodes with its 95% interval, per group and agent, a game's win /
     draw / loss rates, the env's own statistics); for an AlphaZero run, its search's wins,
     draws and losses in ``episodes`` games against a random and a minimax player.
-    ``fixed`` puts ``{group or agent: "random" | "module:Class"}`` players in trained ones'
-    places; ``env_kwargs`` changes env options (`shoal.evaluation.Evaluation`);
-    ``trust_code`` as `load`'s."""
+    ``deterministic`` picks greedy (True) or sampled (False) actions; None acts as the run's
+    ``run.eval_actions`` names, as its training evaluations did. ``fixed`` puts
+    ``{group or agent: "random" | "module:Class"}`` players in trained ones' places;
+    ``env_kwargs`` changes env options (`shoal.evaluation.Evaluation`); ``trust_code`` as
+    `load`'s."""
     checkpoint = load_checkpoint(run, trust_code=trust_code)
     if plays_a_game(checkpoint):  # matches against fixed players, not env episodes
         return game_report(checkpoint, episodes, seed)

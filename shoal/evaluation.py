@@ -157,12 +157,18 @@ class Evaluation:
             return {}
         return {**dict.fromkeys(groups, "trained"), **self.env_config.opponents, **self.fixed}
 
-    def statistics(self, episodes: int, seed: int = 12345, deterministic: bool = True) -> dict:
-        """The first episode of ``episodes`` envs: the return's statistics over episodes
+    def statistics(
+        self, episodes: int, seed: int = 12345, deterministic: bool | None = None
+    ) -> dict:
+        """The first episode of ``episodes`` envs, acting as ``deterministic`` says (None: as
+        the run's ``run.eval_actions`` names, which its training evaluations used): the
+        return's statistics over episodes
         (`shoal.stats.summary`: mean, std, median, min, max, IQM, 95% bootstrap interval),
         each group's and agent's, a game's win / draw / loss rates (95% Wilson intervals),
         the episode length and the env's own statistics. ``return`` is absent where groups
         oppose each other or a group's seats play each other."""
+        if deterministic is None:
+            deterministic = self.policy.config.run.eval_actions == "deterministic"
         env = self.make_env(episodes)
         try:
             policy = self.playing(env)

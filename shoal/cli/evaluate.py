@@ -22,7 +22,17 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--episodes", type=int, default=10, help="evaluation episodes")
     parser.add_argument("--seed", type=int, default=12345, help="seed of the evaluation envs")
     parser.add_argument("--video", help="also record one episode to this .gif or .mp4")
-    parser.add_argument("--stochastic", action="store_true", help="sample actions")
+    actions = parser.add_mutually_exclusive_group()
+    actions.add_argument(
+        "--actions",
+        choices=("deterministic", "sampled"),
+        help="greedy actions or actions sampled from the policy (default: the run's "
+        "run.eval_actions, as its training evaluations acted)",
+    )
+    actions.add_argument(
+        "--stochastic", dest="actions", action="store_const", const="sampled",
+        help="sample actions (--actions sampled)",
+    )  # fmt: skip
     add_trust_code(parser)
     parser.add_argument(
         "--json",
@@ -70,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
         loader(args.run_dir), fixed, _env_kwargs(args.env_kwargs), loader=loader,
         checkpoint=checkpoint if pools else None,
     )  # fmt: skip
-    report = evaluation.statistics(args.episodes, args.seed, deterministic=not args.stochastic)
+    deterministic = None if args.actions is None else args.actions == "deterministic"
+    report = evaluation.statistics(args.episodes, args.seed, deterministic)
     if _write_report(args, report):
         return 0
     for line in _eval_lines(report, report["env"], args.episodes):
@@ -95,7 +106,7 @@ def _eval_matches(args: argparse.Namespace, checkpoint: Any) -> int:
     from shoal.api import game_report
 
     unused = [flag for flag, given in (("--fixed", args.fixed), ("--video", args.video),
-                                       ("--stochastic", args.stochastic),
+                                       ("--actions", args.actions),
                                        ("--env.kwargs", args.env_kwargs)) if given]  # fmt: skip
     if unused:
         raise ShoalError(
@@ -145,6 +156,8 @@ def _eval_lines(report: dict[str, Any], env_id: str, episodes: int) -> list[str]
         return f"{s['mean']:.2f} [{s['ci_low']:.2f}, {s['ci_high']:.2f}]"
 
     lines = []
+    if not report["deterministic"]:  # greedy actions are the default; sampled ones are said
+        env_id = f"{env_id} (sampled actions)"
     players = report["players"]
     if players and (len(players) > 1 or "trained" not in players.values()):
         each = ", ".join(f"{k} {v}" for k, v in players.items())

@@ -223,3 +223,26 @@ def test_sampled_evaluations_during_training_leave_the_training_unchanged(tmp_pa
     with pytest.raises(shoal.errors.ConfigError, match="eval_actions.*must be one of"):
         shoal.train("ppo", env="CartPole-v1", run_dir=str(tmp_path / "bad"),
                     **{"run.eval_actions": "greedy"})  # fmt: skip
+
+
+def test_shoal_eval_acts_as_the_runs_evaluations_did(tmp_path, capsys):
+    """A run trained with ``run.eval_actions=sampled`` is scored with sampled actions by
+    ``shoal eval`` and ``shoal.evaluate`` unless told otherwise (``--actions``,
+    ``deterministic=``), and the summary says the actions were sampled."""
+    run = shoal.train("ppo", env="CartPole-v1", total_steps=256, seed=2, quiet=True,
+                      run_dir=str(tmp_path / "r"),
+                      **{"env.num_envs": 4, "num_steps": 32, "minibatch_size": 64,
+                         "run.tensorboard": False, "run.eval_actions": "sampled"})  # fmt: skip
+    default = shoal.evaluate(run.run_dir, episodes=8, seed=4)
+    assert default["deterministic"] is False
+    assert default == shoal.evaluate(run.run_dir, episodes=8, seed=4, deterministic=False)
+    greedy = shoal.evaluate(run.run_dir, episodes=8, seed=4, deterministic=True)
+    assert greedy["deterministic"] is True and greedy["return"] != default["return"]
+    capsys.readouterr()
+    assert main(["eval", str(run.run_dir), "--episodes", "8", "--seed", "4", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["return"] == default["return"]
+    assert main(["eval", str(run.run_dir), "--episodes", "8", "--seed", "4",
+                 "--actions", "deterministic", "--json"]) == 0  # fmt: skip
+    assert json.loads(capsys.readouterr().out)["return"] == greedy["return"]
+    assert main(["eval", str(run.run_dir), "--episodes", "2"]) == 0
+    assert "2 episodes on CartPole-v1 (sampled actions): return" in capsys.readouterr().out
