@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import fnmatch
 import hashlib
 import itertools
 import json
@@ -46,7 +47,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -372,6 +373,21 @@ def progress(run_dir: Path) -> int:
         return 0
 
 
+def selected(experiment: Experiment, patterns: Sequence[str] | None) -> set[str]:
+    """The names of the runs that ``patterns`` (shell globs, ``ppo-breakout-*``) match, every
+    run's when there are none; a pattern that matches no run is an error naming the runs."""
+    names = [run.name for run in experiment.runs]
+    if not patterns:
+        return set(names)
+    unmatched = [p for p in patterns if not fnmatch.filter(names, p)]
+    if unmatched:
+        raise ShoalError(
+            f"no run of {experiment.name} matches {', '.join(map(repr, unmatched))}; its runs "
+            f"are {', '.join(names)}"
+        )
+    return {name for name in names if any(fnmatch.fnmatchcase(name, p) for p in patterns)}
+
+
 def run_experiment(
     experiment: Experiment,
     jobs: int | None = None,
@@ -379,8 +395,10 @@ def run_experiment(
     poll: float = 0.5,
     ray_address: str | None = None,
     retries: int = 2,
+    only: Sequence[str] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Run every unfinished run of ``experiment``, ``jobs`` at a time (default: the cores),
+    """Run every unfinished run of ``experiment`` (of those ``only``'s globs match, where
+    given: the rest wait for a later start), ``jobs`` at a time (default: the cores),
     each in its own process; returns the runs' status. With ``ray_address`` (``auto``, or
     HOST:PORT; ``local`` starts a Ray here) each run is a Ray task on whichever node has a
     CPU free, ``jobs`` (default: the cluster's CPUs) at a time: the experiment directory
@@ -388,6 +406,7 @@ def run_experiment(
     same Python path. A run that crashes (killed, out of memory, an exception) is started
     again, from its last checkpoint, up to ``retries`` times before it is recorded as failed
     with its error; a run refused for bad input (exit status 2) is not retried."""
+    chosen = selected(experiment, only)
     status = prepare(experiment)
     launch: Callable[[list[str], Path], Any]
     if ray_address is not None:
@@ -408,7 +427,7 @@ def run_experiment(
             with log.open("ab") as handle:  # the child keeps its own copy of the descriptor
                 return subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT)
 
-    pending = [r for r in experiment.runs if status[r.name]["state"] != "done"]
+    pending = [r for r in experiment.runs if status[r.name]["state"] != "done" and r.name in chosen]
     for run in pending:
         status[run.name]["attempts"] = 0
     if on_update is not None:  # finished runs show at once (all of them, run again when done)
@@ -487,9 +506,13 @@ def experiment(
     jobs: int | None = None,
     on_update: Callable[[dict[str, dict[str, Any]]], None] | None = None,
     ray_address: str | None = None,
+    only: Sequence[str] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Plan and run an experiment (a file's path or its contents as a dict); returns each
-    run's status (``state`` done, failed or interrupted, ``wall_s``, ``error``)."""
+    """Plan and run an experiment (a file's path or its contents as a dict), or those of its
+    runs whose names ``only``'s globs match; returns each run's status (``state`` done,
+    failed, interrupted or, for runs not run yet, pending; ``wall_s``, ``error``)."""
     spec = read_spec(file_or_spec) if not isinstance(file_or_spec, dict) else dict(file_or_spec)
     spec.setdefault("name", "experiment")
-    return run_experiment(plan(spec, directory), jobs, on_update, ray_address=ray_address)
+    return run_experiment(
+        plan(spec, directory), jobs, on_update, ray_address=ray_address, only=only
+    )

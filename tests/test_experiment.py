@@ -224,6 +224,33 @@ def test_command_line_plan(tmp_path, capsys):
     assert not (tmp_path / "d").exists()  # --plan runs nothing
 
 
+def test_runs_picked_by_name_run_alone_and_the_rest_wait(tmp_path, capsys):
+    """``--runs GLOB`` (``only=``): the matching runs run, the others stay pending until a
+    start without it (which runs just those); a glob that matches no run is refused with the
+    runs' names, before anything runs."""
+    from shoal.cli import main
+
+    grid = {**spec(axes={"optim.lr": [1e-3, 3e-4]}),
+            "config": {**SMALL, "run": {**SMALL["run"], "total_steps": 256}}}  # fmt: skip
+    file = tmp_path / "sweep.yaml"
+    file.write_text(json.dumps(grid))
+    directory = tmp_path / "d"
+    args = ["experiment", str(file), "--dir", str(directory), "--jobs", "1"]
+    assert main([*args, "--plan", "--runs", "*0.001*"]) == 0
+    assert "optim.lr=0.001-s0" in (out := capsys.readouterr().out) and "0.0003-s0  (" not in out
+    assert main([*args, "--runs", "*0.001*"]) == 0
+    status = json.loads((directory / "status.json").read_text())
+    assert status["optim.lr=0.001-s0"]["state"] == "done"
+    assert status["optim.lr=0.0003-s0"]["state"] == "pending"
+    assert not (directory / "optim.lr=0.0003-s0").exists()
+    status = run_experiment(plan(grid, directory), jobs=1)
+    assert {entry["state"] for entry in status.values()} == {"done"}
+    assert status["optim.lr=0.001-s0"]["attempts"] == 1  # not run a second time
+    assert main([*args, "--runs", "ppo-*"]) == 2
+    refused = capsys.readouterr().out
+    assert "no run of grid matches 'ppo-*'; its runs are optim.lr=0.001-s0" in refused
+
+
 def test_the_references_experiment_files_plan(tmp_path):
     """Every file in experiments/ names fields and tuned examples that exist."""
     from pathlib import Path

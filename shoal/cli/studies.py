@@ -22,6 +22,11 @@ def add_parsers(commands: Any) -> None:
     experiment_p.add_argument("--jobs", type=int, help="runs at a time (default: the cores)")
     experiment_p.add_argument("--plan", action="store_true", help="list the runs, run nothing")
     experiment_p.add_argument(
+        "--runs", action="append", metavar="GLOB",
+        help="run only the runs whose names match (a shell glob: ppo-breakout-*, ppo-pong-s0); "
+        "repeatable; the others wait for a later start",
+    )  # fmt: skip
+    experiment_p.add_argument(
         "--retries", type=int, default=2,
         help="start a run that crashed again (from its checkpoint) up to this many times",
     )  # fmt: skip
@@ -57,7 +62,7 @@ def add_parsers(commands: Any) -> None:
 
 
 def _experiment(args: argparse.Namespace) -> int:
-    from shoal.experiment import plan, read_spec, run_experiment
+    from shoal.experiment import plan, read_spec, run_experiment, selected
 
     experiment = plan(read_spec(args.file), args.dir)
     console.print(
@@ -65,8 +70,11 @@ def _experiment(args: argparse.Namespace) -> int:
         f"{experiment.directory}",
         highlight=False,
     )
+    chosen = selected(experiment, args.runs)  # a glob that matches nothing: refused at once
     if args.plan:
         for run in experiment.runs:
+            if run.name not in chosen:
+                continue
             console.print(f"  {run.name}  ({run.algo}, seed {run.seed})", highlight=False)
         return 0
 
@@ -86,6 +94,7 @@ def _experiment(args: argparse.Namespace) -> int:
             on_update=lambda s: live.update(table(s)),
             ray_address=args.ray_address,
             retries=args.retries,
+            only=args.runs,
         )
     failed = [name for name, entry in status.items() if entry["state"] == "failed"]
     for name in failed:
