@@ -27,11 +27,14 @@ crop80-stack / crop80-diff
     current and the previous frame (float32 ``[1, 80, 80]`` in [-1, 1], zero after a reset). The
     env id's own frame skip and sticky actions apply, nothing else (no episodic life, no
     clipping: Pong's rewards are already -1/+1). Gymnasium wrappers only (``sync`` / ``async``).
+    ``*NoFrameskip-v4`` ids act on every frame unless ``EnvConfig.kwargs`` sets ``frameskip``
+    (the tuned examples set 4), and shoal warns when they would.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any
 
 import gymnasium as gym
@@ -166,6 +169,14 @@ def make_atari_env(
         env = FireReset(env)
     elif mode in ("crop80-stack", "crop80-diff"):
         env = Crop80Frame(gym.make(env_id, obs_type="rgb", render_mode=render_mode, **kwargs))
+        if getattr(env.unwrapped, "_frameskip", None) == 1:
+            warnings.warn(
+                f"{env_id} with {mode} acts on every frame (this preprocessing keeps the id's "
+                "own frame skip, and this id has none): budgets in agent steps are then frames, "
+                "and a game lasts 4x the steps it does with the usual skip of 4; set "
+                "env.kwargs.frameskip 4 (or use an id that skips frames) unless that is meant",
+                stacklevel=2,
+            )
     else:
         raise ConfigError(f"unknown Atari preprocessing {mode!r}")
     if max_episode_steps is not None:

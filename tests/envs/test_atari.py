@@ -49,6 +49,21 @@ def test_shapes_and_dtypes(atari, vectorization, shape, dtype):
         env.close()
 
 
+def test_crop80_without_a_frame_skip_warns_and_the_kwarg_sets_one(recwarn):
+    """Lamb et al.'s preprocessing keeps the id's frame skip: a NoFrameskip id acts on every
+    frame, which shoal says, and ``frameskip`` in the env's kwargs makes it skip 4 (a Pong
+    game then lasts about 800 agent steps, not about 3,300)."""
+    with pytest.warns(UserWarning, match="acts on every frame"):
+        make_atari_env("PongNoFrameskip-v4", "crop80-stack").close()
+    env = make_atari_env("PongNoFrameskip-v4", "crop80-stack", frameskip=4)
+    assert env.unwrapped._frameskip == 4 and not [w for w in recwarn if "every frame" in str(w)]
+    env.close()
+    config = _config("PongNoFrameskip-v4", atari="crop80-stack", kwargs={"frameskip": 4})
+    vector = make_env(config)
+    assert not [w for w in recwarn if "every frame" in str(w)]
+    vector.close()
+
+
 def test_native_vectorization_refuses_reference_001():
     with pytest.raises(ConfigError, match="native"):
         make_env(_config(atari="crop80-stack", vectorization="native"))
