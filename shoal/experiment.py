@@ -347,16 +347,19 @@ def prepare(experiment: Experiment) -> dict[str, dict[str, Any]]:
 
 def command(experiment: Experiment, run: PlannedRun, threads: int) -> list[str]:
     """The ``shoal train`` command of one run: resume from its checkpoint when it has one
-    (to the plan's budget, which may have been raised since the run started)."""
+    (to the plan's budget, which may have been raised since the run started). Either way the
+    run gets this start's share of the cores, not the one it was started with under another
+    ``--jobs``."""
     run_dir = experiment.directory / run.name
     train = [sys.executable, "-m", "shoal.cli", "train"]
+    share = ["--run.torch-threads", str(threads)]
     if (run_dir / "checkpoints" / "latest").exists():
         budget = str(run.config["run"]["total_steps"])
-        return [*train, "--resume", str(run_dir), "--run.total-steps", budget]
+        return [*train, "--resume", str(run_dir), "--run.total-steps", budget, *share]
     if run_dir.exists():  # started, but stopped before its first checkpoint: start again
         shutil.rmtree(run_dir)
     config = experiment.directory / "configs" / f"{run.name}.yaml"
-    return [*train, "--config", str(config), "--run.torch-threads", str(threads)]
+    return [*train, "--config", str(config), *share]
 
 
 def progress(run_dir: Path) -> int:

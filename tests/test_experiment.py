@@ -224,6 +224,20 @@ def test_command_line_plan(tmp_path, capsys):
     assert not (tmp_path / "d").exists()  # --plan runs nothing
 
 
+def test_a_run_gets_this_starts_share_of_the_cores_when_it_resumes(tmp_path):
+    """A run started under ``--jobs 1`` (all the cores) and resumed under ``--jobs 2`` gets
+    the new share on resume too: two resumed runs must not both ask for every core."""
+    from shoal.experiment import command
+
+    experiment = plan(spec(seeds=1), tmp_path / "exp")
+    [run] = experiment.runs
+    fresh = command(experiment, run, threads=2)
+    assert fresh[-2:] == ["--run.torch-threads", "2"] and "--config" in fresh
+    (tmp_path / "exp" / run.name / "checkpoints" / "latest").mkdir(parents=True)
+    resumed = command(experiment, run, threads=1)
+    assert "--resume" in resumed and resumed[-2:] == ["--run.torch-threads", "1"]
+
+
 def test_runs_picked_by_name_run_alone_and_the_rest_wait(tmp_path, capsys):
     """``--runs GLOB`` (``only=``): the matching runs run, the others stay pending until a
     start without it (which runs just those); a glob that matches no run is refused with the
