@@ -248,9 +248,11 @@ def _plan_difference(experiment: Experiment, held: dict[str, Any]) -> str | None
     """Why the plan a directory holds (``experiment.json`` and its ``configs/``) is not
     ``experiment``'s though its fingerprint differs, or None when it is: the same runs, each
     config equal once read by this shoal, except that a run's budget (``run.total_steps``)
-    may have been raised. So a shoal that added a config field (its default
-    keeping the old behaviour) resumes the experiments an older one started, and a longer
-    budget extends them; any other changed value, or a lowered budget, is refused."""
+    may have been raised, and a run that has not started may have any config. So a shoal
+    that added a config field (its default keeping the old behaviour) resumes the
+    experiments an older one started, a longer budget extends them, and a run still waiting
+    (``--runs`` left it for later, or its directory was removed) takes the file's settings as
+    they are now; any other changed value, or a lowered budget, is refused."""
     another = (
         f"{experiment.directory} holds the runs of another experiment ({held.get('name')!r}, "
         f"{len(held.get('runs', []))} runs); give this one another directory (--dir)"
@@ -258,6 +260,8 @@ def _plan_difference(experiment: Experiment, held: dict[str, Any]) -> str | None
     if [r.get("name") for r in held.get("runs", [])] != [r.name for r in experiment.runs]:
         return another
     for run in experiment.runs:
+        if not (experiment.directory / run.name).exists():
+            continue  # never started: nothing of it to keep, so it runs as planned now
         path = experiment.directory / "configs" / f"{run.name}.yaml"
         try:
             saved = yaml.safe_load(path.read_text())

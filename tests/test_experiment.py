@@ -92,8 +92,35 @@ def test_a_plan_from_an_older_shoal_resumes_unless_a_value_changed(tmp_path):
     held.write_text(json.dumps(old))
     config["config"]["optim"]["lr"] = 5e-3
     saved.write_text(yaml.safe_dump(config))
+    (experiment.directory / experiment.runs[0].name).mkdir()  # the run has started
     with pytest.raises(ShoalError, match="holds the runs of another experiment"):
         prepare(experiment)
+
+
+def test_a_run_that_has_not_started_takes_the_files_settings_as_they_are_now(tmp_path):
+    """Change the settings of a run that ``--runs`` left waiting: the next start runs it
+    with them (nothing of it is lost); the same change to a run that has run is refused."""
+    file = tmp_path / "two.yaml"
+    small = {**SMALL, "run": {**SMALL["run"], "total_steps": 256}}
+
+    def write(lr_of_b, lr_of_a=1e-3):
+        variants = {name: {"config": {"optim": {"lr": lr}}}
+                    for name, lr in (("a", lr_of_a), ("b", lr_of_b))}  # fmt: skip
+        spec = {"name": "two", "base": "ppo-cartpole", "config": small, "variants": variants}
+        file.write_text(json.dumps(spec))
+
+    write(lr_of_b=1e-3)
+    directory = tmp_path / "exp"
+    status = shoal.experiment(file, directory, jobs=1, only=["a-*"])
+    assert status["a-s0"]["state"] == "done" and status["b-s0"]["state"] == "pending"
+    write(lr_of_b=2e-3)
+    status = shoal.experiment(file, directory, jobs=1)
+    assert status["b-s0"]["state"] == "done"
+    ran = json.loads((directory / "b-s0" / "config.json").read_text())
+    assert ran["optim"]["lr"] == 2e-3
+    write(lr_of_b=2e-3, lr_of_a=3e-3)
+    with pytest.raises(ShoalError, match="holds the runs of another experiment"):
+        shoal.experiment(file, directory, jobs=1)
 
 
 def losses(run_dir):
