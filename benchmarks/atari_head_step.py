@@ -7,7 +7,9 @@ logit is ``w . f + b``: when the step's signs line up with the features', it mov
 ``lr * sum_i |f_i|``. This prints ``sum_i |f_i|`` of the features each model's policy head
 reads (batch-norm layers in training mode, as in the update), averaged over 80 frames of
 random Pong play with Lamb et al.'s preprocessing (frame skip 4), and that bound at the
-learning rates of the zoo (7e-4) and of Lamb et al. (1e-4).
+learning rates of the zoo (7e-4) and of Lamb et al. (1e-4): for Model 2 and the Nature CNN
+the conv features, for Model 3 (``a2c-lstm-pong``) its LSTM's output over the 80 frames as
+one sequence, divided by the softmax temperature it starts with (2.0).
 
 Usage: ``python benchmarks/atari_head_step.py [--seed 0]`` (seconds; needs the atari extra).
 """
@@ -17,11 +19,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+import gymnasium as gym
 import numpy as np
 import torch
 
 from shoal.envs.atari import make_atari_env
 from shoal.nn.cnn import build_encoder
+from shoal.nn.recurrent import RecurrentActorCritic
 from shoal.registry import find_tuned
 
 RATES = (7e-4, 1e-4)
@@ -53,12 +57,20 @@ def main() -> None:
     print("| encoder | features | sum of abs features | " +
           " | ".join(f"logit move per step at lr {lr:g}" for lr in RATES) + " |")  # fmt: skip
     print("|---|---|---|" + "---|" * len(RATES))
+    rows = []
     for name in ("batchnorm-cnn2", "nature"):
         encoder = build_encoder(obs_space, dataclasses.replace(model, encoder=name)).train()
         with torch.no_grad():
-            size = encoder(x).abs().sum(1).mean().item()
+            rows.append((name, encoder.out_dim, encoder(x).abs().sum(1).mean().item()))
+    config = find_tuned("a2c-lstm-pong").build_config().model
+    recurrent = RecurrentActorCritic(obs_space, gym.spaces.Discrete(6), config).train()
+    with torch.no_grad():
+        h, _ = recurrent(x.unsqueeze(1), recurrent.initial_state(1))  # one env, 80 steps
+    size = h.abs().sum(-1).mean().item() / config.temperature
+    rows.append(("batchnorm-cnn3-lstm, LSTM output / temperature", config.lstm_hidden, size))
+    for name, width, size in rows:
         moves = " | ".join(f"{lr * size:.2f}" for lr in RATES)
-        print(f"| {name} | {encoder.out_dim} | {size:,.0f} | {moves} |")
+        print(f"| {name} | {width} | {size:,.0f} | {moves} |")
 
 
 if __name__ == "__main__":
