@@ -246,18 +246,21 @@ def _save_status(experiment: Experiment, status: dict[str, dict[str, Any]]) -> N
 
 def _plan_difference(experiment: Experiment, held: dict[str, Any]) -> str | None:
     """Why the plan a directory holds (``experiment.json`` and its ``configs/``) is not
-    ``experiment``'s though its fingerprint differs, or None when it is: the same runs, each
-    config equal once read by this shoal, except that a run's budget (``run.total_steps``)
-    may have been raised, and a run that has not started may have any config. So a shoal
-    that added a config field (its default keeping the old behaviour) resumes the
-    experiments an older one started, a longer budget extends them, and a run still waiting
+    ``experiment``'s though its fingerprint differs, or None when it is: every run that has
+    started is still planned, its config equal once read by this shoal except that its budget
+    (``run.total_steps``) may have been raised. Runs that have not started may be added,
+    dropped or changed. So a shoal that added a config field (its default keeping the old
+    behaviour) resumes the experiments an older one started, a longer budget extends them,
+    more seeds or variants add runs beside the finished ones, and a run still waiting
     (``--runs`` left it for later, or its directory was removed) takes the file's settings as
-    they are now; any other changed value, or a lowered budget, is refused."""
+    they are now; any other change to a run with results, or a lowered budget, is refused."""
     another = (
         f"{experiment.directory} holds the runs of another experiment ({held.get('name')!r}, "
         f"{len(held.get('runs', []))} runs); give this one another directory (--dir)"
     )
-    if [r.get("name") for r in held.get("runs", [])] != [r.name for r in experiment.runs]:
+    planned = {run.name for run in experiment.runs}
+    held_names = [str(r.get("name")) for r in held.get("runs", [])]
+    if any(n not in planned and (experiment.directory / n).exists() for n in held_names):
         return another
     for run in experiment.runs:
         if not (experiment.directory / run.name).exists():
@@ -327,9 +330,13 @@ def prepare(experiment: Experiment) -> dict[str, dict[str, Any]]:
         "runs": [{"name": r.name, "variant": r.variant, "values": r.values, "seed": r.seed,
                   "algo": r.algo} for r in experiment.runs],
     }, indent=2, default=str))  # fmt: skip
-    status = _status(experiment)
+    held_status = _status(experiment)
+    status = {run.name: held_status.get(run.name, {"state": "pending"}) for run in experiment.runs}
+    for stale in (directory / "configs").glob("*.yaml"):
+        if stale.stem not in status:  # a run dropped from the file before it started
+            stale.unlink()
     for run in experiment.runs:
-        entry = status.setdefault(run.name, {"state": "pending"})
+        entry = status[run.name]
         if entry["state"] in ("running", "interrupted"):
             entry["state"] = "pending"
         budget = run.config["run"]["total_steps"]

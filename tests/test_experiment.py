@@ -97,30 +97,38 @@ def test_a_plan_from_an_older_shoal_resumes_unless_a_value_changed(tmp_path):
         prepare(experiment)
 
 
-def test_a_run_that_has_not_started_takes_the_files_settings_as_they_are_now(tmp_path):
+def test_runs_without_results_can_be_changed_added_or_dropped_and_the_others_cannot(tmp_path):
     """Change the settings of a run that ``--runs`` left waiting: the next start runs it
-    with them (nothing of it is lost); the same change to a run that has run is refused."""
+    with them (nothing of it is lost). Add a variant beside finished runs: it runs alone.
+    Changing or dropping a run that has run is refused (its results would no longer match
+    the file)."""
     file = tmp_path / "two.yaml"
     small = {**SMALL, "run": {**SMALL["run"], "total_steps": 256}}
 
-    def write(lr_of_b, lr_of_a=1e-3):
-        variants = {name: {"config": {"optim": {"lr": lr}}}
-                    for name, lr in (("a", lr_of_a), ("b", lr_of_b))}  # fmt: skip
+    def write(**rates):
+        variants = {name: {"config": {"optim": {"lr": lr}}} for name, lr in rates.items()}
         spec = {"name": "two", "base": "ppo-cartpole", "config": small, "variants": variants}
         file.write_text(json.dumps(spec))
 
-    write(lr_of_b=1e-3)
+    write(a=1e-3, b=1e-3, waiting=1e-3)
     directory = tmp_path / "exp"
     status = shoal.experiment(file, directory, jobs=1, only=["a-*"])
     assert status["a-s0"]["state"] == "done" and status["b-s0"]["state"] == "pending"
-    write(lr_of_b=2e-3)
+    write(a=1e-3, b=2e-3)  # b changed and "waiting" dropped before either started
     status = shoal.experiment(file, directory, jobs=1)
-    assert status["b-s0"]["state"] == "done"
-    ran = json.loads((directory / "b-s0" / "config.json").read_text())
-    assert ran["optim"]["lr"] == 2e-3
-    write(lr_of_b=2e-3, lr_of_a=3e-3)
-    with pytest.raises(ShoalError, match="holds the runs of another experiment"):
-        shoal.experiment(file, directory, jobs=1)
+    assert set(status) == {"a-s0", "b-s0"} and status["b-s0"]["state"] == "done"
+    assert json.loads((directory / "b-s0" / "config.json").read_text())["optim"]["lr"] == 2e-3
+    assert not (directory / "configs" / "waiting-s0.yaml").exists()
+    finished = {name: (directory / name / "metrics.jsonl").stat().st_mtime for name in status}
+    write(a=1e-3, b=2e-3, c=3e-3)  # one more variant
+    status = shoal.experiment(file, directory, jobs=1)
+    assert {entry["state"] for entry in status.values()} == {"done"} and "c-s0" in status
+    for name, mtime in finished.items():
+        assert (directory / name / "metrics.jsonl").stat().st_mtime == mtime  # not run again
+    for changed in ({"a": 3e-3, "b": 2e-3, "c": 3e-3}, {"b": 2e-3, "c": 3e-3}):
+        write(**changed)  # a run with results changed, then dropped
+        with pytest.raises(ShoalError, match="holds the runs of another experiment"):
+            shoal.experiment(file, directory, jobs=1)
 
 
 def losses(run_dir):
