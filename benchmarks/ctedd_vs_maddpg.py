@@ -23,8 +23,10 @@ all on a 2-core machine (one thread per run, runs in sequence). The paper trains
 of steps; at this budget only the early part of its curves is reproduced.
 
 Output: per task and series, the final return's mean with a 95% confidence interval
-(t-distribution over seeds), whether the paper's ordering CTEDD-G >= CTEDD-L-m >= MADDPG-m
-(m = 1, 3, on the means) holds, and a PNG of the learning curves (mean and 95% CI).
+(t-distribution over seeds), how far the curves are from level (the mean change of the
+return over the last 20% of the steps, with its interval), whether the paper's ordering
+CTEDD-G >= CTEDD-L-m >= MADDPG-m (m = 1, 3, on the means) holds, and a PNG of the learning
+curves (mean and 95% CI).
 
 Usage: ``python benchmarks/ctedd_vs_maddpg.py [--seeds 3] [--steps 30000] [--json out.json]
 [--plot curves.png] [--quick]`` (``pip install -e '.[bench]'`` for matplotlib). ``--quick``:
@@ -135,7 +137,9 @@ def summarize(curves: dict[str, dict[str, list[list[tuple[int, float]]]]]) -> di
             finals = [run[-1][1] for run in runs if run]
             if finals:
                 mean, half = t_interval(finals)
-                row[name] = {"mean": mean, "ci95": half, "finals": finals}
+                rise, rise_half = t_interval([late_rise(run) for run in runs if run])
+                row[name] = {"mean": mean, "ci95": half, "finals": finals,
+                             "late_rise": rise, "late_rise_ci95": rise_half}  # fmt: skip
         ordering, separated = {}, {}
         for m in (1, 3):
             chain = [row.get(name) for name in ("CTEDD-G", f"CTEDD-L-{m}", f"MADDPG-{m}")]
@@ -148,6 +152,14 @@ def summarize(curves: dict[str, dict[str, list[list[tuple[int, float]]]]]) -> di
             )
         table[task] = {"series": row, "ordering_holds": ordering, "separated": separated}
     return table
+
+
+def late_rise(curve: list[tuple[int, float]], fraction: float = 0.2) -> float:
+    """How far a curve is from level: its final value less its value ``fraction`` of the
+    budget earlier (the last evaluation at or before that step; the first one if none)."""
+    final_step, final = curve[-1]
+    before = [value for step, value in curve if step <= final_step * (1 - fraction)]
+    return final - (before[-1] if before else curve[0][1])
 
 
 def read_experiment(directory: Path) -> dict[str, dict[str, list]]:
@@ -246,6 +258,13 @@ def print_table(args: argparse.Namespace, table: dict[str, Any], seconds: float)
             for m, ok in entry["ordering_holds"].items()
         )
         print(f"{task:<7}{cells}   {holds}")
+        rises = "".join(
+            f"{series[n]['late_rise']:>+11.2f} +- {series[n]['late_rise_ci95']:<5.2f}"
+            if n in (series := entry["series"])
+            else f"{'-':>20}"
+            for n in SERIES
+        )
+        print(f"{'  rise':<7}{rises}   (change over the last 20% of the steps)")
     all_hold = all(all(e["ordering_holds"].values()) for e in table.values())
     print(f"paper's ordering CTEDD-G >= CTEDD-L >= MADDPG holds on every task: {all_hold}")
     return all_hold

@@ -26,7 +26,9 @@ crop80-stack / crop80-diff
     last 4 such frames stacked (uint8 ``[4, 80, 80]``), the linear model the difference of the
     current and the previous frame (float32 ``[1, 80, 80]`` in [-1, 1], zero after a reset). The
     env id's own frame skip and sticky actions apply, nothing else (no episodic life, no
-    clipping: Pong's rewards are already -1/+1). Gymnasium wrappers only (``sync`` / ``async``).
+    clipping: Pong's rewards are already -1/+1). Evaluation envs start each game with 1 to 30
+    NOOPs (`NoopStart`), so that their games differ where the id is deterministic; training
+    envs do not. Gymnasium wrappers only (``sync`` / ``async``).
     ``*NoFrameskip-v4`` ids act on every frame unless ``EnvConfig.kwargs`` sets ``frameskip``
     (the tuned examples set 4), and shoal warns when they would.
 """
@@ -50,6 +52,7 @@ __all__ = [
     "FireReset",
     "FrameDifference",
     "Crop80Frame",
+    "NoopStart",
     "make_atari_env",
     "make_atari_vector_env",
     "crop80_frame",
@@ -101,6 +104,28 @@ class FireReset(gym.Wrapper):
         if terminated or truncated:
             return self.env.reset(options=options)
         return obs, {**info, **step_info}
+
+
+class NoopStart(gym.Wrapper):
+    """After every reset, 1 to ``noop_max`` NOOP steps (drawn from the env's seeded generator)
+    before the first observation: the start-state randomization of Mnih et al., "Human-level
+    control through deep reinforcement learning" (2015). Without it, a greedy policy in a
+    deterministic ALE game (``*NoFrameskip-v4`` with a fixed frame skip) plays the same game in
+    every evaluation env. A game that ends during the NOOPs is reset again."""
+
+    def __init__(self, env: gym.Env, noop_max: int = NOOP_MAX):
+        super().__init__(env)
+        if noop_max < 1:
+            raise ConfigError(f"noop_max must be >= 1, got {noop_max}")
+        self.noop_max = noop_max
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        obs, info = self.env.reset(seed=seed, options=options)
+        for _ in range(int(self.np_random.integers(1, self.noop_max + 1))):
+            obs, _, terminated, truncated, info = self.env.step(0)
+            if terminated or truncated:
+                obs, info = self.env.reset(options=options)
+        return obs, info
 
 
 def crop80_frame(frame: np.ndarray, crop_top: int = CROP80_TOP) -> np.ndarray:
@@ -157,10 +182,12 @@ def make_atari_env(
     mode: str = "deepmind",
     max_episode_steps: int | None = None,
     render_mode: str | None = None,
+    noop_start: bool = False,
     **kwargs: Any,
 ) -> gym.Env:
     """One preprocessed Atari env for ``mode`` (see the module docstring); ``kwargs`` go to the
-    ALE constructor. Life loss and reward clipping are not here but in `AtariEpisodes`."""
+    ALE constructor. Life loss and reward clipping are not here but in `AtariEpisodes`.
+    ``noop_start`` adds `NoopStart` to the crop80 modes (deepmind has its no-op reset always)."""
     require_ale()
     if mode == "deepmind":
         # Grayscale straight from the emulator: AtariPreprocessing reads the screen itself.
@@ -177,6 +204,8 @@ def make_atari_env(
                 "env.kwargs.frameskip 4 (or use an id that skips frames) unless that is meant",
                 stacklevel=2,
             )
+        if noop_start:
+            env = NoopStart(env)
     else:
         raise ConfigError(f"unknown Atari preprocessing {mode!r}")
     if max_episode_steps is not None:
@@ -295,7 +324,12 @@ def make_atari_vector_env(
 
         def thunk() -> gym.Env:
             return make_atari_env(
-                config.id, config.atari, config.max_episode_steps, render_mode, **kwargs
+                config.id,
+                config.atari,
+                config.max_episode_steps,
+                render_mode,
+                noop_start=not training,
+                **kwargs,
             )
 
         vector_cls = gym.vector.SyncVectorEnv if mode == "sync" else gym.vector.AsyncVectorEnv

@@ -15,6 +15,7 @@ from shoal.envs.atari import (  # noqa: E402
     AtariEpisodes,
     Crop80Frame,
     FrameDifference,
+    NoopStart,
     crop80_frame,
     make_atari_env,
     make_atari_vector_env,
@@ -127,6 +128,60 @@ def test_noop_starts_differ_between_seeds():
     _, info = native.reset(seed=0)
     assert len(set(info["episode_frame_number"].tolist())) >= 3
     native.close()
+
+
+class CountingGame(gym.Env):
+    """A game of ``length`` steps that records its resets and actions."""
+
+    observation_space = gym.spaces.Box(0, 255, (1,), np.uint8)
+    action_space = gym.spaces.Discrete(3)
+
+    def __init__(self, length):
+        self.length, self.resets, self.actions = length, 0, []
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.resets, self.t = self.resets + 1, 0
+        return np.array([0], np.uint8), {}
+
+    def step(self, action):
+        self.actions.append(int(action))
+        self.t += 1
+        return np.array([self.t], np.uint8), 0.0, self.t == self.length, False, {}
+
+
+def test_noop_start_presses_noop_a_seeded_number_of_times():
+    counts = {}
+    for seed in range(50):
+        game = CountingGame(length=100)
+        obs, _ = NoopStart(game, noop_max=5).reset(seed=seed)
+        assert set(game.actions) == {0} and int(obs[0]) == len(game.actions)  # NOOPs only
+        counts[seed] = len(game.actions)
+        again = CountingGame(length=100)
+        NoopStart(again, noop_max=5).reset(seed=seed)
+        assert len(again.actions) == counts[seed]  # the seed decides
+    assert set(counts.values()) == {1, 2, 3, 4, 5}
+    game = CountingGame(length=1)  # every game ends at its first step: reset again
+    NoopStart(game, noop_max=1).reset(seed=0)
+    assert game.resets == 2
+    with pytest.raises(ConfigError, match="noop_max"):
+        NoopStart(CountingGame(1), noop_max=0)
+
+
+@pytest.mark.parametrize("atari", ["crop80-stack", "crop80-diff"])
+def test_crop80_evaluation_games_start_apart_and_training_games_do_not(atari):
+    """A greedy policy on a deterministic id would play one game in every evaluation env:
+    evaluation envs start with NOOPs, training envs (Lamb et al.'s pipeline) do not."""
+    config = SimpleNamespace(
+        run=RunConfig(eval_episodes=8),
+        env=_config("PongNoFrameskip-v4", atari=atari, kwargs={"frameskip": 4}, num_envs=8),
+    )
+    for env, apart in ((make_eval_env(config), True), (make_env(config.env), False)):
+        env.reset(seed=0)
+        frames = [game.unwrapped.ale.getEpisodeFrameNumber() for game in env.env.envs]
+        env.close()
+        assert (len(set(frames)) >= 4) == apart, frames
+        assert max(frames) <= 4 * 30
 
 
 class ScriptedAtari(gym.vector.VectorEnv):
