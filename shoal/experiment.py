@@ -18,7 +18,9 @@ An axis names a config field with dots (the close matches are listed when none e
 names to their own ``base`` or ``algo`` and ``config``, merged over the file's) lists
 configs that differ in more than one field; the axes then cross every variant. Every config
 is built and checked before any run starts. Run ``k`` of a variant trains with
-``derive_seed(seed, variant, k)``: distinct seeds, and the same file gives the same runs.
+``derive_seed(seed, variant, k)``: distinct seeds, and the same file gives the same runs. A
+variant with ``seeds_of: OTHER`` takes OTHER's seeds instead (run ``k`` of both trains with
+one seed), so that a comparison of the two changes one thing, not the seed as well.
 
 Runs land in the experiment directory (default ``runs/experiments/<name>``), one run
 directory each in the usual layout, with ``experiment.json`` (the plan) and ``status.json``
@@ -147,23 +149,42 @@ def plan(spec: dict[str, Any], directory: str | Path | None = None) -> Experimen
     runs = []
     keys = list(axes)
     for label, own in variants.items():
-        unknown = sorted(set(own) - {"base", "algo", "config"})
+        unknown = sorted(set(own) - {"base", "algo", "config", "seeds_of"})
         if unknown:
             raise ConfigError(f"experiment: variant {label!r}: unknown keys {unknown}")
-        local = {**spec, **{k: v for k, v in own.items() if k != "config"}}
+        seed_label = _seed_variant(variants, label)
+        local = {**spec, **{k: v for k, v in own.items() if k not in ("config", "seeds_of")}}
         if own.get("base") and "algo" not in own:
             local.pop("algo", None)  # the variant's tuned example says its algorithm
         local["config"] = merge_dicts(spec.get("config") or {}, own.get("config") or {})
         for combination in itertools.product(*(axes[k] for k in keys)):
             values = dict(zip(keys, combination, strict=True))
-            variant = ",".join(p for p in (label, variant_name(values) if values else "") if p)
-            variant = variant or "base"
+            point = variant_name(values) if values else ""
+            variant = ",".join(p for p in (label, point) if p) or "base"
+            seeded = ",".join(p for p in (seed_label, point) if p) or "base"
             for k in range(seeds):
-                seed = derive_seed(base_seed, variant, k)
+                seed = derive_seed(base_seed, seeded, k)
                 run_name = f"{variant}-s{k}"
                 algo, config = build(local, values, seed, root / run_name)
                 runs.append(PlannedRun(run_name, variant, values, seed, algo, config))
     return Experiment(name, root, runs, spec)
+
+
+def _seed_variant(variants: dict[str, Any], label: str) -> str:
+    """The variant whose seeds ``label``'s runs take: its own, or the one its ``seeds_of``
+    names (followed to a variant without one)."""
+    seen = [label]
+    while (other := variants[seen[-1]].get("seeds_of")) is not None:
+        if other not in variants or other == "":
+            known = ", ".join(repr(name) for name in variants if name)
+            raise ConfigError(
+                f"experiment: variant {seen[-1]!r}: seeds_of {other!r} is not a variant of the "
+                f"file ({known})"
+            )
+        if other in seen:
+            raise ConfigError(f"experiment: seeds_of goes round in a circle: {seen + [other]}")
+        seen.append(other)
+    return seen[-1]
 
 
 MAX_RUNS = 10_000

@@ -309,8 +309,14 @@ def test_the_references_experiment_files_plan(tmp_path):
     files = sorted((Path(__file__).parent.parent / "experiments").glob("*.yaml"))
     assert len(files) >= 4
     for file in files:
-        experiment = plan(read_spec(file), tmp_path / file.stem)
-        assert experiment.runs and len({r.seed for r in experiment.runs}) == len(experiment.runs)
+        spec = read_spec(file)
+        experiment = plan(spec, tmp_path / file.stem)
+        own_seeds = [
+            r.seed
+            for r in experiment.runs
+            if "seeds_of" not in (spec.get("variants") or {}).get(r.variant, {})
+        ]
+        assert experiment.runs and len(set(own_seeds)) == len(own_seeds)
 
 
 def test_variants_merge_their_own_config_over_the_files(tmp_path):
@@ -324,6 +330,30 @@ def test_variants_merge_their_own_config_over_the_files(tmp_path):
     assert runs[1].config["env"]["num_envs"] == 4
     with pytest.raises(ConfigError, match="unknown keys"):
         plan({**spec, "variants": {"x": {"algo": "ppo", "optim": {}}}}, tmp_path / "w")
+
+
+def test_a_variant_takes_another_variants_seeds_when_it_says_so(tmp_path):
+    """``seeds_of``: run k of both variants trains with one seed (a one-change comparison);
+    across the axes too, point by point; a name that is not a variant, or a circle, is refused."""
+    spec = {"name": "paired", "algo": "ppo", "config": {"env": {"id": "CartPole-v1"}},
+            "variants": {"a": {}, "b": {"config": {"optim": {"lr": 0.001}}, "seeds_of": "a"},
+                         "c": {"seeds_of": "b"}, "d": {}},
+            "axes": {"num_epochs": [2, 4]}, "seeds": 2}  # fmt: skip
+    seeds = {r.name: r.seed for r in plan(spec, tmp_path / "p").runs}
+    for k in (0, 1):
+        for epochs in (2, 4):
+            a = seeds[f"a,num_epochs={epochs}-s{k}"]
+            assert seeds[f"b,num_epochs={epochs}-s{k}"] == seeds[f"c,num_epochs={epochs}-s{k}"] == a
+            assert seeds[f"d,num_epochs={epochs}-s{k}"] != a
+    assert len({seeds[f"a,num_epochs={e}-s{k}"] for e in (2, 4) for k in (0, 1)}) == 4
+    run = next(r for r in plan(spec, tmp_path / "p").runs if r.variant.startswith("b,"))
+    assert "seeds_of" not in run.config and run.config["run"]["seed"] == run.seed
+    bad = {**spec, "variants": {"a": {"seeds_of": "z"}}}
+    with pytest.raises(ConfigError, match="seeds_of 'z' is not a variant"):
+        plan(bad, tmp_path / "q")
+    circle = {**spec, "variants": {"a": {"seeds_of": "b"}, "b": {"seeds_of": "a"}}}
+    with pytest.raises(ConfigError, match="circle"):
+        plan(circle, tmp_path / "r")
 
 
 def test_runs_as_ray_tasks(ray_session, tmp_path):
