@@ -1,23 +1,16 @@
 """benchmarks/archive_experiment.py: a finished run's metrics thinned without changing what
 the comparisons read from them, and an archive that resumes only what it holds."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.benchmark_scripts import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def archiver():
-    spec = importlib.util.spec_from_file_location(
-        "archive_experiment", ROOT / "benchmarks" / "archive_experiment.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("archive_experiment")
 
 
 ROWS = [

@@ -1,21 +1,13 @@
 """benchmarks/ctedd_vs_maddpg.py: the table of Chen 2019's comparison, checked by hand."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.benchmark_scripts import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def comparison():
-    spec = importlib.util.spec_from_file_location(
-        "ctedd_vs_maddpg", ROOT / "benchmarks" / "ctedd_vs_maddpg.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("ctedd_vs_maddpg")
 
 
 def test_late_rise_is_the_change_over_the_last_fifth_of_the_steps(comparison):
