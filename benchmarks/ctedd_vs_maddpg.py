@@ -212,6 +212,7 @@ def plot(curves, path: Path) -> bool:
             ax.plot(steps, mean, label=name)
             ax.fill_between(steps, mean - half, mean + half, alpha=0.2)
         ax.set_title(task)
+        ax.xaxis.set_major_formatter(lambda x, _: f"{x / 1000:g}k")
         ax.set_xlabel("env steps")
         ax.set_ylabel("evaluation return (per agent)")
     axes[0][0].legend(fontsize=8)
