@@ -286,8 +286,17 @@ class WorkerPool:
             self.on_restart(i)
 
     def kill(self, i: int) -> None:
-        """Kill worker ``i``'s process, as a crash would (for tests of recovery)."""
-        ray.kill(self.workers[i], no_restart=True)
+        """Kill worker ``i``'s process, as a crash would (for tests of recovery), and return
+        once Ray reports it dead: every request to it fails from then on, so that a test
+        finds the crash within the next call, however loaded the machine. (Ray learns of
+        a death in its own time, which on a busy machine can be many iterations later.)"""
+        worker = self.workers[i]
+        ray.kill(worker, no_restart=True)
+        while True:
+            try:
+                ray.get(worker.__ray_ready__.remote())
+            except WORKER_FAILURES:
+                return
 
     def close(self) -> None:
         for worker in self.workers:
