@@ -23,7 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from shoal.experiment import plan, run_experiment
+from shoal.experiment import run_experiment
+from shoal.experiment_plan import plan
 
 TARGET = 0.10
 

@@ -1,26 +1,5 @@
-"""Experiments: a grid of configs times seeds, each run a ``shoal train`` process of its
-own, ``--jobs`` at a time (``shoal experiment FILE.yaml``, ``shoal.experiment(...)``).
-
-The file::
-
-    name: lr-sweep                  # default: the file's name
-    base: ppo-cartpole              # a tuned example (name or YAML path); or `algo: ppo`
-    config:                         # overrides of the base, for every run
-      run: {total_steps: 50000}
-    axes:                           # one variant per combination of the values
-      optim.lr: [0.001, 0.0003]
-      num_epochs: [4, 10]
-    seeds: 3                        # runs per variant
-    seed: 0                         # the runs' seeds derive from it
-
-An axis names a config field with dots (the close matches are listed when none exists), or
-``algo`` / ``base`` to vary the algorithm or the tuned example. ``variants`` (a mapping of
-names to their own ``base`` or ``algo`` and ``config``, merged over the file's) lists
-configs that differ in more than one field; the axes then cross every variant. Every config
-is built and checked before any run starts. Run ``k`` of a variant trains with
-``derive_seed(seed, variant, k)``: distinct seeds, and the same file gives the same runs. A
-variant with ``seeds_of: OTHER`` takes OTHER's seeds instead (run ``k`` of both trains with
-one seed), so that a comparison of the two changes one thing, not the seed as well.
+"""Experiments run: each planned run (`shoal.experiment_plan`) a ``shoal train`` process of
+its own, ``--jobs`` at a time (``shoal experiment FILE.yaml``, ``shoal.experiment(...)``).
 
 Runs land in the experiment directory (default ``runs/experiments/<name>``), one run
 directory each in the usual layout, with ``experiment.json`` (the plan) and ``status.json``
@@ -35,13 +14,8 @@ with the end of its error output and the others go on.
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import fnmatch
-import hashlib
-import itertools
 import json
-import math
 import os
 import shutil
 import signal
@@ -50,207 +24,20 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from shoal.config import from_dict, read_yaml
-from shoal.errors import ConfigError, ShoalError
-from shoal.registry import find_tuned, get_algorithm
-from shoal.seeding import derive_seed
+from shoal.config import from_dict
+from shoal.errors import ShoalError
+from shoal.experiment_plan import Experiment, PlannedRun, plain, plan, read_spec
+from shoal.registry import get_algorithm
 from shoal.train.signals import forward_sigterm
 
 # A run's exit status when Ctrl-C or SIGTERM stopped it, after it saved: 130, or the SIGTERM
 # it put off and then let end it (-15 as subprocess reports it; 143 where a handler exited).
 STOPPED = (130, 143, -signal.SIGTERM)
-
-SPECIAL_AXES = ("algo", "base")
-
-
-@dataclass(frozen=True)
-class PlannedRun:
-    """One run of an experiment: its name (``<variant>-s<k>``), variant, axis values, seed,
-    algorithm and full config (a dict, as ``config.json`` holds it)."""
-
-    name: str
-    variant: str
-    values: dict[str, Any]
-    seed: int
-    algo: str
-    config: dict[str, Any]
-
-
-@dataclass
-class Experiment:
-    name: str
-    directory: Path
-    runs: list[PlannedRun]
-    source: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def fingerprint(self) -> str:
-        """A hash of every run's name and config: what makes two plans the same."""
-        text = json.dumps([(r.name, r.algo, r.config) for r in self.runs], sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def read_spec(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
-    if not path.exists():
-        raise ConfigError(f"experiment file {path} does not exist")
-    spec = read_yaml(path) or {}
-    if not isinstance(spec, dict):
-        raise ConfigError(f"{path}: an experiment file is a mapping (name, base, axes, seeds)")
-    spec.setdefault("name", path.stem)
-    return spec
-
-
-def variant_name(values: dict[str, Any]) -> str:
-    if not values:
-        return "base"
-    parts = [f"{key}={value}" for key, value in values.items()]
-    text = ",".join(parts).replace("/", "_").replace(" ", "")
-    return text if len(text) <= 80 else hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
-def plan(spec: dict[str, Any], directory: str | Path | None = None) -> Experiment:
-    """Expand ``spec`` (an experiment file's contents) into its runs, building and checking
-    every config."""
-    known = {"name", "base", "algo", "config", "axes", "variants", "seeds", "seed", "description"}
-    unknown = sorted(set(spec) - known)
-    if unknown:
-        raise ConfigError(f"experiment: unknown keys {unknown}; the keys are {sorted(known)}")
-    if not isinstance(spec.get("name"), str) or not spec["name"]:
-        raise ConfigError(f"experiment: name is a string, not {spec.get('name')!r}")
-    name = spec["name"]
-    axes = spec.get("axes") or {}
-    if not isinstance(axes, dict) or any(not isinstance(v, list) or not v for v in axes.values()):
-        raise ConfigError("experiment: axes map a field to a non-empty list of values")
-    seeds = _whole(spec.get("seeds", 1), "seeds")
-    if seeds < 1:
-        raise ConfigError(f"experiment: seeds must be >= 1, not {seeds}")
-    base_seed = _whole(spec.get("seed", 0), "seed")
-    if base_seed < 0:
-        raise ConfigError(f"experiment: seed must be >= 0, not {base_seed}")
-    if not isinstance(spec.get("config") or {}, dict):
-        raise ConfigError(f"experiment: config maps fields to values, not {spec['config']!r}")
-    root = Path(directory) if directory else Path("runs") / "experiments" / name
-    variants = spec.get("variants") or {"": {}}
-    if not isinstance(variants, dict) or any(not isinstance(v, dict) for v in variants.values()):
-        raise ConfigError("experiment: variants map a name to {base or algo, config}")
-    planned = seeds * len(variants) * math.prod(len(values) for values in axes.values())
-    if planned > MAX_RUNS:
-        raise ConfigError(
-            f"experiment: {planned:,} runs (variants x axis values x seeds) is more than an "
-            f"experiment plans ({MAX_RUNS:,} at most); is seeds = {seeds} meant?"
-        )
-    runs = []
-    keys = list(axes)
-    for label, own in variants.items():
-        unknown = sorted(set(own) - {"base", "algo", "config", "seeds_of"})
-        if unknown:
-            raise ConfigError(f"experiment: variant {label!r}: unknown keys {unknown}")
-        seed_label = _seed_variant(variants, label)
-        local = {**spec, **{k: v for k, v in own.items() if k not in ("config", "seeds_of")}}
-        if own.get("base") and "algo" not in own:
-            local.pop("algo", None)  # the variant's tuned example says its algorithm
-        local["config"] = merge_dicts(spec.get("config") or {}, own.get("config") or {})
-        for combination in itertools.product(*(axes[k] for k in keys)):
-            values = dict(zip(keys, combination, strict=True))
-            point = variant_name(values) if values else ""
-            variant = ",".join(p for p in (label, point) if p) or "base"
-            seeded = ",".join(p for p in (seed_label, point) if p) or "base"
-            for k in range(seeds):
-                seed = derive_seed(base_seed, seeded, k)
-                run_name = f"{variant}-s{k}"
-                algo, config = build(local, values, seed, root / run_name)
-                runs.append(PlannedRun(run_name, variant, values, seed, algo, config))
-    return Experiment(name, root, runs, spec)
-
-
-def _seed_variant(variants: dict[str, Any], label: str) -> str:
-    """The variant whose seeds ``label``'s runs take: its own, or the one its ``seeds_of``
-    names (followed to a variant without one)."""
-    seen = [label]
-    while (other := variants[seen[-1]].get("seeds_of")) is not None:
-        if other not in variants or other == "":
-            known = ", ".join(repr(name) for name in variants if name)
-            raise ConfigError(
-                f"experiment: variant {seen[-1]!r}: seeds_of {other!r} is not a variant of the "
-                f"file ({known})"
-            )
-        if other in seen:
-            raise ConfigError(f"experiment: seeds_of goes round in a circle: {seen + [other]}")
-        seen.append(other)
-    return seen[-1]
-
-
-MAX_RUNS = 10_000
-"""The most runs one experiment file may plan: a larger grid is a typo (``seeds: 1e6``), and
-planning builds every run's config."""
-
-
-def _whole(value: Any, key: str) -> int:
-    """An experiment file's whole-number entry, or a ConfigError naming it."""
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not number or not math.isfinite(value) or value != int(value):
-        raise ConfigError(f"experiment: {key} is a whole number, not {value!r}")
-    return int(value)
-
-
-def nested(values: dict[str, Any]) -> dict[str, Any]:
-    """``{"optim.lr": x}`` -> ``{"optim": {"lr": x}}``."""
-    out: dict[str, Any] = {}
-    for key, value in values.items():
-        node = out
-        *heads, last = key.split(".")
-        for head in heads:
-            node = node.setdefault(head, {})
-        node[last] = value
-    return out
-
-
-def merge_dicts(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    """``extra`` over ``base``, nested blocks merged key by key."""
-    out = copy.deepcopy(base)
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merge_dicts(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
-def build(spec: dict[str, Any], values: dict[str, Any], seed: int, run_dir: Path):
-    """The algorithm and full config dict of one run."""
-    base = values.get("base", spec.get("base"))
-    algo = values.get("algo", spec.get("algo"))
-    if base is not None:
-        example = find_tuned(str(base))
-        if algo is not None and algo != example.algo:
-            raise ConfigError(
-                f"experiment: {example.name} configures {example.algo!r}, not {algo!r}"
-            )
-        algo, config = example.algo, example.build_config()
-    elif algo is not None:
-        config = get_algorithm(str(algo)).default_config()
-    else:
-        raise ConfigError("experiment: give a base (tuned example) or an algo, or vary one")
-    spec_cls = get_algorithm(str(algo)).config_cls
-    fields = {k: v for k, v in values.items() if k not in SPECIAL_AXES}
-    overrides = merge_dicts(spec.get("config") or {}, nested(fields))  # a copy: not the file's
-    run = dict(overrides.get("run") or {})
-    run.update(seed=seed, run_dir=str(run_dir), console=False)
-    overrides["run"] = run
-    config = from_dict(spec_cls, overrides, path=f"experiment {spec['name']}", base=config)
-    return str(algo), plain(config)
-
-
-def plain(config: Any) -> dict[str, Any]:
-    """A config as the plan stores it: JSON's types (tuples as lists)."""
-    return json.loads(json.dumps(dataclasses.asdict(config), default=list))
 
 
 def _status(experiment: Experiment) -> dict[str, dict[str, Any]]:
@@ -443,25 +230,7 @@ def run_experiment(
     with its error; a run refused for bad input (exit status 2) is not retried."""
     chosen = selected(experiment, only)
     status = prepare(experiment)
-    launch: Callable[[list[str], Path], Any]
-    if ray_address is not None:
-        from shoal.distributed import require_ray
-
-        workers = require_ray()
-        workers.connect(None if ray_address == "local" else ray_address)
-        jobs = max(1, jobs or int(workers.cluster_cpus()))
-        threads = 1
-
-        def launch(command: list[str], log: Path) -> Any:
-            return workers.RemoteCommand(command, str(log), cpus=threads)
-    else:
-        jobs = max(1, jobs or os.cpu_count() or 1)
-        threads = max(1, (os.cpu_count() or 1) // jobs)
-
-        def launch(command: list[str], log: Path) -> Any:
-            with log.open("ab") as handle:  # the child keeps its own copy of the descriptor
-                return subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT)
-
+    jobs, threads, launch = _launcher(jobs, ray_address)
     pending = [r for r in experiment.runs if status[r.name]["state"] != "done" and r.name in chosen]
     for run in pending:
         status[run.name]["attempts"] = 0
@@ -503,20 +272,8 @@ def run_experiment(
                         continue
                     del active[name]
                     finished = True
-                    entry["wall_before_s"] = entry["wall_s"]
-                    entry["attempts"] = entry.get("attempts", 0) + 1
-                    if code == 0:
-                        entry["state"] = "done"
-                    elif code not in (2, *STOPPED) and entry["attempts"] <= retries:
-                        entry["state"] = "pending"  # a crash: again, from its last checkpoint
+                    if _settle(experiment, name, entry, code, retries):
                         pending.append(next(r for r in experiment.runs if r.name == name))
-                    else:
-                        entry["state"] = "interrupted" if code in STOPPED else "failed"
-                        tail = (experiment.directory / "configs" / f"{name}.log").read_text(
-                            errors="replace"
-                        )
-                        entry["error"] = tail[-2000:]
-                        entry["exit_code"] = code
                 _save_status(experiment, status)
                 if on_update is not None:
                     on_update(status)
@@ -524,15 +281,66 @@ def run_experiment(
                     changed.wait(poll)
                     changed.clear()
         except KeyboardInterrupt:
-            for name, (process, _) in active.items():
-                if hasattr(process, "cancel"):  # a Ray task: stopped where it is
-                    process.cancel()
-                else:
-                    process.wait()  # the run got the signal too: it saves a checkpoint and exits
-                status[name]["state"] = "interrupted"
-            _save_status(experiment, status)
+            _interrupted(experiment, status, [(name, p) for name, (p, _) in active.items()])
             raise
     return status
+
+
+def _interrupted(
+    experiment: Experiment, status: dict[str, dict[str, Any]], active: list[tuple[str, Any]]
+) -> None:
+    """Ctrl-C: the running runs end, each saved where it is, and are recorded interrupted."""
+    for name, process in active:
+        if hasattr(process, "cancel"):  # a Ray task: stopped where it is
+            process.cancel()
+        else:
+            process.wait()  # the run got the signal too: it saves a checkpoint and exits
+        status[name]["state"] = "interrupted"
+    _save_status(experiment, status)
+
+
+def _launcher(
+    jobs: int | None, ray_address: str | None
+) -> tuple[int, int, Callable[[list[str], Path], Any]]:
+    """How many runs go at once, the torch threads of each, and what starts a run's command
+    with its output to a log: a process here, or a Ray task where ``ray_address`` is given."""
+    if ray_address is not None:
+        from shoal.distributed import require_ray
+
+        workers = require_ray()
+        workers.connect(None if ray_address == "local" else ray_address)
+
+        def remote(command: list[str], log: Path) -> Any:
+            return workers.RemoteCommand(command, str(log), cpus=1)
+
+        return max(1, jobs or int(workers.cluster_cpus())), 1, remote
+    jobs = max(1, jobs or os.cpu_count() or 1)
+
+    def local(command: list[str], log: Path) -> Any:
+        with log.open("ab") as handle:  # the child keeps its own copy of the descriptor
+            return subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT)
+
+    return jobs, max(1, (os.cpu_count() or 1) // jobs), local
+
+
+def _settle(
+    experiment: Experiment, name: str, entry: dict[str, Any], code: int, retries: int
+) -> bool:
+    """Record in ``entry`` how run ``name`` ended (exit status ``code``); True when it is to
+    be started again: it crashed and has retries left."""
+    entry["wall_before_s"] = entry["wall_s"]
+    entry["attempts"] = entry.get("attempts", 0) + 1
+    if code == 0:
+        entry["state"] = "done"
+        return False
+    if code not in (2, *STOPPED) and entry["attempts"] <= retries:
+        entry["state"] = "pending"  # a crash: again, from its last checkpoint
+        return True
+    entry["state"] = "interrupted" if code in STOPPED else "failed"
+    log = experiment.directory / "configs" / f"{name}.log"
+    entry["error"] = log.read_text(errors="replace")[-2000:]
+    entry["exit_code"] = code
+    return False
 
 
 def experiment(

@@ -57,8 +57,8 @@ import numpy as np
 import yaml
 
 from shoal.errors import ConfigError, NaNLossError, ShoalError, UnknownFieldError
-from shoal.experiment import build, nested
-from shoal.experiment import merge_dicts as merge
+from shoal.experiment_plan import build, nested
+from shoal.experiment_plan import merge_dicts as merge
 from shoal.train.signals import forward_sigterm
 
 DISTRIBUTIONS = ("uniform", "loguniform", "int", "logint", "choice")

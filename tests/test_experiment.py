@@ -19,7 +19,8 @@ import yaml
 
 import shoal
 from shoal.errors import ConfigError, ShoalError
-from shoal.experiment import plan, run_experiment
+from shoal.experiment import run_experiment
+from shoal.experiment_plan import plan
 
 # No evaluations (ppo-cartpole's target_return would evaluate every iteration to watch for it).
 SMALL = {"run": {"total_steps": 1024, "eval_every_steps": 0, "target_return": None,
@@ -304,7 +305,7 @@ def test_the_references_experiment_files_plan(tmp_path):
     """Every file in experiments/ names fields and tuned examples that exist."""
     from pathlib import Path
 
-    from shoal.experiment import read_spec
+    from shoal.experiment_plan import read_spec
 
     files = sorted((Path(__file__).parent.parent / "experiments").glob("*.yaml"))
     assert len(files) >= 4

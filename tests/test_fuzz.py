@@ -134,7 +134,7 @@ experiment_specs = st.fixed_dictionaries(
 @EXAMPLES
 @given(spec=experiment_specs)
 def test_random_experiment_files_plan_or_are_refused(spec, tmp_path):
-    from shoal.experiment import plan
+    from shoal.experiment_plan import plan
 
     with contextlib.suppress(ShoalError):
         plan(spec, tmp_path / "exp")

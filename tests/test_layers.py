@@ -20,6 +20,7 @@ LAYERS: list[tuple[str, ...]] = [
         "api",
         "evaluation",
         "experiment",
+        "experiment_plan",
         "tune",
         "report",
         "export",
