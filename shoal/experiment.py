@@ -281,21 +281,26 @@ def run_experiment(
                     changed.wait(poll)
                     changed.clear()
         except KeyboardInterrupt:
-            _interrupted(experiment, status, [(name, p) for name, (p, _) in active.items()])
+            _interrupted(experiment, status, active)
             raise
     return status
 
 
 def _interrupted(
-    experiment: Experiment, status: dict[str, dict[str, Any]], active: list[tuple[str, Any]]
+    experiment: Experiment,
+    status: dict[str, dict[str, Any]],
+    active: dict[str, tuple[Any, float]],
 ) -> None:
-    """Ctrl-C: the running runs end, each saved where it is, and are recorded interrupted."""
-    for name, process in active:
+    """Ctrl-C: the running runs end, each saved where it is, and are recorded interrupted
+    with the wall-clock they ran, which a later start adds to."""
+    for name, (process, started) in active.items():
         if hasattr(process, "cancel"):  # a Ray task: stopped where it is
             process.cancel()
         else:
             process.wait()  # the run got the signal too: it saves a checkpoint and exits
-        status[name]["state"] = "interrupted"
+        entry = status[name]
+        entry["wall_s"] = entry.get("wall_before_s", 0.0) + time.time() - started
+        entry.update(state="interrupted", wall_before_s=entry["wall_s"])
     _save_status(experiment, status)
 
 

@@ -231,7 +231,8 @@ def test_resumes_after_the_whole_experiment_was_killed(tmp_path):
 def test_sigterm_to_the_experiment_reaches_its_runs_which_save(tmp_path):
     """SIGTERM to the experiment alone (a batch scheduler's notice, `kill PID`) is passed on
     to its running run, which saves a checkpoint and exits; the run is recorded as
-    interrupted, to be resumed, not left running without its experiment."""
+    interrupted, to be resumed, not left running without its experiment, with the wall-clock
+    it ran."""
     parent, _, directory = start_experiment_process(tmp_path, "term", 10**8, seeds=1)
     latest = directory / "base-s0" / "checkpoints" / "latest"
     wait_for(latest, 120)  # the run is training
@@ -243,6 +244,8 @@ def test_sigterm_to_the_experiment_reaches_its_runs_which_save(tmp_path):
             os.killpg(parent.pid, signal.SIGKILL)
     status = json.loads((directory / "status.json").read_text())
     assert status["base-s0"]["state"] == "interrupted"
+    # its wall-clock so far is kept for the start that resumes it to add to
+    assert status["base-s0"]["wall_before_s"] == status["base-s0"]["wall_s"] > 0
     log = (directory / "configs" / "base-s0.log").read_text()
     saved = re.search(r"SIGTERM: the run is saved in (\S+); terminating", log)
     assert saved, log
