@@ -119,7 +119,8 @@ def _horizons_from_budget(config: dict[str, Any]) -> list[str]:
 
 def prepare(experiment: Experiment) -> dict[str, dict[str, Any]]:
     """Create the directory and its plan, or check that it holds this experiment; the runs'
-    status (running ones from an interrupted start become pending)."""
+    status (running ones from an interrupted start become pending, and forget their
+    wall-clock and attempts when their directory is gone: they start from nothing)."""
     directory = experiment.directory
     plan_file = directory / "experiment.json"
     if plan_file.exists():
@@ -147,6 +148,8 @@ def prepare(experiment: Experiment) -> dict[str, dict[str, Any]]:
         entry = status[run.name]
         if entry["state"] in ("running", "interrupted"):
             entry["state"] = "pending"
+            if not (directory / run.name).exists():  # nothing of it is left (an archive
+                entry = status[run.name] = {"state": "pending"}  # restored): no wall-clock
         budget = run.config["run"]["total_steps"]
         if entry["state"] == "done" and entry.get("total_steps", budget) < budget:
             entry["state"] = "pending"  # its budget was raised: on from its last checkpoint

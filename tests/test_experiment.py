@@ -98,6 +98,25 @@ def test_a_plan_from_an_older_shoal_resumes_unless_a_value_changed(tmp_path):
         prepare(experiment)
 
 
+def test_an_interrupted_run_whose_directory_is_gone_starts_afresh(tmp_path):
+    """A run stopped mid-way resumes with its wall-clock so far; the same entry without its
+    directory (an archive restored, which keeps finished runs only, or the directory
+    removed) starts from nothing, so it carries no wall-clock or attempts of a lost start."""
+    from shoal.experiment import prepare
+
+    experiment = plan(spec(seeds=2), tmp_path / "exp")
+    prepare(experiment)
+    kept, gone = (r.name for r in experiment.runs)
+    stopped = {"state": "interrupted", "attempts": 1, "steps": 512, "wall_s": 100.0,
+               "wall_before_s": 100.0}  # fmt: skip
+    status_file = experiment.directory / "status.json"
+    status_file.write_text(json.dumps({kept: stopped, gone: {**stopped, "state": "running"}}))
+    (experiment.directory / kept).mkdir()
+    status = prepare(experiment)
+    assert status[kept] == {**stopped, "state": "pending"}
+    assert status[gone] == {"state": "pending"}
+
+
 def test_runs_without_results_can_be_changed_added_or_dropped_and_the_others_cannot(tmp_path):
     """Change the settings of a run that ``--runs`` left waiting: the next start runs it
     with them (nothing of it is lost). Add a variant beside finished runs: it runs alone.
