@@ -10,6 +10,12 @@ run, never NumPy's global one; a checkpoint holds the returns told so far, and a
 rebuilds the search by asking and telling them again in order (the same draws give the same
 candidates, so the state is exactly the one saved), which costs little for the small policies
 CMA-ES is for (its covariance is ``D x D``).
+
+The candidates of a generation play from common start states (the same env seeds: common
+random numbers), so that CMA-ES, which uses only their ranking, ranks policies rather than
+luckier starts. On Pendulum-v1 with 3 episodes a candidate and starts of their own, 2 of 3
+seeds reached -200 within 3M env steps, and which two depended on the CPU; with common starts
+and 5 episodes all three did, in 1.1M-1.7M steps.
 """
 
 from __future__ import annotations
@@ -103,7 +109,9 @@ class CMAES:
         population = self.population
         population.start_generation()
         candidates = self.search.ask()
-        result = population.evaluate(np.asarray(candidates, np.float32))
+        result = population.evaluate(  # one set of start states for the whole generation
+            np.asarray(candidates, np.float32), group=len(candidates)
+        )
         returns = result.returns.mean(1)
         self.search.tell(candidates, (-returns).tolist())
         self.told.append(returns.astype(np.float64))
