@@ -119,8 +119,9 @@ def _horizons_from_budget(config: dict[str, Any]) -> list[str]:
 
 def prepare(experiment: Experiment) -> dict[str, dict[str, Any]]:
     """Create the directory and its plan, or check that it holds this experiment; the runs'
-    status (running ones from an interrupted start become pending, and forget their
-    wall-clock and attempts when their directory is gone: they start from nothing)."""
+    status (running ones from an interrupted start become pending with the wall-clock they
+    last recorded, and forget it and their attempts when their directory is gone: they start
+    from nothing)."""
     directory = experiment.directory
     plan_file = directory / "experiment.json"
     if plan_file.exists():
@@ -147,7 +148,9 @@ def prepare(experiment: Experiment) -> dict[str, dict[str, Any]]:
     for run in experiment.runs:
         entry = status[run.name]
         if entry["state"] in ("running", "interrupted"):
-            entry["state"] = "pending"
+            # a start killed before it could record its end (the machine went down) keeps
+            # the wall-clock it last recorded, as a stopped one does
+            entry.update(state="pending", wall_before_s=entry.get("wall_s", 0.0))
             if not (directory / run.name).exists():  # nothing of it is left (an archive
                 entry = status[run.name] = {"state": "pending"}  # restored): no wall-clock
         budget = run.config["run"]["total_steps"]

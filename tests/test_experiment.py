@@ -117,6 +117,22 @@ def test_an_interrupted_run_whose_directory_is_gone_starts_afresh(tmp_path):
     assert status[gone] == {"state": "pending"}
 
 
+def test_a_start_killed_without_recording_its_end_keeps_its_wall_clock(tmp_path):
+    """A start killed hard (the machine went down) leaves its run "running" with the
+    wall-clock it last recorded and none saved as before; the next start adds to that
+    wall-clock, not to the one before the lost start."""
+    from shoal.experiment import prepare
+
+    experiment = plan(spec(seeds=1), tmp_path / "exp")
+    prepare(experiment)
+    (name,) = (r.name for r in experiment.runs)
+    (experiment.directory / name).mkdir()
+    killed = {"state": "running", "attempts": 0, "steps": 900, "wall_s": 300.0}
+    (experiment.directory / "status.json").write_text(json.dumps({name: killed}))
+    status = prepare(experiment)
+    assert status[name] == {**killed, "state": "pending", "wall_before_s": 300.0}
+
+
 def test_runs_without_results_can_be_changed_added_or_dropped_and_the_others_cannot(tmp_path):
     """Change the settings of a run that ``--runs`` left waiting: the next start runs it
     with them (nothing of it is lost). Add a variant beside finished runs: it runs alone.
