@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
-from shoal.api import load, train
+from shoal.api import load, train, use_run_threads
 from shoal.collect.record import BatchPolicy, exploring, random_policy, record_episodes
 from shoal.config import EnvConfig, from_dict, replace, to_dict
 from shoal.data.offline import Episode, episodes_from_replay, write_dataset
@@ -65,7 +66,15 @@ def collect(
         raise ShoalError("name a run to collect from, or an env for a random policy (--env ID)")
     if from_replay and run is None:
         raise ShoalError("--from-replay exports a run's saved replay buffer: name the run")
+    shaping = [name for name, on in (("--noise", noise > 0), ("--epsilon", epsilon > 0),
+                                     ("--stochastic", stochastic)) if on]  # fmt: skip
+    if shaping and (run is None or from_replay):
+        source = "a saved replay buffer" if from_replay else "a uniformly random policy"
+        raise ShoalError(f"{' and '.join(shaping)} change how a run's policy acts; "
+                         f"{source} has no such policy to change: leave them out")  # fmt: skip
     checkpoint = None if run is None else load_checkpoint(run, trust_code=trust_code)
+    if checkpoint is not None:
+        use_run_threads(checkpoint)
     if checkpoint is not None:
         env_config: EnvConfig = from_dict(get_algorithm(checkpoint.meta["algo"]).config_cls,
                                           checkpoint.config).env  # fmt: skip
@@ -78,6 +87,11 @@ def collect(
     policy = None if run is None else _one_agent(load(run, trust_code=trust_code), run)
     vector_env = make_env(env_config)
     space = vector_env.action_space
+    if noise > 0 and not isinstance(space, gym.spaces.Box):
+        vector_env.close()
+        raise ShoalError(f"--noise adds Gaussian noise to continuous (Box) actions; "
+                         f"{env_config.id}'s actions are {space}: use --epsilon for random "
+                         "actions instead")  # fmt: skip
     # A MAPPO run (env.global_state) acts on rows that end with its critic's global state: the
     # dataset keeps each row's actor part, what the deployed policy reads, and names its env
     # without the global state.

@@ -105,3 +105,8 @@ class AlgorithmSpec(Protocol):
     def backends(self) -> tuple[str, ...]:
         """The ``model.backend`` values its learner supports."""
         ...
+
+    @property
+    def runners(self) -> bool:
+        """Whether it samples on Ray runners when ``run.runners`` > 0."""
+        ...

@@ -41,6 +41,9 @@ class AlgorithmSpec:
     prepare: Callable[[Any], Any] | None = None
     """``prepare(config) -> config``, before anything is built: settings read from outside
     the config (an offline learner's env from its dataset)."""
+    runners: bool = False
+    """It samples on Ray actors when ``run.runners`` > 0; the training loop refuses
+    ``run.runners`` > 0 for an algorithm without this (it would sample in-process)."""
 
     def default_config(self, **overrides: Any) -> Any:
         """The config this name starts from: ``config_cls()`` with ``defaults``, then
@@ -73,6 +76,7 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
         "Proximal Policy Optimization (clipped surrogate, GAE, adaptive KL)",
         "Discrete, Box, MultiDiscrete, MultiBinary, Tuple, Dict",
         backends=NUMPY_BACKENDS,
+        runners=True,
     ),
 }
 
@@ -87,6 +91,7 @@ ALGORITHMS["mappo"] = AlgorithmSpec(
     "Discrete, Box (multi-agent envs)",
     {"env.global_state": True, "env.agent_id": True},
     NUMPY_BACKENDS,
+    runners=True,
 )
 ALGORITHMS["ippo"] = AlgorithmSpec(
     "ippo",
@@ -97,6 +102,7 @@ ALGORITHMS["ippo"] = AlgorithmSpec(
     "Discrete, Box (multi-agent envs)",
     {"env.global_state": False, "env.agent_id": True},
     NUMPY_BACKENDS,
+    runners=True,
 )
 
 ALGORITHMS["maddpg"] = AlgorithmSpec(
@@ -124,6 +130,7 @@ ALGORITHMS["pg"] = AlgorithmSpec(
     pg.build_model,
     "REINFORCE: vanilla policy gradient on full-episode returns, optional learned baseline",
     "Discrete, Box, MultiDiscrete, MultiBinary, Tuple, Dict",
+    runners=True,
 )
 ALGORITHMS["a2c"] = AlgorithmSpec(
     "a2c",
@@ -133,6 +140,7 @@ ALGORITHMS["a2c"] = AlgorithmSpec(
     "A2C: synchronous advantage actor-critic (n-step/GAE, RMSProp or Adam)",
     "Discrete, Box, MultiDiscrete, MultiBinary, Tuple, Dict",
     backends=NUMPY_BACKENDS,
+    runners=True,
 )
 
 ALGORITHMS["acer"] = AlgorithmSpec(
@@ -142,6 +150,7 @@ ALGORITHMS["acer"] = AlgorithmSpec(
     acer.build_model,
     "ACER: actor-critic with experience replay (Retrace, truncated IS, trust region)",
     "Discrete, Box",
+    runners=True,
 )
 
 ALGORITHMS["acktr"] = AlgorithmSpec(
@@ -151,6 +160,7 @@ ALGORITHMS["acktr"] = AlgorithmSpec(
     acktr.build_model,
     "ACKTR: A2C with K-FAC natural-gradient steps in a KL trust region",
     "Discrete, Box, MultiDiscrete, MultiBinary, Tuple, Dict",
+    runners=True,
 )
 
 ALGORITHMS["trpo"] = AlgorithmSpec(
@@ -160,6 +170,7 @@ ALGORITHMS["trpo"] = AlgorithmSpec(
     trpo.build_model,
     "Trust Region Policy Optimization (conjugate-gradient natural step, KL line search, GAE)",
     "Discrete, Box, MultiDiscrete, MultiBinary, Tuple, Dict",
+    runners=True,
 )
 
 
@@ -282,6 +293,7 @@ ALGORITHMS["impala"] = AlgorithmSpec(
     impala.build_model,
     "IMPALA: asynchronous actor-learner with V-trace off-policy correction (Ray runners)",
     "Discrete, Box, MultiDiscrete, MultiBinary, Tuple, Dict",
+    runners=True,
 )
 ALGORITHMS["a3c"] = AlgorithmSpec(
     "a3c",
@@ -290,6 +302,7 @@ ALGORITHMS["a3c"] = AlgorithmSpec(
     a3c.build_model,
     "A3C: asynchronous advantage actor-critic, gradients from Ray workers applied on arrival",
     "Discrete, Box, MultiDiscrete, MultiBinary, Tuple, Dict",
+    runners=True,
 )
 ALGORITHMS["ddppo"] = AlgorithmSpec(
     "ddppo",
@@ -307,6 +320,7 @@ ALGORITHMS["appo"] = AlgorithmSpec(
     "APPO: PPO sampling in a thread during the update, fixed policy lag, clip or V-trace",
     "Discrete, Box, MultiDiscrete, MultiBinary, Tuple, Dict",
     backends=NUMPY_BACKENDS,
+    runners=True,
 )
 ALGORITHMS["r2d2"] = AlgorithmSpec(
     "r2d2",
@@ -315,6 +329,7 @@ ALGORITHMS["r2d2"] = AlgorithmSpec(
     r2d2.build_model,
     "R2D2: recurrent replay DQN (LSTM, burn-in, stored state, h-rescaled n-step double Q)",
     "Discrete",
+    runners=True,
 )
 
 ALGORITHMS["apex-dqn"] = AlgorithmSpec(
@@ -324,6 +339,7 @@ ALGORITHMS["apex-dqn"] = AlgorithmSpec(
     apex.build_model,
     "Ape-X DQN: Ray actors with per-actor epsilon, sharded prioritized replay, n-step double DQN",
     "Discrete",
+    runners=True,
 )
 ALGORITHMS["apex-ddpg"] = AlgorithmSpec(
     "apex-ddpg",
@@ -332,6 +348,7 @@ ALGORITHMS["apex-ddpg"] = AlgorithmSpec(
     apex.build_model,
     "Ape-X DPG: Ray actors with per-actor noise, sharded prioritized replay, n-step DDPG",
     "Box (bounded)",
+    runners=True,
 )
 ALGORITHMS["apex-r2d2"] = AlgorithmSpec(
     "apex-r2d2",
@@ -340,6 +357,7 @@ ALGORITHMS["apex-r2d2"] = AlgorithmSpec(
     apex.build_model,
     "Distributed R2D2: recurrent Ray actors with the epsilon ladder, sharded sequence replay",
     "Discrete",
+    runners=True,
 )
 
 ALGORITHMS["maddpg-distributed"] = AlgorithmSpec(
@@ -349,6 +367,7 @@ ALGORITHMS["maddpg-distributed"] = AlgorithmSpec(
     distributed_maddpg.build_model,
     "Distributed MADDPG: Ray collectors, asynchronous learners, last-writer-wins parameter server",
     "Discrete, Box (multi-agent envs)",
+    runners=True,
 )
 
 
@@ -359,6 +378,7 @@ ALGORITHMS["es"] = AlgorithmSpec(
     es.build_model,
     "Evolution strategies: antithetic noise-table perturbations, centered ranks, Adam",
     "Discrete, Box, MultiDiscrete, MultiBinary",
+    runners=True,
 )
 ALGORITHMS["ars"] = AlgorithmSpec(
     "ars",
@@ -367,6 +387,7 @@ ALGORITHMS["ars"] = AlgorithmSpec(
     ars.build_model,
     "Augmented random search: linear policies, top-b directions, return-std step",
     "Discrete, Box",
+    runners=True,
 )
 ALGORITHMS["ga"] = AlgorithmSpec(
     "ga",
@@ -375,6 +396,7 @@ ALGORITHMS["ga"] = AlgorithmSpec(
     ga.build_model,
     "Genetic algorithm: truncation selection, Gaussian mutation, elite, seed-chain individuals",
     "Discrete, Box, MultiDiscrete, MultiBinary",
+    runners=True,
 )
 ALGORITHMS["cmaes"] = AlgorithmSpec(
     "cmaes",
@@ -383,6 +405,7 @@ ALGORITHMS["cmaes"] = AlgorithmSpec(
     cmaes.build_model,
     "CMA-ES (the cma package) over a small policy's parameters",
     "Discrete, Box, MultiDiscrete, MultiBinary",
+    runners=True,
 )
 ALGORITHMS["alphazero"] = AlgorithmSpec(
     "alphazero",
@@ -391,6 +414,7 @@ ALGORITHMS["alphazero"] = AlgorithmSpec(
     alphazero.build_model,
     "AlphaZero: self-play with batched MCTS on a game's rules, policy-value network, arena",
     "Discrete (two-player turn-based games)",
+    runners=True,
 )
 ALGORITHMS["muzero"] = AlgorithmSpec(
     "muzero",
@@ -399,6 +423,7 @@ ALGORITHMS["muzero"] = AlgorithmSpec(
     muzero.build_model,
     "MuZero: search in a learned model, unrolled dynamics, two-hot values, prioritized replay",
     "Discrete",
+    runners=True,
 )
 ALGORITHMS["mcts"] = AlgorithmSpec(
     "mcts",

@@ -43,6 +43,26 @@ def test_collect_refuses_bad_options(tmp_path, capsys):
     assert "iql-offline" in capsys.readouterr().out
 
 
+def test_noise_on_discrete_actions_and_shaping_without_a_policy_are_refused(tmp_path, capsys):
+    """--noise used to be ignored on discrete actions while the dataset recorded "noise 0.3";
+    --noise, --epsilon and --stochastic were ignored for a random policy."""
+    run = shoal.train("ppo", env="CartPole-v1", total_steps=64, quiet=True,
+                      run_dir=str(tmp_path / "run"),
+                      **{"env.num_envs": 2, "num_steps": 32, "minibatch_size": 64,
+                         "run.eval_every_steps": 0})  # fmt: skip
+    out = tmp_path / "noisy"
+    assert main(["collect", str(run.run_dir), "--out", str(out), "--noise", "0.3"]) == 2
+    said = capsys.readouterr().out
+    assert "--noise adds Gaussian noise to continuous (Box) actions" in said
+    assert "--epsilon" in said and not out.exists()
+    for option in (["--noise", "0.1"], ["--epsilon", "0.1"], ["--stochastic"]):
+        assert main(["collect", "--env", "Pendulum-v1", "--out", str(out), *option]) == 2
+        assert "a uniformly random policy has no such policy" in capsys.readouterr().out
+    assert main(["collect", str(run.run_dir), "--out", str(out), "--epsilon", "0.2",
+                 "--episodes", "2", "--num-envs", "2"]) == 0  # fmt: skip
+    assert "epsilon 0.2" in read_dataset(out).metadata["collector"]
+
+
 def test_a_mappo_run_is_collected_as_what_its_actors_see(tmp_path, capsys):
     """MAPPO's rows carry the critic's global state after each agent's own observation: the
     dataset keeps the actor's part (what the deployed policy reads) and names the env without

@@ -65,12 +65,17 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from shoal.api import load, plays_a_game
+    from shoal.api import check_episodes, load, plays_a_game, use_run_threads
     from shoal.evaluation import Evaluation
     from shoal.train.checkpoint import load_checkpoint
     from shoal.train.video import record_video
 
+    try:
+        check_episodes(args.episodes)
+    except ShoalError:
+        raise ShoalError(f"--episodes must be >= 1, not {args.episodes}") from None
     checkpoint = load_checkpoint(args.run_dir, trust_code=args.trust_code)
+    use_run_threads(checkpoint)
     if plays_a_game(checkpoint):  # matches against fixed players, not episodes of an env
         return _eval_matches(args, checkpoint)
     fixed = dict(args.fixed)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -91,6 +92,8 @@ class RunConfig:
         check(self, "checkpoint_every_steps", self.checkpoint_every_steps >= 0, "must be >= 0")
         if self.max_wall_s is not None:
             check(self, "max_wall_s", self.max_wall_s > 0, "must be > 0 seconds")
+        if self.target_return is not None:
+            check(self, "target_return", not math.isnan(self.target_return), "must be a number")
         check(self, "device", valid_device_name(self.device), f"must be {DEVICE_NAMES}")
 
 
@@ -224,7 +227,8 @@ class ModelConfig:
     hidden: tuple[int, ...] = (64, 64)
     """Hidden layer sizes of the MLP encoders."""
     activation: Literal["tanh", "relu", "silu", "elu"] = "tanh"
-    """Hidden activation."""
+    """Hidden activation of the MLP layers (``hidden``, ``key_hidden``). An image encoder on
+    image observations builds no MLP: its layers take ``encoder_activation``."""
     shared_trunk: bool = False
     """Share one encoder between actor and critic (separate encoders otherwise)."""
     init_log_std: float = 0.0
@@ -256,6 +260,11 @@ class ModelConfig:
     layers (512 features on 80x80) and implies its LSTM 256 core, so lstm_hidden None becomes
     256 (any other size is an error); impala is the IMPALA ResNet (Espeholt et al. 2018; FC
     256). PPO, A2C and DQN read it (DQN has no LSTM core, hence no batchnorm-cnn3-lstm)."""
+    encoder_activation: Literal["relu", "tanh", "silu", "elu"] = "relu"
+    """The nonlinearity after every layer of the image encoders (nature, batchnorm-cnn2,
+    batchnorm-cnn3-lstm, impala, and those of Dict/Tuple image parts) and of AlphaZero's
+    board network: their papers' ReLU, or SiLU (x * sigmoid(x); Lamb et al.'s Model 3 SiLU
+    variant), tanh or ELU."""
     policy_head: str | None = None
     """A user's policy head for the actor-critics as module:Class (`shoal.nn.custom`), built
     as Class(in_dim, action_space, model_config); None: the head for the action space."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import typing
 from typing import Any, Literal, TypeVar
 
@@ -48,6 +49,20 @@ def check_multi_agent_learner(config: Any, algo: str, opponents: bool = False) -
         f"{algo} has its own networks per agent; env.policy_map and env.policy_per_agent "
         "choose the policies of MAPPO and IPPO",
     )
+
+
+def check_numbers(config: object) -> None:
+    """Refuse a NaN anywhere in ``config`` and its nested blocks (tuples included): no field
+    means anything by it, a field without a range check would take it silently, and it
+    makes the run's config.json invalid JSON."""
+    for f in dataclasses.fields(typing.cast(Any, config)):
+        value = getattr(config, f.name)
+        if dataclasses.is_dataclass(value):
+            check_numbers(value)
+            continue
+        values = value if isinstance(value, tuple) else (value,)
+        is_nan = any(isinstance(v, float) and math.isnan(v) for v in values)
+        check(config, f.name, not is_nan, "must be a number")
 
 
 def check_positive(owner: object, *names: str) -> None:

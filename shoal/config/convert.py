@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from typing import Any, TypeVar
@@ -147,6 +148,8 @@ def _coerce(hint: Any, value: Any, path: str) -> Any:
         number = _number(value)
         if number is None:
             raise _type_error(hint, value, path)
+        if math.isnan(number):  # never a setting; it would also make config.json invalid JSON
+            raise ConfigError(f"{path} must be a number, got nan")
         return float(number)
     if hint is str:
         if isinstance(value, str):

@@ -15,3 +15,11 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 """Activations by config name, as plain functions: calling a function costs less than calling
 a module, which adds up on the small networks of control tasks."""
+
+ACTIVATION_MODULES: dict[str, type[nn.Module]] = {
+    "tanh": nn.Tanh,
+    "relu": nn.ReLU,
+    "silu": nn.SiLU,
+    "elu": nn.ELU,
+}
+"""The same activations as modules, for `nn.Sequential` stacks (the image encoders)."""

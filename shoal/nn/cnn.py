@@ -22,6 +22,11 @@ IMPALA networks is by its nonlinearity, so the heads (or the LSTM) read rectifie
 Batch norm uses batch statistics in training mode and running statistics in `eval` mode (the
 deployed `shoal.policy.ActorPolicy`); its running statistics travel with the weights.
 
+Every encoder's nonlinearity is its paper's ReLU unless ``ModelConfig.encoder_activation``
+names another: Lamb et al. also trained Model 3 with SiLU (Elfwing et al. 2018,
+"Sigmoid-weighted linear units for neural network function approximation in reinforcement
+learning"), x * sigmoid(x).
+
 Weights follow `shoal.nn.init`: orthogonal with gain sqrt(2), zero biases.
 
 ``ModelConfig.precision`` ``bfloat16`` or ``float16`` runs an encoder's convolutions and FC
@@ -48,6 +53,7 @@ from shoal.config import ModelConfig
 from shoal.device import autocast_dtype
 from shoal.envs.shapes import shape_of
 from shoal.errors import ConfigError, UnsupportedSpaceError
+from shoal.nn.activations import ACTIVATION_MODULES, ACTIVATIONS
 from shoal.nn.init import HIDDEN_GAIN, init_linear, linear
 
 # (out_channels, kernel, stride, padding) of each convolution.
@@ -77,7 +83,8 @@ def conv_output_size(size: int, kernel: int, stride: int, padding: int) -> int:
 
 
 class ImageEncoder(nn.Module):
-    """Scale, then a convolutional ``trunk``, flattened, then an optional ``fc`` layer + ReLU.
+    """Scale, then a convolutional ``trunk``, flattened, then an optional ``fc`` layer and its
+    ``activation`` (ReLU in every encoder's paper).
 
     ``scale`` is 1/255 for uint8 observation spaces and 1 otherwise.
 
@@ -94,10 +101,12 @@ class ImageEncoder(nn.Module):
         fc: int | None,
         scale: float,
         precision: str = "float32",
+        activation: str = "relu",
     ):
         super().__init__()
         self.trunk = trunk.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         self.fc = None if fc is None else linear(flat_dim, fc)
+        self.activation = ACTIVATIONS[activation]
         self.scale = scale
         self.out_dim = flat_dim if fc is None else fc
         self.autocast_dtype = autocast_dtype(precision)
@@ -113,7 +122,7 @@ class ImageEncoder(nn.Module):
         with torch.autocast(x.device.type, dtype=self.autocast_dtype, enabled=self._autocast(x)):
             x = self.trunk(x).flatten(start_dim=1)
             if self.fc is not None:
-                x = torch.relu(self.fc(x))
+                x = self.activation(self.fc(x))
         return x.float()  # a no-op in float32; heads, losses and LSTMs read float32
 
     def _autocast(self, x: torch.Tensor) -> bool:
@@ -158,15 +167,16 @@ def conv_stack(
     width: int,
     convs: Sequence[tuple[int, int, int, int]],
     batch_norm: bool,
+    activation: str = "relu",
 ) -> tuple[nn.Sequential, tuple[int, int, int]]:
-    """Conv (+ batch norm) + ReLU for each ``(out, kernel, stride, padding)``; returns the
-    stack and its output shape ``(C, H, W)``."""
+    """Conv (+ batch norm) + ``activation`` for each ``(out, kernel, stride, padding)``;
+    returns the stack and its output shape ``(C, H, W)``."""
     layers: list[nn.Module] = []
     for out, kernel, stride, padding in convs:
         layers.append(conv2d(in_channels, out, kernel, stride, padding))
         if batch_norm:
             layers.append(nn.BatchNorm2d(out))
-        layers.append(nn.ReLU())
+        layers.append(ACTIVATION_MODULES[activation]())
         in_channels = out
         height = conv_output_size(height, kernel, stride, padding)
         width = conv_output_size(width, kernel, stride, padding)
@@ -174,59 +184,69 @@ def conv_stack(
 
 
 class ResidualBlock(nn.Module):
-    """``x + conv(relu(conv(relu(x))))``, both convolutions 3x3 with the same channels."""
+    """``x + conv(f(conv(f(x))))`` with ``f`` the activation (ReLU in the paper), both
+    convolutions 3x3 with the same channels."""
 
-    def __init__(self, channels: int):
+    def __init__(self, channels: int, activation: str = "relu"):
         super().__init__()
         self.conv0 = conv2d(channels, channels, 3, padding=1)
         self.conv1 = conv2d(channels, channels, 3, padding=1)
+        self.activation = ACTIVATIONS[activation]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.conv1(torch.relu(self.conv0(torch.relu(x))))
+        f = self.activation
+        return x + self.conv1(f(self.conv0(f(x))))
 
 
 def impala_trunk(
-    in_channels: int, height: int, width: int, channels: Sequence[int] = IMPALA_CHANNELS
+    in_channels: int,
+    height: int,
+    width: int,
+    channels: Sequence[int] = IMPALA_CHANNELS,
+    activation: str = "relu",
 ) -> tuple[nn.Sequential, tuple[int, int, int]]:
-    """IMPALA's ResNet stacks (Espeholt et al. 2018, Fig. 3), ending in a ReLU."""
+    """IMPALA's ResNet stacks (Espeholt et al. 2018, Fig. 3), ending in the activation."""
     layers: list[nn.Module] = []
     for out in channels:
         layers += [
             conv2d(in_channels, out, 3, padding=1),
             nn.MaxPool2d(3, stride=2, padding=1),
-            ResidualBlock(out),
-            ResidualBlock(out),
+            ResidualBlock(out, activation),
+            ResidualBlock(out, activation),
         ]
         in_channels = out
         height, width = conv_output_size(height, 3, 2, 1), conv_output_size(width, 3, 2, 1)
-    layers.append(nn.ReLU())
+    layers.append(ACTIVATION_MODULES[activation]())
     return nn.Sequential(*layers), (in_channels, height, width)
 
 
-def image_encoder(obs_space: gym.Space, encoder: str, precision: str = "float32") -> ImageEncoder:
+def image_encoder(
+    obs_space: gym.Space, encoder: str, precision: str = "float32", activation: str = "relu"
+) -> ImageEncoder:
     """One ``encoder`` network (a `ModelConfig.encoder` name other than mlp) for ``obs_space``,
-    computing in ``precision`` (`ModelConfig.precision`)."""
+    computing in ``precision`` (`ModelConfig.precision`), with ``activation``
+    (`ModelConfig.encoder_activation`) after each layer."""
     channels, height, width = _image_shape(obs_space, encoder)
     if encoder == "impala":
-        trunk, out_shape = impala_trunk(channels, height, width)
+        trunk, out_shape = impala_trunk(channels, height, width, activation=activation)
         fc, minimum = 256, "1x1"
     elif encoder == "nature":
-        trunk, out_shape = conv_stack(channels, height, width, NATURE_CONVS, batch_norm=False)
+        trunk, out_shape = conv_stack(channels, height, width, NATURE_CONVS, False, activation)
         fc, minimum = 512, "36x36"
     elif encoder == "batchnorm-cnn2":
         convs: tuple[tuple[int, int, int, int], ...] = BATCHNORM_CNN2_CONVS
-        trunk, out_shape = conv_stack(channels, height, width, convs, batch_norm=True)
+        trunk, out_shape = conv_stack(channels, height, width, convs, True, activation)
         fc, minimum = None, "8x8"
     elif encoder == "batchnorm-cnn3-lstm":
         convs = BATCHNORM_CNN3_CONVS
-        trunk, out_shape = conv_stack(channels, height, width, convs, batch_norm=True)
+        trunk, out_shape = conv_stack(channels, height, width, convs, True, activation)
         fc, minimum = None, "32x32"
     else:
         raise ConfigError(f"unknown model.encoder {encoder!r}")
     if min(out_shape[1:]) < 1:
         raise _too_small(encoder, shape_of(obs_space), minimum)
     scale = 1.0 / 255.0 if obs_space.dtype == np.uint8 else 1.0
-    return ImageEncoder(trunk, int(np.prod(out_shape)), fc, scale, precision)
+    return ImageEncoder(trunk, int(np.prod(out_shape)), fc, scale, precision, activation)
 
 
 class ParallelEncoders(nn.Module):
@@ -249,5 +269,8 @@ def build_encoder(obs_space: gym.Space, config: ModelConfig, members: int = 1) -
     (`ObsEncoding` + `MLP`), so its fast path has no extra layer of calls."""
     if config.encoder == "mlp":
         raise ValueError("build_encoder builds image encoders; mlp is ObsEncoding + MLP")
-    encoders = [image_encoder(obs_space, config.encoder, config.precision) for _ in range(members)]
+    encoders = [
+        image_encoder(obs_space, config.encoder, config.precision, config.encoder_activation)
+        for _ in range(members)
+    ]
     return encoders[0] if members == 1 else ParallelEncoders(encoders)

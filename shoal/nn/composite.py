@@ -108,7 +108,9 @@ def leaf_encoder(leaf: Leaf, model: ModelConfig | None) -> nn.Module:
                 f"{list(IMAGE_ENCODERS)} (or 'mlp', which picks 'nature')"
             )
         try:
-            return image_encoder(space, name, "float32" if model is None else model.precision)
+            if model is None:
+                return image_encoder(space, name)
+            return image_encoder(space, name, model.precision, model.encoder_activation)
         except ConfigError as exc:
             if model is not None and model.encoder != "mlp":  # a CNN the user asked for
                 raise ConfigError(f"observation part {leaf.name!r}: {exc}") from None

@@ -1,7 +1,8 @@
 """AlphaZero's policy-value network (Silver et al. 2017, "Mastering the game of Go without
 human knowledge", methods): a shared trunk, a policy head of move logits and a value head in
-[-1, 1]. Boards (``[C, H, W]`` observations) get a convolutional stem and residual blocks;
-anything else an MLP."""
+[-1, 1]. Boards (``[C, H, W]`` observations) get a convolutional stem and residual blocks
+(with ``board_activation``, the paper's ReLU by default); anything else an MLP (with
+``activation``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import math
 import torch
 from torch import nn
 
+from shoal.nn.activations import ACTIVATION_MODULES, ACTIVATIONS
 from shoal.nn.cnn import ResidualBlock, conv2d
 from shoal.nn.distributions import Categorical
 from shoal.nn.init import linear
@@ -28,16 +30,20 @@ class PolicyValueNet(nn.Module):
         blocks: int = 0,
         channels: int = 64,
         activation: str = "relu",
+        board_activation: str = "relu",
     ):
         super().__init__()
         self.obs_shape, self.num_actions = tuple(obs_shape), num_actions
         self.board = blocks > 0 and len(obs_shape) == 3
         if self.board:
             c, h, w = obs_shape
-            self.stem = nn.Sequential(conv2d(c, channels, 3, padding=1), nn.ReLU())
-            self.blocks = nn.Sequential(*[ResidualBlock(channels) for _ in range(blocks)])
-            self.policy_conv = nn.Sequential(conv2d(channels, 2, 1), nn.ReLU(), nn.Flatten())
-            self.value_conv = nn.Sequential(conv2d(channels, 1, 1), nn.ReLU(), nn.Flatten())
+            act = ACTIVATION_MODULES[board_activation]
+            self.board_activation = ACTIVATIONS[board_activation]
+            self.stem = nn.Sequential(conv2d(c, channels, 3, padding=1), act())
+            blocks_ = [ResidualBlock(channels, board_activation) for _ in range(blocks)]
+            self.blocks = nn.Sequential(*blocks_)
+            self.policy_conv = nn.Sequential(conv2d(channels, 2, 1), act(), nn.Flatten())
+            self.value_conv = nn.Sequential(conv2d(channels, 1, 1), act(), nn.Flatten())
             self.policy_out = linear(2 * h * w, num_actions, gain=0.01)
             self.value_hidden = linear(h * w, hidden[-1] if hidden else 64)
             self.value_out = linear(self.value_hidden.out_features, 1, gain=1.0)
@@ -49,9 +55,10 @@ class PolicyValueNet(nn.Module):
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         obs = obs.float()
         if self.board:
-            x = torch.relu(self.blocks(self.stem(obs)))
+            f = self.board_activation
+            x = f(self.blocks(self.stem(obs)))
             logits = self.policy_out(self.policy_conv(x))
-            value = self.value_out(torch.relu(self.value_hidden(self.value_conv(x))))
+            value = self.value_out(f(self.value_hidden(self.value_conv(x))))
         else:
             x = self.trunk(obs.flatten(1))
             logits, value = self.policy_out(x), self.value_out(x)

@@ -28,6 +28,7 @@ from typing import Any, NamedTuple, Protocol
 
 import torch
 
+from shoal.config.checks import check, check_positive
 from shoal.errors import ConfigError
 from shoal.search.gumbel import draw_gumbel, halving_choice, halving_schedules
 from shoal.search.tree import UNVISITED, Tree, empty_tree, grow
@@ -108,6 +109,9 @@ class MCTSConfig:
                 f"MCTSConfig.dirichlet_fraction = {self.dirichlet_fraction} is invalid: "
                 "must be in [0, 1]"
             )
+        check(self, "c1", self.c1 >= 0, "must be >= 0")
+        check(self, "c_visit", self.c_visit >= 0, "must be >= 0")
+        check_positive(self, "c2", "dirichlet_alpha", "c_scale")
 
 
 def _masked_softmax(logits: torch.Tensor, legal: torch.Tensor) -> torch.Tensor:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from shoal.config import is_nested
+from shoal.config.checks import check_numbers
 from shoal.device import check_precision, resolve_device
 from shoal.errors import ConfigError, NaNLossError
 from shoal.interfaces import AlgorithmSpec
@@ -70,7 +71,14 @@ def run(
 
 def check_runtime(spec: AlgorithmSpec, config: Any) -> None:
     """Refuse, before anything is built, what this machine or this algorithm cannot do: an
-    unavailable ``run.device``, a precision the device lacks, a backend the learner lacks."""
+    unavailable ``run.device``, a precision the device lacks, a backend the learner lacks,
+    Ray runners for an algorithm that samples in its own process, a NaN setting."""
+    check_numbers(config)
+    if config.run.runners > 0 and not spec.runners:
+        raise ConfigError(
+            f"run.runners = {config.run.runners}: {spec.name} samples in the learner's process "
+            "(it has no Ray runners yet); set run.runners 0"
+        )
     device = resolve_device(config.run.device)
     model = getattr(config, "model", None)
     if model is None:  # a variant's model is its nested base block's (DD-PPO's, APPO's ppo)

@@ -131,6 +131,7 @@ class Session:
                 raise incompatible(resume.path, exc) from exc
             self.resumed_from, self.checkpoint = int(resume.meta["env_steps"]), resume.path
             config = _drop_reached_target(config, resume, self.loop)
+            _reschedule(self.loop, resume.config.get("run") or {}, config.run, self.resumed_from)
         self.config = config
         self.train_s_before = self.loop.train_s
         set_compute_threads(config.run.torch_threads)
@@ -436,6 +437,18 @@ def _drop_reached_target(config: Any, resume: Checkpoint, loop: LoopState) -> An
         "without a target (set a higher --run.target-return to stop at one)"
     )
     return dataclasses.replace(config, run=dataclasses.replace(config.run, target_return=None))
+
+
+def _reschedule(loop: LoopState, saved: dict[str, Any], run_cfg: Any, steps: int) -> None:
+    """A resume under another evaluation or checkpoint cadence than the checkpoint's (a
+    changed ``run.eval_every_steps``, a ``run.target_return`` added or removed, a changed
+    ``run.checkpoint_every_steps``) takes the new cadence from the step it resumes at; an
+    unchanged one keeps the saved counters, so a plain resume continues exactly."""
+    before = (saved.get("eval_every_steps"), saved.get("target_return") is None)
+    if before != (run_cfg.eval_every_steps, run_cfg.target_return is None):
+        loop.next_eval = next_multiple(steps, run_cfg.eval_every_steps)
+    if saved.get("checkpoint_every_steps") != run_cfg.checkpoint_every_steps:
+        loop.next_checkpoint = next_multiple(steps, run_cfg.checkpoint_every_steps)
 
 
 def eval_part(metrics: dict[str, float]) -> dict[str, float]:

@@ -22,7 +22,7 @@ from shoal.algos.cores.actor_critic_replay import (
     ActorCriticReplayConfig,
 )
 from shoal.algos.cores.off_policy import ReplayAlgorithm
-from shoal.config import NoiseConfig, check
+from shoal.config import NoiseConfig, ReplayConfig, check
 from shoal.losses import categorical_projection, categorical_td_loss
 from shoal.losses.actor_critic import deterministic_actor_loss
 from shoal.nn.actors import DeterministicActor
@@ -36,8 +36,13 @@ class D4PGConfig(ActorCriticReplayConfig):
 
     noise: NoiseConfig = field(default_factory=lambda: NoiseConfig(kind="gaussian", scale=0.1))
     """Exploration noise on the actor's actions (the paper: Gaussian)."""
-    n_step: int = 5
-    """Bootstrap after n rewards (the paper uses 5)."""
+    replay: ReplayConfig = field(
+        default_factory=lambda: ReplayConfig(
+            buffer_size=1_000_000, batch_size=256, learning_starts=100, n_step=5
+        )
+    )
+    """As `ActorCriticReplayConfig`'s, with 5-step returns (the paper's n = 5; the shoal 0.1
+    field ``n_step`` names ``replay.n_step``)."""
     num_atoms: int = 51
     """Support size of the critic's return distribution."""
     v_min: float = -150.0

@@ -139,7 +139,8 @@ def build_model(config: AlphaZeroConfig, obs_space: Any, action_space: Any) -> P
     """The policy-value network for observations of ``obs_space``'s shape (what `shoal.load`
     rebuilds; it deploys as the network's prior over legal moves, without search)."""
     return PolicyValueNet(tuple(obs_space.shape), int(action_space.n), tuple(config.model.hidden),
-                          config.blocks, config.channels, config.model.activation)  # fmt: skip
+                          config.blocks, config.channels, config.model.activation,
+                          config.model.encoder_activation)  # fmt: skip
 
 
 class AlphaZero:

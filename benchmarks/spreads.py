@@ -1,0 +1,132 @@
+"""A tuned example's result as a spread over seeds, not one seed on one CPU.
+
+Each (example, seed) run trains the tuned example as it is (its own budget, target and
+evaluations) with ``run.seed`` set, then evaluates the final policy afresh on its own seed
+(``--fresh-episodes`` episodes, `shoal.evaluate`). The table gives, per example: how many
+seeds met the example's ``run.target_return`` (where it has one), the env steps at which they
+stopped, the last training evaluation and the fresh evaluation, each as median [min, max];
+and the CPU it ran on. Results are appended to ``--json`` as each run ends, and runs already
+there are not run again, so a killed sweep resumes where it stopped.
+
+Usage: ``python benchmarks/spreads.py sac-pendulum d4pg-pendulum --seeds 5
+--json benchmarks/results/spreads.json [--set replay.n_step=3]``. See benchmarks/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+import shoal
+
+QUIET = {"run.console": False, "run.tensorboard": False}
+FRESH_SEED = 2024
+
+
+def cpu_name() -> str:
+    """The CPU's model name (Linux), else the platform's processor string."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def run_one(example: str, seed: int, fresh_episodes: int, overrides: dict[str, Any]) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        started = time.perf_counter()
+        result = shoal.train(tuned=example, seed=seed, run_dir=f"{tmp}/run", **QUIET, **overrides)
+        wall = time.perf_counter() - started
+        fresh = shoal.evaluate(result.run_dir, episodes=fresh_episodes, seed=FRESH_SEED)
+    return {
+        "example": example,
+        "seed": seed,
+        "overrides": overrides,
+        "stop_reason": result.stop_reason,
+        "env_steps": result.env_steps,
+        "eval_return": result.eval_return,
+        "fresh_return": fresh["return"]["mean"],
+        "train_s": round(result.train_s, 2),
+        "wall_s": round(wall, 2),
+        "cpu": cpu_name(),
+    }
+
+
+def spread(values: list[float]) -> str:
+    if not values:
+        return "-"
+    return f"{statistics.median(values):,.1f} [{min(values):,.1f}, {max(values):,.1f}]"
+
+
+def table(rows: list[dict]) -> str:
+    lines = [
+        "| example | overrides | cpu | seeds | met target | env steps | last eval | fresh eval |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    keys = sorted({(r["example"], json.dumps(r["overrides"], sort_keys=True), r["cpu"])
+                   for r in rows})  # fmt: skip
+    for example, overrides, cpu in keys:
+        group = [r for r in rows if (r["example"], json.dumps(r["overrides"], sort_keys=True),
+                                     r["cpu"]) == (example, overrides, cpu)]  # fmt: skip
+        met = sum(r["stop_reason"] == "target_return" for r in group)
+        cells = [
+            example,
+            overrides if overrides != "{}" else "",
+            cpu,
+            ", ".join(str(r["seed"]) for r in sorted(group, key=lambda r: r["seed"])),
+            f"{met}/{len(group)}",
+            spread([r["env_steps"] for r in group]),
+            spread([r["eval_return"] for r in group if r["eval_return"] is not None]),
+            spread([r["fresh_return"] for r in group if r["fresh_return"] is not None]),
+        ]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("examples", nargs="+", help="tuned example names")
+    parser.add_argument("--seeds", type=int, default=5, help="seeds 0..N-1")
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--fresh-episodes", type=int, default=10)
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="a config override for every run (dotted field names)",
+    )
+    parser.add_argument("--json", type=Path, default=Path("benchmarks/results/spreads.json"))
+    args = parser.parse_args()
+    overrides = {}
+    for item in args.set:
+        key, _, value = item.partition("=")
+        overrides[key.replace("-", "_")] = yaml.safe_load(value)
+    rows: list[dict] = json.loads(args.json.read_text()) if args.json.exists() else []
+    cpu = cpu_name()
+    for example in args.examples:
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
+            done = any(r["example"] == example and r["seed"] == seed and r["cpu"] == cpu
+                       and r["overrides"] == overrides for r in rows)  # fmt: skip
+            if done:
+                continue
+            row = run_one(example, seed, args.fresh_episodes, overrides)
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(rows, indent=1) + "\n")
+    print(table([r for r in rows if r["example"] in args.examples]))
+
+
+if __name__ == "__main__":
+    main()
