@@ -30,6 +30,7 @@ from torch import nn
 from shoal.config import replace
 from shoal.envs.agents_as_batch import actor_space, critic_part
 from shoal.envs.composite import PackedActions, PackedObs
+from shoal.envs.games import is_game_id
 from shoal.envs.make import make_multi_agent_env
 from shoal.envs.multi_agent import is_multi_agent_id
 from shoal.envs.normalize import RunningMeanStd
@@ -37,6 +38,7 @@ from shoal.envs.shapes import as_discrete
 from shoal.errors import ShoalError
 from shoal.nn.recurrent import is_recurrent
 from shoal.policy import ActorPolicy, JointPolicy
+from shoal.registry import algorithm_for_config
 
 FORMATS = ("onnx", "torchscript")
 SUFFIX = {"onnx": ".onnx", "torchscript": ".pt"}
@@ -150,6 +152,12 @@ def export(
         ]
         if missing:
             raise ShoalError(f"ONNX export needs {missing}: pip install 'shoal[export]'")
+    spec = algorithm_for_config(policy.config)
+    if spec.deploys_search:
+        raise ShoalError(
+            f"{spec.name} deploys a search (MCTS in its learned model at every step), and a "
+            "search is not a network: export writes networks; use shoal.load(RUN).act"
+        )
     path = Path(path)
     if path.suffix == "":
         path = path.with_suffix(SUFFIX[format])
@@ -196,27 +204,34 @@ def export(
         inputs = (torch.as_tensor(obs),)
         names, outputs = ["obs"], ["action"]
     _write(module, inputs, names, outputs, path, format)
-    if hasattr(policy.model, "reset_state"):  # act from a zero state, as the file is checked
-        policy.model.reset_state()
-    if masked:
-        want = policy.act(full, action_mask=mask)
-        got = run_exported(path, obs, format, action_mask=mask)
-        if not np.take_along_axis(mask, np.asarray(got).reshape(-1, 1), 1).all():
-            raise ShoalError(f"{path}: the exported policy picked an illegal action")
-    else:
-        want = policy.act(full)
-        got = run_exported(path, obs, format, recurrent=is_recurrent(policy.model))
-    _compare(got, want, path)
+    for n in check_batches(check):  # the file serves every batch size, not the traced one
+        if hasattr(policy.model, "reset_state"):  # act from a zero state, as the file does
+            policy.model.reset_state()
+        if masked:
+            want = policy.act(full[:n], action_mask=mask[:n])
+            got = run_exported(path, obs[:n], format, action_mask=mask[:n])
+            if not np.take_along_axis(mask[:n], np.asarray(got).reshape(-1, 1), 1).all():
+                raise ShoalError(f"{path}: the exported policy picked an illegal action")
+        else:
+            want = policy.act(full[:n])
+            got = run_exported(path, obs[:n], format, recurrent=is_recurrent(policy.model))
+        _compare(got, want, path)
     return [path]
 
 
+def check_batches(check: int) -> list[int]:
+    """The batch sizes an export is checked at: the ``check`` observations it was traced
+    with, one, and three."""
+    return list(dict.fromkeys(min(n, check) for n in (check, 1, 3)))
+
+
 def has_mask(policy: ActorPolicy) -> bool:
-    """Whether the run trained with legal-action masks (``env.action_mask``, or a masked
-    multi-agent env): then the exported file takes them."""
+    """Whether the run trained with legal-action masks (``env.action_mask``, a two-player
+    game's rules, or a masked multi-agent env): then the exported file takes them."""
     env = getattr(policy.config, "env", None)
     if env is None:
         return False
-    if getattr(env, "action_mask", "none") not in ("none", None, ""):
+    if getattr(env, "action_mask", "none") not in ("none", None, "") or is_game_id(env.id):
         return True
     if not is_multi_agent_id(env.id):
         return False
@@ -247,8 +262,9 @@ def _export_group(joint: JointPolicy, group: str, path: Path, format: str, check
     obs = everyone[group]
     target = path.with_name(f"{path.stem}.{group}{path.suffix}")
     _write(module, (torch.as_tensor(obs),), ["obs"], ["action"], target, format)
-    want = joint.act(everyone)[group]
-    _compare(run_exported(target, obs, format), want, target)
+    for n in check_batches(check):
+        want = joint.act({g: o[:n] for g, o in everyone.items()})[group]
+        _compare(run_exported(target, obs[:n], format), want, target)
     return target
 
 
@@ -325,12 +341,15 @@ def _state_size(path: Path, format: str) -> int:
 
 def _compare(got: np.ndarray, want: np.ndarray, path: Path) -> None:
     got, want = np.asarray(got), np.asarray(want)
+    at = f" at batch size {len(want)}"
     if got.shape != want.shape:
-        raise ShoalError(f"{path}: exported actions have shape {got.shape}, act gives {want.shape}")
+        raise ShoalError(
+            f"{path}: exported actions have shape {got.shape}, act gives {want.shape}{at}"
+        )
     if np.issubdtype(want.dtype, np.integer):
         agree = float((got == want).mean())
         if agree < 1.0:
-            raise ShoalError(f"{path}: exported actions agree with act on {agree:.1%} only")
+            raise ShoalError(f"{path}: exported actions agree with act on {agree:.1%} only{at}")
     elif not np.allclose(got, want, atol=1e-4, rtol=1e-4):
         gap = float(np.abs(got - want).max())
-        raise ShoalError(f"{path}: exported actions differ from act's by up to {gap:.2e}")
+        raise ShoalError(f"{path}: exported actions differ from act's by up to {gap:.2e}{at}")

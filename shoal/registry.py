@@ -44,6 +44,9 @@ class AlgorithmSpec:
     runners: bool = False
     """It samples on Ray actors when ``run.runners`` > 0; the training loop refuses
     ``run.runners`` > 0 for an algorithm without this (it would sample in-process)."""
+    deploys_search: bool = False
+    """Its deployed policy (``shoal.load``) searches at every step, a program around its
+    network rather than one network: ``shoal export`` refuses it."""
 
     def default_config(self, **overrides: Any) -> Any:
         """The config this name starts from: ``config_cls()`` with ``defaults``, then
@@ -424,6 +427,7 @@ ALGORITHMS["muzero"] = AlgorithmSpec(
     "MuZero: search in a learned model, unrolled dynamics, two-hot values, prioritized replay",
     "Discrete",
     runners=True,
+    deploys_search=True,
 )
 ALGORITHMS["mcts"] = AlgorithmSpec(
     "mcts",

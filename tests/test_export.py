@@ -40,11 +40,12 @@ def test_exported_policies_act_as_the_run(name, format, tmp_path):
     policy = shoal.load(run_dir)
     [path] = export(policy, tmp_path / "policy", format)
     obs = example_observations(policy.observation_space, 100, seed=11)  # not the check's
-    got, want = run_exported(path, obs, format), policy.act(obs)
-    if np.issubdtype(want.dtype, np.integer):
-        np.testing.assert_array_equal(got, want)
-    else:
-        np.testing.assert_allclose(got, want, atol=1e-5)
+    for batch in (100, 1, 3):  # every batch size, not the one the file was traced with
+        got, want = run_exported(path, obs[:batch], format), policy.act(obs[:batch])
+        if np.issubdtype(want.dtype, np.integer):
+            np.testing.assert_array_equal(got, want)
+        else:
+            np.testing.assert_allclose(got, want, atol=1e-5)
     if name.endswith("normalized"):  # the statistics are inside the file, not left out
         assert policy.obs_stats is not None and not np.allclose(policy.obs_stats.mean, 0.0)
 
@@ -135,6 +136,57 @@ def test_an_action_masked_policy_exports_with_a_mask_input(format, tmp_path):
     got = run_exported(path, obs, format, action_mask=mask)
     np.testing.assert_array_equal(got, policy.act(obs, action_mask=mask))
     assert mask[np.arange(100), got].all()
+
+
+GAME = {"env.num_envs": 2, "search.num_simulations": 4, "moves_per_iteration": 4,
+        "min_replay": 8, "batch_size": 8, "eval_every": 0, "run.console": False}  # fmt: skip
+
+
+@pytest.mark.extra("openspiel")
+@pytest.mark.parametrize("format", FORMATS)
+def test_alphazero_exports_a_network_that_plays_legal_moves(format, tmp_path):
+    """AlphaZero deploys its network's prior over legal moves: the file takes the legal-move
+    mask (it once had no such input and played occupied squares) and plays by it at every
+    batch size, on positions where some squares are taken."""
+    from shoal.envs.games import make_game
+
+    run_dir = shoal.train("alphazero", env="openspiel:tic_tac_toe", total_steps=16,
+                          run_dir=str(tmp_path / "az"), **GAME).run_dir  # fmt: skip
+    policy = shoal.load(run_dir)
+    [path] = export(policy, tmp_path / "az", format)
+    game = make_game("openspiel:tic_tac_toe")
+    states, state = [], game.initial()
+    for move in (4, 0, 8):  # three positions, with 1, 2 and 3 squares taken
+        state = game.play(state, move)[0]
+        states.append(state)
+    obs = np.stack([game.observation(s) for s in states])
+    mask = np.stack([game.legal(s) for s in states])
+    assert not mask.all()
+    for batch in (1, 3):
+        got = run_exported(path, obs[:batch], format, action_mask=mask[:batch])
+        np.testing.assert_array_equal(got, policy.act(obs[:batch], action_mask=mask[:batch]))
+        assert mask[np.arange(batch), got].all()
+    # Whatever the network prefers, a square that is taken is never played.
+    only = np.zeros((1, 9), bool)
+    only[0, 2] = True
+    assert run_exported(path, obs[:1], format, action_mask=only)[0] == 2
+
+
+@pytest.mark.parametrize("format", FORMATS)
+def test_a_search_policy_is_refused_in_one_line(format, tmp_path, capsys):
+    """MuZero deploys a search; a traced search served one batch size (a TorchScript file that
+    failed at batch 1, an ONNX export that failed with a 291-line traceback)."""
+    run_dir = shoal.train("muzero", env="CartPole-v1", total_steps=32,
+                          run_dir=str(tmp_path / "mz"),
+                          **{"env.num_envs": 2, "search.num_simulations": 2, "unroll_steps": 2,
+                             "steps_per_iteration": 4, "batch_size": 4, "min_replay": 8,
+                             "model.hidden": (8,), **QUIET}).run_dir  # fmt: skip
+    with pytest.raises(ShoalError, match="a search is not a network"):
+        export(shoal.load(run_dir), tmp_path / "mz", format)
+    assert main(["export", str(run_dir), "--format", format]) == 2
+    said = capsys.readouterr().out.strip()
+    assert said.count("\n") == 0 and "muzero deploys a search" in said
+    assert not list(tmp_path.glob("mz*.*")) and not list(run_dir.glob("policy.*"))
 
 
 def test_a_dict_observation_policy_is_refused_in_user_terms(tmp_path):

@@ -79,8 +79,9 @@ def _export(args: argparse.Namespace) -> int:
     masked = isinstance(policy, ActorPolicy) and policy.takes_mask and has_mask(policy)
     for path in files:
         console.print(
-            f"exported: {path} ({args.format}; its actions equal shoal.load(RUN).act's on 64 "
-            + ("observations and legal-action masks; inputs obs and action_mask)" if masked
+            f"exported: {path} ({args.format}; its actions equal shoal.load(RUN).act's on "
+            "batches of 64, 1 and 3 "
+            + ("observations with legal-action masks; inputs obs and action_mask)" if masked
                else "observations)"),
             highlight=False,
         )  # fmt: skip
