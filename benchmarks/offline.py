@@ -51,9 +51,9 @@ def shoal_run(
     shutil.rmtree(run_dir, ignore_errors=True)  # a fresh run each time
     extra = {"action_samples": 10} if algo == "cql" else {}
     result = shoal.train(ALGOS[algo], dataset=dataset, seed=seed, quiet=True,
-                         total_steps=256 * updates, run_dir=str(run_dir),
+                         total_steps=updates, run_dir=str(run_dir),
                          **SETTINGS, **extra, **{"model.hidden": tuple(hidden)},
-                         **{"run.eval_every_steps": 256 * updates,
+                         **{"run.eval_every_steps": updates,
                             "run.eval_episodes": EVAL_EPISODES})  # fmt: skip
     return {"library": "shoal", "algo": algo, "seed": seed,
             "updates_per_s": updates / result.train_s,

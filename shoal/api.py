@@ -169,19 +169,20 @@ def use_run_threads(checkpoint: Any) -> None:
 
 
 def plays_a_game(checkpoint: Any) -> bool:
-    """Whether a run plays a two-player game: an AlphaZero run, or MuZero on a game."""
-    algo = checkpoint.meta.get("algo")
+    """Whether a run plays a two-player game, evaluated by matches: an algorithm that plays
+    games (`shoal.registry.AlgorithmSpec.match_report`: AlphaZero, MuZero) on a game's id."""
+    spec = get_algorithm(str(checkpoint.meta.get("algo")))
     env_id = str((checkpoint.config.get("env") or {}).get("id", ""))
-    return algo == "alphazero" or (algo == "muzero" and is_game_id(env_id))
+    return spec.match_report is not None and is_game_id(env_id)
 
 
 def game_report(checkpoint: Any, games: int, seed: int) -> dict[str, Any]:
     """A game-playing run's search against a random and a minimax player, ``games`` games
     each (``shoal eval``'s report for such runs)."""
-    from shoal.algos.planning import alphazero, muzero
-
-    module = alphazero if checkpoint.meta.get("algo") == "alphazero" else muzero
-    return module.evaluate_run(checkpoint, games, seed)
+    report = get_algorithm(str(checkpoint.meta.get("algo"))).match_report
+    if report is None:
+        raise ShoalError(f"{checkpoint.meta.get('algo')} does not play games")
+    return report(checkpoint, games, seed)
 
 
 def make_env(env: str | EnvConfig, num_envs: int | None = None, **kwargs: Any) -> VectorEnv:

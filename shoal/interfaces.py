@@ -73,8 +73,9 @@ class Algorithm(Protocol):
 
     env_steps: int
     """The run's progress: what ``run.total_steps`` and the evaluation and checkpoint
-    cadences count. Env steps taken (summed over parallel envs, a population's included);
-    a learner that steps no env (offline) counts the transitions it has learned from."""
+    cadences count. Env steps taken (summed over parallel envs, a population's included,
+    the autoreset step after each episode's end included: see `RunConfig.total_steps`); a
+    learner that steps no env (offline) counts its gradient updates."""
     iteration: int
 
     def train_iteration(self) -> dict[str, float]: ...
@@ -109,4 +110,8 @@ class AlgorithmSpec(Protocol):
     @property
     def runners(self) -> bool:
         """Whether it samples on Ray runners when ``run.runners`` > 0."""
+        ...
+
+    def unit(self, config: Any) -> str:
+        """What a run's progress counts, a singular noun: "env step", "update", ..."""
         ...

@@ -47,6 +47,21 @@ class AlgorithmSpec:
     deploys_search: bool = False
     """Its deployed policy (``shoal.load``) searches at every step, a program around its
     network rather than one network: ``shoal export`` refuses it."""
+    match_report: Callable[[Any, int, int], dict[str, Any]] | None = None
+    """It plays two-player games: on a game it evaluates by matches against fixed players
+    every ``eval_every`` iterations, and ``shoal eval`` reports
+    ``match_report(checkpoint, games, seed)`` (AlphaZero, MuZero)."""
+    deploys: bool = True
+    """Its runs hold a policy for ``shoal.load``, ``shoal eval`` and ``shoal export`` (mcts
+    plans with the env's own state and holds none)."""
+    counts: Callable[[Any], str] | None = None
+    """``counts(config)``: what its progress (``env_steps``, which ``run.total_steps`` and the
+    cadences count) counts, as a singular noun for summaries ("update" for an offline learner);
+    None: "env step"."""
+
+    def unit(self, config: Any) -> str:
+        """What the progress of a run of ``config`` counts (see ``counts``)."""
+        return "env step" if self.counts is None else self.counts(config)
 
     def default_config(self, **overrides: Any) -> Any:
         """The config this name starts from: ``config_cls()`` with ``defaults``, then
@@ -254,7 +269,7 @@ for _name, _data_module, _data_config, _data_algorithm, _summary, _spaces in (
 ):  # fmt: skip
     ALGORITHMS[_name] = AlgorithmSpec(
         _name, _data_config, _data_algorithm, _data_module.build_model, _summary, _spaces,
-        prepare=offline_core.prepare,
+        prepare=offline_core.prepare, counts=offline_core.counts,
     )  # fmt: skip
 
 
@@ -418,6 +433,7 @@ ALGORITHMS["alphazero"] = AlgorithmSpec(
     "AlphaZero: self-play with batched MCTS on a game's rules, policy-value network, arena",
     "Discrete (two-player turn-based games)",
     runners=True,
+    match_report=alphazero.evaluate_run,
 )
 ALGORITHMS["muzero"] = AlgorithmSpec(
     "muzero",
@@ -427,6 +443,7 @@ ALGORITHMS["muzero"] = AlgorithmSpec(
     "MuZero: search in a learned model, unrolled dynamics, two-hot values, prioritized replay",
     "Discrete",
     runners=True,
+    match_report=muzero.evaluate_run,
     deploys_search=True,
 )
 ALGORITHMS["mcts"] = AlgorithmSpec(
@@ -436,6 +453,7 @@ ALGORITHMS["mcts"] = AlgorithmSpec(
     planner.build_model,
     "MCTS planning with a Gymnasium env's true dynamics (exact snapshots), no learning",
     "Discrete (pure-Python envs)",
+    deploys=False,
 )
 
 

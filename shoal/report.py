@@ -72,8 +72,7 @@ def read_run(run_dir: Path, variant: str) -> Run | None:
                 scores.setdefault(key.removeprefix("eval/return").lstrip("/"), []).append(value)
     if not steps:
         return None
-    config_file = run_dir / "config.json"
-    config = json.loads(config_file.read_text()) if config_file.exists() else {}
+    config = _json(run_dir / "config.json")
     target = (config.get("run") or {}).get("target_return")
     env = str((config.get("env") or {}).get("id", ""))
     count = len(steps)
@@ -83,8 +82,30 @@ def read_run(run_dir: Path, variant: str) -> Run | None:
     )  # fmt: skip
 
 
+def _json(path: Path) -> dict[str, Any]:
+    """A run's JSON file as a dict; {} where it is missing or unreadable (cut short by a
+    crash, damaged): a report reads what it can, as ``shoal eval`` falls back."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _variant(run_dir: Path) -> str:
+    """A plain run's variant: its algorithm (from the newest readable checkpoint metadata)
+    and env, else its directory's name."""
+    env = (_json(run_dir / "config.json").get("env") or {}).get("id", "")
+    algo = ""
+    for meta in sorted(run_dir.glob("checkpoints/step_*/meta.json"), reverse=True):
+        algo = str(_json(meta).get("algo", ""))
+        if algo:
+            break
+    return f"{algo} {env}".strip() or run_dir.name
+
+
 def collect(directory: Path) -> list[Run]:
-    """The runs under ``directory``, each with its variant."""
+    """The runs under ``directory``, each with its variant; ``directory`` may be one run."""
     plan = directory / "experiment.json"
     runs = []
     if plan.exists():
@@ -93,12 +114,11 @@ def collect(directory: Path) -> list[Run]:
             if run is not None:
                 runs.append(run)
         return runs
+    if (directory / "metrics.jsonl").exists():  # a run directory itself
+        run = read_run(directory, _variant(directory))
+        return [] if run is None else [run]
     for config in sorted(directory.glob("*/config.json")):  # plain runs: by algorithm and env
-        run_dir = config.parent
-        env = (json.loads(config.read_text()).get("env") or {}).get("id", "")
-        metas = sorted(run_dir.glob("checkpoints/step_*/meta.json"))
-        algo = json.loads(metas[-1].read_text()).get("algo", "") if metas else ""
-        run = read_run(run_dir, f"{algo} {env}".strip() or run_dir.name)
+        run = read_run(config.parent, _variant(config.parent))
         if run is not None:
             runs.append(run)
     return runs
@@ -118,8 +138,8 @@ interval."""
 METHOD = (
     "Intervals: 95% percentile bootstrap over runs (10,000 resamples; one task, so the "
     "stratified bootstrap of Agarwal et al. 2021 is the plain one), shown for variants with "
-    f"at least {MIN_RUNS} runs. P(X > Y): the share of (run of X, run of Y) pairs where X "
-    "scores higher, ties counting half."
+    f"at least {MIN_RUNS} runs. P(X > Y), for variants on the same env: the share of (run "
+    "of X, run of Y) pairs where X scores higher, ties counting half."
 )
 
 
@@ -152,13 +172,16 @@ def score_table(runs: list[Run], key: str = "") -> list[dict[str, Any]]:
 
 
 def improvement_table(runs: list[Run]) -> list[dict[str, Any]]:
-    """P(X > Y) for every ordered pair of variants that both have `MIN_RUNS` runs."""
+    """P(X > Y) for every ordered pair of variants that both have `MIN_RUNS` runs on the
+    same env (returns of different envs are not on one scale)."""
     variants = list(dict.fromkeys(r.variant for r in runs))
     finals = {v: np.array([r.scores[""][-1] for r in runs if r.variant == v]) for v in variants}
+    env = {v: next((r.env for r in runs if r.variant == v and r.env), "") for v in variants}
     enough = [v for v in variants if len(finals[v]) >= MIN_RUNS]
     return [
         {"x": x, "y": y, "p_x_better": probability_of_improvement(finals[x], finals[y])}
         for x, y in itertools.permutations(enough, 2)
+        if env[x] == env[y]
     ]
 
 

@@ -207,6 +207,7 @@ def test_a_stop_signal_to_a_real_process_saves_and_exits(tmp_path, signame, code
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == code, out
     assert re.search(said, out), out
+    assert f"shoal train --resume {run_dir}" in out  # the exact command that goes on
     latest = (run_dir / "checkpoints" / "latest").read_text().strip()
     assert (run_dir / "checkpoints" / latest / "state.pt").exists()
 

@@ -22,9 +22,9 @@ def test_collect_a_random_dataset_then_train_on_it(tmp_path, capsys):
     assert "4 episodes" in capsys.readouterr().out
     data = read_dataset(out)
     assert data.env_id == "CartPole-v1" and data.ref_min_score is None
-    code = main(["train", "bc", "--dataset", str(out), "--total-steps", "640",
+    code = main(["train", "bc", "--dataset", str(out), "--total-steps", "20",
                  "--run-dir", str(tmp_path / "run"), "--run.eval-episodes", "2",
-                 "--run.eval-every-steps", "640", "--replay.batch-size", "32"])  # fmt: skip
+                 "--run.eval-every-steps", "20", "--replay.batch-size", "32"])  # fmt: skip
     assert code == 0
     assert "the dataset" in capsys.readouterr().out
     assert main(["collect", "--env", "CartPole-v1", "--out", str(out)]) == 2  # exists
@@ -92,9 +92,9 @@ def test_a_mappo_run_is_collected_as_what_its_actors_see(tmp_path, capsys):
                           "run.eval_every_steps": 0})  # fmt: skip
     with pytest.raises(ShoalError, match="the expert .* reads observations"):
         shoal.collect(tmp_path / "y", run.run_dir, episodes=3, num_envs=1, expert=ippo.run_dir)
-    bc = shoal.train("bc", dataset=str(out), total_steps=320, quiet=True,
+    bc = shoal.train("bc", dataset=str(out), total_steps=10, quiet=True,
                      run_dir=str(tmp_path / "bc"),
-                     **{"run.eval_every_steps": 320, "run.eval_episodes": 2,
+                     **{"run.eval_every_steps": 10, "run.eval_episodes": 2,
                         "replay.batch_size": 32})  # fmt: skip
     assert bc.eval_return is not None
 
@@ -145,8 +145,8 @@ def test_a_team_run_is_collected_as_each_agent_s_episodes(tmp_path):
     data = read_dataset(out)
     assert data.env == {"id": "shoal/spread-v0", "agent_id": True}
     assert len(data.episodes) == 6 and data.observation_space.shape == (17,)
-    bc = shoal.train("bc", dataset=str(out), total_steps=640, quiet=True,
+    bc = shoal.train("bc", dataset=str(out), total_steps=20, quiet=True,
                      run_dir=str(tmp_path / "bc"),
-                     **{"run.eval_every_steps": 640, "run.eval_episodes": 2,
+                     **{"run.eval_every_steps": 20, "run.eval_episodes": 2,
                         "replay.batch_size": 32})  # fmt: skip
     assert bc.eval_return is not None

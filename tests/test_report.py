@@ -140,3 +140,43 @@ def test_mixed_targets_few_seeds_and_mixed_envs_are_said_not_computed(tmp_path, 
     (exp / "experiment.json").write_text(json.dumps({"name": "e", "runs": plan}))
     assert main(["report", str(exp)]) == 2
     assert "mixes runs of different envs (A-v0, B-v0)" in capsys.readouterr().out
+
+
+def test_a_run_with_unreadable_files_one_run_and_envs_apart(tmp_path, capsys):
+    """A damaged meta.json crashed the report (shoal eval falls back on the same run); a run
+    directory given alone found no runs; variants of different envs were compared."""
+    runs = tmp_path / "runs"
+    for k, final in enumerate([1.0, 2.0, 3.0]):
+        write_evaluations(runs / f"a{k}", [1000], [final], env="A-v0")
+        write_evaluations(runs / f"b{k}", [1000], [10 * final], env="B-v0")
+    meta = runs / "a0" / "checkpoints" / "step_000000001000" / "meta.json"
+    meta.parent.mkdir(parents=True)
+    meta.write_text('{"algo": "pp')  # cut short by a crash
+    older = runs / "a1" / "checkpoints" / "step_000000000500" / "meta.json"
+    older.parent.mkdir(parents=True)
+    older.write_text(json.dumps({"algo": "ppo"}))
+    (runs / "a1" / "checkpoints" / "step_000000001000").mkdir()
+    (runs / "a1" / "checkpoints" / "step_000000001000" / "meta.json").write_text("{")
+    tables = report(runs, plots=False)
+    variants = {row["variant"]: row["runs"] for row in tables["scores"]}
+    assert variants == {"A-v0": 2, "ppo A-v0": 1, "B-v0": 3}  # the newest readable algo
+    # Each env's variants alone: B-v0 has 3 runs, A-v0's are split, so no pair is compared.
+    assert tables["improvement"] == []
+    one = report(runs / "b2", tmp_path / "one", plots=False)
+    assert [row["runs"] for row in one["scores"]] == [1] and one["scores"][0]["mean"] == 30.0
+    assert main(["report", str(runs / "b2"), "--out", str(tmp_path / "cli")]) == 0
+    assert "30.00" in capsys.readouterr().out
+
+
+def test_probabilities_of_improvement_pair_variants_of_one_env(tmp_path):
+    exp = tmp_path / "exp"
+    plan = []
+    for variant, env, finals in (("x", "A-v0", [1, 2, 3]), ("y", "A-v0", [4, 5, 6]),
+                                 ("z", "B-v0", [7, 8, 9])):  # fmt: skip
+        for k, final in enumerate(finals):
+            write_evaluations(exp / f"{variant}{k}", [1000], [float(final)], env=env)
+            plan.append({"name": f"{variant}{k}", "variant": variant, "values": {}, "seed": k,
+                         "algo": "ppo"})  # fmt: skip
+    (exp / "experiment.json").write_text(json.dumps({"name": "e", "runs": plan}))
+    pairs = {(r["x"], r["y"]): r["p_x_better"] for r in report(exp, plots=False)["improvement"]}
+    assert pairs == {("x", "y"): 0.0, ("y", "x"): 1.0}

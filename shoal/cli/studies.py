@@ -56,7 +56,7 @@ def add_parsers(commands: Any) -> None:
     report_p = commands.add_parser(
         "report", help="aggregate runs by variant: scores with 95%% CIs, curves, comparisons"
     )
-    report_p.add_argument("dir", help="an experiment directory, or a directory of runs")
+    report_p.add_argument("dir", help="an experiment directory, a directory of runs, or one run")
     report_p.add_argument("--out", help="where to write (default DIR/report)")
     report_p.set_defaults(run=_report)
 

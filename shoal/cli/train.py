@@ -76,7 +76,7 @@ def run(argv: list[str]) -> int:
     where = f"the dataset {dataset}" if dataset else config.env.id
     console.print(f"training [bold]{spec.name}[/] on [bold]{where}[/]", highlight=False)
     result = train(config, resume=args.resume, trust_code=args.trust_code)
-    _print_result(result)
+    _print_result(result, spec, config)
     return STOP_EXIT_CODES.get(result.stop_reason, 0)
 
 
@@ -216,17 +216,38 @@ def renamed_flags(cls: type, argv: list[str]) -> list[str]:
     return out
 
 
-def _print_result(result) -> None:
-    console.print(
-        f"stopped:     {result.stop_detail}\n"
-        f"time:        {_times(result)}\n"
-        f"eval return: {_eval_text(result)}\n"
-        f"run:         {result.run_dir}\n"
-        f"checkpoint:  {result.checkpoint}\n"
-        f"evaluate:    shoal eval {result.run_dir}\n"
-        f"tensorboard: tensorboard --logdir {result.run_dir / 'tb'}",
-        highlight=False,
-    )
+def _print_result(result: Any, spec: Any, config: Any) -> None:
+    """The summary of a run: why it stopped, its times and last evaluation, where it is, and
+    the commands that go on from it (each only where it works)."""
+    run_dir = result.run_dir
+    lines = [
+        f"stopped:     {result.stop_detail}",
+        f"time:        {_times(result)}",
+        (f"eval:        {_scores_text(result)}" if result.eval_return is None
+         and result.eval_scores else f"eval return: {_eval_text(result, spec, config)}"),
+        f"run:         {run_dir}",
+        f"checkpoint:  {result.checkpoint}",
+    ]  # fmt: skip
+    if result.stop_reason in STOP_EXIT_CODES:  # Ctrl-C or SIGTERM: the run goes on from here
+        lines.append(f"resume:      shoal train --resume {run_dir}")
+    if spec.deploys:
+        lines.append(f"evaluate:    shoal eval {run_dir}")
+    else:
+        lines.append(f"evaluate:    none: {spec.name} keeps no policy (it plans with the env's "
+                     "own state); metrics.jsonl holds its episodes' returns")  # fmt: skip
+    if config.run.tensorboard:
+        lines.append(f"tensorboard: tensorboard --logdir {run_dir / 'tb'}")
+    console.print("\n".join(lines), highlight=False)
+
+
+def _scores_text(result: Any) -> str:
+    """An algorithm's own last evaluation (AlphaZero's matches): ``vs_random score 1.00,
+    vs_minimax score 0.50, vs_minimax loss_rate 0.00 at env step 512``."""
+    scores = dict(result.eval_scores)
+    step = int(scores.pop("step"))
+    each = ", ".join(f"{k.removeprefix('eval/').replace('/', ' ')} {v:.2f}"
+                     for k, v in scores.items())  # fmt: skip
+    return f"{each} at {result.unit} {step:,}"
 
 
 def _times(result) -> str:
@@ -239,12 +260,17 @@ def _times(result) -> str:
     return text
 
 
-def _eval_text(result) -> str:
+def _eval_text(result: Any, spec: Any, config: Any) -> str:
     if result.eval_return is None:
+        from shoal.envs.games import is_game_id
+
+        if spec.match_report is not None and is_game_id(config.env.id):
+            return (f"none yet ({spec.name} plays its evaluation matches every eval_every "
+                    f"iterations: {config.eval_every})")  # fmt: skip
         return "none (run.eval_every_steps is 0)"
     text = f"{result.eval_return:.1f}"
     if result.eval_step is not None:
-        text += f" at env step {result.eval_step:,}"
+        text += f" at {result.unit} {result.eval_step:,}"
         if result.eval_step != result.env_steps:
             text += f" (the run ended at {result.env_steps:,})"
     return text

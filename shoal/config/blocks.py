@@ -22,7 +22,12 @@ class RunConfig:
     seed: int = 0
     """One seed derives every environment, worker and torch generator seed."""
     total_steps: int = 100_000
-    """Stop after this many environment steps (summed over parallel environments)."""
+    """Stop after this many environment steps (summed over parallel environments); an
+    offline learner counts gradient updates. Every step call of a vector env counts,
+    including the one that resets an env whose episode ended on the step before (Gymnasium's
+    next-step autoreset): a Pendulum episode of 200 steps takes 201 of them, so episodes end
+    at 200, 401, 602, ... Stable-Baselines3's vector envs reset within the final step, so
+    its 100,000 steps hold about 0.5% more Pendulum transitions (about 1/length more)."""
     target_return: float | None = None
     """Stop as soon as the evaluation mean return reaches this value."""
     max_wall_s: float | None = None

@@ -80,10 +80,11 @@ class OpenSpielGame:
                 f"openspiel:{name} needs OpenSpiel: pip install 'shoal[openspiel]' "
                 "(or pip install open-spiel)"
             ) from err
+        check_openspiel_name(name)  # before load_game, which prints every game on a miss
         try:
             self.game = pyspiel.load_game(name)
         except pyspiel.SpielError as err:
-            raise ConfigError(f"openspiel:{name}: OpenSpiel has no such game ({err})") from err
+            raise ConfigError(f"openspiel:{name}: OpenSpiel refused it ({err})") from err
         info = self.game.get_type()
         problems = []
         if self.game.num_players() != 2:
@@ -235,6 +236,24 @@ class PettingZooGame:
 
     def key(self, state: Position) -> Any:
         return self.observation(state).tobytes(), state.env.agent_selection
+
+
+def check_openspiel_name(name: str) -> None:
+    """Refuse a game OpenSpiel does not register, naming the closest ones (OpenSpiel's own
+    error lists all of its games, twice over)."""
+    import difflib
+
+    import pyspiel
+
+    base = name.split("(", 1)[0]  # tic_tac_toe(param=...) names tic_tac_toe
+    known = list(pyspiel.registered_names())
+    if base not in known:
+        close = difflib.get_close_matches(base, known, n=3)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise ConfigError(
+            f'openspiel:{name}: OpenSpiel has no game {base!r}.{hint} (python -c "import '
+            'pyspiel; print(pyspiel.registered_names())" lists them)'
+        )
 
 
 def make_game(env_id: str) -> Game:

@@ -208,7 +208,7 @@ def load_checkpoint(
             unreadable.append(exc)
             continue
         for skipped in unreadable:
-            print(f"note: {skipped}; using {checkpoint.path.name}, the newest good one")
+            _note_once(f"note: {skipped}; using {checkpoint.path.name}, the newest good one")
         if set_aside:
             for bad in candidates[: candidates.index(candidate)]:
                 if bad.name > candidate.name:
@@ -217,6 +217,25 @@ def load_checkpoint(
     raise CheckpointError(
         f"{path} holds no readable checkpoint: " + "; ".join(str(exc) for exc in unreadable)
     )
+
+
+_NOTED: set[str] = set()
+"""The fallback notes this process has printed: a run loaded twice (``shoal eval`` reads its
+checkpoint, then its policy) says so once."""
+
+
+def _note_once(note: str) -> None:
+    if note not in _NOTED:
+        _NOTED.add(note)
+        print(note)
+
+
+def _first_sentence(exc: Exception) -> str:
+    """An exception's message as one short line: its first sentence (PyTorch's reading
+    errors add a paragraph of advice), at most 160 characters."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    head = text.split(". ", 1)[0].rstrip(".")
+    return head if len(head) <= 160 else head[:157] + "..."
 
 
 def _read_checkpoint(ckpt: Path, algo: str | None, trust_code: bool) -> Checkpoint:
@@ -241,7 +260,9 @@ def _read_checkpoint(ckpt: Path, algo: str | None, trust_code: bool) -> Checkpoi
     try:
         state = decode(torch.load(ckpt / "state.pt", weights_only=True, map_location="cpu"))
     except Exception as exc:  # torch raises several types for truncated or foreign files
-        raise _Unreadable(f"checkpoint {ckpt} is corrupted (state.pt unreadable: {exc})") from exc
+        raise _Unreadable(
+            f"checkpoint {ckpt} is corrupted (state.pt unreadable: {_first_sentence(exc)})"
+        ) from exc
     # Custom env modules imported from a run's working directory import again from here,
     # when the user trusts the run's code.
     add_import_dirs(meta.get("import_dirs", []), trust=trust_code)

@@ -332,6 +332,7 @@ def make_loggers(
     resume_step: int | None = None,
     trackers: Iterable[Logger] = (),
     groups: Sequence[str] = (),
+    unit: str = "env step",
 ) -> MultiLogger:
     """The standard set of loggers for a run directory.
 
@@ -340,7 +341,8 @@ def make_loggers(
     A run resumed from a checkpoint at env step ``resume_step`` continues the files, without
     what the interrupted run logged after that step (`MultiLogger.lost_steps` says how much).
     ``trackers`` (`shoal.train.trackers`) log beside them. ``groups``: the agent groups of
-    a run whose groups act together, each shown with its own evaluation return.
+    a run whose groups act together, each shown with its own evaluation return. ``unit``:
+    what the steps count, for the console ("env step", "update").
     """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -352,5 +354,5 @@ def make_loggers(
         loggers.append(TensorBoardLogger(run_dir / "tb", resume_step=resume_step))
     loggers.extend(trackers)
     if console:
-        loggers.append(ConsoleLogger(total_steps, groups=groups))
+        loggers.append(ConsoleLogger(total_steps, groups=groups, unit=unit))
     return MultiLogger(loggers)

@@ -60,7 +60,7 @@ def run(
     except NaNLossError as exc:
         last = session.checkpoint
         where = f"the last good checkpoint is {last}" if last else "no checkpoint yet"
-        raise NaNLossError(f"{exc} at env step {session.steps}; {where}") from exc
+        raise NaNLossError(f"{exc} at {session.unit} {session.steps:,}; {where}") from exc
     finally:
         session.close()
     result = session.result(reason)

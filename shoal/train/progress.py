@@ -50,11 +50,15 @@ class ConsoleLogger:
     """Human-readable progress on the console.
 
     On a terminal this is a live ``rich`` progress bar showing env steps / total, env-steps/s,
-    the latest ``episode/return`` and ``eval/return``, and elapsed time. Elsewhere (CI logs,
-    pipes) a live display would spam control codes, so a plain line is printed at most every
-    ``every_s`` seconds, and once more on ``close``::
+    the latest ``episode/return`` and ``eval/return``, the elapsed time and an estimate of the
+    time left. Elsewhere (CI logs, pipes) a live display would spam control codes, so a plain
+    line is printed at most every ``every_s`` seconds, and once more on ``close``::
 
-        steps 40960/100000 | 120,345 steps/s | return 312.4 | eval 500.0 | 0:00:01
+        steps 40960/100000 | 120,345 steps/s | return 312.4 | eval 500.0 | 0:00:01, 0:00:02 left
+
+    The time left is the steps to go at the run's average wall-clock pace since its first
+    logged iteration (evaluations and checkpoints included). ``unit`` names what the steps
+    count: "env step" (shown as "steps"), or "update" for an offline learner.
 
     The steps/s figure is ``perf/env_steps_per_s`` when the trainer reports it, otherwise the
     average rate since the first ``log`` call. ``log`` is cheap: it records the values and only
@@ -67,8 +71,10 @@ class ConsoleLogger:
         every_s: float = 1.0,
         console: Console | None = None,
         groups: Sequence[str] = (),
+        unit: str = "env step",
     ) -> None:
         self.total_steps = total_steps
+        self.label = "steps" if unit == "env step" else f"{unit}s"
         self.groups = list(groups) if len(groups) > 1 else []
         """Several groups: each group's evaluation return is shown, never their mean."""
         self.every_s = every_s
@@ -97,17 +103,20 @@ class ConsoleLogger:
         self._display_started = False
         if self._live:
             self._progress = Progress(
-                TextColumn("steps"),
+                TextColumn(self.label),
                 MofNCompleteColumn(),
                 BarColumn(),
                 TextColumn("{task.fields[rate]}", markup=False),
                 TextColumn("{task.fields[returns]}", markup=False),
                 TimeElapsedColumn(),
+                TextColumn("{task.fields[left]}", markup=False),
                 console=self._console,
                 refresh_per_second=_LIVE_REFRESH_PER_S,
             )
             # Adding the task now (without starting the display) starts its elapsed clock now.
-            self._task = self._progress.add_task("train", total=total_steps, rate="", returns="")
+            self._task = self._progress.add_task(
+                "train", total=total_steps, rate="", returns="", left=""
+            )
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         now = time.monotonic()
@@ -150,6 +159,7 @@ class ConsoleLogger:
                 completed=self._step,
                 rate=self._rate_text(now),
                 returns=" | ".join(self._return_parts()),
+                left=self._left_text(now),
             )
         else:
             self._console.out(self.format_line(now), highlight=False)
@@ -171,7 +181,21 @@ class ConsoleLogger:
 
     def _rate_text(self, now: float) -> str:
         rate = self._rate(now)
-        return "" if rate is None else f"{rate:,.0f} steps/s"
+        return "" if rate is None else f"{rate:,.0f} {self.label}/s"
+
+    def _time_left(self, now: float) -> float | None:
+        """Seconds to ``total_steps`` at the average wall-clock pace since the first log."""
+        if self.total_steps is None or self._rate_origin is None or self._step is None:
+            return None
+        origin_step, origin_time = self._rate_origin
+        done = self._step - origin_step
+        if done <= 0 or now <= origin_time:
+            return None
+        return max(0, self.total_steps - self._step) * (now - origin_time) / done
+
+    def _left_text(self, now: float) -> str:
+        left = self._time_left(now)
+        return "" if left is None else f"{timedelta(seconds=round(left))} left"
 
     def _return_parts(self) -> list[str]:
         parts = []
@@ -190,7 +214,7 @@ class ConsoleLogger:
     def format_line(self, now: float | None = None) -> str:
         """The plain progress line printed when the console is not a terminal."""
         now = time.monotonic() if now is None else now
-        steps = f"steps {self._step if self._step is not None else 0}"
+        steps = f"{self.label} {self._step if self._step is not None else 0}"
         if self.total_steps is not None:
             steps += f"/{self.total_steps}"
         parts = [steps]
@@ -198,7 +222,9 @@ class ConsoleLogger:
         if rate_text:
             parts.append(rate_text)
         parts.extend(self._return_parts())
-        parts.append(str(timedelta(seconds=int(now - self._start_time))))
+        clock = str(timedelta(seconds=int(now - self._start_time)))
+        left = self._left_text(now)
+        parts.append(f"{clock}, {left}" if left else clock)
         return " | ".join(parts)
 
     def close(self) -> None:

@@ -46,6 +46,9 @@ class LoopState:
     eval_return: float | None = None
     train_s: float = 0.0
     eval_step: int | None = None
+    eval_scores: dict[str, float] | None = None
+    """The last evaluation the algorithm made itself (AlphaZero's and MuZero's matches against
+    fixed players): its ``eval/*`` metrics, with the env step as ``"step"``."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,12 @@ class RunResult:
     """The checkpoint's env step when this process resumed a run."""
     stop_detail: str = ""
     """Which condition ended the run, in words."""
+    unit: str = "env step"
+    """What ``env_steps`` counts, a singular noun: "env step", or "update" for an offline
+    learner (`shoal.registry.AlgorithmSpec.counts`)."""
+    eval_scores: dict[str, float] | None = None
+    """The last evaluation the algorithm made itself, where it evaluates by matches
+    (AlphaZero, MuZero on games): its ``eval/*`` metrics and ``"step"``, its env step."""
 
     @property
     def solved(self) -> bool:
@@ -108,6 +117,8 @@ class Session:
     started: float
     setup_s: float
     train_s_before: float
+    unit: str
+    """What the run's progress counts (`RunResult.unit`)."""
 
     # --- start or resume ------------------------------------------------------------------
 
@@ -133,6 +144,7 @@ class Session:
             config = _drop_reached_target(config, resume, self.loop)
             _reschedule(self.loop, resume.config.get("run") or {}, config.run, self.resumed_from)
         self.config = config
+        self.unit = spec.unit(config)
         self.train_s_before = self.loop.train_s
         set_compute_threads(config.run.torch_threads)
         self.run_dir, created = resolve_run_dir(spec, config, resume)
@@ -186,6 +198,7 @@ class Session:
                     self.run_dir, json.loads(config_text), run_cfg.wandb, run_cfg.mlflow
                 ),
                 groups=list(getattr(self.eval_env, "groups", {}) or {}) if joint else (),
+                unit=self.unit,
             )
         )
         if resume is not None:
@@ -237,6 +250,9 @@ class Session:
         before, started = self.steps, time.perf_counter()
         metrics = self.algorithm.train_iteration()
         elapsed = time.perf_counter() - started
+        own = eval_part(metrics)  # an evaluation the algorithm made itself (matches)
+        if own:
+            self.loop.eval_scores = {**own, "step": self.steps}
         self.loop.train_s += elapsed
         metrics["perf/env_steps_per_s"] = (self.steps - before) / elapsed
         metrics["perf/iteration_s"] = elapsed
@@ -333,20 +349,20 @@ class Session:
 
     def stop_detail(self, reason: str) -> str:
         """Which condition ended the run, in words."""
-        run_cfg, loop, steps = self.config.run, self.loop, self.steps
+        run_cfg, loop, steps, unit = self.config.run, self.loop, self.steps, self.unit
         if reason == "target_return":
             return (
                 f"the eval return {loop.eval_return:.1f} reached run.target_return "
-                f"{run_cfg.target_return:g} at env step {loop.eval_step:,}"
+                f"{run_cfg.target_return:g} at {unit} {loop.eval_step:,}"
             )
         if reason == "max_wall_s":
-            return f"run.max_wall_s ({run_cfg.max_wall_s:g} s) elapsed at env step {steps:,}"
+            return f"run.max_wall_s ({run_cfg.max_wall_s:g} s) elapsed at {unit} {steps:,}"
         if reason in SIGNAL_WORDS:
             word = SIGNAL_WORDS[reason]
-            return f"{reason} ({word}) at env step {steps:,}; continue with --resume"
+            return f"{reason} ({word}) at {unit} {steps:,}; continue with --resume"
         if reason == "callback":
-            return f"{self.hooks.stop_reason} at env step {steps:,}"
-        return f"run.total_steps {run_cfg.total_steps:,} reached ({steps:,} env steps)"
+            return f"{self.hooks.stop_reason} at {unit} {steps:,}"
+        return f"run.total_steps {run_cfg.total_steps:,} reached ({steps:,} {unit}s)"
 
     # --- finish ---------------------------------------------------------------------------
 
@@ -384,6 +400,8 @@ class Session:
             session_train_s=loop.train_s - self.train_s_before,
             resumed_from=self.resumed_from,
             stop_detail=self.stop_detail(reason),
+            unit=self.unit,
+            eval_scores=loop.eval_scores,
         )
 
     def close(self) -> None:

@@ -74,7 +74,9 @@ def deliver_deferred(reason: str, saved: Path | None) -> None:
     has done its work (the run stopped) and is not sent again."""
     if reason != "terminated":
         return
-    print(f"SIGTERM: the run is saved in {saved}; terminating", flush=True)
+    run = saved.parent.parent if saved is not None else None  # run/checkpoints/step_N
+    resume = f" (resume: shoal train --resume {run})" if run is not None else ""
+    print(f"SIGTERM: the run is saved in {saved}; terminating{resume}", flush=True)
     signal.raise_signal(signal.SIGTERM)
 
 

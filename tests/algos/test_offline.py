@@ -80,11 +80,11 @@ def test_smoke_never_steps_a_training_env(algo, pendulum_random, tmp_path, monke
         raise AssertionError("an offline learner built an env runner")
 
     monkeypatch.setattr(env_runner.EnvRunner, "__init__", no_runner)
-    result = shoal.train(algo, dataset=str(pendulum_random), total_steps=32 * 40,
+    result = shoal.train(algo, dataset=str(pendulum_random), total_steps=40,
                          run_dir=str(tmp_path / "r"), quiet=True,
-                         **small(algo, **{"run.eval_every_steps": 32 * 20,
+                         **small(algo, **{"run.eval_every_steps": 20,
                                           "run.eval_episodes": 2}))  # fmt: skip
-    assert result.env_steps == 32 * 40 and np.isfinite(result.eval_return)
+    assert result.env_steps == 40 and np.isfinite(result.eval_return)
     assert len(scores(result.run_dir)) == 2
     policy = shoal.load(result.run_dir)  # deploys without the dataset or the env
     action = policy.act(np.zeros(3, np.float32))
@@ -95,9 +95,9 @@ def test_smoke_never_steps_a_training_env(algo, pendulum_random, tmp_path, monke
 
 @pytest.mark.parametrize("algo", ["bc", "cql", "iql-offline"])
 def test_discrete_actions(algo, cartpole, tmp_path):
-    result = shoal.train(algo, dataset=str(cartpole), total_steps=32 * 20,
+    result = shoal.train(algo, dataset=str(cartpole), total_steps=20,
                          run_dir=str(tmp_path / "r"), quiet=True,
-                         **small(algo, **{"run.eval_every_steps": 32 * 20,
+                         **small(algo, **{"run.eval_every_steps": 20,
                                           "run.eval_episodes": 2}))  # fmt: skip
     assert len(scores(result.run_dir)) == 0  # a dataset without reference scores
     assert result.eval_return is not None
@@ -123,7 +123,7 @@ def test_discrete_learners_pick_the_rewarded_action(algo, tmp_path):
                 for o, a, r in zip(obs, actions, right, strict=True)]  # fmt: skip
     write_dataset(tmp_path / "bandit", episodes, gym.spaces.Box(-1, 1, (4,), np.float32),
                   gym.spaces.Discrete(2), {"id": "bandit"})  # fmt: skip
-    result = shoal.train(algo, dataset=str(tmp_path / "bandit"), total_steps=64 * 600,
+    result = shoal.train(algo, dataset=str(tmp_path / "bandit"), total_steps=600,
                          run_dir=str(tmp_path / "r"), quiet=True,
                          **{"run.eval_every_steps": 0, "model.hidden": (32, 32),
                             "replay.batch_size": 64, "optim.lr": 1e-3},
@@ -135,13 +135,13 @@ def test_discrete_learners_pick_the_rewarded_action(algo, tmp_path):
 
 @pytest.mark.parametrize("algo", LEARNERS)
 def test_resume_is_exact(algo, pendulum_random, tmp_path):
-    overrides = small(algo, **{"run.checkpoint_every_steps": 32 * 10})
+    overrides = small(algo, **{"run.checkpoint_every_steps": 10})
     data = str(pendulum_random)
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
-    part = shoal.train(algo, dataset=data, seed=3, total_steps=32 * 10, run_dir=a, quiet=True,
+    part = shoal.train(algo, dataset=data, seed=3, total_steps=10, run_dir=a, quiet=True,
                        **overrides)  # fmt: skip
-    resumed = shoal.train(resume=part.run_dir, total_steps=32 * 20, quiet=True)
-    straight = shoal.train(algo, dataset=data, seed=3, total_steps=32 * 20, run_dir=b,
+    resumed = shoal.train(resume=part.run_dir, total_steps=20, quiet=True)
+    straight = shoal.train(algo, dataset=data, seed=3, total_steps=20, run_dir=b,
                            quiet=True, **overrides)  # fmt: skip
     got = load_checkpoint(resumed.run_dir).state
     want = load_checkpoint(straight.run_dir).state
@@ -164,7 +164,7 @@ def test_nan_in_the_data_stops_with_a_clear_error(algo, tmp_path):
                       gym.spaces.Box(-2, 2, (1,), np.float32), {"id": "Pendulum-v1"})  # fmt: skip
     data = tmp_path / ("nan-actions" if algo == "bc" else "nan")
     with pytest.raises(NaNLossError, match="no checkpoint yet|last good checkpoint"):
-        shoal.train(algo, dataset=str(data), total_steps=32 * 5, run_dir=str(tmp_path / "r"),
+        shoal.train(algo, dataset=str(data), total_steps=5, run_dir=str(tmp_path / "r"),
                     quiet=True, **small(algo))  # fmt: skip
 
 
@@ -195,7 +195,7 @@ def test_behaviour_cloning_recovers_a_linear_expert(tmp_path):
     space = gym.spaces.Box(-1, 1, (3,), np.float32)
     write_dataset(tmp_path / "linear", [episode], space, gym.spaces.Box(-2, 2, (1,), np.float32),
                   {"id": "linear"})  # fmt: skip
-    result = shoal.train("bc", dataset=str(tmp_path / "linear"), total_steps=256 * 1500,
+    result = shoal.train("bc", dataset=str(tmp_path / "linear"), total_steps=1500,
                          run_dir=str(tmp_path / "r"), quiet=True,
                          **{"run.eval_every_steps": 0, "model.hidden": (64, 64),
                             "optim.lr": 1e-3})  # fmt: skip
@@ -210,8 +210,8 @@ def test_learns_pendulum_medium(algo, floor, pendulum, tmp_path):
     """Random: 0, the expert: 100, the dataset's own episodes: about 45. TD3+BC measured
     39.1 after 2,000 updates (seed 0; seeds 1 and 2: 35.8, 56.1)."""
     result = shoal.train(algo, dataset=str(pendulum / "medium"), seed=0,
-                         total_steps=256 * 2000, run_dir=str(tmp_path / "r"), quiet=True,
-                         **{"run.eval_every_steps": 256 * 500,
+                         total_steps=2000, run_dir=str(tmp_path / "r"), quiet=True,
+                         **{"run.eval_every_steps": 500,
                             "model.hidden": (64, 64)})  # fmt: skip
     assert scores(result.run_dir)[-1] >= floor
 
@@ -219,8 +219,8 @@ def test_learns_pendulum_medium(algo, floor, pendulum, tmp_path):
 @pytest.mark.learning
 def test_cql_learns_pendulum_medium(pendulum, tmp_path):
     result = shoal.train("cql", dataset=str(pendulum / "medium"), seed=0,
-                         total_steps=256 * 2000, run_dir=str(tmp_path / "r"), quiet=True,
-                         **{"run.eval_every_steps": 256 * 500, "model.hidden": (64, 64),
+                         total_steps=2000, run_dir=str(tmp_path / "r"), quiet=True,
+                         **{"run.eval_every_steps": 500, "model.hidden": (64, 64),
                             "action_samples": 4, "actor_lr": 3e-4})  # fmt: skip
     assert max(scores(result.run_dir)[-2:]) >= 20
 
@@ -228,8 +228,8 @@ def test_cql_learns_pendulum_medium(pendulum, tmp_path):
 @pytest.mark.learning
 def test_offline_to_online_improves_on_the_offline_score(pendulum, tmp_path):
     offline = shoal.train("iql-offline", dataset=str(pendulum / "medium-replay"), seed=0,
-                          total_steps=256 * 1000, run_dir=str(tmp_path / "r"), quiet=True,
-                          **{"run.eval_every_steps": 256 * 1000, "model.hidden": (64, 64),
+                          total_steps=1000, run_dir=str(tmp_path / "r"), quiet=True,
+                          **{"run.eval_every_steps": 1000, "model.hidden": (64, 64),
                              "run.eval_episodes": 10})  # fmt: skip
     before = scores(offline.run_dir)[-1]
     online = shoal.train(resume=offline.run_dir, online=True, quiet=True,

@@ -266,3 +266,21 @@ def test_console_shows_each_group_and_the_evaluation_rates():
     line = console.file.getvalue().splitlines()[-1]
     assert "| return pred 4.0 prey -4.0 | eval pred 6.0 [5.0, 7.0] prey -5.0 [-6.0, -4.0] |" in line
     assert "win pred 0.75 collision 0.25" in line and "eval 0.5" not in line
+
+
+def test_console_line_estimates_the_time_left(monkeypatch):
+    """The steps to go at the run's average wall-clock pace since its first logged
+    iteration; an offline learner's line counts updates."""
+    import importlib
+    from types import SimpleNamespace
+
+    progress = importlib.import_module("shoal.train.progress")
+    clock = iter([0.0, 0.0, 10.0])  # construction, then each log
+    monkeypatch.setattr(progress, "time", SimpleNamespace(monotonic=lambda: next(clock)))
+    console = plain_console()
+    logger = ConsoleLogger(total_steps=1000, every_s=0.0, console=console, unit="update")
+    logger.log({}, step=100)
+    logger.log({}, step=300)  # 20 updates/s on average: 700 to go take 35 s
+    lines = console.file.getvalue().splitlines()
+    assert lines[-1].startswith("updates 300/1000 | 20 updates/s")
+    assert lines[-1].endswith("0:00:10, 0:00:35 left")

@@ -158,6 +158,10 @@ class Spec:
     name: str
     algorithm_cls: Any
     backends: tuple[str, ...] = ("auto", "torch")
+    runners: bool = False
+
+    def unit(self, config: Any) -> str:
+        return "env step"
 
 
 FAMILIES = {

@@ -3,8 +3,8 @@ that learns from a dataset without stepping an env, then, when asked, online.
 
 Offline, an iteration is ``replay.gradient_steps`` updates on batches of the dataset (laid
 out as a `ReplayBuffer` by `shoal.data.offline`), and the run's progress (``env_steps``,
-what ``run.total_steps`` and the evaluation cadence count) is the number of transitions
-learned from: ``batch_size`` per update. The env is built for evaluation only.
+what ``run.total_steps`` and the evaluation cadence count) is the number of gradient updates,
+as d3rlpy and CORL count offline training. The env is built for evaluation only.
 
 Online (``online``, usually ``shoal train --resume RUN --online --run.total-steps N``): the
 learner continues from its offline weights; each iteration acts for ``rollout_steps``
@@ -50,12 +50,13 @@ FROM_DATASET = "dataset"
 @dataclass(frozen=True)
 class OfflineConfig(ActorCriticReplayConfig):
     """Settings shared by the offline learners; the replay, network and optimizer settings
-    are `ActorCriticReplayConfig`'s. Progress counts transitions learned from (``batch_size``
-    per update) while offline, and env steps once online."""
+    are `ActorCriticReplayConfig`'s. Progress (``run.total_steps`` and the evaluation and
+    checkpoint cadences) counts gradient updates while offline, and adds env steps once
+    online."""
 
     run: RunConfig = field(
         default_factory=lambda: RunConfig(
-            total_steps=256 * 100_000, eval_every_steps=256 * 5_000, checkpoint_every_steps=0
+            total_steps=100_000, eval_every_steps=5_000, checkpoint_every_steps=0
         )
     )
     optim: OptimConfig = field(
@@ -116,6 +117,12 @@ def prepare(config: OfflineConfig) -> OfflineConfig:
     settings = {k: v for k, v in env.items() if k in fields}
     env_config = from_dict(EnvConfig, {**to_dict(config.env), **settings})
     return dataclasses.replace(config, env=env_config)
+
+
+def counts(config: OfflineConfig) -> str:
+    """What an offline learner's progress counts, in words (`shoal.registry`'s ``counts``):
+    updates, or, online, updates and then env steps."""
+    return "step" if config.online else "update"
 
 
 def needs_env(config: OfflineConfig) -> bool:
@@ -193,7 +200,7 @@ class OfflineAlgorithm:
         if self.config.online:
             return self._online_iteration()
         metrics = learn_from_replay(self.config, self.replay, self.learner, self.env_steps)
-        self.env_steps += self.config.replay.gradient_steps * self.config.replay.batch_size
+        self.env_steps += self.config.replay.gradient_steps
         self.iteration += 1
         return metrics
 
@@ -267,8 +274,8 @@ class OfflineAlgorithm:
         if state.get("sampler") is None:
             self.replay.set_rng_state(state["replay_rng"])
             if self.config.online:
-                print(f"note: going online from step {self.env_steps:,}; progress now adds env "
-                      "steps (raise --run.total-steps beyond it to act)")  # fmt: skip
+                print(f"note: going online after {self.env_steps:,} updates; progress now adds "
+                      "env steps (raise --run.total-steps beyond it to act)")  # fmt: skip
             return True
         if not self.config.online:
             raise ConfigError(

@@ -6,7 +6,9 @@ Each generation perturbs the policy's parameter vector ``theta`` in antithetic p
 perturbed policy for whole episodes, replaces the returns by their centered ranks, and moves
 ``theta`` along the estimated gradient with Adam, with an L2 penalty. A generation plays rounds
 of ``episodes_per_batch`` episodes until it has also taken ``train_batch_size`` env steps (the
-references' two batch sizes). The defaults are those of RLlib's ES (2018).
+references' two batch sizes), or until the run's ``run.total_steps`` are spent: a round that
+the remaining budget would not hold at the episode length seen so far plays fewer pairs. The
+defaults are those of RLlib's ES (2018).
 """
 
 from __future__ import annotations
@@ -78,6 +80,8 @@ class ES:
         start = torch.as_tensor(self.population.center, dtype=torch.float64)
         self.theta = torch.nn.Parameter(start)
         self.optimizer = torch.optim.Adam([self.theta], lr=config.stepsize, eps=1e-8)
+        self.longest = 0
+        """The most env steps one perturbation took in the last generation (0: none yet)."""
 
     env_steps = counter("env_steps")
     iteration = counter("iteration")
@@ -89,8 +93,10 @@ class ES:
         rounds: list[np.ndarray] = []
         round_returns: list[np.ndarray] = []
         lengths: list[np.ndarray] = []
-        while not rounds or population.env_steps - steps_before < cfg.train_batch_size:
-            rounds.append(population.offsets(cfg.pairs))
+        budget = cfg.run.total_steps
+        while not rounds or (population.env_steps - steps_before < cfg.train_batch_size
+                             and population.env_steps < budget):  # fmt: skip
+            rounds.append(population.offsets(self._round_pairs()))
             pair_returns, pair_lengths = population.evaluate_pairs(rounds[-1], sigma)
             round_returns.append(pair_returns)  # [pairs, (+, -)]
             lengths.append(pair_lengths)
@@ -109,10 +115,24 @@ class ES:
         self.theta.grad = torch.as_tensor(-sigma * gradient) + cfg.l2_coeff * self.theta.detach()
         self.optimizer.step()
         population.center = self.theta.detach().numpy().astype(np.float32)
-        metrics.update(population.end_generation(returns, np.concatenate(lengths)))
+        steps = np.concatenate(lengths)
+        self.longest = int(steps.max())  # one perturbation's env steps over its episodes
+        metrics.update(population.end_generation(returns, steps))
         metrics["search/gradient_norm"] = float(np.linalg.norm(gradient))
         metrics["search/pairs"] = len(offsets)
         return metrics
+
+    def _round_pairs(self) -> int:
+        """The pairs of the next round: the config's, or fewer where the run's remaining
+        ``run.total_steps`` would not hold them if each perturbation took as many env steps as
+        the longest-playing one of the last generation (one pair at least). A run then ends
+        near its budget instead of a whole round of ``episodes_per_batch`` episodes past it,
+        which on CartPole can be 500,000 env steps."""
+        cfg, population = self.config, self.population
+        if self.longest == 0:
+            return cfg.pairs
+        left = cfg.run.total_steps - population.env_steps
+        return int(np.clip(np.ceil(left / (2 * self.longest)), 1, cfg.pairs))
 
     def policy(self) -> ActorPolicy:
         return self.population.policy()
@@ -122,6 +142,7 @@ class ES:
             **self.population.state_dict(),
             "theta": self.theta.detach().clone(),  # float64; the center is its float32 copy
             "optimizer": self.optimizer.state_dict(),
+            "longest": self.longest,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> bool:
@@ -129,6 +150,7 @@ class ES:
         with torch.no_grad():
             self.theta.copy_(state["theta"])
         self.optimizer.load_state_dict(state["optimizer"])
+        self.longest = int(state.get("longest", 0))  # 0 in checkpoints from before it was kept
         return True
 
     def close(self) -> None:
