@@ -104,13 +104,20 @@ def _indent(text: str, by: int) -> str:
     )
 
 
-def _fields(cls: type, instance: Any, where: str, page: str) -> str:
+def _fields(
+    cls: type,
+    instance: Any,
+    where: str,
+    page: str,
+    skip: frozenset[str] = frozenset(),
+) -> str:
     """``cls``'s fields as a definition list (``page``: "algorithm" or "config", where the
-    links point from); a nested block links to its own documentation, or lists its fields."""
+    links point from), without those in ``skip``; a nested block links to its own
+    documentation, or lists its fields."""
     docs = _docstrings(cls)
     lines = []
     for field in dataclasses.fields(cls):
-        if field.name.startswith("_"):
+        if field.name.startswith("_") or field.name in skip:
             continue
         value = getattr(instance, field.name)
         doc = (docs.get(field.name) or "").strip()
@@ -189,7 +196,19 @@ def render_algorithm(names: list[str]) -> str:
         importlib.import_module(spec.config_cls.__module__).__doc__ or ""
     ).strip()
     paper = paper.split("\n\n")[0]
-    fields = _fields(spec.config_cls, instance, name, page="algorithm")
+    from shoal.config.usage import unused
+
+    ignored = unused(instance)  # listed apart: refused when set
+    top = frozenset(path for path in ignored if "." not in path)
+    fields = _fields(
+        spec.config_cls, instance, name, page="algorithm", skip=top
+    )
+    if ignored:
+        each = "; ".join(f"`{path}` ({why})" for path, why in ignored.items())
+        fields += (
+            f"\n\nNot read by {name}, and refused when set to another value than "
+            f"its default: {each}.\n"
+        )
     title = f"Config: {spec.config_cls.__name__}"
     if spec.defaults:
         settings = ", ".join(f"{k}={v!r}" for k, v in spec.defaults.items())

@@ -112,6 +112,10 @@ class AlgorithmSpec(Protocol):
         """Whether it samples on Ray runners when ``run.runners`` > 0."""
         ...
 
+    def default_config(self) -> Any:
+        """The config the algorithm starts from (its defaults under this name)."""
+        ...
+
     def unit(self, config: Any) -> str:
         """What a run's progress counts, a singular noun: "env step", "update", ..."""
         ...

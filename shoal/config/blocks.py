@@ -11,6 +11,7 @@ from typing import Any, ClassVar, Literal
 
 from shoal.config.checks import check, check_choices, check_positive, is_nested, unnest
 from shoal.config.renames import renamed_value
+from shoal.config.usage import Gate
 from shoal.device import DEVICE_NAMES, valid_device_name
 from shoal.errors import ConfigError
 
@@ -81,6 +82,13 @@ class RunConfig:
     mlflow: str | None = None
     """Also log to MLflow at this tracking URI ('local': a file store beside the run
     directory; extra shoal[mlflow])."""
+
+    GATES: ClassVar[dict[str, Gate]] = {
+        "ray_address": Gate("runners", lambda n: n > 0, "with Ray runners (run.runners > 0)"),
+        "max_worker_restarts": Gate(
+            "runners", lambda n: n > 0, "with Ray runners (run.runners > 0)"
+        ),
+    }  # fmt: skip
 
     def __post_init__(self) -> None:
         check(self, "seed", self.seed >= 0, "must be >= 0")
@@ -173,6 +181,11 @@ class EnvConfig:
 
     RENAMED_VALUES: ClassVar[dict[str, dict[str, str]]] = {
         "atari": {"ref001-stack": "crop80-stack", "ref001-diff": "crop80-diff"}
+    }
+
+    GATES: ClassVar[dict[str, Gate]] = {
+        "clip_reward": Gate("normalize_reward", bool, "with env.normalize_reward"),
+        "gamma": Gate("normalize_reward", bool, "with env.normalize_reward"),
     }
 
     def __post_init__(self) -> None:
@@ -293,6 +306,13 @@ class ModelConfig:
         "encoder": {"ref001-model2": "batchnorm-cnn2", "ref001-model3": "batchnorm-cnn3-lstm"}
     }
 
+    GATES: ClassVar[dict[str, Gate]] = {
+        "temperature_anneal": Gate("temperature_min", lambda t: t is not None,
+                                   "with model.temperature_min (an annealed temperature)"),
+        "temperature_unit": Gate("temperature_min", lambda t: t is not None,
+                                 "with model.temperature_min (an annealed temperature)"),
+    }  # fmt: skip
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "encoder", renamed_value(type(self), "encoder", self.encoder))
         check(self, "hidden", all(h > 0 for h in self.hidden), "sizes must be > 0")
@@ -355,6 +375,13 @@ class SelfPlayConfig:
     elo_k: float = 16.0
     """Elo K-factor of the ratings logged for the learner and the snapshots."""
 
+    GATES: ClassVar[dict[str, Gate]] = {
+        name: Gate(
+            "snapshot_every", lambda n: n > 0, "with self-play (self_play.snapshot_every > 0)"
+        )
+        for name in ("pool_size", "sampling", "pfsp_power", "elo_k")
+    }
+
     def __post_init__(self) -> None:
         check_choices(self)
         check(self, "snapshot_every", self.snapshot_every >= 0, "must be >= 0")
@@ -376,6 +403,11 @@ class NoiseConfig:
     """OU mean reversion per step (RLlib's exploration_theta)."""
     sigma: float = 0.2
     """OU step standard deviation (RLlib's exploration_sigma)."""
+
+    GATES: ClassVar[dict[str, Gate]] = {
+        "theta": Gate("kind", lambda k: k == "ou", "with noise.kind ou"),
+        "sigma": Gate("kind", lambda k: k == "ou", "with noise.kind ou"),
+    }
 
     def __post_init__(self) -> None:
         check_choices(self)
@@ -411,6 +443,12 @@ class ReplayConfig:
     iteration)."""
     save: bool = False
     """Store the replay buffer in checkpoints (exact resume; large files)."""
+
+    GATES: ClassVar[dict[str, Gate]] = {
+        name: Gate("prioritized", lambda p: p != "none",
+                   "with prioritized replay (replay.prioritized proportional or rank)")
+        for name in ("priority_alpha", "priority_beta")
+    }  # fmt: skip
 
     def __post_init__(self) -> None:
         check_choices(self)

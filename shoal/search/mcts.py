@@ -24,11 +24,12 @@ snapshots (planning, AlphaZero) or a learned one (MuZero).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol
+from typing import Any, ClassVar, NamedTuple, Protocol
 
 import torch
 
 from shoal.config.checks import check, check_positive
+from shoal.config.usage import Gate
 from shoal.errors import ConfigError
 from shoal.search.gumbel import draw_gumbel, halving_choice, halving_schedules
 from shoal.search.tree import UNVISITED, Tree, empty_tree, grow
@@ -94,6 +95,15 @@ class MCTSConfig:
     compile: bool = False
     """Compile the PUCT scoring with `torch.compile` (several seconds once per tree shape;
     then each level of the descent is one fused kernel instead of some thirty operations)."""
+
+    GATES: ClassVar[dict[str, Gate]] = {
+        **{name: Gate("gumbel", bool, "with search.gumbel")
+           for name in ("max_considered", "c_visit", "c_scale")},
+        "dirichlet_fraction": Gate("gumbel", lambda g: not g,
+                                   "without search.gumbel (Gumbel sampling replaces root noise)"),
+        "dirichlet_alpha": Gate("", lambda s: not s.gumbel and s.dirichlet_fraction > 0,
+                                "with root noise (search.dirichlet_fraction > 0, no gumbel)"),
+    }  # fmt: skip
 
     def __post_init__(self) -> None:
         if self.num_simulations < 1:

@@ -14,6 +14,7 @@ from typing import Any
 
 from shoal.config import is_nested
 from shoal.config.checks import check_numbers
+from shoal.config.usage import check_usage
 from shoal.device import check_precision, resolve_device
 from shoal.errors import ConfigError, NaNLossError
 from shoal.interfaces import AlgorithmSpec
@@ -41,7 +42,7 @@ def run(
     prepare = getattr(spec, "prepare", None)  # settings read from outside the config
     if prepare is not None:
         config = prepare(config)
-    check_runtime(spec, config)
+    check_runtime(spec, config, new=resume is None)
     hooks = build_callbacks(config, callbacks, on_iteration)  # imports checked before any run
     session = Session.start(spec, config, resume, hooks)
     try:
@@ -69,11 +70,15 @@ def run(
     return result
 
 
-def check_runtime(spec: AlgorithmSpec, config: Any) -> None:
+def check_runtime(spec: AlgorithmSpec, config: Any, new: bool = True) -> None:
     """Refuse, before anything is built, what this machine or this algorithm cannot do: an
     unavailable ``run.device``, a precision the device lacks, a backend the learner lacks,
-    Ray runners for an algorithm that samples in its own process, a NaN setting."""
+    Ray runners for an algorithm that samples in its own process, a NaN setting, and (for a
+    new run: a resume keeps the settings it trained with) a setting the algorithm would not
+    read (`shoal.config.usage`)."""
     check_numbers(config)
+    if new:
+        check_usage(config, spec.default_config(), spec.name)
     if config.run.runners > 0 and not spec.runners:
         raise ConfigError(
             f"run.runners = {config.run.runners}: {spec.name} samples in the learner's process "

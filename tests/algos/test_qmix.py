@@ -21,7 +21,8 @@ from shoal.train.checkpoint import load_checkpoint
 ITERATION = 16
 
 
-def small(**extra):
+def small(algo="qmix", **extra):
+    """Small settings for ``algo`` (VDN and IQL have no mixing network to size)."""
     overrides = {
         "env.num_envs": 8,
         "rollout_steps": 2,
@@ -38,6 +39,8 @@ def small(**extra):
         "run.console": False,
         "run.tensorboard": False,
     }
+    if algo != "qmix":
+        del overrides["mixing_embed_dim"]
     overrides.update(extra)
     return overrides
 
@@ -206,7 +209,7 @@ def test_smoke_train_evaluate_load(algo, tmp_path):
         run_dir=str(tmp_path / algo),
         total_steps=4 * ITERATION,
         on_iteration=lambda step, metrics: seen.append(metrics),
-        **small(**{"run.eval_every_steps": 2 * ITERATION, "run.eval_episodes": 3}),
+        **small(algo, **{"run.eval_every_steps": 2 * ITERATION, "run.eval_episodes": 3}),
     )
     assert result.env_steps == 4 * ITERATION
     assert result.eval_return in (0.0, 1.0, 7.0, 8.0)
@@ -244,7 +247,7 @@ def test_spread_smoke_with_last_action(tmp_path):
 
 @pytest.mark.parametrize("algo", ["qmix", "vdn", "iql"])
 def test_resume_with_saved_replay_is_exact(algo, tmp_path):
-    opts = small(last_action=True, **{"replay.save": True})
+    opts = small(algo, last_action=True, **{"replay.save": True})
     total = 6 * ITERATION
     straight = shoal.train(algo, run_dir=str(tmp_path / "a"), total_steps=total, **opts)
     part = shoal.train(algo, run_dir=str(tmp_path / "b"), total_steps=3 * ITERATION, **opts)
@@ -282,7 +285,7 @@ def test_continuous_actions_are_refused(tmp_path):
             "vdn",
             run_dir=str(tmp_path / "c"),
             total_steps=ITERATION,
-            **small(**{"env.id": "shoal/spread-v0", "env.kwargs": {"continuous": True}}),
+            **small("vdn", **{"env.id": "shoal/spread-v0", "env.kwargs": {"continuous": True}}),
         )
 
 
@@ -312,4 +315,4 @@ def test_the_team_trains_against_a_fixed_opponent_and_resumes_exactly(tmp_path):
 def test_an_opposing_group_needs_a_fixed_policy(tmp_path):
     with pytest.raises(ConfigError, match="--env.group red --env.opponents blue random"):
         shoal.train("vdn", run_dir=str(tmp_path / "x"), total_steps=ITERATION,
-                    **small(**{"env.id": "shoal-test/duel-v0"}))  # fmt: skip
+                    **small("vdn", **{"env.id": "shoal-test/duel-v0"}))  # fmt: skip

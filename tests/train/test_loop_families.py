@@ -163,6 +163,9 @@ class Spec:
     def unit(self, config: Any) -> str:
         return "env step"
 
+    def default_config(self) -> Any:
+        return FamilyConfig()
+
 
 FAMILIES = {
     "population": Spec("population", PopulationSearch),

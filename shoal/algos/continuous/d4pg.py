@@ -11,6 +11,7 @@ actors are the Ray samplers' job.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import gymnasium as gym
 import torch
@@ -49,6 +50,11 @@ class D4PGConfig(ActorCriticReplayConfig):
     """Lower end of the support (set it to the task's return range)."""
     v_max: float = 150.0
     """Upper end of the support."""
+
+    UNUSED: ClassVar[dict[str, str]] = {
+        **ActorCriticReplayConfig.UNUSED,
+        "critic_loss": "its categorical critic learns by cross-entropy to the projected target",
+    }
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -32,6 +32,7 @@ from shoal.config import (
     check_positive,
     check_replay_holds,
 )
+from shoal.config.usage import NO_LR_SCHEDULE, NO_LSTM, SEPARATE_NETWORKS
 from shoal.device import (
     check_precision,
     grad_scaler,
@@ -86,6 +87,13 @@ class ActorCriticReplayConfig:
     """L2 regularization c * ||w||^2 of the critic's weights (the DDPG paper uses 1e-2)."""
 
     RENAMED: ClassVar[dict[str, Renamed]] = REPLAY_RENAMES
+
+    UNUSED: ClassVar[dict[str, str]] = {
+        **NO_LR_SCHEDULE,
+        **SEPARATE_NETWORKS,
+        **NO_LSTM,
+        "optim.weight_decay": "critic_l2 regularizes its critic (as in the DDPG paper)",
+    }
 
     def __post_init__(self) -> None:
         check_choices(self)

@@ -35,6 +35,7 @@ from shoal.config import (
     from_dict,
     to_dict,
 )
+from shoal.config.usage import Gate
 from shoal.data.offline import OfflineDataset, dataset_env, read_dataset
 from shoal.envs import make_env
 from shoal.envs.base import find_wrapper
@@ -83,6 +84,12 @@ class OfflineConfig(ActorCriticReplayConfig):
 
     ONLINE: ClassVar[bool] = True
     """Whether the learner can continue online (behaviour cloning cannot)."""
+
+    GATES: ClassVar[dict[str, Gate]] = {
+        name: Gate("online", bool, "online (--online)")
+        for name in ("replay.buffer_size", "replay.save", "replay.learning_starts",
+                     "rollout_steps")
+    }  # fmt: skip
 
     def __post_init__(self) -> None:
         super().__post_init__()

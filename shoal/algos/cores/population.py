@@ -23,6 +23,7 @@ import torch
 
 from shoal.collect.population import Individual, PopulationPool, PopulationResult
 from shoal.config import ModelConfig, check, check_positive
+from shoal.config.usage import NO_COMPILE, Gate
 from shoal.data.noise import NoiseTable, check_noise_size
 from shoal.envs import make_env
 from shoal.envs.normalize import RunningMeanStd
@@ -58,6 +59,18 @@ class SearchConfig:
     def __post_init__(self) -> None:
         check_positive(self, "episodes", "noise_size", "step_limit")
         check(self, "eval_prob", 0.0 <= self.eval_prob <= 1.0, "must be in [0, 1]")
+
+
+NETWORK_GATES = {
+    f"model.{name}": Gate("search.policy", lambda p: p == "network", "with search.policy network")
+    for name in ("hidden", "activation", "encoder", "temperature", "temperature_min")
+}
+"""The ``model`` fields a linear policy (``search.policy linear``) does not read."""
+SEARCH_UNUSED = {
+    **NO_COMPILE,
+    "model.shared_trunk": "each individual is one network",
+}
+"""What no derivative-free learner reads."""
 
 
 def check_search(config: Any) -> None:

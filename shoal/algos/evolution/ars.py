@@ -12,11 +12,13 @@ those of RLlib's ARS (2018): noise 0.02, 32 directions, all used, step 0.01.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from shoal.algos.cores.population import (
+    NETWORK_GATES,
+    SEARCH_UNUSED,
     Population,
     SearchConfig,
     build_model,
@@ -24,6 +26,7 @@ from shoal.algos.cores.population import (
     search_model,
 )
 from shoal.config import EnvConfig, ModelConfig, RunConfig, check, check_positive
+from shoal.config.usage import Gate
 from shoal.losses.evolution import ars_step
 from shoal.policy import ActorPolicy
 
@@ -49,6 +52,11 @@ class ARSConfig:
     """b: the best directions the step is taken along (b = N: all of them)."""
     sgd_stepsize: float = 0.01
     """alpha: the step size."""
+
+    GATES: ClassVar[dict[str, Gate]] = NETWORK_GATES
+    UNUSED: ClassVar[dict[str, str]] = {
+        **SEARCH_UNUSED,
+    }
 
     def __post_init__(self) -> None:
         check_positive(self, "noise_stdev", "num_rollouts", "rollouts_used", "sgd_stepsize")

@@ -21,12 +21,14 @@ and 5 episodes all three did, in 1.1M-1.7M steps.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
 from shoal.algos.cores.population import (
+    NETWORK_GATES,
+    SEARCH_UNUSED,
     Population,
     SearchConfig,
     build_model,
@@ -34,6 +36,7 @@ from shoal.algos.cores.population import (
     search_model,
 )
 from shoal.config import EnvConfig, ModelConfig, RunConfig, check, check_positive
+from shoal.config.usage import Gate
 from shoal.errors import ConfigError
 from shoal.policy import ActorPolicy
 from shoal.seeding import derive_seed
@@ -57,6 +60,13 @@ class CMAESConfig:
     """The initial step size (standard deviation of the first population)."""
     popsize: int | None = None
     """Candidates per generation; None: cma's default, 4 + floor(3 ln D)."""
+
+    GATES: ClassVar[dict[str, Gate]] = NETWORK_GATES
+    UNUSED: ClassVar[dict[str, str]] = {
+        **SEARCH_UNUSED,
+        "search.noise_size": "CMA-ES samples its own candidates (no noise table)",
+        "search.eval_prob": "CMA-ES logs its mean's return from its own evaluations",
+    }
 
     def __post_init__(self) -> None:
         check_positive(self, "sigma0")

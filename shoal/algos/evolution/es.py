@@ -14,12 +14,14 @@ defaults are those of RLlib's ES (2018).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
 
 from shoal.algos.cores.population import (
+    NETWORK_GATES,
+    SEARCH_UNUSED,
     Population,
     SearchConfig,
     build_model,
@@ -27,6 +29,7 @@ from shoal.algos.cores.population import (
     search_model,
 )
 from shoal.config import EnvConfig, ModelConfig, RunConfig, check, check_positive
+from shoal.config.usage import Gate
 from shoal.losses.evolution import centered_ranks, es_gradient
 from shoal.policy import ActorPolicy
 
@@ -58,6 +61,11 @@ class ESConfig:
     """Fewest env steps a generation takes: rounds are played until it has them."""
     return_proc_mode: Literal["centered_rank", "raw"] = "centered_rank"
     """Fitness shaping: the returns' centered ranks in [-0.5, 0.5], or the raw returns."""
+
+    GATES: ClassVar[dict[str, Gate]] = NETWORK_GATES
+    UNUSED: ClassVar[dict[str, str]] = {
+        **SEARCH_UNUSED,
+    }
 
     def __post_init__(self) -> None:
         check_positive(self, "noise_stdev", "stepsize", "episodes_per_batch", "train_batch_size")

@@ -18,11 +18,13 @@ noise-table offsets only.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from shoal.algos.cores.population import (
+    NETWORK_GATES,
+    SEARCH_UNUSED,
     Population,
     SearchConfig,
     build_model,
@@ -31,6 +33,7 @@ from shoal.algos.cores.population import (
 )
 from shoal.collect.population import Individual, individual_vector
 from shoal.config import EnvConfig, ModelConfig, RunConfig, check, check_positive
+from shoal.config.usage import Gate
 from shoal.losses.evolution import truncation_selection
 from shoal.policy import ActorPolicy
 
@@ -56,6 +59,12 @@ class GAConfig:
     """The best individuals re-evaluated to pick the elite (with the previous elite)."""
     elite_episodes: int = 10
     """Episodes of each elite candidate's re-evaluation (the paper's 30)."""
+
+    GATES: ClassVar[dict[str, Gate]] = NETWORK_GATES
+    UNUSED: ClassVar[dict[str, str]] = {
+        **SEARCH_UNUSED,
+        "search.eval_prob": "its elite is re-evaluated instead (elite_episodes)",
+    }
 
     def __post_init__(self) -> None:
         check_positive(self, "population", "truncation", "mutation_stdev", "elite_candidates",

@@ -45,7 +45,7 @@ import dataclasses
 import os
 from collections.abc import Generator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -115,6 +115,10 @@ class DistributedMADDPGConfig:
     Learners still train at once from the master of their call's moment, so results are
     as stale as with learners of equal speed, but which one is applied next is counted,
     not timed: two runs of one seed are then identical (the learning test uses this)."""
+
+    UNUSED: ClassVar[dict[str, str]] = {
+        "maddpg.replay.save": "its learners' replays live in Ray actors and are not checkpointed"
+    }
 
     def __post_init__(self) -> None:
         check_positive(self, "num_learners", "sync_every")

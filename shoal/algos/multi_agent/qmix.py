@@ -40,6 +40,7 @@ from shoal.config import (
     check_multi_agent_learner,
     check_positive,
 )
+from shoal.config.usage import CONSTANT_LR, Gate
 from shoal.data.episode_replay import EpisodeBatch, EpisodeBuilder, EpisodeReplay
 from shoal.device import check_precision, resolve_device, to_device
 from shoal.envs.make import make_multi_agent_env
@@ -111,6 +112,21 @@ class QMIXConfig:
     """Env steps over which epsilon anneals linearly."""
 
     RENAMED: ClassVar[dict[str, Renamed]] = REPLAY_RENAMES
+
+    GATES: ClassVar[dict[str, Gate]] = {
+        "iql_reward": Gate("mixer", lambda m: m == "none", "with mixer none (IQL)"),
+        **{name: Gate("mixer", lambda m: m == "qmix", "with mixer qmix")
+           for name in ("mixing_embed_dim", "hypernet_layers", "hypernet_embed")},
+    }  # fmt: skip
+    UNUSED: ClassVar[dict[str, str]] = {
+        **CONSTANT_LR,
+        "optim.weight_decay": "its optimizer (optimizer, optim_alpha) has no weight decay",
+        "model.shared_trunk": "its agents share one network",
+        "model.lstm_hidden": "its agents' recurrent core is the GRU of rnn_hidden",
+        "model.encoder": "its agent networks read flat observations through MLPs",
+        "replay.n_step": "it learns from 1-step targets over whole episodes",
+        "replay.prioritized": "its episode replay samples uniformly",
+    }
 
     def __post_init__(self) -> None:
         check_choices(self)

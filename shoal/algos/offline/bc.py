@@ -19,6 +19,7 @@ from torch import nn
 from shoal.algos.cores.offline import OfflineAlgorithm, OfflineConfig
 from shoal.backend import place
 from shoal.config import NoiseConfig
+from shoal.config.usage import NO_COMPILE, NO_LR_SCHEDULE, NO_LSTM
 from shoal.device import check_precision, resolve_device, to_device, to_host
 from shoal.losses.offline import behaviour_cloning_loss
 from shoal.nn.actors import CategoricalActor, DeterministicActor
@@ -32,6 +33,14 @@ class BCConfig(OfflineConfig):
     critic's settings go unused)."""
 
     ONLINE: ClassVar[bool] = False
+    UNUSED: ClassVar[dict[str, str]] = {
+        **NO_COMPILE,
+        **NO_LR_SCHEDULE,
+        **NO_LSTM,
+        "model.shared_trunk": "it trains one network, the actor",
+        **{name: "behaviour cloning has no critic and no returns"
+           for name in ("gamma", "tau", "critic_loss", "critic_l2")},
+    }  # fmt: skip
 
 
 def build_model(
@@ -50,8 +59,9 @@ class BCLearner:
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         self.actor = place(build_model(config, obs_space, action_space), self.device)
         self.optimizer = build_optimizer(
-            self.actor.parameters(), "adam", config.actor_lr or config.optim.lr, config.optim.eps
-        )
+            self.actor.parameters(), "adamw", config.actor_lr or config.optim.lr,
+            config.optim.eps, config.optim.weight_decay,
+        )  # fmt: skip
         self.grad_steps = 0
 
     def update(self, batch: ReplayBatch) -> tuple[dict[str, torch.Tensor], torch.Tensor]:

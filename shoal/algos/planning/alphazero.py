@@ -28,7 +28,7 @@ import copy
 import dataclasses
 import functools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -44,6 +44,7 @@ from shoal.config import (
     check_positive,
     from_dict,
 )
+from shoal.config.usage import NO_COMPILE, NO_LSTM, Gate
 from shoal.data.positions import PositionReplay, Positions
 from shoal.device import resolve_device
 from shoal.envs.games import Game, make_game
@@ -119,6 +120,22 @@ class AlphaZeroConfig:
     minimax_depth: int | None = None
     """The minimax opponent's look-ahead in moves (None: to the end, perfect play; small
     games only)."""
+
+    GATES: ClassVar[dict[str, Gate]] = {
+        name: Gate("arena_every", lambda n: n > 0, "with arena gating (arena_every > 0)")
+        for name in ("arena_games", "arena_threshold")
+    }
+    UNUSED: ClassVar[dict[str, str]] = {
+        **{f"run.{name}": "it evaluates by matches (eval_every), not by env episodes"
+           for name in ("eval_episodes", "eval_actions")},
+        **NO_COMPILE,
+        **{f"env.{name}": "a game is played by its rules (no wrappers, options or limits)"
+           for name in ("normalize_obs", "normalize_reward", "max_episode_steps", "kwargs",
+                        "wrappers", "vector_wrappers", "frame_stack")},
+        "model.shared_trunk": "its policy and value heads share one trunk",
+        **NO_LSTM,
+        "model.encoder": "its network is an MLP, or residual blocks for boards (blocks)",
+    }  # fmt: skip
 
     def __post_init__(self) -> None:
         check_positive(self, "channels", "moves_per_iteration", "replay_size", "batch_size",

@@ -23,7 +23,7 @@ import dataclasses
 import functools
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -40,6 +40,7 @@ from shoal.config import (
     check_positive,
     from_dict,
 )
+from shoal.config.usage import NO_COMPILE, NO_LSTM, Gate
 from shoal.data.trajectories import Episode, TrajectoryReplay
 from shoal.device import resolve_device
 from shoal.envs.games import is_game_id, make_game
@@ -122,6 +123,17 @@ class MuZeroConfig:
     """Two-player games: games of each evaluation match (half of them first)."""
     minimax_depth: int | None = None
     """Two-player games: the minimax opponent's look-ahead (None: perfect play)."""
+
+    GATES: ClassVar[dict[str, Gate]] = {
+        name: Gate("env.id", is_game_id, "on two-player games (matches against fixed players)")
+        for name in ("eval_games", "minimax_depth")
+    }
+    UNUSED: ClassVar[dict[str, str]] = {
+        **NO_COMPILE,
+        "model.shared_trunk": "its three functions are networks of their own",
+        **NO_LSTM,
+        "model.encoder": "its representation network is an MLP",
+    }
 
     def __post_init__(self) -> None:
         check_positive(self, "latent", "support_size", "unroll_steps", "n_step",

@@ -12,13 +12,14 @@ episodes are its evaluation).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
 import torch
 
 from shoal.config import EnvConfig, RunConfig, check
+from shoal.config.usage import NO_COMPILE
 from shoal.envs.ids import env_spec
 from shoal.envs.snapshot import capture_env_state, restore_env_state
 from shoal.errors import ShoalError
@@ -47,6 +48,15 @@ class PlannerConfig:
     """Random steps that value a new leaf (0: every leaf is worth 0)."""
     reuse_tree: bool = True
     """Start each step's search from the subtree under the action taken (its visits kept)."""
+
+    UNUSED: ClassVar[dict[str, str]] = {
+        **{f"run.{name}": "its own planned episodes are its evaluation"
+           for name in ("eval_episodes", "eval_actions")},
+        **NO_COMPILE,
+        **{f"env.{name}": "it plans on the env's own state (exact snapshots of the raw env)"
+           for name in ("normalize_obs", "normalize_reward", "clip_obs", "wrappers",
+                        "vector_wrappers", "frame_stack")},
+    }  # fmt: skip
 
     def __post_init__(self) -> None:
         check(self, "discount", 0.0 < self.discount <= 1.0, "must be in (0, 1]")

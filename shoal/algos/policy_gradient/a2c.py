@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 import gymnasium as gym
 import torch
@@ -45,6 +45,7 @@ from shoal.config import (
     check_positive,
     is_nested,
 )
+from shoal.config.usage import OWN_GAMMA
 from shoal.device import to_device
 from shoal.losses.objectives import a2c_objective
 from shoal.nn import ActorCritic, RecurrentActorCritic, build_actor_critic
@@ -84,6 +85,8 @@ class A2CConfig:
     """Recurrent models (model.lstm_hidden): truncated backpropagation through time over
     pieces of this many steps per env (None: the whole rollout, num_steps). It must divide
     num_steps."""
+
+    UNUSED: ClassVar[dict[str, str]] = OWN_GAMMA
 
     def __post_init__(self) -> None:
         check_positive(self, "num_steps")

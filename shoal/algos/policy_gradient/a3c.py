@@ -41,6 +41,7 @@ from shoal.config import (
     nested_block,
     unnest,
 )
+from shoal.config.usage import OWN_GAMMA
 from shoal.device import resolve_device
 from shoal.distributed import require_ray
 from shoal.errors import NaNLossError
@@ -107,6 +108,8 @@ class A3CConfig:
     learning test uses this)."""
 
     RENAMED: ClassVar[dict[str, Renamed]] = {name: Renamed(f"a2c.{name}") for name in A2C_FIELDS}
+
+    UNUSED: ClassVar[dict[str, str]] = OWN_GAMMA
 
     def __post_init__(self) -> None:
         if self.grads_per_iteration is not None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -46,6 +46,7 @@ from shoal.config import (
     check_choices,
     check_positive,
 )
+from shoal.config.usage import NO_LSTM, OWN_GAMMA
 from shoal.data.segments import SegmentReplay
 from shoal.device import to_device
 from shoal.losses import retrace
@@ -112,6 +113,12 @@ class ACERConfig:
     `shoal.optim`) or adam (AdamW)."""
     rms_alpha: float = 0.99
     """Smoothing constant of RMSProp's squared-gradient average."""
+
+    UNUSED: ClassVar[dict[str, str]] = {
+        **OWN_GAMMA,
+        **NO_LSTM,
+        "model.shared_trunk": "its policy and Q heads always share one trunk",
+    }
 
     def __post_init__(self) -> None:
         check_choices(self)

@@ -15,6 +15,7 @@ Recurrent models are refused: K-FAC has no factors for an LSTM.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import gymnasium as gym
 import torch
@@ -30,6 +31,7 @@ from shoal.algos.cores.on_policy import (
 )
 from shoal.backend import TorchStep, evaluate_objective
 from shoal.config import EnvConfig, ModelConfig, OptimConfig, RunConfig, check, check_positive
+from shoal.config.usage import OWN_GAMMA
 from shoal.device import to_device
 from shoal.kfac import KFAC
 from shoal.losses.objectives import a2c_objective
@@ -85,6 +87,11 @@ class ACKTRConfig:
     """Weight of the entropy bonus."""
     normalize_advantages: bool = False
     """Standardize the advantages within each rollout."""
+
+    UNUSED: ClassVar[dict[str, str]] = {
+        **OWN_GAMMA,
+        "optim.eps": "K-FAC damps its steps with kfac.damping, not Adam's epsilon",
+    }
 
     def __post_init__(self) -> None:
         check_positive(self, "num_steps")

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import gymnasium as gym
 import torch
@@ -53,6 +53,7 @@ from shoal.config import (
     nested_block,
     unnest,
 )
+from shoal.config.usage import OWN_GAMMA
 from shoal.device import to_device
 from shoal.losses import adaptive_kl_coeff, vtrace
 from shoal.policy import ActorPolicy
@@ -91,6 +92,11 @@ class APPOConfig:
     """The clip of the importance ratios weighting the advantages (None: no clip)."""
     vtrace_clip_c_threshold: float | None = 1.0
     """c-bar, the clip of V-trace's trace coefficients (None: no clip)."""
+
+    UNUSED: ClassVar[dict[str, str]] = {
+        **OWN_GAMMA,
+        "ppo.self_play.snapshot_every": "APPO trains one policy, without self-play",
+    }
 
     def __post_init__(self) -> None:
         check(self, "max_lag", self.max_lag >= 0, "must be >= 0")

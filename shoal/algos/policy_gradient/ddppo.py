@@ -46,6 +46,7 @@ from shoal.config import (
     nested_block,
     unnest,
 )
+from shoal.config.usage import OWN_GAMMA, Gate
 from shoal.device import to_device
 from shoal.distributed import require_ray
 from shoal.errors import DistributedError, NaNLossError
@@ -100,6 +101,13 @@ class DDPPOConfig:
     num_learners * ppo.num_steps * env.num_envs."""
 
     RENAMED: ClassVar[dict[str, Renamed]] = {name: Renamed(f"ppo.{name}") for name in PPO_FIELDS}
+
+    GATES: ClassVar[dict[str, Gate | None]] = {"run.ray_address": None}  # its learners are Ray's
+    UNUSED: ClassVar[dict[str, str]] = {
+        **OWN_GAMMA,
+        "ppo.kl_coeff": "DD-PPO's update has no KL penalty",
+        "ppo.self_play.snapshot_every": "DD-PPO trains one policy, without self-play",
+    }
 
     def __post_init__(self) -> None:
         check_positive(self, "num_learners")

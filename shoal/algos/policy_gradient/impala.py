@@ -25,7 +25,7 @@ import collections
 import functools
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
 import torch
@@ -48,6 +48,7 @@ from shoal.config import (
     check_choices,
     check_positive,
 )
+from shoal.config.usage import OWN_GAMMA, Gate
 from shoal.device import to_device
 from shoal.losses import vtrace
 from shoal.losses.objectives import PolicyOutputs, Targets, a2c_objective
@@ -119,6 +120,12 @@ class IMPALAConfig:
     entropy_coeff: float = 0.01
     """Weight of the entropy bonus, positive (RLlib's entropy_coeff, whose -0.01 means the
     same bonus in its sign convention)."""
+
+    GATES: ClassVar[dict[str, Gate]] = {
+        name: Gate("run.runners", lambda n: n > 0, "with Ray runners (run.runners > 0)")
+        for name in ("results_in_turn", "broadcast_interval")
+    }
+    UNUSED: ClassVar[dict[str, str]] = OWN_GAMMA
 
     def __post_init__(self) -> None:
         check_positive(self, "num_steps", "num_sgd_iter", "minibatch_buffer_size")

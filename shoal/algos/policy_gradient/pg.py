@@ -16,7 +16,7 @@ the cut, as the episode's score is defined by it, rather than bootstrapping a cr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import gymnasium as gym
 import torch
@@ -29,6 +29,7 @@ from shoal.algos.cores.on_policy import (
     step_metrics,
 )
 from shoal.config import EnvConfig, ModelConfig, OptimConfig, RunConfig, check, check_positive
+from shoal.config.usage import NO_LSTM, OWN_GAMMA
 from shoal.device import to_device
 from shoal.losses import entropy_loss, episode_returns, policy_gradient_loss, value_loss
 from shoal.losses.objectives import standardize
@@ -62,6 +63,8 @@ class PGConfig:
     max_carry_steps: int = 4096
     """Most steps of unfinished episodes carried to the next iteration per env; older steps of
     an episode longer than this are dropped (set env.max_episode_steps for endless envs)."""
+
+    UNUSED: ClassVar[dict[str, str]] = {**OWN_GAMMA, **NO_LSTM}
 
     def __post_init__(self) -> None:
         check_positive(self, "num_steps", "max_carry_steps")

@@ -11,7 +11,7 @@ import functools
 import operator
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
 import torch
@@ -40,6 +40,7 @@ from shoal.config import (
     check_positive,
     is_nested,
 )
+from shoal.config.usage import OWN_GAMMA, Gate
 from shoal.device import to_device
 from shoal.losses import adaptive_kl_coeff
 from shoal.losses.objectives import Objective, ppo_objective
@@ -98,6 +99,13 @@ class PPOConfig:
     """Recurrent models (model.lstm_hidden): truncated backpropagation through time over
     pieces of this many steps per env (None: the whole rollout, num_steps). It must divide
     num_steps, and minibatch_size must hold whole pieces."""
+
+    GATES: ClassVar[dict[str, Gate]] = {
+        "kl_target": Gate(
+            "kl_coeff", lambda c: c > 0, "with the adaptive KL penalty (kl_coeff > 0)"
+        )
+    }
+    UNUSED: ClassVar[dict[str, str]] = OWN_GAMMA
 
     def __post_init__(self) -> None:
         check_positive(self, "num_steps", "num_epochs", "minibatch_size", "clip_eps")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import torch
@@ -20,6 +20,7 @@ import torch
 from shoal.algos.cores.on_policy import ModelLearner, OnPolicyAlgorithm, PPOBatch, make_batch
 from shoal.backend import place
 from shoal.config import EnvConfig, ModelConfig, RunConfig, check, check_positive
+from shoal.config.usage import NO_LSTM, OWN_GAMMA
 from shoal.device import resolve_device, to_device
 from shoal.errors import NaNLossError
 from shoal.losses import (
@@ -69,6 +70,8 @@ class TRPOConfig:
     """Samples per value-function gradient step."""
     vf_max_grad_norm: float | None = 0.5
     """Clip the value function's gradient norm to this value (None disables)."""
+
+    UNUSED: ClassVar[dict[str, str]] = {**OWN_GAMMA, **NO_LSTM}
 
     def __post_init__(self) -> None:
         check_positive(self, "num_steps", "max_kl", "cg_iters", "line_search_steps")

@@ -198,6 +198,16 @@ class ApexDQNConfig(ApexConfig):
     RENAMED: ClassVar[dict[str, Renamed]] = _learner_renames(
         "dqn", ("optim", "model", "double_q", "dueling", "loss", "target_update_every", "gamma")
     )
+    UNUSED: ClassVar[dict[str, str]] = {
+        "dqn.optim.anneal_steps": "Ape-X keeps its learning rate and priority_beta fixed",
+        "dqn.replay.prioritized": "Ape-X's replay is always prioritized (proportional)",
+        "dqn.replay.gradient_steps": "training_intensity paces Ape-X's learner",
+        "dqn.replay.save": "the replay shards live in Ray actors and are not checkpointed",
+        "dqn.rollout_steps": "the actors' batches are Ape-X's rollout_steps long",
+        "dqn.frame_replay": "the replay shards store whole observations",
+        **{f"dqn.{name}": "each actor explores with its own epsilon (exploration_epsilon, "
+           "exploration_alpha)" for name in ("epsilon_end", "exploration_steps")},
+    }  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -226,6 +236,13 @@ class ApexDDPGConfig(ApexConfig):
         "ddpg",
         ("optim", "model", "noise", "actor_lr", "tau", "critic_loss", "critic_l2", "gamma"),
     )
+    UNUSED: ClassVar[dict[str, str]] = {
+        "ddpg.optim.anneal_steps": "Ape-X keeps its learning rate and priority_beta fixed",
+        "ddpg.replay.prioritized": "Ape-X's replay is always prioritized (proportional)",
+        "ddpg.replay.gradient_steps": "training_intensity paces Ape-X's learner",
+        "ddpg.replay.save": "the replay shards live in Ray actors and are not checkpointed",
+        "ddpg.rollout_steps": "the actors' batches are Ape-X's rollout_steps long",
+    }
 
 
 @dataclass(frozen=True)
@@ -245,6 +262,15 @@ class ApexR2D2Config(ApexConfig):
     """Replayed sequences per env step (the local tuned examples replay 1-4)."""
 
     LEARNER: ClassVar[str] = "r2d2"
+    UNUSED: ClassVar[dict[str, str]] = {
+        "run.compile": "its sequence actors act with uncompiled network copies",
+        "r2d2.replay.gradient_steps": "training_intensity paces Ape-X's learner",
+        "r2d2.replay.save": "the replay shards live in Ray actors and are not checkpointed",
+        "r2d2.num_steps": "the actors' batches are Ape-X's rollout_steps long",
+        **{f"r2d2.{name}": "each actor explores with its own epsilon (exploration_epsilon, "
+           "exploration_alpha)" for name in ("epsilon_start", "epsilon_end",
+                                             "exploration_steps")},
+    }  # fmt: skip
 
 
 def variant(config: ApexConfig) -> Variant:

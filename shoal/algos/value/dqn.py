@@ -31,6 +31,7 @@ from shoal.config import (
     check_positive,
     check_replay_holds,
 )
+from shoal.config.usage import NO_LR_SCHEDULE, Gate
 from shoal.device import (
     check_precision,
     grad_scaler,
@@ -117,6 +118,26 @@ class DQNConfig:
     (`shoal.data.frame_replay`): about 7 KB per Atari transition instead of 28 KB."""
 
     RENAMED: ClassVar[dict[str, Renamed]] = REPLAY_RENAMES
+
+    GATES: ClassVar[dict[str, Gate]] = {
+        **{name: Gate("value_head", lambda h: h == "c51", "with value_head c51")
+           for name in ("num_atoms", "v_min", "v_max")},
+        **{name: Gate("value_head", lambda h: h == "quantile", "with value_head quantile")
+           for name in ("num_quantiles", "kappa")},
+        "num_heads": Gate("value_head", lambda h: h == "rem", "with value_head rem"),
+        "loss": Gate("value_head", lambda h: h in ("q", "rem"), "with value_head q or rem "
+                     "(c51 and quantile heads have their own losses)"),
+        "noisy_sigma0": Gate("noisy", bool, "with noisy nets (noisy)"),
+        **{name: Gate("exploration", lambda e: e == "epsilon", "with exploration epsilon")
+           for name in ("epsilon_start", "epsilon_end")},
+        **{name: Gate("exploration", lambda e: e == "boltzmann", "with exploration boltzmann")
+           for name in ("temperature_start", "temperature_end")},
+    }  # fmt: skip
+    UNUSED: ClassVar[dict[str, str]] = {
+        **NO_LR_SCHEDULE,
+        "model.shared_trunk": "its Q-network is one network",
+        "model.lstm_hidden": "its Q-network has no recurrent core (R2D2's has)",
+    }
 
     def __post_init__(self) -> None:
         check_choices(self)

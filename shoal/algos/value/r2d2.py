@@ -23,7 +23,7 @@ inputs to the LSTM (the previous action and reward) are left out.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import torch
@@ -31,6 +31,7 @@ import torch
 from shoal.algos.cores.on_policy import OnPolicyAlgorithm, check_no_masks, mean_metrics
 from shoal.backend import place
 from shoal.config import EnvConfig, ModelConfig, OptimConfig, RunConfig, check, check_positive
+from shoal.config.usage import CONSTANT_LR, OWN_GAMMA
 from shoal.data.segments import SequenceBatch, SequenceReplay
 from shoal.data.sequences import SequenceBuilder
 from shoal.device import check_precision, resolve_device, to_device, to_host
@@ -112,6 +113,12 @@ class R2D2Config:
     exploration_steps: int = 20_000
     """Env steps over which epsilon anneals linearly."""
 
+    UNUSED: ClassVar[dict[str, str]] = {
+        **OWN_GAMMA,
+        **CONSTANT_LR,
+        "model.shared_trunk": "its Q-network is one network",
+    }
+
     def __post_init__(self) -> None:
         check_positive(self, "num_steps", "length", "period", "n_step", "target_update_every")
         check_positive(self, "exploration_steps", "rescaling_eps")
@@ -189,7 +196,9 @@ class R2D2Learner:
         self.model = place(online, self.device)
         self.parameters: list[torch.Tensor] = list(self.model.parameters())
         optim = config.optim
-        self.optimizer = build_optimizer(self.parameters, "adam", optim.lr, optim.eps)
+        self.optimizer = build_optimizer(
+            self.parameters, "adamw", optim.lr, optim.eps, optim.weight_decay
+        )
         self.grad_steps = 0
 
     @property

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from typing import Any, ClassVar, Literal, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from shoal.config import EnvConfig, RunConfig, check, check_choices, check_positive
+from shoal.config.usage import NO_COMPILE
 from shoal.envs import env_spec, make_env
 from shoal.envs.shapes import as_discrete
 from shoal.envs.snapshot import EnvStateUnsupported
@@ -76,6 +77,8 @@ class TabularConfig:
     """Initial value of every Q entry; values above the true returns explore (S&B 2.6)."""
     steps_per_iteration: int = 128
     """Vector steps per training iteration (each is env.num_envs env steps)."""
+
+    UNUSED: ClassVar[dict[str, str]] = NO_COMPILE
 
     def __post_init__(self) -> None:
         check_choices(self)
