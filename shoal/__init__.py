@@ -3,7 +3,10 @@
 from shoal.api import build_config, evaluate, load, make_env, train
 from shoal.datasets import collect
 from shoal.experiment import experiment
+from shoal.export import export
 from shoal.registry import ALGORITHMS
+from shoal.report import report
+from shoal.tune import tune
 
 __version__ = "0.1.0"
 """The version, written here only (pyproject.toml reads it; ``shoal --version`` prints it)."""
@@ -14,7 +17,10 @@ __all__ = [
     "collect",
     "evaluate",
     "experiment",
+    "export",
     "load",
     "make_env",
+    "report",
     "train",
+    "tune",
 ]

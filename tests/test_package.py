@@ -104,3 +104,17 @@ def test_the_wheel_installs_and_trains_away_from_the_source(built, tmp_path):
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert (work / "run" / "checkpoints" / "latest").exists()
+
+
+def test_the_top_of_the_python_api_holds_every_command_and_documents_it():
+    """``shoal.report``, ``shoal.export`` and ``shoal.tune`` sit beside ``shoal.train``: each
+    command line verb has its function at the top, and docs/api.md documents each."""
+    import inspect
+
+    import shoal
+
+    api = (Path(__file__).parents[1] / "docs" / "api.md").read_text()
+    for name in ("train", "load", "evaluate", "collect", "experiment", "tune", "report", "export"):
+        function = getattr(shoal, name)
+        assert inspect.isfunction(function) and name in shoal.__all__, name
+        assert f"::: {function.__module__}.{name}" in api, name
