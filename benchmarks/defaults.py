@@ -1,0 +1,130 @@
+"""Defaults that learn: each algorithm's own defaults (no tuned example) on the easy tasks of
+its kind, at a modest budget, against the bar its family's peer libraries reach with theirs.
+
+A row trains ``shoal.train(ALGO, env=TASK, total_steps=BUDGET, seed=S)``: only the task,
+the budget, the seed and quiet logging are set; the evaluation is the run's own final one
+(deterministic, ``run.eval_episodes`` episodes), plus the best evaluation on the way. Results
+are appended to ``--json`` as each run ends and runs already there are skipped, so a killed
+sweep resumes. ``--only`` restricts the sweep to algorithms or tasks by name.
+
+The bars (``TASKS``) are what the peers' defaults reach at about these budgets: Stable-
+Baselines3's PPO, A2C, DQN and SAC defaults solve CartPole and Acrobot in 100k-200k steps and
+swing Pendulum up within 20k (off-policy) to 200k (on-policy) steps (rl-baselines3-zoo's
+benchmark tables, 2024). A default that misses its bar where the peers' meet theirs is
+changed, and the change is in docs/changelog.md.
+
+Usage: ``python benchmarks/defaults.py [--seeds 1] [--only ppo,dqn] [--json
+benchmarks/results/defaults.json]``. See benchmarks/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from spreads import cpu_name  # benchmarks/spreads.py: the script's directory is on sys.path
+
+import shoal
+
+
+@dataclass(frozen=True)
+class Task:
+    env: str
+    on_policy_budget: int
+    off_policy_budget: int
+    random: float
+    """A uniformly random policy's mean return (Gymnasium's ids, 100 episodes)."""
+    bar: float
+    """The return a default that learns reaches within the budget."""
+
+
+TASKS = {
+    "CartPole-v1": Task("CartPole-v1", 200_000, 100_000, 22.0, 475.0),
+    "Acrobot-v1": Task("Acrobot-v1", 200_000, 100_000, -499.0, -100.0),
+    "Pendulum-v1": Task("Pendulum-v1", 300_000, 20_000, -1_230.0, -250.0),
+    "InvertedPendulum-v5": Task("InvertedPendulum-v5", 200_000, 30_000, 5.6, 900.0),
+}
+DISCRETE = ("CartPole-v1", "Acrobot-v1")
+CONTINUOUS = ("Pendulum-v1", "InvertedPendulum-v5")
+ALGOS: dict[str, tuple[tuple[str, ...], bool]] = {
+    # name: (tasks, off-policy budget)
+    "ppo": (DISCRETE + CONTINUOUS, False),
+    "a2c": (DISCRETE + CONTINUOUS, False),
+    "pg": (DISCRETE, False),
+    "trpo": (DISCRETE + CONTINUOUS, False),
+    "acktr": (DISCRETE, False),
+    "acer": (DISCRETE, False),
+    "impala": (DISCRETE, False),
+    "appo": (DISCRETE, False),
+    "dqn": (DISCRETE, True),
+    "qrdqn": (DISCRETE, True),
+    "rem": (DISCRETE, True),
+    "sac": (CONTINUOUS, True),
+    "td3": (CONTINUOUS, True),
+    "ddpg": (CONTINUOUS, True),
+    "d4pg": (CONTINUOUS, True),
+}
+
+
+def run_one(algo: str, task: Task, off_policy: bool, seed: int) -> dict:
+    budget = task.off_policy_budget if off_policy else task.on_policy_budget
+    with tempfile.TemporaryDirectory() as tmp:
+        started = time.perf_counter()
+        evals: list[float] = []
+        result = shoal.train(
+            algo, env=task.env, total_steps=budget, seed=seed, run_dir=f"{tmp}/run", quiet=True,
+            **{"run.tensorboard": False, "run.checkpoint_every_steps": 0},
+            on_iteration=lambda step, m: evals.append(m["eval/return"]) if "eval/return" in m
+            else None,
+        )  # fmt: skip
+        wall = time.perf_counter() - started
+    return {
+        "algo": algo, "env": task.env, "seed": seed, "budget": budget,
+        "final": result.eval_return, "best": max(evals, default=result.eval_return),
+        "random": task.random, "bar": task.bar,
+        "learns": result.eval_return is not None and result.eval_return >= task.bar,
+        "train_s": round(result.train_s, 1), "wall_s": round(wall, 1), "cpu": cpu_name(),
+    }  # fmt: skip
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| algorithm | task | budget | final eval | best eval | random | bar | learns "
+             "| training s |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        lines.append(
+            f"| {r['algo']} | {r['env']} | {r['budget']:,} | {r['final']:.1f} | "
+            f"{r['best']:.1f} | {r['random']:g} | {r['bar']:g} | "
+            f"{'yes' if r['learns'] else 'no'} | {r['train_s']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=1)
+    parser.add_argument("--only", default="", help="comma-separated algorithms or tasks")
+    parser.add_argument("--json", type=Path, default=Path("benchmarks/results/defaults.json"))
+    args = parser.parse_args()
+    only = {x for x in args.only.split(",") if x}
+    rows: list[dict] = json.loads(args.json.read_text()) if args.json.exists() else []
+    for algo, (tasks, off_policy) in ALGOS.items():
+        for env in tasks:
+            if only and algo not in only and env not in only:
+                continue
+            for seed in range(args.seeds):
+                if any((r["algo"], r["env"], r["seed"]) == (algo, env, seed) for r in rows):
+                    continue
+                row = run_one(algo, TASKS[env], off_policy, seed)
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+                args.json.parent.mkdir(parents=True, exist_ok=True)
+                args.json.write_text(json.dumps(rows, indent=1) + "\n")
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()
