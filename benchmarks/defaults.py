@@ -14,7 +14,8 @@ benchmark tables, 2024). A default that misses its bar where the peers' meet the
 changed, and the change is in docs/changelog.md.
 
 Usage: ``python benchmarks/defaults.py [--seeds 1] [--only ppo,dqn] [--json
-benchmarks/results/defaults.json]``. See benchmarks/README.md.
+benchmarks/results/defaults.json]``; ``--sb3`` runs Stable-Baselines3's defaults on the same
+tasks and budgets (pip install -e '.[bench]'). See benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -91,12 +92,44 @@ def run_one(algo: str, task: Task, off_policy: bool, seed: int) -> dict:
     }  # fmt: skip
 
 
+SB3 = {"ppo": "PPO", "a2c": "A2C", "dqn": "DQN", "sac": "SAC", "td3": "TD3", "ddpg": "DDPG"}
+"""The algorithms Stable-Baselines3 has, by its class names."""
+
+
+def run_sb3(algo: str, task: Task, off_policy: bool, seed: int) -> dict:
+    """Stable-Baselines3's defaults (``Class("MlpPolicy", env)``, one env, as its docs start)
+    on the same task and budget, evaluated deterministically over 10 episodes."""
+    import gymnasium as gym
+    import stable_baselines3
+    from stable_baselines3.common.evaluation import evaluate_policy
+
+    from shoal.threads import set_compute_threads
+
+    set_compute_threads(1)
+    budget = task.off_policy_budget if off_policy else task.on_policy_budget
+    started = time.perf_counter()
+    model = getattr(stable_baselines3, SB3[algo])("MlpPolicy", task.env, seed=seed, verbose=0)
+    model.learn(total_timesteps=budget)
+    train_s = time.perf_counter() - started
+    env = gym.make(task.env)
+    env.reset(seed=10_000 + seed)
+    final, _ = evaluate_policy(model, env, n_eval_episodes=10, deterministic=True)
+    env.close()
+    return {
+        "library": "sb3", "algo": algo, "env": task.env, "seed": seed, "budget": budget,
+        "final": float(final), "best": float(final), "random": task.random, "bar": task.bar,
+        "learns": float(final) >= task.bar, "train_s": round(train_s, 1),
+        "wall_s": round(train_s, 1), "cpu": cpu_name(),
+    }  # fmt: skip
+
+
 def table(rows: list[dict]) -> str:
-    lines = ["| algorithm | task | budget | final eval | best eval | random | bar | learns "
-             "| training s |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = ["| library | algorithm | task | budget | final eval | best eval | random | bar "
+             "| learns | training s |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
         lines.append(
-            f"| {r['algo']} | {r['env']} | {r['budget']:,} | {r['final']:.1f} | "
+            f"| {r.get('library', 'shoal')} | {r['algo']} | {r['env']} | {r['budget']:,} | "
+            f"{r['final']:.1f} | "
             f"{r['best']:.1f} | {r['random']:g} | {r['bar']:g} | "
             f"{'yes' if r['learns'] else 'no'} | {r['train_s']:.0f} |"
         )
@@ -108,17 +141,28 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--only", default="", help="comma-separated algorithms or tasks")
     parser.add_argument("--json", type=Path, default=Path("benchmarks/results/defaults.json"))
+    parser.add_argument(
+        "--sb3",
+        action="store_true",
+        help="Stable-Baselines3's defaults instead, for the algorithms it has",
+    )
     args = parser.parse_args()
     only = {x for x in args.only.split(",") if x}
+    library = "sb3" if args.sb3 else "shoal"
     rows: list[dict] = json.loads(args.json.read_text()) if args.json.exists() else []
     for algo, (tasks, off_policy) in ALGOS.items():
+        if args.sb3 and algo not in SB3:
+            continue
         for env in tasks:
             if only and algo not in only and env not in only:
                 continue
             for seed in range(args.seeds):
-                if any((r["algo"], r["env"], r["seed"]) == (algo, env, seed) for r in rows):
+                key = (library, algo, env, seed)
+                if any((r.get("library", "shoal"), r["algo"], r["env"], r["seed"]) == key
+                       for r in rows):  # fmt: skip
                     continue
-                row = run_one(algo, TASKS[env], off_policy, seed)
+                run = run_sb3 if args.sb3 else run_one
+                row = run(algo, TASKS[env], off_policy, seed)
                 print(json.dumps(row), flush=True)
                 rows.append(row)
                 args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -55,7 +55,7 @@ def run_one(example: str, seed: int, fresh_episodes: int, overrides: dict[str, A
         "stop_reason": result.stop_reason,
         "env_steps": result.env_steps,
         "eval_return": result.eval_return,
-        "fresh_return": fresh["return"]["mean"],
+        "fresh_return": (fresh.get("return") or {}).get("mean"),  # none for a team's groups
         "train_s": round(result.train_s, 2),
         "wall_s": round(wall, 2),
         "cpu": cpu_name(),

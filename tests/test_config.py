@@ -106,7 +106,7 @@ def test_boundary_values_are_valid():
 def test_ppo_defaults_are_the_common_settings():
     config = PPOConfig()
     assert config.num_steps * config.env.num_envs == 2048
-    assert (config.num_epochs, config.minibatch_size, config.optim.lr) == (10, 256, 3e-4)
+    assert (config.num_epochs, config.minibatch_size, config.optim.lr) == (10, 64, 3e-4)
     assert config.minibatch_size <= config.num_steps * config.env.num_envs
 
 

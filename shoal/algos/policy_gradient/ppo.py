@@ -52,8 +52,9 @@ from shoal.schedules import scheduled
 @dataclass(frozen=True)
 class PPOConfig:
     """PPO hyperparameters. The defaults are the common settings of the PPO paper's MuJoCo
-    experiments and of Stable-Baselines3 (2048 samples per rollout, 10 epochs, Adam 3e-4), a
-    safe start on a new task; the tuned examples hold faster settings for specific ones."""
+    experiments and of Stable-Baselines3 (2048 samples per rollout, 10 epochs of minibatches
+    of 64, Adam 3e-4), a safe start on a new task; the tuned examples hold faster settings
+    for specific ones."""
 
     run: RunConfig = field(default_factory=RunConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
@@ -64,8 +65,10 @@ class PPOConfig:
     run.runners with Ray runners)."""
     num_epochs: int = 10
     """Passes of minibatch SGD over each rollout."""
-    minibatch_size: int = 256
-    """Samples per gradient step."""
+    minibatch_size: int = 64
+    """Samples per gradient step (Stable-Baselines3's 64: with 256, the defaults swung
+    Pendulum up on no seed in 300k env steps, with 64 on 4 of 5; benchmarks/README.md,
+    "Defaults that learn")."""
     gamma: float = 0.99
     """Discount factor."""
     gae_lambda: float = 0.95
