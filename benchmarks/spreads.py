@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 import shoal
+from shoal.registry import find_tuned
 
 QUIET = {"run.console": False, "run.tensorboard": False}
 FRESH_SEED = 2024
@@ -79,12 +80,13 @@ def table(rows: list[dict]) -> str:
         group = [r for r in rows if (r["example"], json.dumps(r["overrides"], sort_keys=True),
                                      r["cpu"]) == (example, overrides, cpu)]  # fmt: skip
         met = sum(r["stop_reason"] == "target_return" for r in group)
+        has_target = find_tuned(example).build_config().run.target_return is not None
         cells = [
             example,
             overrides if overrides != "{}" else "",
             cpu,
             ", ".join(str(r["seed"]) for r in sorted(group, key=lambda r: r["seed"])),
-            f"{met}/{len(group)}",
+            f"{met}/{len(group)}" if has_target else "no target",
             spread([r["env_steps"] for r in group]),
             spread([r["eval_return"] for r in group if r["eval_return"] is not None]),
             spread([r["fresh_return"] for r in group if r["fresh_return"] is not None]),

@@ -16,13 +16,17 @@ QUIET = {"run.console": False, "run.tensorboard": False}
 
 @pytest.mark.parametrize("tuned", ["acktr-cartpole", "acer-cartpole"])
 def test_solves_cartpole(tuned, tmp_path):
+    """Each example stops at an evaluation of 475 (5 of 5 seeds, benchmarks/spreads.py). A
+    fresh evaluation of the final policy scored 452 to 500 over seeds 0-4 (ACKTR's seed 3:
+    452; ACER's seed 4: 457), so the fresh check asks 425: below every seed measured, far
+    above random play (about 22)."""
     result = shoal.train(tuned=tuned, seed=0, run_dir=str(tmp_path / "run"), **QUIET)
     assert result.solved and result.eval_return >= 475, result
     policy = shoal.load(result.run_dir)
     env = shoal.make_env("CartPole-v1", num_envs=20)
     metrics = evaluate(policy, env, seed=2024)
     env.close()
-    assert metrics["eval/return"] >= 475, metrics
+    assert metrics["eval/return"] >= 425, metrics
 
 
 def test_r2d2_remembers_where_dqn_cannot(tmp_path):
