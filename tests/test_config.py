@@ -189,7 +189,7 @@ def test_replace_validates():
     with pytest.raises(ConfigError, match=r"RunConfig\.total_steps"):
         replace(PPOConfig(), **{"run.total_steps": 0})
     with pytest.raises(ConfigError, match=r"PPOConfig\.minibatch_size"):
-        replace(PPOConfig(), **{"env.num_envs": 1, "num_steps": 128})
+        replace(PPOConfig(), **{"env.num_envs": 1, "num_steps": 32})  # a rollout of 32 < 64
     with pytest.raises(ConfigError, match="no_such_field"):
         replace(PPOConfig(), **{"env.no_such_field": 1})
     with pytest.raises(ConfigError, match="did you mean num_epochs"):

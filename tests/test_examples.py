@@ -58,7 +58,7 @@ def test_each_yaml_block_is_a_valid_file_of_its_kind(kind, text, tmp_path):
     assert isinstance(data, dict)
     if "search" in data:
         pytest.importorskip("optuna")
-        from shoal.tune import Tuner
+        from shoal.studies.tune import Tuner
 
         Tuner(data, tmp_path)  # the space parses and every value fits the base config
     elif "axes" in data or "seeds" in data:

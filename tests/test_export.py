@@ -13,7 +13,7 @@ import torch
 import shoal
 from shoal.cli import main
 from shoal.errors import ShoalError
-from shoal.export import example_observations, export, run_exported
+from shoal.studies.export import example_observations, export, run_exported
 
 QUIET = {"run.eval_every_steps": 0, "run.console": False, "run.tensorboard": False}
 FORMATS = ["torchscript"] + (["onnx"] if importlib.util.find_spec("onnxruntime") else [])
@@ -125,7 +125,7 @@ def test_command_line_and_errors(tmp_path, capsys):
 def test_an_action_masked_policy_exports_with_a_mask_input(format, tmp_path):
     """Tic-tac-toe (PettingZoo masks): the file takes ``action_mask`` and, like
     ``act(obs, action_mask=m)``, never picks an illegal square."""
-    from shoal.export import example_masks
+    from shoal.studies.export import example_masks
 
     run_dir = train(tmp_path, "ppo", env="pettingzoo:pettingzoo.classic.tictactoe_v3",
                     num_steps=32)  # fmt: skip

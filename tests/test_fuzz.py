@@ -155,7 +155,7 @@ distributions = st.one_of(
                                                "no.such"]), distributions, max_size=3))  # fmt: skip
 def test_random_search_spaces_parse_or_are_refused(search, tmp_path):
     pytest.importorskip("optuna")
-    from shoal.tune import Tuner
+    from shoal.studies.tune import Tuner
 
     with contextlib.suppress(ShoalError):
         Tuner({"name": "fuzz", "base": "ppo-cartpole", "search": search}, tmp_path / "t")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from shoal.cli import main
-from shoal.report import probability_of_improvement, report
+from shoal.studies.report import probability_of_improvement, report
 
 FINALS = {"fast": [10.0, 12.0, 14.0, 40.0], "slow": [5.0, 6.0, 12.0, 8.0]}
 
@@ -98,7 +98,7 @@ def write_evaluations(run_dir, steps, scores, target=None, env="Toy-v0"):
 def test_curves_use_every_seed_and_a_seed_that_stopped_holds_its_final_score(tmp_path):
     """Seed a reached its target at 2,000 steps and stopped; seed b ran to 4,000 and fell
     back; c evaluated on another schedule. Every point of the curve averages all three."""
-    from shoal.report import collect, curve
+    from shoal.studies.report import collect, curve
 
     write_evaluations(tmp_path / "a", [1000, 2000], [100.0, 470.0], target=450.0)
     write_evaluations(tmp_path / "b", [1000, 2000, 3000, 4000], [100.0, 400.0, 300.0, 122.0],

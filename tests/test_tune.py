@@ -13,7 +13,7 @@ import pytest
 from shoal.cli import main
 from shoal.errors import ConfigError
 from shoal.registry import find_tuned
-from shoal.tune import Tuner, parse_distribution, train_objective, trial_line
+from shoal.studies.tune import Tuner, parse_distribution, train_objective, trial_line
 
 BASE = {"name": "toy", "base": "ppo-cartpole", "seed": 0}
 
@@ -136,7 +136,8 @@ def test_sigterm_to_a_search_reaches_its_worker_processes(tmp_path):
             "model": {"hidden": [8]}}, "search": {"optim.lr": "loguniform(1e-4, 1e-2)"},
             "trials": 4, "sampler": "random", "pruner": "none"}  # fmt: skip
     directory = tmp_path / "study"
-    code = "import json, sys, shoal.tune as t; t.tune(json.loads(sys.argv[1]), sys.argv[2], jobs=2)"
+    code = ("import json, sys; from shoal.studies.tune import tune; "
+            "tune(json.loads(sys.argv[1]), sys.argv[2], jobs=2)")
     search = subprocess.Popen([sys.executable, "-c", code, json.dumps(spec), str(directory)],
                               start_new_session=True)  # fmt: skip
     saved = [directory / f"trial-{i}" / "checkpoints" / "latest" for i in (0, 1)]
@@ -157,7 +158,7 @@ def test_sigterm_to_a_search_reaches_its_worker_processes(tmp_path):
 def test_workers_as_ray_tasks_share_one_study(ray_session, tmp_path):
     """``--ray-address``: the workers are Ray tasks (here the tests' local Ray; on a cluster,
     any node) running trials against one study, which a later local run resumes."""
-    from shoal.tune import tune
+    from shoal.studies.tune import tune
 
     spec = {**BASE, "search": {"optim.lr": "loguniform(1e-5, 1e-1)"}, "trials": 12}
     tuner = tune(spec, tmp_path / "study", jobs=2, ray_address="local", objective=toy)
@@ -170,7 +171,7 @@ def test_workers_as_ray_tasks_share_one_study(ray_session, tmp_path):
 
 
 def test_worker_processes_run_exactly_the_trials_asked_for(tmp_path):
-    from shoal.tune import tune
+    from shoal.studies.tune import tune
 
     spec = {**BASE, "search": {"optim.lr": "loguniform(1e-5, 1e-1)"}, "trials": 7}
     study = tune(spec, tmp_path / "study", jobs=2, objective=toy).study()
@@ -196,7 +197,7 @@ def test_a_sampled_invalid_config_fails_its_trial_and_the_search_goes_on(tmp_pat
 @pytest.mark.parametrize("sampler", ["tpe", "random"])
 def test_parallel_workers_never_propose_the_same_trial(sampler, tmp_path):
     """Two workers that seeded their samplers alike proposed the same trials in pairs."""
-    from shoal.tune import tune
+    from shoal.studies.tune import tune
 
     search = {"optim.lr": "loguniform(1e-5, 1e-1)", "gamma": "uniform(0.9, 0.999)"}
     spec = {**BASE, "search": search, "trials": 8, "sampler": sampler}
@@ -240,14 +241,14 @@ def test_a_search_killed_mid_trial_finishes_on_restart_with_no_trial_left_runnin
 
     import optuna
 
-    from shoal.tune import tune
+    from shoal.studies.tune import tune
 
     spec = {**BASE, "search": {"optim.lr": "loguniform(1e-4, 1e-2)"}, "trials": 5,
             "sampler": "random", "pruner": "none"}  # fmt: skip
     directory = tmp_path / "study"
     started = tmp_path / "started"
     code = (  # the first trial finishes; the second never does, so the kill lands inside it
-        "import json, sys, time\nfrom shoal.tune import tune\n"
+        "import json, sys, time\nfrom shoal.studies.tune import tune\n"
         "def slow(config, report):\n"
         f"    with open({str(started)!r}, 'a') as f:\n        f.write('x')\n"
         f"    if len(open({str(started)!r}).read()) > 1:\n        time.sleep(3600)\n"

@@ -67,8 +67,8 @@ def add_parsers(commands: Any) -> None:
 
 def _export(args: argparse.Namespace) -> int:
     from shoal.api import load
-    from shoal.export import SUFFIX, export, has_mask
     from shoal.policy import ActorPolicy
+    from shoal.studies.export import SUFFIX, export, has_mask
 
     policy = load(args.run_dir, trust_code=args.trust_code)
     run_dir = Path(args.run_dir)

@@ -108,7 +108,7 @@ def _experiment(args: argparse.Namespace) -> int:
 
 def _tune(args: argparse.Namespace) -> int:
     from shoal.experiment_plan import read_spec
-    from shoal.tune import tune
+    from shoal.studies.tune import tune
 
     tuner = tune(read_spec(args.file), args.dir, args.jobs, args.ray_address, args.storage,
                  echo=True)  # fmt: skip
@@ -124,7 +124,7 @@ def _tune(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from shoal.report import markdown, report
+    from shoal.studies.report import markdown, report
 
     tables = report(args.dir, args.out)
     plain(markdown(tables["scores"]))

@@ -101,7 +101,8 @@ class PPOConfig:
     bptt_chunk: int | None = None
     """Recurrent models (model.lstm_hidden): truncated backpropagation through time over
     pieces of this many steps per env (None: the whole rollout, num_steps). It must divide
-    num_steps, and minibatch_size must hold whole pieces."""
+    num_steps, and a minibatch holds whole pieces: minibatch_size a multiple of the piece, or
+    at most one piece (then each minibatch is one piece)."""
 
     GATES: ClassVar[dict[str, Gate]] = {
         "kl_target": Gate(
@@ -132,12 +133,13 @@ class PPOConfig:
         if self.target_kl is not None:
             check_positive(self, "target_kl")
         check_bptt_chunk(self)
-        if self.model.lstm_hidden is not None:
+        if self.model.lstm_hidden is not None and self.minibatch_size > self.chunk:
             check(
                 self,
                 "minibatch_size",
                 self.minibatch_size % self.chunk == 0,
-                f"must be a multiple of bptt_chunk = {self.chunk} (minibatches hold whole pieces)",
+                f"must be a multiple of bptt_chunk = {self.chunk} (minibatches hold whole "
+                "pieces), or at most one piece",
             )
 
     @property
@@ -247,7 +249,7 @@ class PPOLearner(ModelLearner[ActorCritic | RecurrentActorCritic]):
         states = chunk_start_states(
             model, batch.rollout_obs, batch.initial_state, batch.rollout_starts, chunk
         ).flatten(0, 1)
-        n, per = states.shape[0], self.config.minibatch_size // chunk
+        n, per = states.shape[0], max(1, self.config.minibatch_size // chunk)
         order = torch.randperm(n, generator=self.generator) if per < n else torch.arange(n)
         order = order.to(states.device)
         for start in range(0, n, per):
