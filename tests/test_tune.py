@@ -136,8 +136,10 @@ def test_sigterm_to_a_search_reaches_its_worker_processes(tmp_path):
             "model": {"hidden": [8]}}, "search": {"optim.lr": "loguniform(1e-4, 1e-2)"},
             "trials": 4, "sampler": "random", "pruner": "none"}  # fmt: skip
     directory = tmp_path / "study"
-    code = ("import json, sys; from shoal.studies.tune import tune; "
-            "tune(json.loads(sys.argv[1]), sys.argv[2], jobs=2)")
+    code = (
+        "import json, sys; from shoal.studies.tune import tune; "
+        "tune(json.loads(sys.argv[1]), sys.argv[2], jobs=2)"
+    )
     search = subprocess.Popen([sys.executable, "-c", code, json.dumps(spec), str(directory)],
                               start_new_session=True)  # fmt: skip
     saved = [directory / f"trial-{i}" / "checkpoints" / "latest" for i in (0, 1)]
