@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -176,13 +176,15 @@ def plays_a_game(checkpoint: Any) -> bool:
     return spec.match_report is not None and is_game_id(env_id)
 
 
-def game_report(checkpoint: Any, games: int, seed: int) -> dict[str, Any]:
+def game_report(checkpoint: Any, games: int, seed: int,
+                progress: Callable[[int], None] | None = None) -> dict[str, Any]:  # fmt: skip
     """A game-playing run's search against a random and a minimax player, ``games`` games
-    each (``shoal eval``'s report for such runs)."""
+    each (``shoal eval``'s report for such runs); ``progress`` is told the count of the
+    ``2 * games`` finished."""
     report = get_algorithm(str(checkpoint.meta.get("algo"))).match_report
     if report is None:
         raise ShoalError(f"{checkpoint.meta.get('algo')} does not play games")
-    return report(checkpoint, games, seed)
+    return report(checkpoint, games, seed, progress)
 
 
 def make_env(env: str | EnvConfig, num_envs: int | None = None, **kwargs: Any) -> VectorEnv:

@@ -11,7 +11,10 @@ that name it, so "medium" and "medium-replay" cost one run.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +54,7 @@ def collect(
     num_envs: int = 8,
     seed: int = 0,
     trust_code: bool = False,
+    countdown: Callable[[int, str], AbstractContextManager[Callable[[int], None]]] | None = None,
 ) -> Path:
     """``shoal collect``: write a Minari dataset to the new directory ``out`` and return it.
 
@@ -61,7 +65,12 @@ def collect(
     (``--replay.save``). The dataset records its reference scores over ``ref_episodes``
     episodes each: a random policy's mean return, and ``expert``'s (default: ``run``'s own
     policy, deterministic) unless ``ref_max_score`` states the expert's return, so
-    normalized scores work on it."""
+    normalized scores work on it. ``countdown(total, label)`` shows each stage's progress
+    (`shoal.train.progress.Countdown`)."""
+
+    def counted(total: int, label: str) -> AbstractContextManager[Callable[[int], None] | None]:
+        return contextlib.nullcontext() if countdown is None else countdown(total, label)
+
     if run is None and env is None:
         raise ShoalError("name a run to collect from, or an env for a random policy (--env ID)")
     if from_replay and run is None:
@@ -102,24 +111,29 @@ def collect(
             data = episodes_from_replay(_saved_replay(run, checkpoint))
             collector = f"the replay buffer of {run}"
         elif policy is None:
-            data = record_episodes(random_policy(space, seed), vector_env, episodes, seed)
+            with counted(episodes, "episodes") as tick:
+                data = record_episodes(random_policy(space, seed), vector_env, episodes, seed,
+                                       tick)  # fmt: skip
             collector = "a uniformly random policy"
         else:
             act = exploring(lambda obs: policy.act(obs, deterministic=not stochastic), space,
                             noise, epsilon, seed)  # fmt: skip
-            data = record_episodes(act, vector_env, episodes, seed)
+            with counted(episodes, "episodes") as tick:
+                data = record_episodes(act, vector_env, episodes, seed, tick)
             collector = (f"{run} ({'stochastic' if stochastic else 'deterministic'}, "
                          f"noise {noise:g}, epsilon {epsilon:g})")  # fmt: skip
-        random_score = _mean_score(random_policy(space, seed + 1), vector_env, ref_episodes,
-                                   seed + 1)  # fmt: skip
+        with counted(ref_episodes, "random policy's reference episodes") as tick:
+            random_score = _mean_score(random_policy(space, seed + 1), vector_env,
+                                       ref_episodes, seed + 1, tick)  # fmt: skip
         reference = policy
         if expert is not None:
             reference = _one_agent(load(expert, trust_code=trust_code), expert)
             _check_reads(reference, vector_env.observation_space, expert)
         expert_score = ref_max_score
         if reference is not None and expert_score is None:
-            expert_score = _mean_score(lambda obs: reference.act(obs, deterministic=True),
-                                       vector_env, ref_episodes, seed + 2)  # fmt: skip
+            with counted(ref_episodes, "expert's reference episodes") as tick:
+                expert_score = _mean_score(lambda obs: reference.act(obs, deterministic=True),
+                                           vector_env, ref_episodes, seed + 2, tick)  # fmt: skip
     finally:
         vector_env.close()
     if not data:
@@ -179,8 +193,9 @@ def _saved_replay(run: str | Path, checkpoint: Any) -> dict[str, Any]:
     return replay
 
 
-def _mean_score(act: BatchPolicy, env: VectorEnv, episodes: int, seed: int) -> float:
-    return float(np.mean([e.score for e in record_episodes(act, env, episodes, seed)]))
+def _mean_score(act: BatchPolicy, env: VectorEnv, episodes: int, seed: int,
+                progress: Callable[[int], None] | None = None) -> float:  # fmt: skip
+    return float(np.mean([e.score for e in record_episodes(act, env, episodes, seed, progress)]))
 
 
 @dataclass(frozen=True)
@@ -256,9 +271,15 @@ RECIPES = {
 }  # fmt: skip
 
 
-def make_dataset(name: str, out: str | Path | None = None, runs: str | Path = "runs/datasets"):
+def make_dataset(
+    name: str,
+    out: str | Path | None = None,
+    runs: str | Path = "runs/datasets",
+    countdown: Callable[[int, str], AbstractContextManager[Callable[[int], None]]] | None = None,
+) -> Path:
     """Make the recipe ``name``'s dataset in ``out`` (default ``datasets/NAME``), training
-    its source run under ``runs`` first where it has not reached its end; returns the path."""
+    its source run under ``runs`` first where it has not reached its end; returns the path.
+    ``countdown``: as `collect` takes it."""
     recipe = RECIPES.get(name)
     if recipe is None:
         raise ShoalError(f"unknown dataset recipe {name!r}; recipes: {', '.join(RECIPES)}")
@@ -278,5 +299,6 @@ def make_dataset(name: str, out: str | Path | None = None, runs: str | Path = "r
     out = Path(out) if out is not None else Path("datasets") / name
     expert = None if recipe.expert_score is not None else run_dir
     return collect(out, checkpoint, episodes=recipe.episodes, noise=recipe.noise,
-                         from_replay=recipe.from_replay, expert=expert,
-                         ref_max_score=recipe.expert_score, **recipe.collect)  # fmt: skip
+                   from_replay=recipe.from_replay, expert=expert,
+                   ref_max_score=recipe.expert_score, countdown=countdown,
+                   **recipe.collect)  # fmt: skip

@@ -10,6 +10,7 @@ Opposing groups, or a game's seats, are never averaged into one return."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -158,7 +159,11 @@ class Evaluation:
         return {**dict.fromkeys(groups, "trained"), **self.env_config.opponents, **self.fixed}
 
     def statistics(
-        self, episodes: int, seed: int = 12345, deterministic: bool | None = None
+        self,
+        episodes: int,
+        seed: int = 12345,
+        deterministic: bool | None = None,
+        progress: Callable[[int], None] | None = None,
     ) -> dict:
         """The first episode of ``episodes`` envs, acting as ``deterministic`` says (None: as
         the run's ``run.eval_actions`` names, which its training evaluations used): the
@@ -166,7 +171,8 @@ class Evaluation:
         (`shoal.stats.summary`: mean, std, median, min, max, IQM, 95% bootstrap interval),
         each group's and agent's, a game's win / draw / loss rates (95% Wilson intervals),
         the episode length and the env's own statistics. ``return`` is absent where groups
-        oppose each other or a group's seats play each other."""
+        oppose each other or a group's seats play each other. ``progress`` is told the count
+        of finished episodes after each step (`shoal.train.progress.Countdown`)."""
         if deterministic is None:
             deterministic = self.policy.config.run.eval_actions == "deterministic"
         env = self.make_env(episodes)
@@ -174,7 +180,7 @@ class Evaluation:
             policy = self.playing(env)
             players = self.players(env.groups if self.joint else {})
             run_eval = evaluate_joint_episodes if self.joint else evaluate_episodes
-            result = run_eval(policy, env, seed, deterministic=deterministic)
+            result = run_eval(policy, env, seed, deterministic, progress)
         finally:
             env.close()
         one_return = len(result.groups) <= 1 and not result.outcomes

@@ -47,10 +47,11 @@ class AlgorithmSpec:
     deploys_search: bool = False
     """Its deployed policy (``shoal.load``) searches at every step, a program around its
     network rather than one network: ``shoal export`` refuses it."""
-    match_report: Callable[[Any, int, int], dict[str, Any]] | None = None
+    match_report: Callable[..., dict[str, Any]] | None = None
     """It plays two-player games: on a game it evaluates by matches against fixed players
     every ``eval_every`` iterations, and ``shoal eval`` reports
-    ``match_report(checkpoint, games, seed)`` (AlphaZero, MuZero)."""
+    ``match_report(checkpoint, games, seed, progress)`` (AlphaZero, MuZero; ``progress``
+    told the count of the ``2 * games`` finished)."""
     deploys: bool = True
     """Its runs hold a policy for ``shoal.load``, ``shoal eval`` and ``shoal export`` (mcts
     plans with the env's own state and holds none)."""

@@ -150,3 +150,28 @@ def test_a_team_run_is_collected_as_each_agent_s_episodes(tmp_path):
                      **{"run.eval_every_steps": 20, "run.eval_episodes": 2,
                         "replay.batch_size": 32})  # fmt: skip
     assert bc.eval_return is not None
+
+
+def test_collect_counts_down_its_episodes_and_reference_episodes(tmp_path, monkeypatch):
+    """Long ``shoal collect`` runs show a bar with the time left for each stage: the data's
+    episodes, then the random policy's (and the expert's) reference episodes."""
+    import importlib
+
+    made = []
+
+    class Recorded:
+        def __init__(self, total, label):
+            self.total, self.label, self.counts = total, label, []
+            made.append(self)
+
+        def __enter__(self):
+            return self.counts.append
+
+        def __exit__(self, *exc):
+            pass
+
+    monkeypatch.setattr(importlib.import_module("shoal.train.progress"), "Countdown", Recorded)
+    assert main(["collect", "--env", "CartPole-v1", "--out", str(tmp_path / "d"), "--episodes",
+                 "5", "--ref-episodes", "3", "--num-envs", "2"]) == 0  # fmt: skip
+    stages = [(c.label, c.total, c.counts[-1]) for c in made]
+    assert stages == [("episodes", 5, 5), ("random policy's reference episodes", 3, 3)]

@@ -91,6 +91,7 @@ def _export(args: argparse.Namespace) -> int:
 def _collect(args: argparse.Namespace) -> int:
     from shoal.data.offline import read_dataset
     from shoal.datasets import collect, make_dataset
+    from shoal.train.progress import Countdown
 
     for name in ("episodes", "ref_episodes", "num_envs"):
         if getattr(args, name) < 1:
@@ -98,7 +99,7 @@ def _collect(args: argparse.Namespace) -> int:
     if args.noise < 0 or not 0 <= args.epsilon <= 1:
         raise ShoalError("--noise must be >= 0 and --epsilon in [0, 1]")
     if args.recipe:
-        path = make_dataset(args.recipe, args.out, args.runs)
+        path = make_dataset(args.recipe, args.out, args.runs, countdown=Countdown)
     elif args.out is None:
         raise ShoalError("name the new dataset's directory: --out DIR")
     else:
@@ -107,7 +108,7 @@ def _collect(args: argparse.Namespace) -> int:
             epsilon=args.epsilon, stochastic=args.stochastic, from_replay=args.from_replay,
             expert=args.expert, ref_episodes=args.ref_episodes,
             ref_max_score=args.ref_max_score, num_envs=args.num_envs, seed=args.seed,
-            trust_code=args.trust_code,
+            trust_code=args.trust_code, countdown=Countdown,
         )  # fmt: skip
     data = read_dataset(path)
     returns = data.returns()

@@ -68,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
     from shoal.api import check_episodes, load, plays_a_game, use_run_threads
     from shoal.evaluation import Evaluation
     from shoal.train.checkpoint import load_checkpoint
+    from shoal.train.progress import Countdown
     from shoal.train.video import record_video
 
     try:
@@ -86,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
         checkpoint=checkpoint if pools else None,
     )  # fmt: skip
     deterministic = None if args.actions is None else args.actions == "deterministic"
-    report = evaluation.statistics(args.episodes, args.seed, deterministic)
+    with Countdown(args.episodes, "episodes") as tick:
+        report = evaluation.statistics(args.episodes, args.seed, deterministic, tick)
     if _write_report(args, report):
         return 0
     for line in _eval_lines(report, report["env"], args.episodes):
@@ -109,6 +111,7 @@ def _eval_matches(args: argparse.Namespace, checkpoint: Any) -> int:
     """``shoal eval`` of a run that plays a two-player game: its search against a random and
     a minimax player, ``--episodes`` games each (half of them first)."""
     from shoal.api import game_report
+    from shoal.train.progress import Countdown
 
     unused = [flag for flag, given in (("--fixed", args.fixed), ("--video", args.video),
                                        ("--actions", args.actions),
@@ -118,7 +121,8 @@ def _eval_matches(args: argparse.Namespace, checkpoint: Any) -> int:
             f"{', '.join(unused)}: a run that plays a two-player game is evaluated by matches "
             "of its search against a random and a minimax player, which take none of these"
         )
-    report = game_report(checkpoint, args.episodes, args.seed)
+    with Countdown(2 * args.episodes, "games") as tick:
+        report = game_report(checkpoint, args.episodes, args.seed, tick)
     if _write_report(args, report):
         return 0
     plain(f"{args.episodes} games each on {report['env']}, the search "

@@ -8,7 +8,7 @@ actions come from torch's generators seeded from the evaluation's seed (`seeded_
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,11 +112,18 @@ def evaluate(
 
 
 def evaluate_episodes(
-    policy: Policy, env: VectorEnv, seed: int, deterministic: bool = True
+    policy: Policy,
+    env: VectorEnv,
+    seed: int,
+    deterministic: bool = True,
+    progress: Callable[[int], None] | None = None,
 ) -> Episodes:
     """`evaluate`'s episodes themselves. Rows of agents (`AgentsAsBatch`) give each row's
-    first episode, and each agent's returns over the envs."""
+    first episode, and each agent's returns over the envs. ``progress`` is told the count of
+    finished episodes after each step (`shoal.train.progress.Countdown`)."""
     n = env.num_envs
+    names = getattr(env, "agent_names", None)
+    rows_per_episode = 1 if names is None else len(names)
     returns = np.full(n, np.nan)
     lengths = np.zeros(n, np.int64)
     info = FirstEpisodeInfo(n)
@@ -137,8 +144,9 @@ def evaluate_episodes(
             if result.episode_info is not None and result.episode_info_rows is not None:
                 info.add(result.episode_info, result.episode_info_rows)
             obs = result.obs
+            if progress is not None:
+                progress(int(n - np.isnan(returns).sum()) // rows_per_episode)
     agents = {}
-    names = getattr(env, "agent_names", None)
     if names is not None:  # rows of agents: row r is agent r % agents_per_env
         per_env = returns.reshape(-1, len(names))
         agents = {name: per_env[:, i] for i, name in enumerate(names)}
@@ -179,10 +187,15 @@ def evaluate_joint(
 
 
 def evaluate_joint_episodes(
-    policy: JointPolicy, env: MultiAgentVectorEnv, seed: int, deterministic: bool = True
+    policy: JointPolicy,
+    env: MultiAgentVectorEnv,
+    seed: int,
+    deterministic: bool = True,
+    progress: Callable[[int], None] | None = None,
 ) -> Episodes:
     """`evaluate_joint`'s episodes themselves: per env, the mean return over all agents, and
-    each group's (mean over its agents) and agent's returns."""
+    each group's (mean over its agents) and agent's returns. ``progress`` is told the count
+    of finished envs after each step."""
     n = env.num_envs
     totals = {g: np.zeros((n, group.size)) for g, group in env.groups.items()}
     lengths = np.zeros(n, np.int64)
@@ -203,6 +216,8 @@ def evaluate_joint_episodes(
                 info.add(step.episode_info, np.flatnonzero(ended))
             running &= ~ended
             obs, state, mask = step.obs, step.state, step.action_mask
+            if progress is not None:
+                progress(int(n - running.sum()))
     every = np.concatenate(list(totals.values()), axis=1)
     groups = {g: total.mean(axis=1) for g, total in totals.items()}
     agents = {

@@ -54,10 +54,17 @@ def exploring(
     return act
 
 
-def record_episodes(policy: BatchPolicy, env: VectorEnv, episodes: int, seed: int) -> list[Episode]:
+def record_episodes(
+    policy: BatchPolicy,
+    env: VectorEnv,
+    episodes: int,
+    seed: int,
+    progress: Callable[[int], None] | None = None,
+) -> list[Episode]:
     """Step ``env`` (raw observations and rewards) with ``policy`` until ``episodes``
     episodes have ended; returns them in the order they ended. Episodes still running then
-    are dropped (they would end early, not where the env ends them)."""
+    are dropped (they would end early, not where the env ends them). ``progress`` is told
+    the count of ended episodes after each step (`shoal.train.progress.Countdown`)."""
     obs = env.reset(seed=seed)
     B = env.num_envs
     running: list[dict[str, list] | None] = [_fresh(obs[b]) for b in range(B)]
@@ -82,6 +89,8 @@ def record_episodes(policy: BatchPolicy, env: VectorEnv, episodes: int, seed: in
                 if len(done) == episodes:
                     break
         obs = result.obs
+        if progress is not None:
+            progress(len(done))
     return done
 
 

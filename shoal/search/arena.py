@@ -8,6 +8,7 @@ of moves already played in each game (a search player samples its first moves).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -103,8 +104,17 @@ class MatchResult:
         return (self.wins + 0.5 * self.draws) / max(self.games, 1)
 
 
-def play_games(game: Game, first: Player, second: Player, games: int,
-               seed: int = 0) -> list[tuple[float, float]]:  # fmt: skip
+Progress = Callable[[int], None]
+"""Told the count of finished games after each move (`shoal.train.progress.Countdown`)."""
+
+
+def _after(progress: Progress | None, before: int) -> Progress | None:
+    """``progress`` counting on from ``before`` games already finished."""
+    return None if progress is None else lambda done: progress(before + done)
+
+
+def play_games(game: Game, first: Player, second: Player, games: int, seed: int = 0,
+               progress: Progress | None = None) -> list[tuple[float, float]]:  # fmt: skip
     """Play ``games`` games at once, ``first`` moving first in all of them; each game's
     returns ``(first's, second's)``."""
     states = [game.initial(seed + i) for i in range(games)]
@@ -120,10 +130,13 @@ def play_games(game: Game, first: Player, second: Player, games: int,
             for i, action in zip(turn, actions, strict=True):
                 states[i], _, done[i] = game.play(states[i], action)
                 moves[i] += 1
+            if progress is not None:
+                progress(sum(done))
     return [game.returns(state) for state in states]
 
 
-def match(game: Game, player: Player, opponent: Player, games: int, seed: int = 0) -> MatchResult:
+def match(game: Game, player: Player, opponent: Player, games: int, seed: int = 0,
+          progress: Progress | None = None) -> MatchResult:  # fmt: skip
     """``player`` against ``opponent``: half of the ``games`` with ``player`` first (the odd
     one too), half second."""
     result = MatchResult()
@@ -132,7 +145,8 @@ def match(game: Game, player: Player, opponent: Player, games: int, seed: int = 
         if count == 0:
             continue
         pair = (player, opponent) if seat == 0 else (opponent, player)
-        for returns in play_games(game, *pair, count, seed=seed + 1000 * seat):
+        before = 0 if seat == 0 else first_half
+        for returns in play_games(game, *pair, count, seed + 1000 * seat, _after(progress, before)):
             mine, theirs = returns[seat], returns[1 - seat]
             if mine > theirs:
                 result.wins += 1
@@ -148,13 +162,15 @@ def match(game: Game, player: Player, opponent: Player, games: int, seed: int = 
 
 
 def versus_baselines(game: Game, player: Player, games: int, seed: int,
-                     minimax_depth: int | None) -> dict[str, MatchResult]:  # fmt: skip
+                     minimax_depth: int | None,
+                     progress: Progress | None = None) -> dict[str, MatchResult]:  # fmt: skip
     """``player`` against a random player and a minimax player (``minimax_depth`` moves of
-    look-ahead; None: perfect play), ``games`` games each, half of them first."""
+    look-ahead; None: perfect play), ``games`` games each, half of them first
+    (``progress``: of the ``2 * games``)."""
     minimax = MinimaxPlayer(game, minimax_depth, seed + 2)
     return {
-        "random": match(game, player, RandomPlayer(game, seed + 1), games, seed),
-        "minimax": match(game, player, minimax, games, seed),
+        "random": match(game, player, RandomPlayer(game, seed + 1), games, seed, progress),
+        "minimax": match(game, player, minimax, games, seed, _after(progress, games)),
     }
 
 

@@ -15,9 +15,10 @@ from rich.progress import (
     TaskID,
     TextColumn,
     TimeElapsedColumn,
+    TimeRemainingColumn,
 )
 
-__all__ = ["ConsoleLogger", "eval_rates"]
+__all__ = ["ConsoleLogger", "Countdown", "eval_rates"]
 
 # Metric names the console logger knows how to summarise.
 STEPS_PER_S_KEY = "perf/env_steps_per_s"
@@ -241,3 +242,82 @@ class ConsoleLogger:
             self._render(now)
         if self._progress is not None:
             self._progress.stop()
+
+
+class Countdown:
+    """Progress toward a count of finished things (``shoal eval``'s episodes or games,
+    ``shoal collect``'s episodes): called with the count so far as often as is convenient
+    (every env step), it shows a bar with the time left on a terminal, or a plain line at most
+    every ``every_s`` seconds elsewhere::
+
+        episodes 3/10 | 0:00:12, 0:00:28 left
+
+    Nothing shows for work done within ``after_s`` seconds, so short evaluations print as
+    before. The time left is the count to go at the average pace since the start; it is
+    unknown until the first thing has finished (episodes run side by side often end
+    together). A context manager: leaving it clears the bar.
+    """
+
+    def __init__(
+        self,
+        total: int,
+        label: str,
+        console: Console | None = None,
+        every_s: float = 10.0,
+        after_s: float = 2.0,
+    ) -> None:
+        self.total, self.label, self.every_s, self.after_s = int(total), label, every_s, after_s
+        self._console = console if console is not None else Console(stderr=True)
+        self._start = time.monotonic()
+        self._next = self._start + after_s
+        self._done = 0
+        self._progress: Progress | None = None
+        self._task: TaskID | None = None
+        self.lines = 0
+        """Plain lines printed (where the console is not a terminal)."""
+
+    def __enter__(self) -> Countdown:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __call__(self, done: int) -> None:
+        self._done = int(done)
+        now = time.monotonic()
+        if now < self._next:
+            return
+        if not self._console.is_terminal:
+            self._next = now + self.every_s
+            self._console.out(self.format_line(now), highlight=False)
+            self.lines += 1
+            return
+        self._next = now + 1.0 / _LIVE_REFRESH_PER_S
+        if self._progress is None:
+            self._progress = Progress(
+                TextColumn(self.label), MofNCompleteColumn(), BarColumn(), TimeElapsedColumn(),
+                TimeRemainingColumn(), console=self._console, transient=True,
+            )  # fmt: skip
+            self._task = self._progress.add_task(self.label, total=self.total)
+            self._progress.start()
+        assert self._task is not None
+        self._progress.update(self._task, completed=self._done)
+
+    def time_left(self, now: float) -> float | None:
+        """Seconds to ``total`` at the average pace since the start; None before the first."""
+        if self._done <= 0 or now <= self._start:
+            return None
+        return max(0, self.total - self._done) * (now - self._start) / self._done
+
+    def format_line(self, now: float | None = None) -> str:
+        now = time.monotonic() if now is None else now
+        clock = str(timedelta(seconds=int(now - self._start)))
+        left = self.time_left(now)
+        if left is not None:
+            clock += f", {timedelta(seconds=round(left))} left"
+        return f"{self.label} {self._done}/{self.total} | {clock}"
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None

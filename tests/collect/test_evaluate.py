@@ -3,6 +3,7 @@ reported apart, a game's win / draw / loss from scripted games with known outcom
 `shoal eval` on multi-agent runs with fixed players."""
 
 import csv
+import importlib
 import json
 
 import numpy as np
@@ -76,8 +77,10 @@ def test_a_sampled_evaluation_is_reproducible_and_leaves_the_callers_generator_a
 @pytest.mark.extra("pettingzoo")
 def test_scripted_tictactoe_games_have_known_outcomes():
     env = make_multi_agent_env(EnvConfig(id=TICTACTOE, num_envs=5))
-    episodes = evaluate_joint_episodes(LowestLegalSquare(), env, seed=0)
+    counts = []
+    episodes = evaluate_joint_episodes(LowestLegalSquare(), env, 0, progress=counts.append)
     env.close()
+    assert counts[-1] == 5 and counts == sorted(counts)  # shoal eval's countdown
     assert episodes.outcomes["player_1"].tolist() == [1] * 5
     assert episodes.outcomes["player_2"].tolist() == [-1] * 5
     assert episodes.lengths.tolist() == [7.0] * 5
@@ -94,8 +97,10 @@ def test_rows_of_agents_give_one_sample_per_episode():
         def act(self, obs, deterministic=True):
             return np.zeros(len(obs), np.int64)
 
-    episodes = evaluate_episodes(KeepLane(), env, seed=1)
+    counts = []
+    episodes = evaluate_episodes(KeepLane(), env, 1, progress=counts.append)
     env.close()
+    assert counts[-1] == 5 and counts == sorted(counts)  # episodes, not rows of agents
     assert episodes.returns.shape == (5,) and episodes.lengths.shape == (5,)
     agents = np.stack(list(episodes.agents.values()), axis=1)
     assert agents.shape == (5, 4)
@@ -246,3 +251,42 @@ def test_shoal_eval_acts_as_the_runs_evaluations_did(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["return"] == greedy["return"]
     assert main(["eval", str(run.run_dir), "--episodes", "2"]) == 0
     assert "2 episodes on CartPole-v1 (sampled actions): return" in capsys.readouterr().out
+
+
+class Recorded:
+    """A stand-in for `shoal.train.progress.Countdown` that keeps what it was told."""
+
+    made: list = []
+
+    def __init__(self, total, label):
+        self.total, self.label, self.counts = total, label, []
+        Recorded.made.append(self)
+
+    def __enter__(self):
+        return self.counts.append
+
+    def __exit__(self, *exc):
+        pass
+
+
+def test_shoal_eval_and_its_matches_count_down_their_episodes_and_games(tmp_path, monkeypatch):
+    """Long ``shoal eval`` runs show a bar with the time left: each episode (or game of the
+    2 x --episodes a game-playing run plays) is counted as it finishes."""
+    progress = importlib.import_module("shoal.train.progress")  # shoal.train is the function
+    monkeypatch.setattr(progress, "Countdown", Recorded)
+    Recorded.made = []
+    run = shoal.train("ppo", env="CartPole-v1", total_steps=64, run_dir=str(tmp_path / "ppo"),
+                      **{"env.num_envs": 2, "num_steps": 32, "minibatch_size": 64}, **QUIET)
+    assert main(["eval", str(run.run_dir), "--episodes", "3"]) == 0
+    (countdown,) = Recorded.made
+    assert (countdown.total, countdown.label, countdown.counts[-1]) == (3, "episodes", 3)
+    Recorded.made = []
+    run = shoal.train("alphazero", env="openspiel:tic_tac_toe", total_steps=8,
+                      run_dir=str(tmp_path / "az"), **QUIET,
+                      **{"search.num_simulations": 4, "moves_per_iteration": 4,
+                         "min_replay": 16, "batch_size": 16, "eval_every": 0,
+                         "minimax_depth": 1})  # fmt: skip
+    assert main(["eval", str(run.run_dir), "--episodes", "3"]) == 0
+    (countdown,) = Recorded.made
+    assert (countdown.total, countdown.label) == (6, "games")
+    assert countdown.counts[-1] == 6 and countdown.counts == sorted(countdown.counts)

@@ -284,3 +284,43 @@ def test_console_line_estimates_the_time_left(monkeypatch):
     lines = console.file.getvalue().splitlines()
     assert lines[-1].startswith("updates 300/1000 | 20 updates/s")
     assert lines[-1].endswith("0:00:10, 0:00:35 left")
+
+
+def test_countdown_says_nothing_for_short_work_then_a_line_with_the_time_left(monkeypatch):
+    """``shoal eval``'s and ``shoal collect``'s progress: nothing within ``after_s`` (short
+    evaluations print as before), then at most a line per ``every_s`` with the count to go at
+    the average pace since the start."""
+    import importlib
+    from types import SimpleNamespace
+
+    progress = importlib.import_module("shoal.train.progress")
+    now = [0.0]
+    monkeypatch.setattr(progress, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    console = plain_console()
+    with progress.Countdown(10, "episodes", console, every_s=10.0, after_s=2.0) as tick:
+        now[0] = 1.0
+        tick(0)  # within after_s: nothing
+        assert console.file.getvalue() == ""
+        now[0] = 3.0
+        tick(0)  # nothing finished yet: no estimate
+        now[0] = 8.0
+        tick(2)  # within every_s of the last line: nothing
+        now[0] = 20.0
+        tick(4)  # 4 in 20 s: 6 to go take 30 s
+    lines = console.file.getvalue().splitlines()
+    assert lines == ["episodes 0/10 | 0:00:03", "episodes 4/10 | 0:00:20, 0:00:30 left"]
+    assert tick.lines == 2
+
+
+def test_countdown_draws_a_bar_on_a_terminal_and_clears_it():
+    import io
+
+    from shoal.train.progress import Countdown
+
+    console = Console(file=io.StringIO(), force_terminal=True, width=100)
+    with Countdown(4, "games", console, after_s=0.0) as tick:
+        for done in range(5):
+            tick(done)
+        assert tick._progress is not None  # the live bar is up
+    assert tick._progress is None and tick.lines == 0
+    assert "games" in console.file.getvalue()

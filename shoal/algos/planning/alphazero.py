@@ -56,6 +56,7 @@ from shoal.schedules import scheduled
 from shoal.search import MCTSConfig
 from shoal.search.arena import (
     MatchResult,
+    Progress,
     SearchPlayer,
     baseline_report,
     match,
@@ -338,13 +339,14 @@ class AlphaZero:
 
 
 def play_matches(game: Game, net: PolicyValueNet, config: AlphaZeroConfig, games: int,
-                 seed: int, device: Any = "cpu") -> dict[str, MatchResult]:  # fmt: skip
+                 seed: int, device: Any = "cpu",
+                 progress: Progress | None = None) -> dict[str, MatchResult]:  # fmt: skip
     """The search with ``net`` (``eval_simulations``, greedy) against a random player and a
     minimax player (``minimax_depth``), ``games`` games each, half of them first."""
     net.eval()
     player = SearchPlayer(game, lambda obs: net(obs), _eval_search(config), seed=seed,
                           network_device=device)  # fmt: skip
-    return versus_baselines(game, player, games, seed, config.minimax_depth)
+    return versus_baselines(game, player, games, seed, config.minimax_depth, progress)
 
 
 def _eval_search(config: AlphaZeroConfig) -> MCTSConfig:
@@ -353,13 +355,14 @@ def _eval_search(config: AlphaZeroConfig) -> MCTSConfig:
     return dataclasses.replace(config.search, num_simulations=config.eval_simulations)
 
 
-def evaluate_run(checkpoint: Any, games: int, seed: int) -> dict[str, Any]:
+def evaluate_run(checkpoint: Any, games: int, seed: int,
+                 progress: Progress | None = None) -> dict[str, Any]:  # fmt: skip
     """``shoal eval`` of an AlphaZero run: `play_matches` with its trained network."""
     config = from_dict(AlphaZeroConfig, checkpoint.config)
     game = make_game(config.env.id)
     obs_space = gym.spaces.Box(-np.inf, np.inf, game.observation_shape, np.float32)
     net = build_model(config, obs_space, gym.spaces.Discrete(game.num_actions))
     net.load_state_dict(checkpoint.state["algorithm"]["policy"]["model"])
-    results = play_matches(game, net, config, games, seed)
+    results = play_matches(game, net, config, games, seed, progress=progress)
     simulations = _eval_search(config).num_simulations
     return baseline_report(results, config.env.id, games, simulations, config.minimax_depth)

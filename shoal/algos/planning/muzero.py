@@ -57,7 +57,13 @@ from shoal.optim import build_optimizer, minimize
 from shoal.policy import ActorPolicy
 from shoal.schedules import scheduled
 from shoal.search import MCTSConfig, search, visit_policy
-from shoal.search.arena import LatentPlayer, MatchResult, baseline_report, versus_baselines
+from shoal.search.arena import (
+    LatentPlayer,
+    MatchResult,
+    Progress,
+    baseline_report,
+    versus_baselines,
+)
 from shoal.search.models import LatentModel, decode
 from shoal.seeding import derive_seed
 
@@ -384,24 +390,25 @@ def _network(config: MuZeroConfig, obs_space: gym.Space, action_space: gym.Space
     return build_model(config, obs_space, action_space).net
 
 
-def play_matches(net: MuZeroNet, config: MuZeroConfig, games: int,
-                 seed: int) -> dict[str, MatchResult]:  # fmt: skip
+def play_matches(net: MuZeroNet, config: MuZeroConfig, games: int, seed: int,
+                 progress: Progress | None = None) -> dict[str, MatchResult]:  # fmt: skip
     """MuZero on a two-player game: its search against a random and a minimax player."""
     if not is_game_id(config.env.id):
         raise ConfigError(f"matches are for two-player games; {config.env.id} is not one")
     game = make_game(config.env.id)
     net.eval()
     player = LatentPlayer(game, net, config.search, config.discount, seed=seed)
-    return versus_baselines(game, player, games, seed, config.minimax_depth)
+    return versus_baselines(game, player, games, seed, config.minimax_depth, progress)
 
 
-def evaluate_run(checkpoint: Any, games: int, seed: int) -> dict[str, Any]:
+def evaluate_run(checkpoint: Any, games: int, seed: int,
+                 progress: Progress | None = None) -> dict[str, Any]:  # fmt: skip
     """``shoal eval`` of a MuZero run on a two-player game: `play_matches`."""
     config = from_dict(MuZeroConfig, checkpoint.config)
     game = make_game(config.env.id)
     obs_space = gym.spaces.Box(-np.inf, np.inf, game.observation_shape, np.float32)
     module = build_model(config, obs_space, gym.spaces.Discrete(game.num_actions))
     module.load_state_dict(checkpoint.state["algorithm"]["policy"]["model"])
-    results = play_matches(module.net, config, games, seed)
+    results = play_matches(module.net, config, games, seed, progress)
     return baseline_report(results, config.env.id, games, config.search.num_simulations,
                            config.minimax_depth)  # fmt: skip
