@@ -15,7 +15,7 @@ CORE_STAMP := $(VENV)/.shoal-core-installed
 STAMP := $(VENV)/.shoal-installed
 BENCH_STAMP := $(VENV)/.shoal-bench-installed
 
-.PHONY: install train test test-learning test-slow test-fuzz test-floor test-floors lint docs bench bench-scaling bench-marl bench-intersection bench-tune bench-peers bench-offline clean
+.PHONY: install train test test-learning test-learning-seeds test-slow test-fuzz test-floor test-floors lint docs bench bench-scaling bench-marl bench-intersection bench-tune bench-peers bench-offline clean
 
 install: $(STAMP)
 
@@ -62,6 +62,16 @@ test: lint
 test-learning: $(STAMP)
 	$(BIN)/python -m compileall -q shoal
 	$(BIN)/python -m pytest -q -n auto --dist loadgroup --durations=10 -m "learning and not slow"
+
+# The learning checks again with every fresh run's seed shifted by 1, 2, 3 and 4 (tests/
+# conftest.py, --seed-offset): whether each threshold holds across seeds, not only on its own.
+# About 4 x make test-learning; not part of CI. benchmarks/README.md has the last results.
+test-learning-seeds: $(STAMP)
+	for offset in 1 2 3 4; do \
+		$(BIN)/python -m pytest -q -n auto --dist loadgroup -m "learning and not slow" \
+			--seed-offset $$offset -rf 2>&1 | grep -E "^FAILED|passed|failed" \
+			| sed "s/^/seed offset $$offset: /"; \
+	done
 
 # Long learning checks, not part of CI: PPO on Atari Pong and Breakout (float32, and bfloat16
 # where the CPU has it: 15-28 minutes each on 2 cores), and learning checks of 1-3 minutes

@@ -55,12 +55,32 @@ def run_one(example: str, seed: int, fresh_episodes: int, overrides: dict[str, A
         "overrides": overrides,
         "stop_reason": result.stop_reason,
         "env_steps": result.env_steps,
-        "eval_return": result.eval_return,
-        "fresh_return": (fresh.get("return") or {}).get("mean"),  # none for a team's groups
+        "eval_return": _last_score(result),
+        "fresh_return": _fresh_score(fresh),
+        "fresh_groups": {g: v["mean"] for g, v in fresh.get("groups", {}).items()},
         "train_s": round(result.train_s, 2),
         "wall_s": round(wall, 2),
         "cpu": cpu_name(),
     }
+
+
+def _last_score(result: Any) -> float | None:
+    """The run's last evaluation: its return, or a game-player's (AlphaZero's) last match
+    score against minimax play."""
+    if result.eval_return is not None:
+        return result.eval_return
+    return (result.eval_scores or {}).get("eval/vs_minimax/score")
+
+
+def _fresh_score(report: dict[str, Any]) -> float | None:
+    """``shoal eval``'s mean return (none where groups oppose each other), or a game-player's
+    score against minimax play (a draw scores 0.5)."""
+    if "return" in report:
+        return report["return"]["mean"]
+    for name, result in report.get("opponents", {}).items():
+        if name.startswith("minimax"):
+            return result["score"]
+    return None
 
 
 def spread(values: list[float]) -> str:

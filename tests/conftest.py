@@ -120,3 +120,37 @@ def ray_session():
     workers.connect(None, num_cpus=2)
     yield workers
     workers.shutdown()
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--seed-offset",
+        type=int,
+        default=0,
+        help="learning tests: train with each fresh run's seed shifted by N, to measure a "
+        "learning test's spread over seeds (make test-learning-seeds)",
+    )
+
+
+@pytest.fixture(autouse=True)
+def _shifted_seeds(request, monkeypatch):
+    """``--seed-offset N``: every fresh run a learning test trains (through `shoal.train`)
+    takes its seed plus N, so ``pytest -m learning --seed-offset 1..4`` measures whether each
+    threshold holds across seeds, not only on the seed it was set on. Resumed runs keep their
+    checkpoint's seed."""
+    offset = request.config.getoption("--seed-offset")
+    if not offset or request.node.get_closest_marker("learning") is None:
+        yield
+        return
+    import shoal.api
+    from shoal.config import replace
+
+    run = shoal.api.run
+
+    def shifted(spec, config, resume=None, **kwargs):
+        if resume is None:
+            config = replace(config, **{"run.seed": config.run.seed + offset})
+        return run(spec, config, resume=resume, **kwargs)
+
+    monkeypatch.setattr(shoal.api, "run", shifted)
+    yield
