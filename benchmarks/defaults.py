@@ -164,8 +164,9 @@ def run_one(algo: str, task: Task, off_policy: bool, seed: int) -> dict:
     }  # fmt: skip
 
 
-SB3 = {"ppo": "PPO", "a2c": "A2C", "dqn": "DQN", "sac": "SAC", "td3": "TD3", "ddpg": "DDPG"}
-"""The algorithms Stable-Baselines3 has, by its class names."""
+SB3 = {"ppo": "PPO", "a2c": "A2C", "dqn": "DQN", "sac": "SAC", "td3": "TD3", "ddpg": "DDPG",
+       "trpo": "TRPO", "qrdqn": "QRDQN"}  # fmt: skip
+"""The algorithms Stable-Baselines3 (and sb3-contrib: TRPO, QR-DQN) has, by class name."""
 
 
 def run_sb3(algo: str, task: Task, off_policy: bool, seed: int) -> dict:
@@ -180,7 +181,10 @@ def run_sb3(algo: str, task: Task, off_policy: bool, seed: int) -> dict:
     set_compute_threads(1)
     budget = task.off_policy_budget if off_policy else task.on_policy_budget
     started = time.perf_counter()
-    model = getattr(stable_baselines3, SB3[algo])("MlpPolicy", task.env, seed=seed, verbose=0)
+    import sb3_contrib
+
+    library = sb3_contrib if hasattr(sb3_contrib, SB3[algo]) else stable_baselines3
+    model = getattr(library, SB3[algo])("MlpPolicy", task.env, seed=seed, verbose=0)
     model.learn(total_timesteps=budget)
     train_s = time.perf_counter() - started
     env = gym.make(task.env)
