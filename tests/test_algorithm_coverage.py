@@ -110,7 +110,7 @@ COVERAGE: dict[str, tuple[str, ...]] = {
     "es": EVOLUTION + named("algos/test_evolution.py", "test_es_solves_inverted_pendulum"),
     "ars": EVOLUTION + named("algos/test_evolution.py", "test_ars_solves_cartpole"),
     "ga": EVOLUTION + named("algos/test_evolution.py", "test_ga_solves_cartpole"),
-    "cmaes": EVOLUTION + named("algos/test_evolution.py", "test_cmaes_swings_pendulum_up"),
+    "cmaes": EVOLUTION + named("algos/test_evolution.py", "test_cmaes_learns_pendulum"),
     "alphazero": named("algos/test_alphazero.py", "test_smoke_trains_and_deploys_the_network",
                        "test_resume_is_exact", "test_learns_to_draw_against_perfect_play"),
     "muzero": named("algos/test_muzero.py", "test_smoke_trains_evaluates_and_deploys_the_search",

@@ -373,14 +373,16 @@ def test_ga_solves_cartpole(tmp_path):
 
 @pytest.mark.learning
 @pytest.mark.extra("cma")
-def test_cmaes_swings_pendulum_up(tmp_path):
-    """CMA-ES's tuned example, seed 2: an evaluation mean of -200 over 20 episodes within
-    its budget (-175 after 1.1M env steps, about 35 s; seeds 0 and 1 took 1.4M and 1.7M;
-    random actions score about -1,200)."""
+def test_cmaes_learns_pendulum(tmp_path):
+    """CMA-ES's tuned example, seed 2 (-175 after 1.1M env steps, about 35 s). Over seeds
+    0-4 (benchmarks/spreads.py) 3 of 5 swung up to -200 within the budget, and seeds 3 and 4
+    ended at -815 and -734 after 3M env steps (a local optimum), so what holds on every seed
+    is -900 at the end: a margin of 85 below the worst seed, and far above random actions
+    (about -1,200). ``make test-learning-seeds`` runs it on seeds 3-6."""
     result = shoal.train(tuned="cmaes-pendulum", seed=2, quiet=True,
                          run_dir=str(tmp_path / "run"),
                          **{"run.console": False, "run.tensorboard": False})  # fmt: skip
-    assert result.solved and result.eval_return >= -200, result
+    assert result.eval_return is not None and result.eval_return >= -900, result
 
 
 @pytest.mark.learning
