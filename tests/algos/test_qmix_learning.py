@@ -30,7 +30,22 @@ TWO_STEP = {
 }
 
 
-@pytest.mark.parametrize(("algo", "expected"), [("qmix", 8.0), ("vdn", 7.0), ("iql", 7.0)])
-def test_two_step_game(algo, expected, tmp_path):
-    result = shoal.train(algo, run_dir=str(tmp_path / algo), total_steps=12288, seed=0, **TWO_STEP)
-    assert result.eval_return == expected
+SEEDS = range(5)
+"""Five seeds a check: QMIX finds 8 on most seeds, not all. Over seeds 0-9 it earned 8 on 7
+(7 on seeds 4, 6 and 9), so every window of five seeds held at least 3 eights, which the
+check asks (``make test-learning-seeds`` shifts the window); VDN and IQL earned 7 on all 10,
+and no seed of theirs can earn 8 (their factorizations cannot represent it)."""
+
+
+@pytest.mark.parametrize(("algo", "eights"), [("qmix", 3), ("vdn", 0), ("iql", 0)])
+def test_two_step_game(algo, eights, tmp_path):
+    returns = [
+        shoal.train(algo, run_dir=str(tmp_path / f"{algo}{seed}"), total_steps=12288,
+                    seed=seed, **TWO_STEP).eval_return
+        for seed in SEEDS
+    ]  # fmt: skip
+    assert set(returns) <= {7.0, 8.0}, returns  # the safe 7 at worst
+    if eights:
+        assert returns.count(8.0) >= eights, returns
+    else:
+        assert returns == [7.0] * len(SEEDS), returns
