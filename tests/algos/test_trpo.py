@@ -137,6 +137,43 @@ def test_policy_step_respects_the_trust_region_and_moves_only_the_actor(env_id):
     assert old.kl(new).mean().item() == pytest.approx(metrics["train/kl"], rel=1e-5)
 
 
+def test_trust_region_per_action_dimension():
+    """HalfCheetah's 6 action dimensions: the step's KL per dimension is at most max_kl (the
+    whole KL up to 6 times it), and the step is the whole-KL step of max_kl and damping both
+    6 times larger (Fisher F / 6: conjugate gradient's iterates scale by 6, its residuals
+    are the same)."""
+    per_dim, batch = learner_and_batch("HalfCheetah-v5")
+    whole = copy.deepcopy(per_dim)
+    whole.config = TRPOConfig(
+        env=per_dim.config.env, model=per_dim.config.model, num_steps=16, vf_minibatch_size=32,
+        kl_per_action_dim=False, max_kl=6 * 0.01, cg_damping=6 * 0.1,
+    )  # fmt: skip
+    old_model = copy.deepcopy(per_dim.model)
+    metrics = per_dim.update_policy(batch)
+    assert metrics["train/step_fraction"] > 0
+    assert 0 < metrics["train/kl"] <= per_dim.config.max_kl
+    with torch.no_grad():
+        kl = old_model.distribution(batch.obs).kl(per_dim.model.distribution(batch.obs)).mean()
+    assert kl.item() == pytest.approx(6 * metrics["train/kl"], rel=1e-5)
+    assert kl.item() > per_dim.config.max_kl  # more than the whole-action region would allow
+    whole_metrics = whole.update_policy(batch)
+    assert whole_metrics["train/kl"] == pytest.approx(kl.item(), rel=1e-4)
+    for name, value in whole.model.state_dict().items():
+        torch.testing.assert_close(value, per_dim.model.state_dict()[name], atol=1e-5, rtol=1e-4)
+
+
+def test_one_action_dimension_is_the_papers_trust_region():
+    """A Discrete action has one dimension: kl_per_action_dim changes nothing."""
+    learner, batch = learner_and_batch()
+    paper = copy.deepcopy(learner)
+    paper.config = TRPOConfig(
+        env=learner.config.env, model=learner.config.model, num_steps=16, vf_minibatch_size=32,
+        kl_per_action_dim=False,
+    )  # fmt: skip
+    assert learner.update_policy(batch) == paper.update_policy(batch)
+    assert_states_equal(learner.model.state_dict(), paper.model.state_dict())
+
+
 def test_value_regression_fits_returns_and_leaves_the_actor_alone():
     learner, batch = learner_and_batch(vf_epochs=3)
     before = snapshot(learner.model)

@@ -37,8 +37,9 @@ from shoal.optim import build_optimizer, minimize
 
 @dataclass(frozen=True)
 class TRPOConfig:
-    """TRPO hyperparameters. The defaults follow the paper and OpenAI Baselines' TRPO
-    (max_kl 0.01, 10 CG iterations, damping 0.1); the tuned examples hold faster settings."""
+    """TRPO hyperparameters. The defaults are the paper's and OpenAI Baselines' (max_kl 0.01,
+    10 CG iterations, damping 0.1), with the trust region measured per action dimension
+    (``kl_per_action_dim``); the tuned examples hold faster settings."""
 
     run: RunConfig = field(default_factory=RunConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
@@ -51,7 +52,16 @@ class TRPOConfig:
     gae_lambda: float = 0.95
     """GAE lambda: 0 is one-step TD, 1 is Monte-Carlo."""
     max_kl: float = 0.01
-    """Trust-region size: the largest mean KL(old || new) a policy step may take."""
+    """Trust-region size: the largest mean KL(old || new) a policy step may take (per action
+    dimension with kl_per_action_dim)."""
+    kl_per_action_dim: bool = True
+    """Measure the trust region per action dimension: the KL of a policy over d action
+    dimensions (a d-dimensional Gaussian, d sub-actions; d = 1 for Discrete) is divided by d,
+    for the step's size (max_kl) and its Fisher matrix (so cg_damping weighs d times more).
+    Each dimension may then move as far as a one-dimensional policy's; sb3-contrib's TRPO
+    measures a Gaussian's KL so (as the mean over dimensions). False: the paper's KL of the
+    whole action, which on HalfCheetah's 6 dimensions takes steps too small to learn in 200k
+    env steps (benchmarks/README.md, "defaults.py")."""
     cg_iters: int = 10
     """Conjugate-gradient iterations (Fisher-vector products) per step direction."""
     cg_damping: float = 0.1
@@ -138,11 +148,13 @@ class TRPOLearner(ModelLearner[ActorCritic]):
         advantages = batch.advantages
         if cfg.normalize_advantages:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        # Action dimensions: the columns of an action ([N] for Discrete: one).
+        dims = batch.actions[0].numel() if cfg.kl_per_action_dim else 1
         dist = self.model.distribution(batch.obs, batch.action_mask)  # masked where given
         with torch.no_grad():
             old_dist = _frozen(self.model.distribution(batch.obs, batch.action_mask))
         surrogate = self._surrogate(dist, batch, advantages)
-        kl = old_dist.kl(dist).mean()
+        kl = old_dist.kl(dist).mean() / dims
         if not torch.isfinite(surrogate):
             raise NaNLossError(f"loss/policy became {surrogate.item()}; weights left unchanged")
         g = flat_grad(surrogate, self.policy_params, retain_graph=True)
@@ -163,7 +175,7 @@ class TRPOLearner(ModelLearner[ActorCritic]):
                 fraction = 0.5**i
                 set_flat_params(self.policy_params, old_params + fraction * full_step)
                 new_dist = self.model.distribution(batch.obs, batch.action_mask)
-                new_kl = old_dist.kl(new_dist).mean().item()
+                new_kl = old_dist.kl(new_dist).mean().item() / dims
                 gain = self._surrogate(new_dist, batch, advantages).item() - before
                 # Sampled KL, not the quadratic model, must hold: the model can be far off.
                 if new_kl <= cfg.max_kl and gain > 0:
