@@ -26,10 +26,11 @@ from typing import Any
 import yaml
 
 import shoal
-from shoal.registry import find_tuned
+from shoal.registry import find_tuned, get_algorithm
 
 QUIET = {"run.console": False, "run.tensorboard": False}
 FRESH_SEED = 2024
+GAMES_PER_SEAT = 200
 
 
 def cpu_name() -> str:
@@ -43,21 +44,55 @@ def cpu_name() -> str:
     return platform.processor() or "unknown"
 
 
+class PlannedEpisodes:
+    """A training callback keeping a planner's ``episode/return`` (mcts: its planned
+    episodes are its evaluation; it holds no policy to evaluate afresh)."""
+
+    def __init__(self) -> None:
+        self.returns: list[float] = []
+
+    def on_iteration(self, metrics: dict) -> None:
+        if "episode/return" in metrics:
+            self.returns.append(float(metrics["episode/return"]))
+
+
 def run_one(example: str, seed: int, fresh_episodes: int, overrides: dict[str, Any]) -> dict:
+    planned = PlannedEpisodes()
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
-        result = shoal.train(tuned=example, seed=seed, run_dir=f"{tmp}/run", **QUIET, **overrides)
+        result = shoal.train(
+            tuned=example, seed=seed, run_dir=f"{tmp}/run", **QUIET, **overrides,
+            callbacks=[planned],
+        )  # fmt: skip
         wall = time.perf_counter() - started
-        fresh = shoal.evaluate(result.run_dir, episodes=fresh_episodes, seed=FRESH_SEED)
+        # A planner on the env's own state (mcts) holds no policy to evaluate afresh.
+        deploys = get_algorithm(find_tuned(example).algo).deploys
+        fresh = (
+            shoal.evaluate(result.run_dir, episodes=fresh_episodes, seed=FRESH_SEED)
+            if deploys
+            else {}
+        )
+        # A two-seat game one policy plays both seats of (tic-tac-toe's PPO and IPPO): its
+        # win rate in each seat against a uniformly random player, as its text states it.
+        seats = sorted(fresh.get("outcomes", {})) if "opponents" not in fresh else []
+        versus_random = {
+            seat: shoal.evaluate(
+                result.run_dir, episodes=GAMES_PER_SEAT, seed=FRESH_SEED,
+                fixed={other: "random" for other in seats if other != seat},
+            )["outcomes"][seat]["win"]["rate"]
+            for seat in (seats if len(seats) == 2 else [])
+        }  # fmt: skip
     return {
         "example": example,
         "seed": seed,
         "overrides": overrides,
         "stop_reason": result.stop_reason,
         "env_steps": result.env_steps,
-        "eval_return": _last_score(result),
+        "eval_return": _last_score(result) if deploys else _mean(planned.returns),
         "fresh_return": _fresh_score(fresh),
         "fresh_groups": {g: v["mean"] for g, v in fresh.get("groups", {}).items()},
+        "fresh_wins_vs_random": versus_random,
+        "fresh_env_statistics": fresh.get("env_statistics", {}),
         "train_s": round(result.train_s, 2),
         "wall_s": round(wall, 2),
         "cpu": cpu_name(),
@@ -70,6 +105,10 @@ def _last_score(result: Any) -> float | None:
     if result.eval_return is not None:
         return result.eval_return
     return (result.eval_scores or {}).get("eval/vs_minimax/score")
+
+
+def _mean(values: list[float]) -> float | None:
+    return statistics.fmean(values) if values else None
 
 
 def _fresh_score(report: dict[str, Any]) -> float | None:
