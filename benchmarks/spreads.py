@@ -44,25 +44,29 @@ def cpu_name() -> str:
     return platform.processor() or "unknown"
 
 
-class PlannedEpisodes:
+class OwnScores:
     """A training callback keeping a planner's ``episode/return`` (mcts: its planned
-    episodes are its evaluation; it holds no policy to evaluate afresh)."""
+    episodes are its evaluation; it holds no policy to evaluate afresh) and the last
+    value of each evaluation metric an algorithm logs itself (CTEDD's global and local
+    policies)."""
 
     def __init__(self) -> None:
         self.returns: list[float] = []
+        self.evaluation: dict[str, float] = {}
 
     def on_iteration(self, metrics: dict) -> None:
         if "episode/return" in metrics:
             self.returns.append(float(metrics["episode/return"]))
+        self.evaluation.update({k: float(v) for k, v in metrics.items() if k.startswith("eval/")})
 
 
 def run_one(example: str, seed: int, fresh_episodes: int, overrides: dict[str, Any]) -> dict:
-    planned = PlannedEpisodes()
+    own = OwnScores()
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
         result = shoal.train(
             tuned=example, seed=seed, run_dir=f"{tmp}/run", **QUIET, **overrides,
-            callbacks=[planned],
+            callbacks=[own],
         )  # fmt: skip
         wall = time.perf_counter() - started
         # A planner on the env's own state (mcts) holds no policy to evaluate afresh.
@@ -88,11 +92,12 @@ def run_one(example: str, seed: int, fresh_episodes: int, overrides: dict[str, A
         "overrides": overrides,
         "stop_reason": result.stop_reason,
         "env_steps": result.env_steps,
-        "eval_return": _last_score(result) if deploys else _mean(planned.returns),
+        "eval_return": _last_score(result) if deploys else _mean(own.returns),
         "fresh_return": _fresh_score(fresh),
         "fresh_groups": {g: v["mean"] for g, v in fresh.get("groups", {}).items()},
         "fresh_wins_vs_random": versus_random,
         "fresh_env_statistics": fresh.get("env_statistics", {}),
+        "own_evaluation": own.evaluation,
         "train_s": round(result.train_s, 2),
         "wall_s": round(wall, 2),
         "cpu": cpu_name(),
