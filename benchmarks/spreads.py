@@ -78,13 +78,15 @@ def run_one(example: str, seed: int, fresh_episodes: int, overrides: dict[str, A
         )
         # A two-seat game one policy plays both seats of (tic-tac-toe's PPO and IPPO): its
         # win rate in each seat against a uniformly random player, as its text states it.
-        seats = sorted(fresh.get("outcomes", {})) if "opponents" not in fresh else []
+        seats = sorted(fresh.get("outcomes", {}))
+        if len(seats) != 2 or "opponents" in fresh:
+            seats = []
         versus_random = {
             seat: shoal.evaluate(
                 result.run_dir, episodes=GAMES_PER_SEAT, seed=FRESH_SEED,
                 fixed={other: "random" for other in seats if other != seat},
             )["outcomes"][seat]["win"]["rate"]
-            for seat in (seats if len(seats) == 2 else [])
+            for seat in seats
         }  # fmt: skip
     return {
         "example": example,

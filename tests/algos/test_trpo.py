@@ -2,6 +2,7 @@
 exact resume."""
 
 import copy
+import dataclasses
 import math
 
 import numpy as np
@@ -144,10 +145,9 @@ def test_trust_region_per_action_dimension():
     are the same)."""
     per_dim, batch = learner_and_batch("HalfCheetah-v5")
     whole = copy.deepcopy(per_dim)
-    whole.config = TRPOConfig(
-        env=per_dim.config.env, model=per_dim.config.model, num_steps=16, vf_minibatch_size=32,
-        kl_per_action_dim=False, max_kl=6 * 0.01, cg_damping=6 * 0.1,
-    )  # fmt: skip
+    whole.config = dataclasses.replace(
+        per_dim.config, kl_per_action_dim=False, max_kl=6 * 0.01, cg_damping=6 * 0.1
+    )
     old_model = copy.deepcopy(per_dim.model)
     metrics = per_dim.update_policy(batch)
     assert metrics["train/step_fraction"] > 0
@@ -166,10 +166,7 @@ def test_one_action_dimension_is_the_papers_trust_region():
     """A Discrete action has one dimension: kl_per_action_dim changes nothing."""
     learner, batch = learner_and_batch()
     paper = copy.deepcopy(learner)
-    paper.config = TRPOConfig(
-        env=learner.config.env, model=learner.config.model, num_steps=16, vf_minibatch_size=32,
-        kl_per_action_dim=False,
-    )  # fmt: skip
+    paper.config = dataclasses.replace(learner.config, kl_per_action_dim=False)
     assert learner.update_policy(batch) == paper.update_policy(batch)
     assert_states_equal(learner.model.state_dict(), paper.model.state_dict())
 
