@@ -4,6 +4,7 @@ at most every second elsewhere (`ConsoleLogger`)."""
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 
@@ -28,6 +29,10 @@ EVAL_RETURN_KEY = "eval/return"
 # A live terminal display is redrawn at most this often; faster redraws cost training time
 # without being readable.
 _LIVE_REFRESH_PER_S = 10
+_RECENT = 0.25
+"""The time left is read from the pace over this fraction of the time since the first log."""
+_PACE_SAMPLE_S = 1.0
+"""At most one (step, time) sample a second is kept for the pace."""
 
 
 def _interval(metrics: Mapping[str, float], group: str) -> str:
@@ -57,8 +62,10 @@ class ConsoleLogger:
 
         steps 40960/100000 | 120,345 steps/s | return 312.4 | eval 500.0 | 0:00:01, 0:00:02 left
 
-    The time left is the steps to go at the run's average wall-clock pace since its first
-    logged iteration (evaluations and checkpoints included). ``unit`` names what the steps
+    The time left is the steps to go at the run's recent wall-clock pace: over the last
+    quarter of the time since its first logged iteration (evaluations and checkpoints
+    included), so a phase that runs at another pace (a replay learner's random warm-up steps
+    before its first update) stops counting once it is over. ``unit`` names what the steps
     count: "env step" (shown as "steps"), or "update" for an offline learner.
 
     The steps/s figure is ``perf/env_steps_per_s`` when the trainer reports it, otherwise the
@@ -90,6 +97,8 @@ class ConsoleLogger:
         self._step: int | None = None
         # (step, time) of the first log call, the baseline for the fallback steps/s estimate.
         self._rate_origin: tuple[int, float] | None = None
+        # (step, time) samples, at most one a second, from which the recent pace is read.
+        self._pace: deque[tuple[int, float]] = deque()
         self._reported_rate: float | None = None
         self._return: float | None = None
         self._eval_return: float | None = None
@@ -124,6 +133,8 @@ class ConsoleLogger:
         self._step = int(step)
         if self._rate_origin is None:
             self._rate_origin = (self._step, now)
+        if not self._pace or now - self._pace[-1][1] >= _PACE_SAMPLE_S:
+            self._pace.append((self._step, now))
         # Returns are only reported on iterations where episodes finished, so keep the last one.
         if STEPS_PER_S_KEY in metrics:
             self._reported_rate = float(metrics[STEPS_PER_S_KEY])
@@ -185,14 +196,19 @@ class ConsoleLogger:
         return "" if rate is None else f"{rate:,.0f} {self.label}/s"
 
     def _time_left(self, now: float) -> float | None:
-        """Seconds to ``total_steps`` at the average wall-clock pace since the first log."""
+        """Seconds to ``total_steps`` at the pace of the last ``_RECENT`` of the time since
+        the first log (the pace since the first log while that is under a second)."""
         if self.total_steps is None or self._rate_origin is None or self._step is None:
             return None
-        origin_step, origin_time = self._rate_origin
-        done = self._step - origin_step
-        if done <= 0 or now <= origin_time:
+        # The window's start only moves forward, so samples before it are dropped for good.
+        window_start = now - _RECENT * (now - self._rate_origin[1])
+        while len(self._pace) > 1 and self._pace[1][1] <= window_start:
+            self._pace.popleft()
+        since_step, since_time = self._pace[0] if self._pace else self._rate_origin
+        done = self._step - since_step
+        if done <= 0 or now <= since_time:
             return None
-        return max(0, self.total_steps - self._step) * (now - origin_time) / done
+        return max(0, self.total_steps - self._step) * (now - since_time) / done
 
     def _left_text(self, now: float) -> str:
         left = self._time_left(now)
