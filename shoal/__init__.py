@@ -1,15 +1,46 @@
-"""shoal: reinforcement learning on PyTorch, single and multi-agent, laptop to Ray cluster."""
+"""shoal: reinforcement learning on PyTorch, single and multi-agent, laptop to Ray cluster.
 
-from shoal.api import build_config, evaluate, load, make_env, train
-from shoal.datasets import collect
-from shoal.experiment import experiment
-from shoal.registry import ALGORITHMS
-from shoal.studies.export import export
-from shoal.studies.report import report
-from shoal.studies.tune import tune
+The functions below are imported when first used, so ``import shoal`` (and every ``shoal``
+command, test subprocess and Ray actor that starts with it) loads no algorithm, no network
+and no env until one is asked for.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+# Imports here bind names, not modules: a module bound here as ``types`` would be rebound to
+# shoal's own submodule of that name (shoal.types) when that is imported.
+
+if TYPE_CHECKING:
+    from shoal.api import build_config, evaluate, load, make_env, train
+    from shoal.datasets import collect
+    from shoal.experiment import experiment
+    from shoal.registry import ALGORITHMS
+    from shoal.studies.export import export
+    from shoal.studies.report import report
+    from shoal.studies.tune import tune
 
 __version__ = "0.1.0"
 """The version, written here only (pyproject.toml reads it; ``shoal --version`` prints it)."""
+
+_HOMES = {
+    "ALGORITHMS": "shoal.registry",
+    "build_config": "shoal.api",
+    "collect": "shoal.datasets",
+    "evaluate": "shoal.api",
+    "experiment": "shoal.experiment",
+    "export": "shoal.studies.export",
+    "load": "shoal.api",
+    "make_env": "shoal.api",
+    "report": "shoal.studies.report",
+    "train": "shoal.api",
+    "tune": "shoal.studies.tune",
+}
+"""Each public name -> the module that defines it."""
 
 __all__ = [
     "ALGORITHMS",
@@ -24,3 +55,42 @@ __all__ = [
     "train",
     "tune",
 ]
+assert sorted(__all__) == sorted(_HOMES)
+
+
+class _PublicName:
+    """A name of the Python API, imported from its module when first read. It is a data
+    descriptor so that a subpackage or module of the same name (``shoal.train``,
+    ``shoal.collect``, ``shoal.experiment``) does not shadow it: the import system binds a
+    subpackage on its parent when it is first imported, and that binding is dropped here
+    (imports find the subpackage in ``sys.modules``)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, module: object, owner: type | None = None) -> Any:
+        return getattr(importlib.import_module(_HOMES[self.name]), self.name)
+
+    def __set__(self, module: object, value: Any) -> None:
+        if not isinstance(value, ModuleType):
+            raise AttributeError(f"shoal.{self.name} is a function of the API: it cannot be set")
+
+
+class _Shoal(ModuleType):
+    ALGORITHMS = _PublicName()
+    build_config = _PublicName()
+    collect = _PublicName()
+    evaluate = _PublicName()
+    experiment = _PublicName()
+    export = _PublicName()
+    load = _PublicName()
+    make_env = _PublicName()
+    report = _PublicName()
+    train = _PublicName()
+    tune = _PublicName()
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(self.__dict__) | set(_HOMES))
+
+
+sys.modules[__name__].__class__ = _Shoal

@@ -218,17 +218,12 @@ def test_no_module_imports_itself_around_a_circle():
     assert import_cycles(import_graph()) == []
 
 
-def test_modules_keep_their_earlier_paths():
-    """Scripts written for shoal 0.1's flat ``shoal.algos`` import the modules from where they
-    live now, with a warning naming the new path."""
+def test_earlier_module_paths_fail_naming_the_new_one():
+    """shoal 0.1's flat ``shoal.algos`` paths no longer import (their redirect was removed):
+    the error names where the module lives now."""
     import importlib
-    import sys
 
-    from shoal.algos.policy_gradient import ppo
-
-    sys.modules.pop("shoal.algos.ppo", None)
-    with pytest.warns(DeprecationWarning, match="shoal.algos.policy_gradient.ppo"):
-        old = importlib.import_module("shoal.algos.ppo")
-    assert old is ppo and old.PPOConfig is ppo.PPOConfig
-    with pytest.raises(ModuleNotFoundError):
+    with pytest.raises(ModuleNotFoundError, match="is now shoal.algos.policy_gradient.ppo"):
+        importlib.import_module("shoal.algos.ppo")
+    with pytest.raises(ModuleNotFoundError, match="no_such_algorithm"):
         importlib.import_module("shoal.algos.no_such_algorithm")

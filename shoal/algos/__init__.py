@@ -12,16 +12,15 @@
   its distributed form, QMIX/VDN/IQL, CTEDD).
 
 Algorithms never subclass one another; they share the parts in `cores` and below by
-composition. `shoal.registry` maps names to them.
+composition. Each module declares the names it registers (``SPECS``,
+`shoal.algos.spec.AlgorithmSpec`); `shoal.registry` maps names to modules and imports one
+when it is asked for.
 """
 
 from __future__ import annotations
 
-import importlib
 import importlib.abc
-import importlib.util
 import sys
-import warnings
 
 MOVED = {
     old: f"{__name__}.{family}.{old}"
@@ -34,28 +33,23 @@ MOVED = {
     }.items()
     for old in members
 }
-"""``shoal.algos.<name>`` of shoal 0.1 -> where the module lives now."""
+"""``shoal.algos.<name>`` of shoal 0.1 -> where the module lives now (named when an old
+path is imported)."""
 
 
-class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Imports of a module by its shoal 0.1 path (``from shoal.algos.ppo import PPOConfig``)
-    get the module at its new path, with a `DeprecationWarning` naming it."""
+class _MovedModules(importlib.abc.MetaPathFinder):
+    """An import of a module by its shoal 0.1 path (``from shoal.algos.ppo import
+    PPOConfig``) fails naming where the module lives now (the redirect that imported it was
+    removed in the fourth wave)."""
 
     def find_spec(self, fullname, path=None, target=None):
         prefix, _, name = fullname.rpartition(".")
-        if prefix != __name__ or name not in MOVED:
-            return None
-        return importlib.util.spec_from_loader(fullname, self)
-
-    def create_module(self, spec):
-        new = MOVED[spec.name.rpartition(".")[2]]
-        warnings.warn(
-            f"{spec.name} is now {new} (the old path still imports)", DeprecationWarning, 2
-        )
-        return importlib.import_module(new)
-
-    def exec_module(self, module) -> None:
-        """The module was executed under its new name."""
+        if prefix == __name__ and name in MOVED:
+            raise ModuleNotFoundError(
+                f"{fullname} is now {MOVED[name]} (shoal 0.1's flat paths are gone)",
+                name=fullname,
+            )
+        return None
 
 
 if not any(isinstance(finder, _MovedModules) for finder in sys.meta_path):

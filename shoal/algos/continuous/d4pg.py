@@ -23,6 +23,7 @@ from shoal.algos.cores.actor_critic_replay import (
     ActorCriticReplayConfig,
 )
 from shoal.algos.cores.off_policy import ReplayAlgorithm
+from shoal.algos.spec import AlgorithmSpec
 from shoal.config import NoiseConfig, ReplayConfig, check
 from shoal.losses import categorical_projection, categorical_td_loss
 from shoal.losses.actor_critic import deterministic_actor_loss
@@ -102,3 +103,16 @@ class D4PGLearner(ActorCriticLearner[DeterministicActor]):
 class D4PG(ReplayAlgorithm):
     def __init__(self, config: D4PGConfig):
         super().__init__(config, D4PGLearner, build_model)
+
+
+SPECS = (
+    AlgorithmSpec(
+        "d4pg",
+        D4PGConfig,
+        D4PG,
+        build_model,
+        "D4PG: DDPG with a categorical (C51) critic and n-step returns",
+        "Box (bounded)",
+    ),
+)
+"""The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

@@ -21,6 +21,7 @@ from shoal.algos.cores.actor_critic_replay import (
     ActorCriticReplayConfig,
 )
 from shoal.algos.cores.off_policy import ReplayAlgorithm
+from shoal.algos.spec import AlgorithmSpec
 from shoal.config import NoiseConfig
 from shoal.envs.shapes import shape_of
 from shoal.losses.actor_critic import deterministic_actor_loss, ensemble_td_loss, twin_min_target
@@ -85,3 +86,16 @@ class DDPGLearner(ActorCriticLearner[DeterministicActor]):
 class DDPG(ReplayAlgorithm):
     def __init__(self, config: DDPGConfig):
         super().__init__(config, DDPGLearner, build_model)
+
+
+SPECS = (
+    AlgorithmSpec(
+        "ddpg",
+        DDPGConfig,
+        DDPG,
+        build_model,
+        "DDPG: deterministic actor, Q critic, target networks, Gaussian or OU exploration",
+        "Box (bounded)",
+    ),
+)
+"""The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

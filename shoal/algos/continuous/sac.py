@@ -28,6 +28,7 @@ from shoal.algos.cores.actor_critic_replay import (
     ActorCriticReplayConfig,
 )
 from shoal.algos.cores.off_policy import ReplayAlgorithm
+from shoal.algos.spec import AlgorithmSpec
 from shoal.config import check, check_positive
 from shoal.device import resolve_device
 from shoal.envs.shapes import shape_of
@@ -212,3 +213,16 @@ class SACLearner(ActorCriticLearner[SquashedGaussianActor | CategoricalActor]):
 class SAC(ReplayAlgorithm):
     def __init__(self, config: SACConfig):
         super().__init__(config, SACLearner, build_model)
+
+
+SPECS = (
+    AlgorithmSpec(
+        "sac",
+        SACConfig,
+        SAC,
+        build_model,
+        "Soft Actor-Critic with automatic entropy tuning; discrete-action variant",
+        "Box (bounded), Discrete",
+    ),
+)
+"""The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

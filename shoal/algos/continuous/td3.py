@@ -22,6 +22,7 @@ from shoal.algos.cores.actor_critic_replay import (
     ActorCriticReplayConfig,
 )
 from shoal.algos.cores.off_policy import ReplayAlgorithm
+from shoal.algos.spec import AlgorithmSpec
 from shoal.config import NoiseConfig, check, check_positive
 from shoal.losses.actor_critic import (
     deterministic_actor_loss,
@@ -122,3 +123,16 @@ class TD3Learner(ActorCriticLearner[DeterministicActor]):
 class TD3(ReplayAlgorithm):
     def __init__(self, config: TD3Config):
         super().__init__(config, TD3Learner, build_model)
+
+
+SPECS = (
+    AlgorithmSpec(
+        "td3",
+        TD3Config,
+        TD3,
+        build_model,
+        "TD3: DDPG with twin critics, delayed policy updates and target policy smoothing",
+        "Box (bounded)",
+    ),
+)
+"""The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

@@ -25,6 +25,7 @@ from shoal.algos.cores.population import (
     counter,
     search_model,
 )
+from shoal.algos.spec import AlgorithmSpec
 from shoal.config import EnvConfig, ModelConfig, RunConfig, check, check_positive
 from shoal.config.usage import Gate
 from shoal.losses.evolution import ars_step
@@ -99,3 +100,17 @@ class ARS:
 
     def close(self) -> None:
         self.population.close()
+
+
+SPECS = (
+    AlgorithmSpec(
+        "ars",
+        ARSConfig,
+        ARS,
+        build_model,
+        "Augmented random search: linear policies, top-b directions, return-std step",
+        "Discrete, Box",
+        runners=True,
+    ),
+)
+"""The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

@@ -35,6 +35,7 @@ from shoal.algos.cores.population import (
     counter,
     search_model,
 )
+from shoal.algos.spec import AlgorithmSpec
 from shoal.config import EnvConfig, ModelConfig, RunConfig, check, check_positive
 from shoal.config.usage import Gate
 from shoal.errors import ConfigError
@@ -147,3 +148,17 @@ class CMAES:
 
     def close(self) -> None:
         self.population.close()
+
+
+SPECS = (
+    AlgorithmSpec(
+        "cmaes",
+        CMAESConfig,
+        CMAES,
+        build_model,
+        "CMA-ES (the cma package) over a small policy's parameters",
+        "Discrete, Box, MultiDiscrete, MultiBinary",
+        runners=True,
+    ),
+)
+"""The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

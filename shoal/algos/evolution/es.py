@@ -28,6 +28,7 @@ from shoal.algos.cores.population import (
     counter,
     search_model,
 )
+from shoal.algos.spec import AlgorithmSpec
 from shoal.config import EnvConfig, ModelConfig, RunConfig, check, check_positive
 from shoal.config.usage import Gate
 from shoal.losses.evolution import centered_ranks, es_gradient
@@ -163,3 +164,17 @@ class ES:
 
     def close(self) -> None:
         self.population.close()
+
+
+SPECS = (
+    AlgorithmSpec(
+        "es",
+        ESConfig,
+        ES,
+        build_model,
+        "Evolution strategies: antithetic noise-table perturbations, centered ranks, Adam",
+        "Discrete, Box, MultiDiscrete, MultiBinary",
+        runners=True,
+    ),
+)
+"""The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

@@ -31,6 +31,7 @@ from shoal.algos.cores.population import (
     counter,
     search_model,
 )
+from shoal.algos.spec import AlgorithmSpec
 from shoal.collect.population import Individual, individual_vector
 from shoal.config import EnvConfig, ModelConfig, RunConfig, check, check_positive
 from shoal.config.usage import Gate
@@ -154,3 +155,17 @@ def _encode(individual: Individual) -> dict[str, list]:
 def _decode(data: dict[str, list]) -> Individual:
     offsets, coeffs = data["offsets"], data["coeffs"]
     return Individual(tuple(int(o) for o in offsets), tuple(float(c) for c in coeffs))
+
+
+SPECS = (
+    AlgorithmSpec(
+        "ga",
+        GAConfig,
+        GA,
+        build_model,
+        "Genetic algorithm: truncation selection, Gaussian mutation, elite, seed-chain individuals",
+        "Discrete, Box, MultiDiscrete, MultiBinary",
+        runners=True,
+    ),
+)
+"""The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

@@ -53,6 +53,7 @@ from shoal.algos.multi_agent.ctedd_acting import CTEDDActing, Team
 from shoal.algos.multi_agent.distillation import Student, chronological_rows, distill_round
 from shoal.algos.multi_agent.joint_replay import replay_steps
 from shoal.algos.multi_agent.maddpg import critic_inputs, own_action_inputs
+from shoal.algos.spec import AlgorithmSpec
 from shoal.backend import place, uncompiled_copy
 from shoal.collect.evaluate import evaluate_joint_episodes
 from shoal.collect.multi_agent import (
@@ -503,3 +504,17 @@ class CTEDD:
         self.runner.close()
         if self._eval_env is not None:
             self._eval_env.close()
+
+
+SPECS = (
+    AlgorithmSpec(
+        "ctedd",
+        CTEDDConfig,
+        CTEDD,
+        build_model,
+        "CTEDD: global policies with learned exploration, distilled into message-passing "
+        "local ones",
+        "Box (multi-agent envs with a global state)",
+    ),
+)
+"""The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

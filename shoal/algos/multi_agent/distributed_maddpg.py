@@ -64,6 +64,7 @@ from shoal.algos.multi_agent.maddpg import (
     maddpg_groups,
     state_dim,
 )
+from shoal.algos.spec import AlgorithmSpec
 from shoal.collect.multi_agent import MultiAgentEpisodes, MultiAgentRunner
 from shoal.config import (
     EnvConfig,
@@ -432,3 +433,18 @@ class DistributedMADDPG:
             self._stream.close()
         self.collectors.close()
         self.learners.close()
+
+
+SPECS = (
+    AlgorithmSpec(
+        "maddpg-distributed",
+        DistributedMADDPGConfig,
+        DistributedMADDPG,
+        build_model,
+        "Distributed MADDPG: Ray collectors, asynchronous learners, last-writer-wins "
+        "parameter server",
+        "Discrete, Box (multi-agent envs)",
+        runners=True,
+    ),
+)
+"""The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

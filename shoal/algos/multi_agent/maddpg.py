@@ -44,6 +44,7 @@ from shoal.algos.cores.actor_critic_replay import (
 )
 from shoal.algos.cores.off_policy import learn_from_replay
 from shoal.algos.multi_agent.joint_replay import JointLayout, make_replay
+from shoal.algos.spec import AlgorithmSpec
 from shoal.backend import uncompiled_copy
 from shoal.collect.multi_agent import JointObs, MultiAgentRollout, MultiAgentRunner
 from shoal.config import (
@@ -387,3 +388,16 @@ class MADDPG:
 
     def close(self) -> None:
         self.runner.close()
+
+
+SPECS = (
+    AlgorithmSpec(
+        "maddpg",
+        MADDPGConfig,
+        MADDPG,
+        build_model,
+        "MADDPG: decentralized actors, centralized critics, Gumbel-softmax, prioritized replay",
+        "Discrete, Box (multi-agent envs)",
+    ),
+)
+"""The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

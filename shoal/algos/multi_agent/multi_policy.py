@@ -23,6 +23,7 @@ import numpy as np
 
 from shoal.algos.cores.on_policy import check_masks, make_batch
 from shoal.algos.policy_gradient.ppo import PPO, PPOConfig, PPOLearner, build_model
+from shoal.algos.spec import NUMPY_BACKENDS, AlgorithmSpec
 from shoal.backend import uncompiled_copy
 from shoal.collect.multi_agent import FixedGroups, MultiAgentRunner
 from shoal.collect.multi_policy import MultiPolicyActing, policy_rows
@@ -318,3 +319,44 @@ class MultiPolicyPPO:
 
     def close(self) -> None:
         self.runner.close()
+
+
+SPECS = (
+    # PPO, or several policies on a multi-agent env.
+    AlgorithmSpec(
+        "ppo",
+        PPOConfig,
+        multi_agent_ppo,
+        build_multi_agent_model,
+        "Proximal Policy Optimization (clipped surrogate, GAE, adaptive KL)",
+        "Discrete, Box, MultiDiscrete, MultiBinary, Tuple, Dict",
+        backends=NUMPY_BACKENDS,
+        runners=True,
+    ),
+    # Multi-agent PPO: shared weights over an agent group (each agent is a row of the batch,
+    # see `shoal.envs.agents_as_batch`), with a centralized (MAPPO) or an own-observation
+    # (IPPO) critic.
+    AlgorithmSpec(
+        "mappo",
+        PPOConfig,
+        multi_agent_ppo,
+        build_multi_agent_model,
+        "Multi-agent PPO, shared weights, centralized value function on the global state",
+        "Discrete, Box (multi-agent envs)",
+        {"env.global_state": True, "env.agent_id": True},
+        NUMPY_BACKENDS,
+        runners=True,
+    ),
+    AlgorithmSpec(
+        "ippo",
+        PPOConfig,
+        multi_agent_ppo,
+        build_multi_agent_model,
+        "Independent PPO, shared weights, each agent's critic on its own observation",
+        "Discrete, Box (multi-agent envs)",
+        {"env.global_state": False, "env.agent_id": True},
+        NUMPY_BACKENDS,
+        runners=True,
+    ),
+)
+"""The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

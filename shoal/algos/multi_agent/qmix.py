@@ -25,6 +25,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from shoal.algos.spec import AlgorithmSpec
 from shoal.backend import place, uncompiled_copy
 from shoal.collect.multi_agent import FixedGroups, JointObs, MultiAgentRunner
 from shoal.config import (
@@ -490,3 +491,35 @@ class QMIX:
 
     def close(self) -> None:
         self.runner.close()
+
+
+# Value decomposition for cooperative teams: one learner, three mixers.
+SPECS = (
+    AlgorithmSpec(
+        "qmix",
+        QMIXConfig,
+        QMIX,
+        build_model,
+        "QMIX: recurrent agents, monotonic hypernetwork mixer on the global state",
+        "Discrete (multi-agent envs)",
+    ),
+    AlgorithmSpec(
+        "vdn",
+        QMIXConfig,
+        QMIX,
+        build_model,
+        "VDN: recurrent agents, team Q-value as the sum of the agents' Q-values",
+        "Discrete (multi-agent envs)",
+        {"mixer": "vdn"},
+    ),
+    AlgorithmSpec(
+        "iql",
+        QMIXConfig,
+        QMIX,
+        build_model,
+        "IQL: independent recurrent Q-learners with shared weights, no mixer",
+        "Discrete (multi-agent envs)",
+        {"mixer": "none"},
+    ),
+)
+"""The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

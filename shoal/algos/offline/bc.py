@@ -16,7 +16,9 @@ import gymnasium as gym
 import torch
 from torch import nn
 
+from shoal.algos.cores import offline as offline_core
 from shoal.algos.cores.offline import OfflineAlgorithm, OfflineConfig
+from shoal.algos.spec import AlgorithmSpec
 from shoal.backend import place
 from shoal.config import NoiseConfig
 from shoal.config.usage import NO_COMPILE, NO_LR_SCHEDULE, NO_LSTM
@@ -102,3 +104,18 @@ class BCLearner:
 class BC(OfflineAlgorithm):
     def __init__(self, config: BCConfig):
         super().__init__(config, BCLearner, build_model)
+
+
+SPECS = (
+    AlgorithmSpec(
+        "bc",
+        BCConfig,
+        BC,
+        build_model,
+        "Behaviour cloning of a dataset's actions",
+        "Box (bounded), Discrete",
+        prepare=offline_core.prepare,
+        counts=offline_core.counts,
+    ),
+)
+"""The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

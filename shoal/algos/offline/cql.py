@@ -23,8 +23,10 @@ import torch
 from torch import nn
 
 from shoal.algos.continuous.sac import SACConfig, SACLearner, build_model
+from shoal.algos.cores import offline as offline_core
 from shoal.algos.cores.actor_critic_replay import ActorCriticCore
 from shoal.algos.cores.offline import OfflineAlgorithm, OfflineConfig
+from shoal.algos.spec import AlgorithmSpec
 from shoal.config import check, check_positive
 from shoal.device import resolve_device
 from shoal.envs.shapes import shape_of
@@ -131,3 +133,18 @@ def cql_learner(config: CQLConfig, obs_space: gym.Space, action_space: gym.Space
 class CQL(OfflineAlgorithm):
     def __init__(self, config: CQLConfig):
         super().__init__(config, cql_learner, build_model)
+
+
+SPECS = (
+    AlgorithmSpec(
+        "cql",
+        CQLConfig,
+        CQL,
+        build_model,
+        "CQL: SAC with a conservative penalty on unseen actions (offline, then online)",
+        "Box (bounded), Discrete",
+        prepare=offline_core.prepare,
+        counts=offline_core.counts,
+    ),
+)
+"""The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

@@ -25,8 +25,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from shoal.algos.cores import offline as offline_core
 from shoal.algos.cores.actor_critic_replay import ActorCriticCore, ActorCriticLearner
 from shoal.algos.cores.offline import OfflineAlgorithm, OfflineConfig
+from shoal.algos.spec import AlgorithmSpec
 from shoal.backend import place
 from shoal.config import check, check_positive
 from shoal.losses.actor_critic import ensemble_td_loss
@@ -129,3 +131,20 @@ class IQLLearner(ActorCriticLearner):
 class IQL(OfflineAlgorithm):
     def __init__(self, config: IQLConfig):
         super().__init__(config, IQLLearner, build_model)
+
+
+# ``iql`` is the multi-agent independent Q-learning (`shoal.algos.multi_agent.qmix`), so
+# implicit Q-learning is ``iql-offline``.
+SPECS = (
+    AlgorithmSpec(
+        "iql-offline",
+        IQLConfig,
+        IQL,
+        build_model,
+        "Implicit Q-learning: expectile values, advantage-weighted policy (offline, then online)",
+        "Box (bounded), Discrete",
+        prepare=offline_core.prepare,
+        counts=offline_core.counts,
+    ),
+)
+"""The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

@@ -17,7 +17,9 @@ import gymnasium as gym
 
 from shoal.algos.continuous.ddpg import build_model
 from shoal.algos.continuous.td3 import TD3Config, TD3Learner
+from shoal.algos.cores import offline as offline_core
 from shoal.algos.cores.offline import OfflineAlgorithm, OfflineConfig
+from shoal.algos.spec import AlgorithmSpec
 from shoal.config import NoiseConfig, check_positive
 from shoal.errors import UnsupportedSpaceError
 from shoal.losses.offline import td3_bc_actor_loss
@@ -58,3 +60,18 @@ def _objective(q, policy_actions, data_actions, alpha):
 class TD3BC(OfflineAlgorithm):
     def __init__(self, config: TD3BCConfig):
         super().__init__(config, td3_bc_learner, build_model)
+
+
+SPECS = (
+    AlgorithmSpec(
+        "td3-bc",
+        TD3BCConfig,
+        TD3BC,
+        build_model,
+        "TD3+BC: TD3 whose actor also clones the dataset's actions (offline)",
+        "Box (bounded)",
+        prepare=offline_core.prepare,
+        counts=offline_core.counts,
+    ),
+)
+"""The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

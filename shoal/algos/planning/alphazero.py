@@ -34,6 +34,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from shoal.algos.spec import AlgorithmSpec
 from shoal.collect.search_play import SearchSelfPlay, self_play_pool
 from shoal.config import (
     EnvConfig,
@@ -366,3 +367,18 @@ def evaluate_run(checkpoint: Any, games: int, seed: int,
     results = play_matches(game, net, config, games, seed, progress=progress)
     simulations = _eval_search(config).num_simulations
     return baseline_report(results, config.env.id, games, simulations, config.minimax_depth)
+
+
+SPECS = (
+    AlgorithmSpec(
+        "alphazero",
+        AlphaZeroConfig,
+        AlphaZero,
+        build_model,
+        "AlphaZero: self-play with batched MCTS on a game's rules, policy-value network, arena",
+        "Discrete (two-player turn-based games)",
+        runners=True,
+        match_report=evaluate_run,
+    ),
+)
+"""The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from shoal.algos.spec import AlgorithmSpec
 from shoal.collect.search_play import FinishedEpisode, LatentSelfPlay, self_play_pool
 from shoal.config import (
     EnvConfig,
@@ -412,3 +413,19 @@ def evaluate_run(checkpoint: Any, games: int, seed: int,
     results = play_matches(module.net, config, games, seed, progress)
     return baseline_report(results, config.env.id, games, config.search.num_simulations,
                            config.minimax_depth)  # fmt: skip
+
+
+SPECS = (
+    AlgorithmSpec(
+        "muzero",
+        MuZeroConfig,
+        MuZero,
+        build_model,
+        "MuZero: search in a learned model, unrolled dynamics, two-hot values, prioritized replay",
+        "Discrete",
+        runners=True,
+        match_report=evaluate_run,
+        deploys_search=True,
+    ),
+)
+"""The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

@@ -18,6 +18,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from shoal.algos.spec import AlgorithmSpec
 from shoal.config import EnvConfig, RunConfig, check
 from shoal.config.usage import NO_COMPILE
 from shoal.envs.ids import env_spec
@@ -153,3 +154,17 @@ class Planner:
         for env in self.envs:
             env.close()
         self.model.scratch.close()
+
+
+SPECS = (
+    AlgorithmSpec(
+        "mcts",
+        PlannerConfig,
+        Planner,
+        build_model,
+        "MCTS planning with a Gymnasium env's true dynamics (exact snapshots), no learning",
+        "Discrete (pure-Python envs)",
+        deploys=False,
+    ),
+)
+"""The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

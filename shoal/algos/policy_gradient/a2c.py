@@ -34,6 +34,7 @@ from shoal.algos.cores.on_policy import (
     rmsprop_or_adamw,
     step_metrics,
 )
+from shoal.algos.spec import NUMPY_BACKENDS, AlgorithmSpec
 from shoal.backend import evaluate_objective, learner_step
 from shoal.config import (
     EnvConfig,
@@ -193,3 +194,18 @@ class A2C(OnPolicyAlgorithm):
         else:
             batch = make_sequence_batch(rollout, cfg.gamma, cfg.gae_lambda, cfg.num_steps)
         return self.finish_iteration(self.learner.update(batch, lr), episodes)
+
+
+SPECS = (
+    AlgorithmSpec(
+        "a2c",
+        A2CConfig,
+        A2C,
+        build_model,
+        "A2C: synchronous advantage actor-critic (n-step/GAE, RMSProp or Adam)",
+        "Discrete, Box, MultiDiscrete, MultiBinary, Tuple, Dict",
+        backends=NUMPY_BACKENDS,
+        runners=True,
+    ),
+)
+"""The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

@@ -27,6 +27,7 @@ import torch
 
 from shoal.algos.cores.on_policy import check_no_masks, make_batch
 from shoal.algos.policy_gradient.a2c import A2CConfig, make_optimizer
+from shoal.algos.spec import AlgorithmSpec
 from shoal.backend import place, uncompiled_copy
 from shoal.collect import EnvRunner
 from shoal.collect.ray import concat_episodes
@@ -396,3 +397,17 @@ class A3C:
         if self._stream is not None:
             self._stream.close()
         self.pool.close()
+
+
+SPECS = (
+    AlgorithmSpec(
+        "a3c",
+        A3CConfig,
+        A3C,
+        build_model,
+        "A3C: asynchronous advantage actor-critic, gradients from Ray workers applied on arrival",
+        "Discrete, Box, MultiDiscrete, MultiBinary, Tuple, Dict",
+        runners=True,
+    ),
+)
+"""The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

@@ -37,6 +37,7 @@ from shoal.algos.cores.on_policy import (
     mean_metrics,
     rmsprop_or_adamw,
 )
+from shoal.algos.spec import AlgorithmSpec
 from shoal.config import (
     EnvConfig,
     ModelConfig,
@@ -353,3 +354,17 @@ class ACER(OnPolicyAlgorithm):
             self.replay.load_state_dict(state["replay"])
         self.draws.bit_generator.state = state["replay_draws"]
         return exact
+
+
+SPECS = (
+    AlgorithmSpec(
+        "acer",
+        ACERConfig,
+        ACER,
+        build_model,
+        "ACER: actor-critic with experience replay (Retrace, truncated IS, trust region)",
+        "Discrete, Box",
+        runners=True,
+    ),
+)
+"""The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

@@ -29,6 +29,7 @@ from shoal.algos.cores.on_policy import (
     mean_metrics,
     step_metrics,
 )
+from shoal.algos.spec import AlgorithmSpec
 from shoal.backend import TorchStep, evaluate_objective
 from shoal.config import EnvConfig, ModelConfig, OptimConfig, RunConfig, check, check_positive
 from shoal.config.usage import OWN_GAMMA
@@ -188,3 +189,17 @@ class ACKTR(OnPolicyAlgorithm):
         rollout, episodes = self.sample()
         batch = make_batch(rollout, cfg.gamma, cfg.gae_lambda)
         return self.finish_iteration(self.learner.update(batch, lr), episodes)
+
+
+SPECS = (
+    AlgorithmSpec(
+        "acktr",
+        ACKTRConfig,
+        ACKTR,
+        build_model,
+        "ACKTR: A2C with K-FAC natural-gradient steps in a KL trust region",
+        "Discrete, Box, MultiDiscrete, MultiBinary, Tuple, Dict",
+        runners=True,
+    ),
+)
+"""The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

@@ -43,6 +43,7 @@ import torch
 from shoal.algos.cores.on_policy import OnPolicyAlgorithm, PPOBatch, make_batch
 from shoal.algos.policy_gradient import ppo as ppo_module
 from shoal.algos.policy_gradient.ppo import PPOConfig, PPOLearner
+from shoal.algos.spec import NUMPY_BACKENDS, AlgorithmSpec
 from shoal.collect.ahead import AheadSampler
 from shoal.config import (
     EnvConfig,
@@ -237,3 +238,18 @@ class APPO(OnPolicyAlgorithm):
         if self.ahead is not None:
             self.ahead.close()
         super().close()
+
+
+SPECS = (
+    AlgorithmSpec(
+        "appo",
+        APPOConfig,
+        APPO,
+        build_model,
+        "APPO: PPO sampling in a thread during the update, fixed policy lag, clip or V-trace",
+        "Discrete, Box, MultiDiscrete, MultiBinary, Tuple, Dict",
+        backends=NUMPY_BACKENDS,
+        runners=True,
+    ),
+)
+"""The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

@@ -33,6 +33,7 @@ import torch.distributed as dist
 from shoal.algos.cores.on_policy import PPOBatch, check_no_masks, make_batch
 from shoal.algos.policy_gradient import ppo as ppo_module
 from shoal.algos.policy_gradient.ppo import PPOConfig, PPOLearner
+from shoal.algos.spec import AlgorithmSpec
 from shoal.backend import TorchStep, uncompiled_copy
 from shoal.collect import EnvRunner
 from shoal.collect.ray import concat_episodes
@@ -412,3 +413,16 @@ class DDPPO:
 
     def close(self) -> None:
         self.pool.close()
+
+
+SPECS = (
+    AlgorithmSpec(
+        "ddppo",
+        DDPPOConfig,
+        DDPPO,
+        build_model,
+        "DD-PPO: decentralized data-parallel PPO, gradients all-reduced over Ray learner processes",
+        "Discrete, Box, MultiDiscrete, MultiBinary, Tuple, Dict",
+    ),
+)
+"""The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

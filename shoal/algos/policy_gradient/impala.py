@@ -38,6 +38,7 @@ from shoal.algos.cores.on_policy import (
     rmsprop_or_adamw,
     step_metrics,
 )
+from shoal.algos.spec import AlgorithmSpec
 from shoal.collect.ray import concat_episodes, concat_rollouts
 from shoal.config import (
     EnvConfig,
@@ -385,3 +386,17 @@ class IMPALA(OnPolicyAlgorithm):
         if self._stream is not None:
             self._stream.close()  # cancels the requests still in flight
         super().close()
+
+
+SPECS = (
+    AlgorithmSpec(
+        "impala",
+        IMPALAConfig,
+        IMPALA,
+        build_model,
+        "IMPALA: asynchronous actor-learner with V-trace off-policy correction (Ray runners)",
+        "Discrete, Box, MultiDiscrete, MultiBinary, Tuple, Dict",
+        runners=True,
+    ),
+)
+"""The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

@@ -28,6 +28,7 @@ from shoal.algos.cores.on_policy import (
     mean_metrics,
     step_metrics,
 )
+from shoal.algos.spec import AlgorithmSpec
 from shoal.config import EnvConfig, ModelConfig, OptimConfig, RunConfig, check, check_positive
 from shoal.config.usage import NO_LSTM, OWN_GAMMA
 from shoal.device import to_device
@@ -198,3 +199,17 @@ class PG(OnPolicyAlgorithm):
         # Restarted episodes never finish the carried ones: their returns are unknowable.
         self.carry = EpisodeCarry(**carry) if carry is not None and exact else None
         return exact
+
+
+SPECS = (
+    AlgorithmSpec(
+        "pg",
+        PGConfig,
+        PG,
+        build_model,
+        "REINFORCE: vanilla policy gradient on full-episode returns, optional learned baseline",
+        "Discrete, Box, MultiDiscrete, MultiBinary, Tuple, Dict",
+        runners=True,
+    ),
+)
+"""The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

@@ -18,6 +18,7 @@ import gymnasium as gym
 import torch
 
 from shoal.algos.cores.on_policy import ModelLearner, OnPolicyAlgorithm, PPOBatch, make_batch
+from shoal.algos.spec import AlgorithmSpec
 from shoal.backend import place
 from shoal.config import EnvConfig, ModelConfig, RunConfig, check, check_positive
 from shoal.config.usage import NO_LSTM, OWN_GAMMA
@@ -240,3 +241,17 @@ class TRPO(OnPolicyAlgorithm):
         rollout, episodes = self.sample()
         batch = make_batch(rollout, cfg.gamma, cfg.gae_lambda)
         return self.finish_iteration(self.learner.update(batch), episodes)
+
+
+SPECS = (
+    AlgorithmSpec(
+        "trpo",
+        TRPOConfig,
+        TRPO,
+        build_model,
+        "Trust Region Policy Optimization (conjugate-gradient natural step, KL line search, GAE)",
+        "Discrete, Box, MultiDiscrete, MultiBinary, Tuple, Dict",
+        runners=True,
+    ),
+)
+"""The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

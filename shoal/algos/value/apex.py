@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from shoal.algos.spec import AlgorithmSpec
 from shoal.algos.value.apex_actor import (
     ApexActor,
     Variant,
@@ -322,3 +323,36 @@ class Apex:
         self._pending.clear()
         self.actors.close()
         self.shards.close()
+
+
+SPECS = (
+    AlgorithmSpec(
+        "apex-dqn",
+        ApexDQNConfig,
+        Apex,
+        build_model,
+        "Ape-X DQN: Ray actors with per-actor epsilon, sharded prioritized replay, n-step "
+        "double DQN",
+        "Discrete",
+        runners=True,
+    ),
+    AlgorithmSpec(
+        "apex-ddpg",
+        ApexDDPGConfig,
+        Apex,
+        build_model,
+        "Ape-X DPG: Ray actors with per-actor noise, sharded prioritized replay, n-step DDPG",
+        "Box (bounded)",
+        runners=True,
+    ),
+    AlgorithmSpec(
+        "apex-r2d2",
+        ApexR2D2Config,
+        Apex,
+        build_model,
+        "Distributed R2D2: recurrent Ray actors with the epsilon ladder, sharded sequence replay",
+        "Discrete",
+        runners=True,
+    ),
+)
+"""The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

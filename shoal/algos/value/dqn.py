@@ -17,6 +17,7 @@ import gymnasium as gym
 import torch
 
 from shoal.algos.cores.off_policy import ReplayAlgorithm
+from shoal.algos.spec import AlgorithmSpec
 from shoal.backend import place
 from shoal.config import (
     REPLAY_RENAMES,
@@ -256,3 +257,35 @@ class DQN(ReplayAlgorithm):
         if cfg.exploration == "boltzmann":
             metrics["train/temperature"] = temperature
         return metrics
+
+
+# One learner, three names for its value heads.
+SPECS = (
+    AlgorithmSpec(
+        "dqn",
+        DQNConfig,
+        DQN,
+        build_model,
+        "DQN with switches for every Rainbow part (double, dueling, n-step, PER, noisy, C51)",
+        "Discrete",
+    ),
+    AlgorithmSpec(
+        "qrdqn",
+        DQNConfig,
+        DQN,
+        build_model,
+        "QR-DQN: distributional DQN by quantile regression",
+        "Discrete",
+        {"value_head": "quantile"},
+    ),
+    AlgorithmSpec(
+        "rem",
+        DQNConfig,
+        DQN,
+        build_model,
+        "REM: DQN with a random convex mixture of Q-heads",
+        "Discrete",
+        {"value_head": "rem"},
+    ),
+)
+"""The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

@@ -29,6 +29,7 @@ import gymnasium as gym
 import torch
 
 from shoal.algos.cores.on_policy import OnPolicyAlgorithm, check_no_masks, mean_metrics
+from shoal.algos.spec import AlgorithmSpec
 from shoal.backend import place
 from shoal.config import EnvConfig, ModelConfig, OptimConfig, RunConfig, check, check_positive
 from shoal.config.usage import CONSTANT_LR, OWN_GAMMA
@@ -306,3 +307,17 @@ class R2D2(OnPolicyAlgorithm):
             self.replay.load_state_dict(state["replay"])
         self._explore()
         return exact
+
+
+SPECS = (
+    AlgorithmSpec(
+        "r2d2",
+        R2D2Config,
+        R2D2,
+        build_model,
+        "R2D2: recurrent replay DQN (LSTM, burn-in, stored state, h-rescaled n-step double Q)",
+        "Discrete",
+        runners=True,
+    ),
+)
+"""The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from shoal.algos.spec import AlgorithmSpec
 from shoal.config import EnvConfig, RunConfig, check, check_choices, check_positive
 from shoal.config.usage import NO_COMPILE
 from shoal.envs import env_spec, make_env
@@ -376,3 +377,20 @@ class Tabular:
 
     def close(self) -> None:
         self.env.close()
+
+
+# One config class, one name per update rule (``spec.defaults`` sets the method), plus the
+# generic ``tabular`` that takes the method from ``--method``.
+SPECS = tuple(
+    AlgorithmSpec(
+        name,
+        TabularConfig,
+        Tabular,
+        build_model,
+        summary,
+        "Discrete (Discrete obs)",
+        {"method": method} if method else {},
+    )
+    for name, (method, summary) in METHODS.items()
+)
+"""The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

@@ -1,0 +1,83 @@
+"""The contract between an algorithm and the library: `AlgorithmSpec`, which each algorithm
+module declares as ``SPECS`` (one spec per name it registers; `shoal.registry` imports the
+module when one of its names is asked for).
+
+A spec holds what the layers above need of an algorithm, *declared* rather than probed: how to
+build its learner and its deployed model, what its progress counts, what it deploys, whether
+it samples on Ray runners, plays games or reads settings from outside its config. The learner
+itself is `shoal.interfaces.Algorithm`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from shoal.config import replace
+
+
+@dataclass(frozen=True)
+class AlgorithmSpec:
+    name: str
+    config_cls: type
+    algorithm_cls: Callable[[Any], Any]
+    """Builds the `shoal.interfaces.Algorithm` from a config."""
+    build_model: Callable[..., Any]
+    """``build_model(config, obs_space, action_space)``: the policy network, for loading."""
+    summary: str
+    action_spaces: str
+    defaults: dict[str, Any] = field(default_factory=dict)
+    """Field values that differ from ``config_cls``'s defaults under this name, so that names
+    sharing one config class (``q-learning``, ``sarsa``, ... all use `TabularConfig`; ``mappo``
+    is PPO with ``env.global_state``) start from their own settings. Dotted keys name fields
+    of nested blocks."""
+    backends: tuple[str, ...] = ("auto", "torch")
+    """The ``model.backend`` values its learner supports (numpy: PPO's and A2C's)."""
+    prepare: Callable[[Any], Any] | None = None
+    """``prepare(config) -> config``, before anything is built: settings read from outside
+    the config (an offline learner's env from its dataset)."""
+    runners: bool = False
+    """It samples on Ray actors when ``run.runners`` > 0; the training loop refuses
+    ``run.runners`` > 0 for an algorithm without this (it would sample in-process)."""
+    deploys_search: bool = False
+    """Its deployed policy (``shoal.load``) searches at every step, a program around its
+    network rather than one network: ``shoal export`` refuses it."""
+    match_report: Callable[..., dict[str, Any]] | None = None
+    """It plays two-player games: on a game it evaluates by matches against fixed players
+    every ``eval_every`` iterations, and ``shoal eval`` reports
+    ``match_report(checkpoint, games, seed, progress)`` (AlphaZero, MuZero; ``progress``
+    told the count of the ``2 * games`` finished)."""
+    deploys: bool = True
+    """Its runs hold a policy for ``shoal.load``, ``shoal eval`` and ``shoal export`` (mcts
+    plans with the env's own state and holds none)."""
+    counts: Callable[[Any], str] | None = None
+    """``counts(config)``: what its progress (``env_steps``, which ``run.total_steps`` and the
+    cadences count) counts, as a singular noun for summaries ("update" for an offline learner);
+    None: "env step"."""
+
+    def unit(self, config: Any) -> str:
+        """What the progress of a run of ``config`` counts (see ``counts``)."""
+        return "env step" if self.counts is None else self.counts(config)
+
+    def default_config(self, **overrides: Any) -> Any:
+        """The config this name starts from: ``config_cls()`` with ``defaults``, then
+        ``overrides`` (dotted keys allowed)."""
+        return replace(self.config_cls(), **{**self.defaults, **overrides})
+
+    def matches(self, config: Any) -> bool:
+        """``config`` is of this name's class (not a subclass: TD3+BC's config extends TD3's)
+        and has every one of its default values."""
+        return type(config) is self.config_cls and all(
+            _dotted(config, key) == value for key, value in self.defaults.items()
+        )
+
+
+def _dotted(config: Any, key: str) -> Any:
+    for part in key.split("."):
+        config = getattr(config, part)
+    return config
+
+
+NUMPY_BACKENDS = ("auto", "torch", "numpy")
+"""The learners with a NumPy path (`shoal.backend`): PPO's (with MAPPO and IPPO) and A2C's."""
