@@ -92,6 +92,26 @@ class Algorithm(Protocol):
     def close(self) -> None: ...
 
 
+class ActsJointly(Protocol):
+    """An algorithm whose spec declares ``acts_jointly``."""
+
+    joint: bool
+    """Several agent groups' policies act together in this run."""
+
+
+class OwnSpaces(Protocol):
+    """An algorithm whose spec declares ``own_spaces``."""
+
+    deploy_spaces: tuple[Any, Any]
+    """(observation space, action space) of its deployed policy."""
+
+
+class ExtraEvaluation(Protocol):
+    """An algorithm whose spec declares ``extra_evaluation``."""
+
+    def eval_metrics(self, metrics: dict[str, float]) -> dict[str, float]: ...
+
+
 class AlgorithmSpec(Protocol):
     """What the training loop needs of a registered algorithm (`shoal.registry`; read-only,
     as the registry's frozen specs are)."""
@@ -111,6 +131,20 @@ class AlgorithmSpec(Protocol):
     def runners(self) -> bool:
         """Whether it samples on Ray runners when ``run.runners`` > 0."""
         ...
+
+    @property
+    def prepare(self) -> Callable[[Any], Any] | None:
+        """``prepare(config) -> config`` before anything is built, or None."""
+        ...
+
+    @property
+    def acts_jointly(self) -> bool: ...
+
+    @property
+    def own_spaces(self) -> bool: ...
+
+    @property
+    def extra_evaluation(self) -> bool: ...
 
     def default_config(self) -> Any:
         """The config the algorithm starts from (its defaults under this name)."""

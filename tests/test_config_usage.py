@@ -143,10 +143,24 @@ def test_every_field_is_read_or_declared(name, tmp_path, monkeypatch, request):
     for module in RAY_MODULES:
         monkeypatch.setattr(importlib.import_module(module), "require_ray", InProcessRay)
     config, _ = smoke_config(name, tmp_path, dataset_dir)
+    built: list[typing.Any] = []
+    keeping = dataclasses.replace(
+        spec, algorithm_cls=lambda c: built.append(spec.algorithm_cls(c)) or built[-1]
+    )
     with recording(config_classes(config)) as reads:
-        result = run(spec, config)
+        result = run(keeping, config)
         if spec.deploys:
             shoal.load(result.run_dir)
+    # The capabilities the spec declares are what the algorithm has (the session reads them
+    # because they are declared, and only then).
+    has = {
+        "acts_jointly": "joint",
+        "own_spaces": "deploy_spaces",
+        "extra_evaluation": "eval_metrics",
+    }
+    assert {k: hasattr(built[0], v) for k, v in has.items()} == {
+        k: getattr(spec, k) for k in has
+    }, f"{name}'s spec declares other capabilities than its algorithm has"
     declared = {**closed_gates(config), **unused(config)}
 
     def exempt(path: str) -> bool:

@@ -110,3 +110,41 @@ def test_a_registry_line_that_disagrees_with_its_module_is_named():
     assert "td3" in registry and len(registry) == 2 and list(registry) == ["sac", "td3"]
     with pytest.raises(KeyError):
         registry["ppo"]
+
+
+@pytest.mark.extra("offline")
+def test_declared_capabilities_and_not_names_decide_the_evaluation(tmp_path):
+    """An offline learner's normalized score is logged because its spec declares
+    ``extra_evaluation``: renamed, it still is; with the declaration taken away, it is not."""
+    import dataclasses
+
+    from shoal.train.callbacks import Callback
+    from shoal.train.loop import run
+
+    class Evaluations(Callback):
+        def __init__(self) -> None:
+            self.names: set[str] = set()
+
+        def on_evaluation(self, result: dict[str, float]) -> None:
+            self.names |= set(result)
+
+    data = shoal.collect(
+        tmp_path / "data", env="Pendulum-v1", episodes=2, num_envs=2, ref_episodes=2,
+        ref_max_score=-150.0,
+    )  # fmt: skip
+    bc = get_algorithm("bc")
+    logged = {}
+    for label, spec in (
+        ("renamed", dataclasses.replace(bc, name="my-cloner")),
+        ("undeclared", dataclasses.replace(bc, extra_evaluation=False)),
+    ):
+        config = bc.default_config(**{
+            "dataset": str(data), "run.total_steps": 4, "run.eval_every_steps": 4,
+            "run.eval_episodes": 1, "run.console": False, "run.tensorboard": False,
+            "run.run_dir": str(tmp_path / label), "replay.batch_size": 8,
+        })  # fmt: skip
+        evaluations = Evaluations()
+        run(spec, config, callbacks=[evaluations])
+        assert "eval/return" in evaluations.names
+        logged[label] = "eval/normalized_score" in evaluations.names
+    assert logged == {"renamed": True, "undeclared": False}

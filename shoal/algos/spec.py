@@ -51,6 +51,18 @@ class AlgorithmSpec:
     deploys: bool = True
     """Its runs hold a policy for ``shoal.load``, ``shoal eval`` and ``shoal export`` (mcts
     plans with the env's own state and holds none)."""
+    acts_jointly: bool = False
+    """Its algorithm has ``joint`` (`shoal.interfaces.ActsJointly`): True in a run where
+    several agent groups' policies act together, which the run then evaluates as one
+    `shoal.policy.JointPolicy`, reporting each group (MADDPG, PPO's policy map)."""
+    own_spaces: bool = False
+    """Its algorithm has ``deploy_spaces`` (`shoal.interfaces.OwnSpaces`): the observation
+    and action spaces its deployed policy takes, where they are not the env's (a game's
+    board planes, a dataset's spaces)."""
+    extra_evaluation: bool = False
+    """Its algorithm has ``eval_metrics(metrics)`` (`shoal.interfaces.ExtraEvaluation`):
+    more evaluation metrics computed from the env's (an offline learner's normalized score),
+    logged with them."""
     counts: Callable[[Any], str] | None = None
     """``counts(config)``: what its progress (``env_steps``, which ``run.total_steps`` and the
     cadences count) counts, as a singular noun for summaries ("update" for an offline learner);

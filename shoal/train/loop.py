@@ -39,9 +39,8 @@ def run(
     """Train ``config`` with ``spec``'s algorithm until a stop condition; see `RunResult`.
     ``callbacks`` (`shoal.train.callbacks`) run after those the config names
     (``run.callbacks``); ``on_iteration(steps, metrics)`` is the older one-function form."""
-    prepare = getattr(spec, "prepare", None)  # settings read from outside the config
-    if prepare is not None:
-        config = prepare(config)
+    if spec.prepare is not None:  # settings read from outside the config
+        config = spec.prepare(config)
     check_runtime(spec, config, new=resume is None)
     hooks = build_callbacks(config, callbacks, on_iteration)  # imports checked before any run
     session = Session.start(spec, config, resume, hooks)

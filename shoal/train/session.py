@@ -18,13 +18,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from shoal.collect.evaluate import evaluate, evaluate_joint
 from shoal.config import from_dict, to_dict
 from shoal.envs import make_env
 from shoal.envs.make import make_multi_agent_env
-from shoal.interfaces import AlgorithmSpec
+from shoal.interfaces import ActsJointly, AlgorithmSpec, ExtraEvaluation, OwnSpaces
 from shoal.policy import JointPolicy
 from shoal.seeding import derive_seed, rng_state, seed_torch, set_rng_state
 from shoal.threads import set_compute_threads
@@ -182,11 +182,11 @@ class Session:
         # Written once the run is built (and restored): a resume that fails leaves the run's
         # config as it was.
         guarded_write(lambda: (self.run_dir / "config.json").write_text(config_text))
-        joint = getattr(self.algorithm, "joint", False)  # several groups' policies act together
+        # What the spec declares the algorithm has (`shoal.algos.spec.AlgorithmSpec`).
+        joint = self.spec.acts_jointly and cast(ActsJointly, self.algorithm).joint
+        spaces = cast(OwnSpaces, self.algorithm).deploy_spaces if self.spec.own_spaces else None
         self.eval_env = make_eval_env(config, joint)
-        self.deploy_meta = record_for_deploy(
-            config, self.eval_env, joint, getattr(self.algorithm, "deploy_spaces", None)
-        )
+        self.deploy_meta = record_for_deploy(config, self.eval_env, joint, spaces)
         self.loggers = guarded_write(
             lambda: make_loggers(
                 self.run_dir,
@@ -278,8 +278,8 @@ class Session:
             metrics = evaluate_joint(policy, self.eval_env, seed, deterministic)
         else:
             metrics = evaluate(policy, self.eval_env, seed, deterministic)
-        if hasattr(self.algorithm, "eval_metrics"):  # e.g. an offline learner's normalized score
-            metrics.update(self.algorithm.eval_metrics(metrics))
+        if self.spec.extra_evaluation:  # e.g. an offline learner's normalized score
+            metrics.update(cast(ExtraEvaluation, self.algorithm).eval_metrics(metrics))
         self.loop.eval_return, self.loop.eval_step = metrics["eval/return"], self.steps
         return metrics
 

@@ -445,6 +445,7 @@ SPECS = (
         "parameter server",
         "Discrete, Box (multi-agent envs)",
         runners=True,
+        acts_jointly=True,
     ),
 )
 """The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

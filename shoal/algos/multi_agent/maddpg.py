@@ -398,6 +398,7 @@ SPECS = (
         build_model,
         "MADDPG: decentralized actors, centralized critics, Gumbel-softmax, prioritized replay",
         "Discrete, Box (multi-agent envs)",
+        acts_jointly=True,
     ),
 )
 """The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

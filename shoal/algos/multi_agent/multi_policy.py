@@ -332,6 +332,7 @@ SPECS = (
         "Discrete, Box, MultiDiscrete, MultiBinary, Tuple, Dict",
         backends=NUMPY_BACKENDS,
         runners=True,
+        acts_jointly=True,
     ),
     # Multi-agent PPO: shared weights over an agent group (each agent is a row of the batch,
     # see `shoal.envs.agents_as_batch`), with a centralized (MAPPO) or an own-observation
@@ -346,6 +347,7 @@ SPECS = (
         {"env.global_state": True, "env.agent_id": True},
         NUMPY_BACKENDS,
         runners=True,
+        acts_jointly=True,
     ),
     AlgorithmSpec(
         "ippo",
@@ -357,6 +359,7 @@ SPECS = (
         {"env.global_state": False, "env.agent_id": True},
         NUMPY_BACKENDS,
         runners=True,
+        acts_jointly=True,
     ),
 )
 """The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

@@ -145,6 +145,8 @@ SPECS = (
         "Box (bounded), Discrete",
         prepare=offline_core.prepare,
         counts=offline_core.counts,
+        own_spaces=True,
+        extra_evaluation=True,
     ),
 )
 """The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

@@ -72,6 +72,8 @@ SPECS = (
         "Box (bounded)",
         prepare=offline_core.prepare,
         counts=offline_core.counts,
+        own_spaces=True,
+        extra_evaluation=True,
     ),
 )
 """The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

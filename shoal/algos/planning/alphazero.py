@@ -379,6 +379,7 @@ SPECS = (
         "Discrete (two-player turn-based games)",
         runners=True,
         match_report=evaluate_run,
+        own_spaces=True,
     ),
 )
 """The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

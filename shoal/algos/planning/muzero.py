@@ -426,6 +426,7 @@ SPECS = (
         runners=True,
         match_report=evaluate_run,
         deploys_search=True,
+        own_spaces=True,
     ),
 )
 """The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

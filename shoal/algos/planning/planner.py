@@ -165,6 +165,7 @@ SPECS = (
         "MCTS planning with a Gymnasium env's true dynamics (exact snapshots), no learning",
         "Discrete (pure-Python envs)",
         deploys=False,
+        own_spaces=True,
     ),
 )
 """The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

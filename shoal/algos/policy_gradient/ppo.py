@@ -270,6 +270,9 @@ def _pieces(x: torch.Tensor, index: torch.Tensor, keep: torch.Tensor) -> torch.T
 class PPO(OnPolicyAlgorithm):
     """One PPO iteration: sample a rollout, estimate advantages, update, broadcast weights."""
 
+    joint = False
+    """One policy acts (its spec declares ``acts_jointly`` for `MultiPolicyPPO`'s sake)."""
+
     def __init__(self, config: PPOConfig):
         self.kl_coeff = config.kl_coeff
         super().__init__(config, PPOLearner, build_model)
