@@ -33,7 +33,7 @@ def main() -> None:
     checkpoint = load_checkpoint(args.run)
     config = from_dict(AlphaZeroConfig, checkpoint.config)
     trained, untrained = AlphaZero(config), AlphaZero(config)
-    trained.load_state_dict(checkpoint.state["algorithm"])
+    trained.load_state_dict(checkpoint.algorithm_state)
     search_config = dataclasses.replace(config.search, num_simulations=args.simulations)
     for depth in (int(d) for d in args.depths.split(",")):
         for name, algo in (("untrained", untrained), ("trained", trained)):

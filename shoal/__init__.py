@@ -63,7 +63,9 @@ class _PublicName:
     descriptor so that a subpackage or module of the same name (``shoal.train``,
     ``shoal.collect``, ``shoal.experiment``) does not shadow it: the import system binds a
     subpackage on its parent when it is first imported, and that binding is dropped here
-    (imports find the subpackage in ``sys.modules``)."""
+    (imports find the subpackage in ``sys.modules``). So ``from shoal.train import
+    checkpoint`` imports the module, while ``import shoal.train.checkpoint as c`` does not
+    (it looks the module up as an attribute of ``shoal.train``, the function)."""
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name

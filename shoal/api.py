@@ -17,7 +17,7 @@ from shoal.evaluation import Evaluation
 from shoal.policy import ActorPolicy, JointPolicy
 from shoal.registry import algorithm_for_config, find_tuned, get_algorithm
 from shoal.threads import set_compute_threads
-from shoal.train.checkpoint import incompatible, load_checkpoint
+from shoal.train.checkpoint import Checkpoint, incompatible, load_checkpoint
 from shoal.train.loop import IterationCallback, RunResult, run
 
 
@@ -73,7 +73,7 @@ def train(
         overrides["run.console"] = False
     if resume is not None:
         checkpoint = load_checkpoint(resume, trust_code=trust_code, set_aside=True)
-        spec = get_algorithm(checkpoint.meta["algo"])
+        spec = get_algorithm(checkpoint.algo)
         config = algo_or_config
         if not isinstance(config, spec.config_cls):  # default: the run's own config
             config = from_dict(spec.config_cls, checkpoint.config)
@@ -90,13 +90,13 @@ def load(path: str | Path, trust_code: bool = False) -> ActorPolicy | JointPolic
     ``trust_code``: import users' modules (an encoder, say) from the directories the run
     records; off, only from the installed packages and the working directory."""
     checkpoint = load_checkpoint(path, trust_code=trust_code)
-    spec = get_algorithm(checkpoint.meta["algo"])
+    spec = get_algorithm(checkpoint.algo)
     config: Any = from_dict(spec.config_cls, checkpoint.config)
-    spaces = checkpoint.meta.get("spaces")
-    if checkpoint.meta.get("joint"):
+    spaces = checkpoint.spaces
+    if checkpoint.joint:
         model = spec.build_model(config, None, None)
         try:
-            model.load_state_dict(checkpoint.state["algorithm"]["policy"]["model"])
+            model.load_state_dict(checkpoint.policy_weights)
         except (KeyError, RuntimeError) as exc:
             raise incompatible(checkpoint.path, exc) from exc
         return JointPolicy(model, config)
@@ -109,13 +109,13 @@ def load(path: str | Path, trust_code: bool = False) -> ActorPolicy | JointPolic
         probe.close()
     model = spec.build_model(config, observation_space, action_space)
     try:
-        policy_state = checkpoint.state["algorithm"]["policy"]
-        model.load_state_dict(policy_state["model"])
+        model.load_state_dict(checkpoint.policy_weights)
+        obs_stats = checkpoint.policy_obs_stats
     except (KeyError, RuntimeError) as exc:
         raise incompatible(checkpoint.path, exc) from exc
     return ActorPolicy(
         model,
-        policy_state["obs_stats"],
+        obs_stats,
         config.env.clip_obs,
         config,
         observation_space=observation_space,
@@ -160,30 +160,30 @@ def check_episodes(episodes: int) -> None:
         raise ShoalError(f"episodes must be a whole number >= 1, not {episodes!r}")
 
 
-def use_run_threads(checkpoint: Any) -> None:
+def use_run_threads(checkpoint: Checkpoint) -> None:
     """Compute with the run's ``run.torch_threads``, as its training did: PyTorch's default of
     a thread per core makes the small networks of control tasks and searches slower (a MuZero
     run's ``shoal eval`` took 97.5 s with PyTorch's default against 7.3 s with one thread)."""
-    threads = (checkpoint.config.get("run") or {}).get("torch_threads", 1)
+    threads = checkpoint.setting("run.torch_threads", 1)
     set_compute_threads(max(1, int(threads)))
 
 
-def plays_a_game(checkpoint: Any) -> bool:
+def plays_a_game(checkpoint: Checkpoint) -> bool:
     """Whether a run plays a two-player game, evaluated by matches: an algorithm that plays
     games (`shoal.registry.AlgorithmSpec.match_report`: AlphaZero, MuZero) on a game's id."""
-    spec = get_algorithm(str(checkpoint.meta.get("algo")))
-    env_id = str((checkpoint.config.get("env") or {}).get("id", ""))
+    spec = get_algorithm(checkpoint.algo)
+    env_id = str(checkpoint.setting("env.id", ""))
     return spec.match_report is not None and is_game_id(env_id)
 
 
-def game_report(checkpoint: Any, games: int, seed: int,
+def game_report(checkpoint: Checkpoint, games: int, seed: int,
                 progress: Callable[[int], None] | None = None) -> dict[str, Any]:  # fmt: skip
     """A game-playing run's search against a random and a minimax player, ``games`` games
     each (``shoal eval``'s report for such runs); ``progress`` is told the count of the
     ``2 * games`` finished."""
-    report = get_algorithm(str(checkpoint.meta.get("algo"))).match_report
+    report = get_algorithm(checkpoint.algo).match_report
     if report is None:
-        raise ShoalError(f"{checkpoint.meta.get('algo')} does not play games")
+        raise ShoalError(f"{checkpoint.algo} does not play games")
     return report(checkpoint, games, seed, progress)
 
 

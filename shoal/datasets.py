@@ -31,7 +31,7 @@ from shoal.envs.agents_as_batch import actor_space, critic_part
 from shoal.errors import DatasetError, ShoalError
 from shoal.policy import ActorPolicy, JointPolicy
 from shoal.registry import get_algorithm
-from shoal.train.checkpoint import load_checkpoint
+from shoal.train.checkpoint import Checkpoint, load_checkpoint
 
 _NOT_RECORDED = {"num_envs", "vectorization", "normalize_obs", "normalize_reward", "clip_obs",
                  "clip_reward", "gamma", "atari_training"}  # fmt: skip
@@ -85,7 +85,7 @@ def collect(
     if checkpoint is not None:
         use_run_threads(checkpoint)
     if checkpoint is not None:
-        env_config: EnvConfig = from_dict(get_algorithm(checkpoint.meta["algo"]).config_cls,
+        env_config: EnvConfig = from_dict(get_algorithm(checkpoint.algo).config_cls,
                                           checkpoint.config).env  # fmt: skip
     else:
         env_config = from_dict(EnvConfig, {"id": env})
@@ -107,7 +107,7 @@ def collect(
     critic_columns = critic_part(vector_env.observation_space)
     observation_space = actor_space(vector_env.observation_space)
     try:
-        if from_replay and run is not None:  # (a run is required with from_replay, above)
+        if from_replay and run is not None and checkpoint is not None:  # (required above)
             data = episodes_from_replay(_saved_replay(run, checkpoint))
             collector = f"the replay buffer of {run}"
         elif policy is None:
@@ -146,7 +146,7 @@ def collect(
                  if k == "id" or (k not in _NOT_RECORDED and v != defaults[k])}  # fmt: skip
     metadata = {"collector": collector, "ref_episodes": ref_episodes, "seed": seed}
     if checkpoint is not None:
-        metadata["algorithm_name"] = checkpoint.meta["algo"]
+        metadata["algorithm_name"] = checkpoint.algo
     return write_dataset(out, data, observation_space, space, described,
                          random_score, expert_score, metadata)  # fmt: skip
 
@@ -178,14 +178,13 @@ def _one_agent(policy: ActorPolicy | JointPolicy, run: str | Path) -> ActorPolic
     return policy
 
 
-def _saved_replay(run: str | Path, checkpoint: Any) -> dict[str, Any]:
-    if (checkpoint.config.get("env") or {}).get("normalize_obs"):
+def _saved_replay(run: str | Path, checkpoint: Checkpoint) -> dict[str, Any]:
+    if checkpoint.setting("env.normalize_obs"):
         raise DatasetError(
             f"{run} stored normalized observations (env.normalize_obs) under statistics that "
             "moved as it trained: its replay cannot be turned back into raw observations"
         )
-    state = checkpoint.state.get("algorithm")
-    replay = state.get("replay") if isinstance(state, dict) else None
+    replay = checkpoint.replay
     if replay is None:
         raise DatasetError(
             f"{run} saved no replay buffer: train it with --replay.save to export its replay"
@@ -288,7 +287,7 @@ def make_dataset(
     total = int(source.overrides["run.total_steps"])
     done = 0
     if (run_dir / "checkpoints").is_dir():
-        done = int(load_checkpoint(run_dir).meta["env_steps"])
+        done = load_checkpoint(run_dir).env_steps
     if done == 0:
         train(tuned=source.tuned, run_dir=str(run_dir), **source.overrides)
     elif done < total:

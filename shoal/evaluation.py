@@ -51,20 +51,6 @@ class RunPlayer:
         return self.policy.act({self.group: obs}, action_mask=masks)[self.group]
 
 
-def _find_pool(state: Any) -> dict[str, Any] | None:
-    """The self-play pool's state (`shoal.collect.self_play.SnapshotPool.state_dict`) inside
-    an algorithm's checkpoint state, wherever its sampler keeps it; None without one."""
-    if isinstance(state, dict):
-        pool = state.get("pool")
-        if isinstance(pool, dict) and "weights" in pool and "elo" in pool:
-            return pool
-        for value in state.values():
-            found = _find_pool(value)
-            if found is not None:
-                return found
-    return None
-
-
 class Evaluation:
     """A run's policy and the env config it is evaluated on.
 
@@ -137,7 +123,7 @@ class Evaluation:
     def snapshot(self, which: str) -> JointPolicy:
         """The run's policy with the weights of snapshot ``which`` (an id) of its self-play
         pool, as the checkpoint holds it."""
-        pool = _find_pool(self.checkpoint.state["algorithm"]) if self.checkpoint else None
+        pool = self.checkpoint.self_play_pool if self.checkpoint else None
         if pool is None or not isinstance(self.policy, JointPolicy):
             raise ShoalError("pool:ID players need a self-play run (self_play.snapshot_every)")
         weights = {str(k): v for k, v in pool["weights"].items()}

@@ -124,7 +124,7 @@ def train_config(args: argparse.Namespace, rest: list[str]) -> tuple[Any, Any] |
 
     if args.resume:
         checkpoint = load_checkpoint(args.resume, trust_code=args.trust_code, set_aside=True)
-        spec = get_algorithm(checkpoint.meta["algo"])
+        spec = get_algorithm(checkpoint.algo)
         base: Any = from_dict(spec.config_cls, checkpoint.config)
     elif args.config or args.tuned:
         example = find_tuned(args.config or args.tuned)

@@ -33,11 +33,119 @@ _ARRAY_TAG = "__ndarray__"
 
 
 @dataclass(frozen=True)
+class RunState:
+    """What a run's ``state.pt`` holds, by part; written by the training session
+    (`save_checkpoint`) and read back as `Checkpoint.run_state`. The layout is known here
+    only: other modules read a checkpoint's parts by these names, not by string keys."""
+
+    algorithm: dict[str, Any]
+    """The algorithm's own state (`shoal.interfaces.Algorithm.state_dict`): its learner,
+    sampler, replay and counters under names it chooses, and its deployable policy under
+    ``policy``: ``{"model": weights, "obs_stats": observation statistics or None}``."""
+    rng: dict[str, Any]
+    """The global generators' states (`shoal.seeding.rng_state`)."""
+    loop: dict[str, Any]
+    """The training loop's counters (`shoal.train.session.LoopState`)."""
+    callbacks: list[Any] | None
+    """The callbacks' states, in their order (`shoal.train.callbacks`)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "algorithm": self.algorithm,
+            "rng": self.rng,
+            "loop": self.loop,
+            "callbacks": self.callbacks,
+        }
+
+
+@dataclass(frozen=True)
 class Checkpoint:
+    """One checkpoint as read (`load_checkpoint`). Its parts are read through the properties
+    below (the run's algorithm and progress, its deployable policy, its run state); ``meta``
+    and ``state`` are the raw files, for this module."""
+
     path: Path
     meta: dict[str, Any]
     config: dict[str, Any]
+    """The run's config as JSON data (`shoal.config.from_dict` reads it)."""
     state: dict[str, Any]
+
+    @property
+    def algo(self) -> str:
+        """The registered name of the algorithm that wrote it."""
+        return str(self.meta.get("algo"))
+
+    @property
+    def env_steps(self) -> int:
+        """The run's progress when it was written (what ``run.total_steps`` counts)."""
+        return int(self.meta["env_steps"])
+
+    @property
+    def joint(self) -> bool:
+        """Its policy is several agent groups' acting together (`shoal.policy.JointPolicy`)."""
+        return bool(self.meta.get("joint"))
+
+    @property
+    def spaces(self) -> dict[str, Any] | None:
+        """The deployed policy's spaces as JSON (``observation``, ``action``), where the run
+        recorded them (`shoal.envs.spaces.space_from_json`)."""
+        return self.meta.get("spaces")
+
+    @property
+    def run_state(self) -> RunState:
+        """The whole state, by part (a `KeyError` names a missing part)."""
+        return RunState(
+            self.state["algorithm"], self.state["rng"], self.state["loop"],
+            self.state.get("callbacks"),
+        )  # fmt: skip
+
+    @property
+    def algorithm_state(self) -> dict[str, Any]:
+        return self.state["algorithm"]
+
+    @property
+    def policy_weights(self) -> dict[str, Any]:
+        """The deployable policy's weights (a `KeyError` where the run kept none)."""
+        return self.state["algorithm"]["policy"]["model"]
+
+    @property
+    def policy_obs_stats(self) -> Any:
+        """The deployable policy's observation statistics, or None."""
+        return self.state["algorithm"]["policy"]["obs_stats"]
+
+    @property
+    def replay(self) -> dict[str, Any] | None:
+        """The replay buffer's contents, where the run saved them (``replay.save``)."""
+        algorithm = self.state.get("algorithm")
+        return algorithm.get("replay") if isinstance(algorithm, dict) else None
+
+    @property
+    def self_play_pool(self) -> dict[str, Any] | None:
+        """The self-play pool's state (`shoal.collect.self_play.SnapshotPool.state_dict`),
+        wherever the algorithm's sampler keeps it; None without one."""
+        return _find_pool(self.state.get("algorithm"))
+
+    def setting(self, path: str, default: Any = None) -> Any:
+        """The run's config value at the dotted ``path`` (``run.torch_threads``), or
+        ``default`` where the saved config has none."""
+        value: Any = self.config
+        for part in path.split("."):
+            if not isinstance(value, dict) or value.get(part) is None:
+                return default
+            value = value[part]
+        return value
+
+
+def _find_pool(state: Any) -> dict[str, Any] | None:
+    if isinstance(state, dict):
+        pool = state.get("pool")
+        if isinstance(pool, dict) and "weights" in pool and "elo" in pool:
+            return pool
+        for value in state.values():
+            found = _find_pool(value)
+            if found is not None:
+                return found
+    return None
 
 
 def encode(obj: Any) -> Any:
@@ -70,11 +178,12 @@ def save_checkpoint(
     step: int,
     algo: str,
     config: dict[str, Any],
-    state: dict[str, Any],
+    state: RunState | dict[str, Any],
     keep: int = 3,
     extra_meta: dict[str, Any] | None = None,
 ) -> Path:
     """Write a checkpoint for env step ``step`` and prune all but the ``keep`` newest.
+    ``state``: a run's `RunState` (any tree of tensors, arrays and plain data is stored).
     ``extra_meta`` goes into ``meta.json`` (JSON data: the policy's spaces, import paths).
 
     Crash-safe: the files are written into a temporary directory, flushed to disk (``fsync``,
@@ -94,7 +203,7 @@ def save_checkpoint(
         _write_synced(tmp / "meta.json", json.dumps(meta, indent=2).encode())
         _write_synced(tmp / "config.json", json.dumps(config, indent=2).encode())
         with open(tmp / "state.pt", "wb") as handle:
-            torch.save(encode(state), handle)
+            torch.save(encode(state.as_dict() if isinstance(state, RunState) else state), handle)
             handle.flush()
             os.fsync(handle.fileno())
         _fsync_dir(tmp)

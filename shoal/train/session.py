@@ -29,7 +29,13 @@ from shoal.policy import JointPolicy
 from shoal.seeding import derive_seed, rng_state, seed_torch, set_rng_state
 from shoal.threads import set_compute_threads
 from shoal.train.callbacks import Callbacks, TrainContext
-from shoal.train.checkpoint import Checkpoint, config_changes, incompatible, save_checkpoint
+from shoal.train.checkpoint import (
+    Checkpoint,
+    RunState,
+    config_changes,
+    incompatible,
+    save_checkpoint,
+)
 from shoal.train.logger import MultiLogger, make_loggers
 from shoal.train.run_dir import guarded_write, record_for_deploy, resolve_run_dir
 from shoal.train.signals import SIGNAL_WORDS
@@ -137,12 +143,12 @@ class Session:
         self.resumed_from, self.exact, self.replay_lost = None, True, False
         if resume is not None:
             try:
-                self.loop = LoopState(**resume.state["loop"])
+                self.loop = LoopState(**resume.run_state.loop)
             except (KeyError, TypeError) as exc:
                 raise incompatible(resume.path, exc) from exc
-            self.resumed_from, self.checkpoint = int(resume.meta["env_steps"]), resume.path
+            self.resumed_from, self.checkpoint = resume.env_steps, resume.path
             config = _drop_reached_target(config, resume, self.loop)
-            _reschedule(self.loop, resume.config.get("run") or {}, config.run, self.resumed_from)
+            _reschedule(self.loop, resume.setting("run", {}), config.run, self.resumed_from)
         self.config = config
         self.unit = spec.unit(config)
         self.train_s_before = self.loop.train_s
@@ -169,14 +175,15 @@ class Session:
         self.setup_s = time.perf_counter() - self.started
         if resume is not None:
             try:
-                algorithm_state = resume.state["algorithm"]
+                saved = resume.run_state
+                algorithm_state = saved.algorithm
                 self.exact = bool(self.algorithm.load_state_dict(algorithm_state))
                 self.replay_lost = (
                     isinstance(algorithm_state, dict)
                     and "replay" in algorithm_state
                     and algorithm_state["replay"] is None
                 )
-                set_rng_state(resume.state["rng"])
+                set_rng_state(saved.rng)
             except (KeyError, RuntimeError, TypeError, ValueError) as exc:
                 raise incompatible(resume.path, exc, self._changes_from(resume)) from exc
         # Written once the run is built (and restored): a resume that fails leaves the run's
@@ -202,7 +209,7 @@ class Session:
             )
         )
         if resume is not None:
-            self.hooks.load_state_dict(resume.state.get("callbacks"))
+            self.hooks.load_state_dict(resume.run_state.callbacks)
         context = TrainContext(config, self.run_dir, self.algorithm, self.save, self.resumed_from)
         self.hooks.start(context)
 
@@ -303,12 +310,12 @@ class Session:
             every = self.config.run.checkpoint_every_steps
             self.loop.next_checkpoint = next_multiple(self.steps, every)
         guarded_write(self.loggers.flush)
-        state = {
-            "algorithm": self.algorithm.state_dict(),
-            "rng": rng_state(),
-            "loop": dataclasses.asdict(self.loop),
-            "callbacks": self.hooks.state_dict(),
-        }
+        state = RunState(
+            algorithm=self.algorithm.state_dict(),
+            rng=rng_state(),
+            loop=dataclasses.asdict(self.loop),
+            callbacks=self.hooks.state_dict(),
+        )
         run_cfg = self.config.run
         self.checkpoint = guarded_write(
             lambda: save_checkpoint(
@@ -441,9 +448,9 @@ def _drop_reached_target(config: Any, resume: Checkpoint, loop: LoopState) -> An
     target = config.run.target_return
     if target is None or loop.eval_return is None or loop.eval_return < target:
         return config
-    saved_total = int((resume.config.get("run") or {}).get("total_steps", 0))
+    saved_total = int(resume.setting("run.total_steps", 0))
     given = config.run.total_steps != saved_total  # a total named on the resume
-    if not given or config.run.total_steps <= int(resume.meta["env_steps"]):
+    if not given or config.run.total_steps <= resume.env_steps:
         print(
             f"note: the run had reached its target_return {target:g} (eval return "
             f"{loop.eval_return:.1f}): nothing to train (raise --run.total-steps to train on)"

@@ -159,6 +159,10 @@ class Spec:
     algorithm_cls: Any
     backends: tuple[str, ...] = ("auto", "torch")
     runners: bool = False
+    prepare: Any = None
+    acts_jointly: bool = False
+    own_spaces: bool = False
+    extra_evaluation: bool = False
 
     def unit(self, config: Any) -> str:
         return "env step"

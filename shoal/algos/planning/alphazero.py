@@ -363,7 +363,7 @@ def evaluate_run(checkpoint: Any, games: int, seed: int,
     game = make_game(config.env.id)
     obs_space = gym.spaces.Box(-np.inf, np.inf, game.observation_shape, np.float32)
     net = build_model(config, obs_space, gym.spaces.Discrete(game.num_actions))
-    net.load_state_dict(checkpoint.state["algorithm"]["policy"]["model"])
+    net.load_state_dict(checkpoint.policy_weights)
     results = play_matches(game, net, config, games, seed, progress=progress)
     simulations = _eval_search(config).num_simulations
     return baseline_report(results, config.env.id, games, simulations, config.minimax_depth)

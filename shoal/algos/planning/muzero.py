@@ -409,7 +409,7 @@ def evaluate_run(checkpoint: Any, games: int, seed: int,
     game = make_game(config.env.id)
     obs_space = gym.spaces.Box(-np.inf, np.inf, game.observation_shape, np.float32)
     module = build_model(config, obs_space, gym.spaces.Discrete(game.num_actions))
-    module.load_state_dict(checkpoint.state["algorithm"]["policy"]["model"])
+    module.load_state_dict(checkpoint.policy_weights)
     results = play_matches(module.net, config, games, seed, progress)
     return baseline_report(results, config.env.id, games, config.search.num_simulations,
                            config.minimax_depth)  # fmt: skip
