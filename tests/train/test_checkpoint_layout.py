@@ -48,7 +48,7 @@ def string_key_reads(source: str) -> list[str]:
                 and _names_a_checkpoint(owner.value)
             ):
                 found.append(f"line {node.lineno}: .config.get(...)")
-    return sorted(found, key=lambda read: (int(read.split()[1].rstrip(':')), read))
+    return sorted(found, key=lambda read: (int(read.split()[1].rstrip(":")), read))
 
 
 def test_no_module_but_the_checkpoint_module_reads_parts_by_string_key():
