@@ -91,6 +91,18 @@ class _Shoal(ModuleType):
     train = _PublicName()
     tune = _PublicName()
 
+    def __getattr__(self, name: str) -> Any:
+        """A subpackage or module not imported yet (``shoal.registry``, ``shoal.config``):
+        imported now, as ``import shoal`` used to import them all."""
+        if name.startswith("__"):
+            raise AttributeError(f"module 'shoal' has no attribute {name!r}")
+        try:
+            return importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module 'shoal' has no attribute {name!r}") from None
+
     def __dir__(self) -> list[str]:
         return sorted(set(self.__dict__) | set(_HOMES))
 

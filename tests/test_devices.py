@@ -12,7 +12,7 @@ from image_env import FakeImageEnv
 from state_helpers import assert_states_equal, metric_rows
 
 import shoal
-from shoal.algos.policy_gradient.ppo import PPOBatch
+from shoal.algos.policy_gradient.ppo import RolloutBatch
 from shoal.config import RunConfig
 from shoal.device import (
     autocast_dtype,
@@ -214,7 +214,7 @@ def test_float16_needs_cuda_and_backends_need_a_learner_that_has_them(tmp_path):
 
 
 def test_to_device_moves_nested_batches_and_leaves_cpu_tensors_alone():
-    batch = PPOBatch(*(torch.zeros(3) for _ in range(6)))
+    batch = RolloutBatch(*(torch.zeros(3) for _ in range(6)))
     moved = to_device({"a": [batch, np.zeros(2)], "b": None}, torch.device("cpu"))
     assert moved["a"][0].obs is batch.obs and isinstance(moved["a"][1], np.ndarray)
     weights = {"w": torch.ones(2, requires_grad=True)}

@@ -1,4 +1,4 @@
-"""Tests for shoal.kfac: the preconditioned gradient equals the explicit (damped) Fisher
+"""Tests for shoal.optim.kfac: the preconditioned gradient equals the explicit (damped) Fisher
 inverse times the gradient where the Kronecker factorization is exact (inputs that do not vary
 across samples), the convolution factors by hand, the trust region, the refusal of recurrent
 layers and the state round trip."""
@@ -11,7 +11,7 @@ from torch import nn
 from torch.testing import assert_close
 
 from shoal.errors import ConfigError
-from shoal.kfac import KFAC, covered_layers
+from shoal.optim.kfac import KFAC, covered_layers
 
 
 def _vec(matrix):

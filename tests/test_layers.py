@@ -29,7 +29,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("algos",),
     ("collect", "data", "distributed", "search"),
     ("backend", "fast"),
-    ("nn", "losses", "optim", "kfac", "policy"),
+    ("nn", "losses", "optim", "policy"),
     ("envs",),
     (
         "config",

@@ -90,6 +90,17 @@ def test_the_package_functions_are_the_api_functions():
         shoal.train = print
 
 
+def test_a_submodule_is_imported_when_first_read():
+    """``shoal.registry`` and ``shoal.config`` after a bare ``import shoal``, as when that
+    imported them all."""
+    code = (
+        "import shoal, json; "
+        "print(json.dumps([shoal.registry.get_algorithm('dqn').name, "
+        "callable(shoal.config.replace), 'shoal.registry' in __import__('sys').modules]))"
+    )
+    assert _fresh_python(code) == ["dqn", True, True]
+
+
 def test_a_config_finds_its_name_among_the_imported_and_then_all():
     """TD3+BC's config extends TD3's: it is matched by class, not by isinstance."""
     from shoal.algos.offline.td3_bc import TD3BCConfig

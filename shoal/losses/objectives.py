@@ -202,7 +202,8 @@ class Objective:
 
     def targets(self, batch: Any) -> Targets:
         """The constants of a batch with fields ``log_probs``, ``values``, ``advantages`` and
-        ``returns`` (a `shoal.algos.cores.on_policy.PPOBatch`), advantages standardized as set."""
+        ``returns`` (a `shoal.algos.cores.on_policy.RolloutBatch`), advantages standardized as
+        set."""
         advantages = batch.advantages
         if self.normalize_advantages:
             advantages = standardize(advantages)

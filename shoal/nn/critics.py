@@ -1,4 +1,5 @@
-"""Q-function ensembles for the off-policy actor-critics, evaluated as one batched network.
+"""Q-function ensembles for the off-policy actor-critics, evaluated as one batched network,
+and the inputs of a team's centralized critics (MADDPG's, CTEDD's).
 
 TD3 and SAC train two critics of the same shape on the same batch. Stacking their weights on a
 member axis (`ParallelMLP`) evaluates both with one batched matmul per layer, forward and
@@ -96,3 +97,34 @@ def taken_q(q_all: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
     """``[M, N]`` values of the ``[N]`` discrete ``actions`` among ``[M, N, A]``."""
     index = actions.long().view(1, -1, 1).expand(q_all.shape[0], -1, 1)
     return q_all.gather(-1, index).squeeze(-1)
+
+
+# --- a team's centralized critics (Lowe et al. 2017, "Multi-agent actor-critic for mixed
+# cooperative-competitive environments"): MADDPG's and CTEDD's -----------------------------
+
+
+def critic_inputs(critic_obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """``[M, C + D]``: what every centralized critic sees, the observations (or state)
+    ``[M, C]`` and all agents' actions (``[M, D]``, or ``[M, N, action_dim]``)."""
+    return torch.cat([critic_obs, actions.flatten(1)], dim=-1)
+
+
+def replace_own_actions(
+    critic_obs: torch.Tensor, replayed: torch.Tensor, policy: torch.Tensor, own: torch.Tensor
+) -> torch.Tensor:
+    """``[N, M, C + D]``: critic ``i``'s input with agent ``i``'s replayed action replaced by
+    its policy's action (Lowe et al. 2017, Algorithm 1, actor update); ``replayed`` and
+    ``policy`` are joint actions ``[M, D]``, ``own`` ``[N, D]`` marks each agent's columns."""
+    actions = torch.where(own.unsqueeze(1), policy.unsqueeze(0), replayed.unsqueeze(0))
+    obs = critic_obs.unsqueeze(0).expand(own.shape[0], -1, -1)
+    return torch.cat([obs, actions], dim=-1)
+
+
+def own_action_inputs(
+    critic_obs: torch.Tensor, replayed: torch.Tensor, policy: torch.Tensor
+) -> torch.Tensor:
+    """`replace_own_actions` for agents with equal action sizes: ``replayed`` and ``policy``
+    ``[M, N, action_dim]``."""
+    n, d = replayed.shape[1:]
+    own = torch.eye(n, dtype=torch.bool, device=replayed.device).repeat_interleave(d, dim=1)
+    return replace_own_actions(critic_obs, replayed.flatten(1), policy.flatten(1), own)

@@ -40,7 +40,7 @@ class MLP(nn.Module):
         self.out_dim = in_dim
         self.tap: Callable[[int, torch.Tensor, torch.Tensor], None] | None = None
         """Called as ``tap(layer, inputs, pre_activations)`` in every forward pass when set
-        (K-FAC reads each layer's inputs and output gradients through it, `shoal.kfac`)."""
+        (K-FAC reads each layer's inputs and output gradients through it, `shoal.optim.kfac`)."""
 
     @property
     def linears(self) -> list[nn.Linear]:
@@ -84,7 +84,7 @@ class ParallelMLP(nn.Module):
         self.out_dim = in_dim
         self.tap: Callable[[int, torch.Tensor, torch.Tensor], None] | None = None
         """Called as ``tap(layer, inputs, pre_activations)`` in every forward pass when set
-        (K-FAC reads each layer's inputs and output gradients through it, `shoal.kfac`)."""
+        (K-FAC reads each layer's inputs and output gradients through it, `shoal.optim.kfac`)."""
 
     def forward(self, x: torch.Tensor, detach_weights: bool = False) -> torch.Tensor:
         """``[N, in_dim]`` (or ``[members, N, in_dim]``) -> ``[members, N, out_dim]``.

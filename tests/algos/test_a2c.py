@@ -83,7 +83,7 @@ def test_losses_and_one_step(shared):
     obs = torch.randn(6, 4)
     actions = torch.tensor([0, 1, 1, 0, 1, 0])
     advantages, returns = torch.randn(6), torch.randn(6)
-    batch = a2c.PPOBatch(obs, actions, torch.zeros(6), torch.zeros(6), advantages, returns)
+    batch = a2c.RolloutBatch(obs, actions, torch.zeros(6), torch.zeros(6), advantages, returns)
     with torch.no_grad():
         dist, values = learner.model(obs)
     expected_policy = -(dist.log_prob(actions) * advantages).mean()
@@ -117,7 +117,7 @@ def test_numpy_backend_step_equals_the_autograd_step(action_space, settings):
     obs = torch.randn(6, 4)
     action_space.seed(0)
     actions = torch.stack([torch.as_tensor(action_space.sample()) for _ in range(6)])
-    batch = a2c.PPOBatch(
+    batch = a2c.RolloutBatch(
         obs, actions, torch.zeros(6), torch.zeros(6), torch.randn(6), torch.randn(6)
     )
     torch.manual_seed(0)

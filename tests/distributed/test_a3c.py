@@ -9,7 +9,7 @@ import torch
 from state_helpers import assert_seeded_runs_identical, assert_states_equal, metric_rows
 
 import shoal
-from shoal.algos.cores.on_policy import PPOBatch, make_batch
+from shoal.algos.cores.on_policy import RolloutBatch, make_batch
 from shoal.algos.policy_gradient import a3c
 from shoal.algos.policy_gradient.a2c import A2CConfig, A2CLearner
 from shoal.algos.policy_gradient.a3c import A3C, A2CBlock, A3CConfig, A3CWorker
@@ -110,7 +110,7 @@ def test_losses_hand_computed():
     """pi(a|s) = 1/2 everywhere, V = [1, 2], R = [2, 0], A = [2, 0]:
     policy = -mean(log(1/2) * A) = log 2; value = 0.5 * mean([1, 4]) = 1.25;
     entropy = -log 2; total = log 2 + 0.5 * 1.25 - 0.01 * log 2."""
-    batch = PPOBatch(
+    batch = RolloutBatch(
         obs=torch.zeros(2, 4),
         actions=torch.tensor([0, 1]),
         log_probs=torch.zeros(2),

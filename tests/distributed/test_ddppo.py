@@ -15,7 +15,7 @@ import torch.multiprocessing as mp
 from state_helpers import assert_states_equal, metric_rows
 
 import shoal
-from shoal.algos.cores.on_policy import PPOBatch
+from shoal.algos.cores.on_policy import RolloutBatch
 from shoal.algos.policy_gradient.ddppo import (
     DDPPO,
     DDPPOConfig,
@@ -39,7 +39,7 @@ LR, CLIP = 0.05, 0.2
 
 def fixed_batch():
     g = torch.Generator().manual_seed(3)
-    return PPOBatch(
+    return RolloutBatch(
         obs=torch.randn(N, 4, generator=g),
         actions=torch.randint(0, 2, (N,), generator=g),
         log_probs=torch.log(torch.full((N,), 0.5)) + 0.3 * torch.randn(N, generator=g),

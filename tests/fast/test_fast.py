@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from shoal import backend
-from shoal.algos.cores.on_policy import PPOBatch
+from shoal.algos.cores.on_policy import RolloutBatch
 from shoal.algos.policy_gradient.a2c import A2CConfig, A2CLearner
 from shoal.algos.policy_gradient.ppo import PPOConfig, PPOLearner
 from shoal.config import ModelConfig, OptimConfig, replace
@@ -45,7 +45,7 @@ OBJECTIVES = {
 }
 
 
-def make_batch(obs_space, action_space, n=48, seed=0) -> PPOBatch:
+def make_batch(obs_space, action_space, n=48, seed=0) -> RolloutBatch:
     g = torch.Generator().manual_seed(seed)
     if isinstance(obs_space, gym.spaces.Discrete):
         obs = torch.randint(0, obs_space.n, (n,), generator=g)
@@ -58,10 +58,10 @@ def make_batch(obs_space, action_space, n=48, seed=0) -> PPOBatch:
     old_log_prob = -1.0 + 0.2 * torch.randn(n, generator=g)
     values = torch.randn(n, generator=g)
     advantages, returns = torch.randn(n, generator=g), torch.randn(n, generator=g)
-    return PPOBatch(obs, actions, old_log_prob, values, advantages, returns)
+    return RolloutBatch(obs, actions, old_log_prob, values, advantages, returns)
 
 
-def as_arrays(batch: PPOBatch) -> PPOBatch:
+def as_arrays(batch: RolloutBatch) -> RolloutBatch:
     return batch.map(lambda x: x.numpy())
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from shoal.algos.cores.on_policy import PPOBatch
+from shoal.algos.cores.on_policy import RolloutBatch
 from shoal.losses.objectives import (
     ClippedSurrogate,
     EntropyBonus,
@@ -175,9 +175,9 @@ def test_objectives_refuse_duplicate_names_and_all_zero_weights():
         Objective([(0.0, PolicyGradient())])
 
 
-def _batch(targets: Targets) -> PPOBatch:
-    """A `PPOBatch` holding the targets (the fields `Objective.targets` reads)."""
+def _batch(targets: Targets) -> RolloutBatch:
+    """A `RolloutBatch` holding the targets (the fields `Objective.targets` reads)."""
     zeros = torch.zeros(len(targets.returns))
     if isinstance(targets.returns, np.ndarray):
         zeros = zeros.numpy()
-    return PPOBatch(zeros, zeros, *targets)
+    return RolloutBatch(zeros, zeros, *targets)

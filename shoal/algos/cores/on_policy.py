@@ -38,8 +38,10 @@ from shoal.seeding import derive_seed
 from shoal.types import EpisodeStats, Rollout
 
 
-class PPOBatch(NamedTuple):
-    """Flat ``[N, ...]`` training samples: the valid transitions of a rollout."""
+class RolloutBatch(NamedTuple):
+    """Flat ``[N, ...]`` training samples: the valid transitions of a rollout with their
+    advantages and returns, what PPO, A2C, TRPO, ACKTR, APPO and DD-PPO learn from (it was
+    ``PPOBatch``)."""
 
     obs: torch.Tensor
     actions: torch.Tensor
@@ -50,17 +52,17 @@ class PPOBatch(NamedTuple):
     action_mask: torch.Tensor | None = None
     """``[N, A]`` legal actions at each observation, where the env reports them."""
 
-    def map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> PPOBatch:
+    def map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> RolloutBatch:
         """``fn`` applied to every field (the mask too, when there is one)."""
-        return PPOBatch(*(None if x is None else fn(x) for x in self))  # type: ignore[arg-type]
+        return RolloutBatch(*(None if x is None else fn(x) for x in self))  # type: ignore[arg-type]
 
 
-class PPOSequenceBatch(NamedTuple):
+class RolloutSequenceBatch(NamedTuple):
     """Training data of a recurrent model: ``chunks`` holds ``[chunk, N, ...]`` pieces of the
     env sequences (`shoal.data.rollout.to_chunks`), with their ``valid`` and episode
     ``starts`` flags; the rest recomputes the state at each piece's start."""
 
-    chunks: PPOBatch
+    chunks: RolloutBatch
     valid: torch.Tensor
     starts: torch.Tensor
     rollout_obs: torch.Tensor
@@ -80,14 +82,16 @@ def _gae(rollout: Rollout, gamma: float, lam: float) -> tuple[torch.Tensor, torc
     )
 
 
-def make_sequence_batch(rollout: Rollout, gamma: float, lam: float, chunk: int) -> PPOSequenceBatch:
+def make_sequence_batch(
+    rollout: Rollout, gamma: float, lam: float, chunk: int
+) -> RolloutSequenceBatch:
     """GAE over the rollout, then pieces of ``chunk`` steps per env (autoreset steps stay in
     place, flagged invalid, so that the sequences keep their timing)."""
     advantages, returns = _gae(rollout, gamma, lam)
     starts = episode_starts(rollout.valid)
     fields = (rollout.obs, rollout.actions, rollout.log_probs, rollout.values, advantages, returns)
-    return PPOSequenceBatch(
-        PPOBatch(*(to_chunks(x, chunk) for x in fields)),
+    return RolloutSequenceBatch(
+        RolloutBatch(*(to_chunks(x, chunk) for x in fields)),
         to_chunks(rollout.valid, chunk),
         to_chunks(starts, chunk),
         rollout.obs,
@@ -96,7 +100,7 @@ def make_sequence_batch(rollout: Rollout, gamma: float, lam: float, chunk: int) 
     )
 
 
-def make_batch(rollout: Rollout, gamma: float, lam: float) -> PPOBatch:
+def make_batch(rollout: Rollout, gamma: float, lam: float) -> RolloutBatch:
     """GAE over the time-major rollout, then keep only the real (non-autoreset) transitions,
     flat. Rollouts live on the CPU, so this runs on NumPy views of their memory: a dozen
     NumPy calls cost a fraction of the same tensor ops' dispatch on rollouts this small."""
@@ -116,7 +120,7 @@ def make_batch(rollout: Rollout, gamma: float, lam: float) -> PPOBatch:
     def flat(x: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(x.reshape(keep.size, *x.shape[2:])[keep])
 
-    return PPOBatch(
+    return RolloutBatch(
         flat(rollout.obs.numpy()),
         flat(rollout.actions.numpy()),
         flat(rollout.log_probs.numpy()),

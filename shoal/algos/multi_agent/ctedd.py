@@ -52,7 +52,6 @@ from shoal.algos.cores.off_policy import learn_from_replay, make_priorities
 from shoal.algos.multi_agent.ctedd_acting import CTEDDActing, Team
 from shoal.algos.multi_agent.distillation import Student, chronological_rows, distill_round
 from shoal.algos.multi_agent.joint_replay import replay_steps
-from shoal.algos.multi_agent.maddpg import critic_inputs, own_action_inputs
 from shoal.algos.spec import AlgorithmSpec
 from shoal.backend import place, uncompiled_copy
 from shoal.collect.evaluate import evaluate_joint_episodes
@@ -77,7 +76,7 @@ from shoal.envs.shapes import shape_of
 from shoal.errors import ConfigError
 from shoal.losses.actor_critic import deterministic_actor_loss, ensemble_td_loss
 from shoal.losses.distillation import exploration_scale_loss
-from shoal.nn.critics import CriticEnsemble
+from shoal.nn.critics import CriticEnsemble, critic_inputs, own_action_inputs
 from shoal.nn.local_policies import ExplorationScale, GlobalActor, LocalPolicies
 from shoal.optim import build_optimizer, minimize
 from shoal.policy import ActorPolicy, JointPolicy
@@ -226,7 +225,7 @@ def build_model(config: CTEDDConfig, obs_space: gym.Space, action_space: gym.Spa
 
 class CTEDDLearner(ActorCriticLearner[GlobalActor]):
     """Stage 1: the global policies, their exploration scales and the centralized critics
-    (whose inputs are MADDPG's, `shoal.algos.multi_agent.maddpg.critic_inputs`)."""
+    (whose inputs are MADDPG's, `shoal.nn.critics.critic_inputs`)."""
 
     def __init__(
         self, config: CTEDDConfig, num_agents: int, action_dim: int, state_dim: int, offset: int

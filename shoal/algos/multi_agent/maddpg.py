@@ -63,7 +63,7 @@ from shoal.envs.multi_agent import AgentGroup, MultiAgentVectorEnv
 from shoal.envs.shapes import shape_of
 from shoal.errors import ConfigError
 from shoal.losses.actor_critic import deterministic_actor_loss, ensemble_td_loss
-from shoal.nn.critics import CriticEnsemble
+from shoal.nn.critics import CriticEnsemble, critic_inputs, replace_own_actions
 from shoal.nn.multi_agent import JointActors
 from shoal.policy import ActorPolicy, JointPolicy
 from shoal.seeding import derive_seed
@@ -155,33 +155,6 @@ class MADDPGActing:
 
     def set_state(self, state: dict[str, Any]) -> None:
         self.actors.load_exploration_state(state["exploration"])
-
-
-def critic_inputs(critic_obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-    """``[M, C + D]``: what every centralized critic sees, the observations (or state)
-    ``[M, C]`` and all agents' actions (``[M, D]``, or ``[M, N, action_dim]``)."""
-    return torch.cat([critic_obs, actions.flatten(1)], dim=-1)
-
-
-def replace_own_actions(
-    critic_obs: torch.Tensor, replayed: torch.Tensor, policy: torch.Tensor, own: torch.Tensor
-) -> torch.Tensor:
-    """``[N, M, C + D]``: critic ``i``'s input with agent ``i``'s replayed action replaced by
-    its policy's action (Lowe et al. 2017, Algorithm 1, actor update); ``replayed`` and
-    ``policy`` are joint actions ``[M, D]``, ``own`` ``[N, D]`` marks each agent's columns."""
-    actions = torch.where(own.unsqueeze(1), policy.unsqueeze(0), replayed.unsqueeze(0))
-    obs = critic_obs.unsqueeze(0).expand(own.shape[0], -1, -1)
-    return torch.cat([obs, actions], dim=-1)
-
-
-def own_action_inputs(
-    critic_obs: torch.Tensor, replayed: torch.Tensor, policy: torch.Tensor
-) -> torch.Tensor:
-    """`replace_own_actions` for agents with equal action sizes: ``replayed`` and ``policy``
-    ``[M, N, action_dim]``."""
-    n, d = replayed.shape[1:]
-    own = torch.eye(n, dtype=torch.bool, device=replayed.device).repeat_interleave(d, dim=1)
-    return replace_own_actions(critic_obs, replayed.flatten(1), policy.flatten(1), own)
 
 
 def build_actors(config: MADDPGConfig, groups: list[AgentGroup]) -> JointActors:

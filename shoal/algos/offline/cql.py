@@ -10,6 +10,10 @@ policy's actions at ``s`` and ``s'`` (the paper's appendix F). ``weight`` is fix
 (``conservative_weight``), or tuned by dual gradient descent so that the gap stays near
 ``lagrange_threshold`` (CQL-Lagrange). SAC's entropy temperature is tuned automatically.
 CQL continues online from its offline weights (``--online``).
+
+It takes SAC's learner and config from the continuous-control family as parts it composes
+(`shoal.algos.continuous.sac`: `SACLearner` with a `CriticPenalty` slot, built for this), and
+no other internals of that family.
 """
 
 from __future__ import annotations

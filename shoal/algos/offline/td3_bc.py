@@ -4,7 +4,9 @@ scaled by ``alpha / mean |Q|`` so that one ``alpha`` fits every reward scale, an
 observations standardized by the dataset's statistics (``normalize_obs``).
 
 It is `TD3Learner` with its actor objective passed in (`td3_bc_actor_loss`). Continuous
-actions only.
+actions only. TD3's learner and config and DDPG's actor builder come from the
+continuous-control family as parts it composes (`shoal.algos.continuous.td3`, whose learner
+takes an actor objective for this), and no other internals of that family.
 """
 
 from __future__ import annotations

@@ -24,8 +24,8 @@ import torch
 from shoal.algos.cores.on_policy import (
     ModelLearner,
     OnPolicyAlgorithm,
-    PPOBatch,
-    PPOSequenceBatch,
+    RolloutBatch,
+    RolloutSequenceBatch,
     check_bptt_chunk,
     check_masks,
     make_batch,
@@ -131,19 +131,21 @@ class A2CLearner(ModelLearner[ActorCritic | RecurrentActorCritic]):
         )
         self.objective = a2c_objective(config.vf_coef, config.ent_coef, config.normalize_advantages)
 
-    def losses(self, batch: PPOBatch | PPOSequenceBatch) -> dict[str, torch.Tensor]:
+    def losses(self, batch: RolloutBatch | RolloutSequenceBatch) -> dict[str, torch.Tensor]:
         """The objective's loss terms on a batch through autograd, ``total`` last (no step)."""
         batch, outputs = self._flat(to_device(batch, self.device))
         return evaluate_objective(self.model, self.objective, batch, outputs)[0]
 
-    def _flat(self, batch: PPOBatch | PPOSequenceBatch) -> tuple[PPOBatch, tuple | None]:
+    def _flat(
+        self, batch: RolloutBatch | RolloutSequenceBatch
+    ) -> tuple[RolloutBatch, tuple | None]:
         """A feed-forward batch as it is; a recurrent one replayed (`_replay`)."""
-        if isinstance(batch, PPOSequenceBatch):
+        if isinstance(batch, RolloutSequenceBatch):
             outputs, batch = self._replay(batch)
             return batch, outputs
         return batch, None
 
-    def _replay(self, batch: PPOSequenceBatch) -> tuple[tuple, PPOBatch]:
+    def _replay(self, batch: RolloutSequenceBatch) -> tuple[tuple, RolloutBatch]:
         """Recurrent models: the ``(distribution, values)`` of the valid steps of a time-major
         rollout batch ``[T, B]``, run in time order from its initial state; the state is
         detached every ``config.chunk`` steps, so the gradient stops there (truncated BPTT).
@@ -164,7 +166,7 @@ class A2CLearner(ModelLearner[ActorCritic | RecurrentActorCritic]):
         outputs = model.heads(features.flatten(0, 1)[keep])
         return outputs, batch.chunks.map(lambda x: x.flatten(0, 1)[keep])
 
-    def update(self, batch: PPOBatch | PPOSequenceBatch, lr: float) -> dict[str, float]:
+    def update(self, batch: RolloutBatch | RolloutSequenceBatch, lr: float) -> dict[str, float]:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         batch, outputs = self._flat(to_device(batch, self.device))
@@ -188,7 +190,7 @@ class A2C(OnPolicyAlgorithm):
         # Autoreset transitions are dropped by make_batch; truncations bootstrap from the
         # final observation's value (`Rollout.next_values`). Recurrent models keep the
         # rollout time-major ([T, B]: one piece of num_steps per env), masked the same way.
-        batch: PPOBatch | PPOSequenceBatch
+        batch: RolloutBatch | RolloutSequenceBatch
         if cfg.model.lstm_hidden is None:
             batch = make_batch(rollout, cfg.gamma, cfg.gae_lambda)
         else:

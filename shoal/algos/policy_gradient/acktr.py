@@ -3,7 +3,7 @@
 approximation", arXiv:1708.05144).
 
 A2C's rollouts and objective (n-step or GAE advantages, policy gradient + value loss - entropy
-bonus), with the gradient step replaced by a natural-gradient step (`shoal.kfac.KFAC`): the
+bonus), with the gradient step replaced by a natural-gradient step (`shoal.optim.kfac.KFAC`): the
 Kronecker factors of every linear and convolution layer come from the model's own
 log-likelihood at sampled outputs, the policy's at an action drawn from it and the critic's
 as a unit-variance Gaussian around its own value (``vf_fisher_coef`` weighs it), and the step
@@ -23,7 +23,7 @@ import torch
 from shoal.algos.cores.on_policy import (
     ModelLearner,
     OnPolicyAlgorithm,
-    PPOBatch,
+    RolloutBatch,
     check_no_masks,
     make_batch,
     mean_metrics,
@@ -34,16 +34,16 @@ from shoal.backend import TorchStep, evaluate_objective
 from shoal.config import EnvConfig, ModelConfig, OptimConfig, RunConfig, check, check_positive
 from shoal.config.usage import OWN_GAMMA
 from shoal.device import to_device
-from shoal.kfac import KFAC
 from shoal.losses.objectives import a2c_objective
 from shoal.nn import ActorCritic, RecurrentActorCritic, build_actor_critic
 from shoal.nn.distributions import Distribution
+from shoal.optim.kfac import KFAC
 from shoal.schedules import scheduled
 
 
 @dataclass(frozen=True)
 class KFACConfig:
-    """The natural-gradient step (`shoal.kfac.KFAC`); the step size is ``optim.lr``."""
+    """The natural-gradient step (`shoal.optim.kfac.KFAC`); the step size is ``optim.lr``."""
 
     momentum: float = 0.9
     """Momentum of the step."""
@@ -130,7 +130,7 @@ def build_model(
 def fisher_loss(dist: Distribution, values: torch.Tensor, vf_coef: float) -> torch.Tensor:
     """The batch mean of the model's log-likelihood of outputs drawn from itself: the policy's
     at a sampled action, the critic's as a unit-variance Gaussian around its own (detached)
-    value. Its gradients give the true Fisher's Kronecker factors (`shoal.kfac`)."""
+    value. Its gradients give the true Fisher's Kronecker factors (`shoal.optim.kfac`)."""
     actions = dist.sample()
     noisy_values = values.detach() + torch.randn_like(values)
     value_log_likelihood = -0.5 * (values - noisy_values).pow(2)
@@ -157,11 +157,11 @@ class ACKTRLearner(ModelLearner[ActorCritic | RecurrentActorCritic]):
         self.step = TorchStep(self.model, self.scaler)
         self.objective = a2c_objective(config.vf_coef, config.ent_coef, config.normalize_advantages)
 
-    def losses(self, batch: PPOBatch) -> dict[str, torch.Tensor]:
+    def losses(self, batch: RolloutBatch) -> dict[str, torch.Tensor]:
         """The objective's loss terms on a batch through autograd, ``total`` last (no step)."""
         return evaluate_objective(self.model, self.objective, to_device(batch, self.device))[0]
 
-    def update(self, batch: PPOBatch, lr: float) -> dict[str, float]:
+    def update(self, batch: RolloutBatch, lr: float) -> dict[str, float]:
         self.optimizer.param_groups[0]["lr"] = lr
         batch = to_device(batch, self.device)
         with self.kfac.record():

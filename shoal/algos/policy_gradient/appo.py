@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import gymnasium as gym
 import torch
 
-from shoal.algos.cores.on_policy import OnPolicyAlgorithm, PPOBatch, make_batch
+from shoal.algos.cores.on_policy import OnPolicyAlgorithm, RolloutBatch, make_batch
 from shoal.algos.policy_gradient import ppo as ppo_module
 from shoal.algos.policy_gradient.ppo import PPOConfig, PPOLearner
 from shoal.algos.spec import NUMPY_BACKENDS, AlgorithmSpec
@@ -121,7 +121,7 @@ def build_model(config: APPOConfig, obs_space: gym.Space, action_space: gym.Spac
 
 def vtrace_batch(
     model: torch.nn.Module, rollout: Rollout, config: APPOConfig, device: torch.device
-) -> PPOBatch:
+) -> RolloutBatch:
     """PPO's flat batch of a rollout's valid steps with V-trace's correction: ``log_probs``
     and ``values`` are the current network's (no gradient), ``returns`` V-trace's targets
     ``vs`` and ``advantages`` its clipped importance-weighted advantages, from the behaviour
@@ -151,7 +151,7 @@ def vtrace_batch(
         config.vtrace_clip_c_threshold, config.vtrace_clip_pg_rho_threshold, ppo.gae_lambda,
     )  # fmt: skip
     keep = rollout.valid.reshape(-1)
-    return PPOBatch(
+    return RolloutBatch(
         obs[keep], actions[keep], flat(log_probs_t)[keep], flat(values_t)[keep],
         flat(out.pg_advantages)[keep], flat(out.vs)[keep], None if mask is None else mask[keep],
     )  # fmt: skip

@@ -30,7 +30,7 @@ import gymnasium as gym
 import torch
 import torch.distributed as dist
 
-from shoal.algos.cores.on_policy import PPOBatch, check_no_masks, make_batch
+from shoal.algos.cores.on_policy import RolloutBatch, check_no_masks, make_batch
 from shoal.algos.policy_gradient import ppo as ppo_module
 from shoal.algos.policy_gradient.ppo import PPOConfig, PPOLearner
 from shoal.algos.spec import AlgorithmSpec
@@ -198,7 +198,7 @@ def synchronize(learner: PPOLearner, world_size: int) -> None:
     )
 
 
-def equal_size(batch: PPOBatch) -> PPOBatch:
+def equal_size(batch: RolloutBatch) -> RolloutBatch:
     """A random subset of ``batch`` as large as the smallest batch of all ranks. Rollouts hold
     as many samples less as they had autoreset steps; unequal sizes would give ranks unequal
     minibatch counts, and their all-reduces would no longer pair up."""

@@ -19,8 +19,8 @@ import torch
 from shoal.algos.cores.on_policy import (
     ModelLearner,
     OnPolicyAlgorithm,
-    PPOBatch,
-    PPOSequenceBatch,
+    RolloutBatch,
+    RolloutSequenceBatch,
     check_bptt_chunk,
     check_masks,
     make_batch,
@@ -155,7 +155,7 @@ def build_model(
 
 
 class PPOLearner(ModelLearner[ActorCritic | RecurrentActorCritic]):
-    """Owns the actor-critic and its optimizer; turns a `PPOBatch` into minibatch SGD steps on
+    """Owns the actor-critic and its optimizer; turns a `RolloutBatch` into minibatch SGD steps on
     the PPO objective (`shoal.losses.objectives.ppo_objective`), through autograd or the NumPy
     path (`shoal.backend.learner_step`)."""
 
@@ -176,7 +176,7 @@ class PPOLearner(ModelLearner[ActorCritic | RecurrentActorCritic]):
         )
 
     def losses(
-        self, batch: PPOBatch, clip_eps: float, kl_coeff: float
+        self, batch: RolloutBatch, clip_eps: float, kl_coeff: float
     ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """The objective's loss terms and diagnostics on a feed-forward batch through
         autograd (no step)."""
@@ -184,7 +184,11 @@ class PPOLearner(ModelLearner[ActorCritic | RecurrentActorCritic]):
         return evaluate_objective(self.model, objective, to_device(batch, self.device))
 
     def update(
-        self, batch: PPOBatch | PPOSequenceBatch, lr: float, clip_eps: float, kl_coeff: float
+        self,
+        batch: RolloutBatch | RolloutSequenceBatch,
+        lr: float,
+        clip_eps: float,
+        kl_coeff: float,
     ) -> dict[str, float]:
         """``num_epochs`` passes of minibatch steps (fewer when ``target_kl`` stops them);
         returns the loss terms and diagnostics averaged over the steps."""
@@ -212,14 +216,14 @@ class PPOLearner(ModelLearner[ActorCritic | RecurrentActorCritic]):
         return metrics
 
     def _minibatches(
-        self, batch: PPOBatch | PPOSequenceBatch
-    ) -> Iterator[tuple[PPOBatch, tuple | None]]:
+        self, batch: RolloutBatch | RolloutSequenceBatch
+    ) -> Iterator[tuple[RolloutBatch, tuple | None]]:
         """One epoch's minibatches (and, recurrent, the model's outputs on them)."""
-        if isinstance(batch, PPOSequenceBatch):
+        if isinstance(batch, RolloutSequenceBatch):
             return self._sequence_epoch(batch)
         return self._epoch(batch)
 
-    def _epoch(self, batch: PPOBatch) -> Iterator[tuple[PPOBatch, None]]:
+    def _epoch(self, batch: RolloutBatch) -> Iterator[tuple[RolloutBatch, None]]:
         """Feed-forward minibatches of one epoch: shuffled samples."""
         n, size = batch.obs.shape[0], self.config.minibatch_size
         # Shuffle once per epoch, then take contiguous slices (views, no copies). A single
@@ -234,7 +238,7 @@ class PPOLearner(ModelLearner[ActorCritic | RecurrentActorCritic]):
                 continue  # a lone sample cannot be standardized; skip the remainder
             yield minibatch, None
 
-    def _sequence_epoch(self, batch: PPOSequenceBatch) -> Iterator[tuple[PPOBatch, tuple]]:
+    def _sequence_epoch(self, batch: RolloutSequenceBatch) -> Iterator[tuple[RolloutBatch, tuple]]:
         """Recurrent minibatches of one epoch: shuffled whole pieces of env sequences.
 
         Each piece starts from the state the current network reaches over the rollout,
@@ -283,7 +287,7 @@ class PPO(OnPolicyAlgorithm):
         lr = scheduled(cfg.optim.lr_schedule, cfg.optim.lr, progress)
         clip_eps = scheduled(cfg.clip_schedule, cfg.clip_eps, progress)
         rollout, episodes = self.sample()
-        batch: PPOBatch | PPOSequenceBatch
+        batch: RolloutBatch | RolloutSequenceBatch
         if cfg.model.lstm_hidden is None:
             batch = make_batch(rollout, cfg.gamma, cfg.gae_lambda)
         else:

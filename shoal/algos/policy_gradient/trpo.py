@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import torch
 
-from shoal.algos.cores.on_policy import ModelLearner, OnPolicyAlgorithm, PPOBatch, make_batch
+from shoal.algos.cores.on_policy import ModelLearner, OnPolicyAlgorithm, RolloutBatch, make_batch
 from shoal.algos.spec import AlgorithmSpec
 from shoal.backend import place
 from shoal.config import EnvConfig, ModelConfig, RunConfig, check, check_positive
@@ -134,17 +134,17 @@ class TRPOLearner(ModelLearner[ActorCritic]):
         self.value_params = body + list(self.model.value_head.parameters())
         self.vf_optimizer = build_optimizer(self.value_params, "adam", config.vf_lr, eps=1e-5)
 
-    def update(self, batch: PPOBatch) -> dict[str, float]:
+    def update(self, batch: RolloutBatch) -> dict[str, float]:
         batch = to_device(batch, self.device)
         metrics = self.update_policy(batch)
         metrics.update(self.update_value(batch))
         return metrics
 
-    def _surrogate(self, dist: Any, batch: PPOBatch, advantages: torch.Tensor) -> torch.Tensor:
+    def _surrogate(self, dist: Any, batch: RolloutBatch, advantages: torch.Tensor) -> torch.Tensor:
         """The importance-sampled surrogate ``E[pi/pi_old * A]`` (TRPO eq. 14), to maximize."""
         return (torch.exp(dist.log_prob(batch.actions) - batch.log_probs) * advantages).mean()
 
-    def update_policy(self, batch: PPOBatch) -> dict[str, float]:
+    def update_policy(self, batch: RolloutBatch) -> dict[str, float]:
         cfg = self.config
         advantages = batch.advantages
         if cfg.normalize_advantages:
@@ -193,7 +193,7 @@ class TRPOLearner(ModelLearner[ActorCritic]):
             "train/entropy": dist.entropy().mean().item(),
         }
 
-    def update_value(self, batch: PPOBatch) -> dict[str, float]:
+    def update_value(self, batch: RolloutBatch) -> dict[str, float]:
         cfg = self.config
         n = batch.obs.shape[0]
         losses = []

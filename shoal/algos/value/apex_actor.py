@@ -13,7 +13,6 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 import torch
 
-from shoal.algos.continuous import ddpg
 from shoal.algos.value import dqn, r2d2
 from shoal.collect.env_runner import EnvRunner
 from shoal.config import EnvConfig, RunConfig
@@ -68,6 +67,10 @@ class Variant(NamedTuple):
     shard_cls: Any = None
     """The replay shards' class: `shoal.data.replay_shard.ReplayShard` (None) or
     `shoal.data.segments.SequenceShard`."""
+    critic_fn: Any = None
+    """``critic_fn(inner, obs_space, action_space)``: the critic an actor scores its
+    transitions with, for a variant whose acting network is a deterministic actor (DDPG's,
+    exploring with ``inner.noise``); None where it is a Q-network (DQN's, R2D2's)."""
 
 
 def per_worker_epsilons(num_workers: int, epsilon: float = 0.4, alpha: float = 7.0) -> list:
@@ -86,7 +89,7 @@ def exploration_scales(config: ApexActorConfig, parts: Variant) -> list[float]:
     ladder = per_worker_epsilons(n, eps, config.exploration_alpha)
     if not config.per_worker_exploration:
         ladder = [eps] * n
-    if isinstance(parts.inner, ddpg.DDPGConfig):
+    if parts.critic_fn is not None:  # a deterministic actor's Gaussian noise
         return [parts.inner.noise.scale * e / eps for e in ladder]
     return ladder
 
@@ -150,11 +153,11 @@ class ApexActor:
             config, index, parts, parts.inner.model.backend, config.run.compile
         )
         env, self.model = self.runner.env, self.runner.model
-        self.ddpg = isinstance(parts.inner, ddpg.DDPGConfig)
+        self.ddpg = parts.critic_fn is not None
         self.critic = None
         if self.ddpg and config.worker_side_prioritization:
-            self.critic = ddpg.deterministic_critic(
-                parts.inner, env.observation_space, env.action_space, out_dim=1, members=1
+            self.critic = parts.critic_fn(
+                parts.inner, env.observation_space, env.action_space
             ).requires_grad_(False)
         self.scale = exploration_scales(config, parts)[index]
         self.mask_dim = None if env.action_mask is None else int(as_discrete(env.action_space).n)

@@ -6,6 +6,7 @@ network, actor and shard classes a config trains with. The driver is `shoal.algo
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -276,7 +277,8 @@ class ApexR2D2Config(ApexConfig):
 def variant(config: ApexConfig) -> Variant:
     inner = config.learner_config()
     if isinstance(config, ApexDDPGConfig):
-        return Variant(inner, ddpg.DDPGLearner, ddpg.build_model)
+        critic = functools.partial(ddpg.deterministic_critic, out_dim=1, members=1)
+        return Variant(inner, ddpg.DDPGLearner, ddpg.build_model, critic_fn=critic)
     if isinstance(config, ApexR2D2Config):
         eps = config.exploration_epsilon
         inner = dataclasses.replace(inner, epsilon_start=eps, epsilon_end=eps)
