@@ -45,8 +45,8 @@ class NumpyLearner:
         optimizer: torch.optim.Optimizer,
         max_grad_norm: float | None,
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """``batch``: a `shoal.algos.cores.on_policy.RolloutBatch` (tensors or arrays). Returns the
-        objective's losses and diagnostics (NumPy scalars)."""
+        """``batch``: a `shoal.algos.cores.rollout_batch.RolloutBatch` (tensors or arrays).
+        Returns the objective's losses and diagnostics (NumPy scalars)."""
         batch = type(batch)(*(None if x is None else as_array(x) for x in batch))
         out, saved = self.net.outputs(batch.obs, batch.actions)
         targets = objective.targets(batch)

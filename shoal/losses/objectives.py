@@ -202,7 +202,7 @@ class Objective:
 
     def targets(self, batch: Any) -> Targets:
         """The constants of a batch with fields ``log_probs``, ``values``, ``advantages`` and
-        ``returns`` (a `shoal.algos.cores.on_policy.RolloutBatch`), advantages standardized as
+        ``returns`` (a `shoal.algos.cores.rollout_batch.RolloutBatch`), advantages standardized as
         set."""
         advantages = batch.advantages
         if self.normalize_advantages:

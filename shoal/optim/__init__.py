@@ -376,3 +376,18 @@ def optimizer_step(optimizer: torch.optim.Optimizer) -> None:
                 functional(group, params, states)
             return
     optimizer.step()
+
+
+def rmsprop_or_adamw(
+    kind: str, parameters: list[torch.Tensor], optim: Any, alpha: float, momentum: float = 0.0
+) -> torch.optim.Optimizer:
+    """The optimizer of A2C, A3C, ACER and IMPALA: ``rmsprop`` (PyTorch's) or ``rmsprop-tf``
+    (Mnih et al. 2016's rule as TensorFlow runs it, `shoal.optim.RMSpropTF`), each with
+    smoothing ``alpha``, epsilon ``optim.eps`` and weight decay as an L2 term, or ``adam``,
+    AdamW (decoupled weight decay); ``optim`` is an `OptimConfig`. All update every parameter
+    in a few multi-tensor ops (PyTorch's CPU default loops over the tensors, which costs more
+    than the arithmetic on small networks)."""
+    kind = kind if kind in ("rmsprop", "rmsprop-tf") else "adamw"
+    return build_optimizer(
+        parameters, kind, optim.lr, optim.eps, optim.weight_decay, alpha, momentum
+    )

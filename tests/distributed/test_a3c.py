@@ -9,7 +9,7 @@ import torch
 from state_helpers import assert_seeded_runs_identical, assert_states_equal, metric_rows
 
 import shoal
-from shoal.algos.cores.on_policy import RolloutBatch, make_batch
+from shoal.algos.cores.rollout_batch import RolloutBatch, make_batch
 from shoal.algos.policy_gradient import a3c
 from shoal.algos.policy_gradient.a2c import A2CConfig, A2CLearner
 from shoal.algos.policy_gradient.a3c import A3C, A2CBlock, A3CConfig, A3CWorker

@@ -15,7 +15,7 @@ import torch.multiprocessing as mp
 from state_helpers import assert_states_equal, metric_rows
 
 import shoal
-from shoal.algos.cores.on_policy import RolloutBatch
+from shoal.algos.cores.rollout_batch import RolloutBatch
 from shoal.algos.policy_gradient.ddppo import (
     DDPPO,
     DDPPOConfig,

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from shoal import backend
-from shoal.algos.cores.on_policy import RolloutBatch
+from shoal.algos.cores.rollout_batch import RolloutBatch
 from shoal.algos.policy_gradient.a2c import A2CConfig, A2CLearner
 from shoal.algos.policy_gradient.ppo import PPOConfig, PPOLearner
 from shoal.config import ModelConfig, OptimConfig, replace

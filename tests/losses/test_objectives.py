@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from shoal.algos.cores.on_policy import RolloutBatch
+from shoal.algos.cores.rollout_batch import RolloutBatch
 from shoal.losses.objectives import (
     ClippedSurrogate,
     EntropyBonus,

@@ -157,15 +157,29 @@ def replay_runner(
     )
 
 
+def random_start(learner: Any, config: Any, env_steps: int) -> dict[str, float]:
+    """The actor-critics' exploration: uniformly random actions until
+    ``replay.learning_starts`` env steps, then the learner's own (noise, entropy)."""
+    cast(RandomStartLearner, learner).set_random_actions(env_steps < config.replay.learning_starts)
+    return {}
+
+
+Exploration = Callable[[Any, Any, int], dict[str, float]]
+"""``exploration(learner, config, env_steps) -> metrics``: sets how the learner acts in the
+coming iteration (`random_start`; DQN's annealed epsilon, `shoal.algos.value.dqn`)."""
+
+
 class ReplayAlgorithm:
     """One iteration: set exploration, act for ``rollout_steps`` vector steps, store them,
-    learn from replay.
+    learn from replay. DQN, DDPG, TD3, SAC and D4PG are this with their parts passed in.
 
     Args:
         config: a `ReplayConfig`.
         learner_fn: ``learner_fn(config, obs_space, action_space)`` builds the learner.
         model_fn: ``model_fn(config, obs_space, action_space)`` builds the acting network for
             the samplers (the learner's ``policy_network`` architecture).
+        exploration: sets the learner's exploration before each iteration's acting.
+        frame_replay: store stacked frames once each (`shoal.data.frame_replay`).
     """
 
     def __init__(
@@ -173,16 +187,17 @@ class ReplayAlgorithm:
         config: Any,
         learner_fn: Callable[[Any, gym.Space, gym.Space], ReplayLearner],
         model_fn: Callable[[Any, gym.Space, gym.Space], nn.Module],
+        exploration: Exploration = random_start,
+        frame_replay: bool = False,
     ):
+        self.exploration = exploration
         self.config = config
         runner = replay_runner(config, model_fn, config.env, derive_seed(config.run.seed, "env", 0))
         self.sampler = LocalSampler(runner)
         env = runner.env
         self.learner = learner_fn(config, env.observation_space, env.action_space)
         mask_dim = None if env.action_mask is None else int(as_discrete(env.action_space).n)
-        frame_stack = None
-        if getattr(config, "frame_replay", False):  # DQN's switch; not in other configs
-            frame_stack = stack_size(env.observation_space)
+        frame_stack = stack_size(env.observation_space) if frame_replay else None
         self.replay = ReplayBuffer(
             config.replay.buffer_size,
             env.num_envs,
@@ -198,20 +213,9 @@ class ReplayAlgorithm:
         self.env_steps = 0
         self.iteration = 0
 
-    def progress(self, horizon: int) -> float:
-        """Share of ``horizon`` env steps done, capped at 1 (for linear schedules)."""
-        return min(1.0, self.env_steps / horizon)
-
-    def explore(self) -> dict[str, float]:
-        """Set the learner's exploration for this iteration's acting; returns its metrics.
-        The actor-critics act uniformly at random until ``learning_starts``."""
-        learner = cast(RandomStartLearner, self.learner)  # DQN overrides explore
-        learner.set_random_actions(self.env_steps < self.config.replay.learning_starts)
-        return {}
-
     def train_iteration(self) -> dict[str, float]:
         cfg = self.config
-        metrics = self.explore()
+        metrics = self.exploration(self.learner, cfg, self.env_steps)
         self.sampler.set_weights(self.learner.get_weights())
         rollout, episodes = self.sampler.sample()
         self.replay.extend(*rollout.transitions())

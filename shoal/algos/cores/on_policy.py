@@ -1,26 +1,22 @@
-"""What the on-policy algorithms (PPO, A2C, REINFORCE, TRPO) share: the batches they train
-on, built from a `Rollout`, and the plumbing around their updates (`OnPolicyAlgorithm`).
-
-Advantages and returns are GAE over the time-major rollout (`shoal.losses.gae`; lambda 1 gives
-n-step returns bootstrapped at the rollout's end). Feed-forward learners take the valid
-transitions flattened into one batch; recurrent learners take pieces of the env sequences so
-that the recurrent state can be replayed through them.
+"""The iteration the on-policy algorithms (PPO, A2C, REINFORCE, TRPO, ACKTR) share:
+`ModelLearner` (a model, its optimizer, device and precision, and their checkpoint state) and
+`OnPolicyAlgorithm` (sample a rollout, update, broadcast the weights). Their batches are in
+`shoal.algos.cores.rollout_batch`, their settings checks in `shoal.algos.cores.checks`, their
+metrics in `shoal.algos.cores.metrics` and their optimizers in `shoal.optim`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable
-from typing import Any, Generic, NamedTuple, TypeVar
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
 import gymnasium as gym
-import numpy as np
 import torch
 
+from shoal.algos.cores.checks import masked_config
 from shoal.backend import place, uncompiled_copy
 from shoal.collect import make_sampler
-from shoal.config import check, check_positive
-from shoal.data.rollout import episode_starts, to_chunks
 from shoal.device import (
     check_precision,
     grad_scaler,
@@ -29,206 +25,11 @@ from shoal.device import (
     scaler_state,
     to_host,
 )
-from shoal.errors import ConfigError
-from shoal.losses import gae
 from shoal.nn.heads import apply_temperature
-from shoal.optim import build_optimizer, check_finite_metrics
+from shoal.optim import build_optimizer
 from shoal.policy import ActorPolicy
 from shoal.seeding import derive_seed
 from shoal.types import EpisodeStats, Rollout
-
-
-class RolloutBatch(NamedTuple):
-    """Flat ``[N, ...]`` training samples: the valid transitions of a rollout with their
-    advantages and returns, what PPO, A2C, TRPO, ACKTR, APPO and DD-PPO learn from (it was
-    ``PPOBatch``)."""
-
-    obs: torch.Tensor
-    actions: torch.Tensor
-    log_probs: torch.Tensor
-    values: torch.Tensor
-    advantages: torch.Tensor
-    returns: torch.Tensor
-    action_mask: torch.Tensor | None = None
-    """``[N, A]`` legal actions at each observation, where the env reports them."""
-
-    def map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> RolloutBatch:
-        """``fn`` applied to every field (the mask too, when there is one)."""
-        return RolloutBatch(*(None if x is None else fn(x) for x in self))  # type: ignore[arg-type]
-
-
-class RolloutSequenceBatch(NamedTuple):
-    """Training data of a recurrent model: ``chunks`` holds ``[chunk, N, ...]`` pieces of the
-    env sequences (`shoal.data.rollout.to_chunks`), with their ``valid`` and episode
-    ``starts`` flags; the rest recomputes the state at each piece's start."""
-
-    chunks: RolloutBatch
-    valid: torch.Tensor
-    starts: torch.Tensor
-    rollout_obs: torch.Tensor
-    rollout_starts: torch.Tensor
-    initial_state: torch.Tensor
-
-
-def _gae(rollout: Rollout, gamma: float, lam: float) -> tuple[torch.Tensor, torch.Tensor]:
-    return gae(
-        rollout.rewards,
-        rollout.values,
-        rollout.next_values,
-        rollout.terminated,
-        rollout.truncated,
-        gamma,
-        lam,
-    )
-
-
-def make_sequence_batch(
-    rollout: Rollout, gamma: float, lam: float, chunk: int
-) -> RolloutSequenceBatch:
-    """GAE over the rollout, then pieces of ``chunk`` steps per env (autoreset steps stay in
-    place, flagged invalid, so that the sequences keep their timing)."""
-    advantages, returns = _gae(rollout, gamma, lam)
-    starts = episode_starts(rollout.valid)
-    fields = (rollout.obs, rollout.actions, rollout.log_probs, rollout.values, advantages, returns)
-    return RolloutSequenceBatch(
-        RolloutBatch(*(to_chunks(x, chunk) for x in fields)),
-        to_chunks(rollout.valid, chunk),
-        to_chunks(starts, chunk),
-        rollout.obs,
-        starts,
-        rollout.policy_state,
-    )
-
-
-def make_batch(rollout: Rollout, gamma: float, lam: float) -> RolloutBatch:
-    """GAE over the time-major rollout, then keep only the real (non-autoreset) transitions,
-    flat. Rollouts live on the CPU, so this runs on NumPy views of their memory: a dozen
-    NumPy calls cost a fraction of the same tensor ops' dispatch on rollouts this small."""
-    values = rollout.values.numpy()
-    next_values = np.concatenate([values[1:], rollout.last_values.numpy()[None]])
-    advantages, returns = gae(
-        rollout.rewards.numpy(),
-        values,
-        next_values,
-        rollout.terminated.numpy(),
-        rollout.truncated.numpy(),
-        gamma,
-        lam,
-    )
-    keep = rollout.valid.numpy().reshape(-1)
-
-    def flat(x: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(x.reshape(keep.size, *x.shape[2:])[keep])
-
-    return RolloutBatch(
-        flat(rollout.obs.numpy()),
-        flat(rollout.actions.numpy()),
-        flat(rollout.log_probs.numpy()),
-        flat(values),
-        flat(advantages),
-        flat(returns),
-        None if rollout.action_mask is None else flat(rollout.action_mask.numpy()),
-    )
-
-
-def rmsprop_or_adamw(
-    kind: str, parameters: list[torch.Tensor], optim: Any, alpha: float, momentum: float = 0.0
-) -> torch.optim.Optimizer:
-    """The optimizer of A2C, A3C, ACER and IMPALA: ``rmsprop`` (PyTorch's) or ``rmsprop-tf``
-    (Mnih et al. 2016's rule as TensorFlow runs it, `shoal.optim.RMSpropTF`), each with
-    smoothing ``alpha``, epsilon ``optim.eps`` and weight decay as an L2 term, or ``adam``,
-    AdamW (decoupled weight decay); ``optim`` is an `OptimConfig`. All update every parameter
-    in a few multi-tensor ops (PyTorch's CPU default loops over the tensors, which costs more
-    than the arithmetic on small networks)."""
-    kind = kind if kind in ("rmsprop", "rmsprop-tf") else "adamw"
-    return build_optimizer(
-        parameters, kind, optim.lr, optim.eps, optim.weight_decay, alpha, momentum
-    )
-
-
-def check_bptt_chunk(config: Any) -> None:
-    """Validate ``bptt_chunk`` of a config with ``model.lstm_hidden``, ``num_steps`` and a
-    ``chunk`` property (the chunk length in effect)."""
-    if config.model.lstm_hidden is None:
-        check(config, "bptt_chunk", config.bptt_chunk is None, "needs model.lstm_hidden set")
-        return
-    if config.bptt_chunk is not None:
-        check_positive(config, "bptt_chunk")
-    check(
-        config,
-        "bptt_chunk",
-        config.num_steps % config.chunk == 0,
-        f"must divide num_steps = {config.num_steps}",
-    )
-
-
-def check_masks(config: Any, algo: str) -> None:
-    """Legal-action masks (``env.action_mask``) train through autograd and feed-forward
-    models: the learner restricts the policy to the actions that were legal, as the sampler
-    did (`evaluate_objective`)."""
-    if config.env.action_mask == "none":
-        return
-    check(
-        config.model,
-        "backend",
-        config.model.backend != "numpy",
-        f"{algo} with env.action_mask trains through autograd: use auto or torch",
-    )
-    check(
-        config.model,
-        "lstm_hidden",
-        config.model.lstm_hidden is None,
-        "recurrent models do not support action masks yet; set env.action_mask to none",
-    )
-
-
-NO_MASKS = "does not use action masks yet (PPO, A2C and TRPO do)"
-
-
-def check_no_masks(config: Any, algo: str) -> None:
-    """For the learners that do not restrict their policy to legal actions: refuse
-    ``env.action_mask`` (`masked_config` refuses the masks an env reports by itself)."""
-    env = config.env
-    check(env, "action_mask", env.action_mask == "none", f"{algo} {NO_MASKS}; set it to none")
-
-
-def masked_config(config: Any, algo: str, supported: bool) -> Any:
-    """``config`` for a learner whose rollouts carry legal-action masks: the masked policy
-    trains through autograd (the NumPy path has no masks), so ``auto`` becomes ``torch``."""
-    if not supported:
-        raise ConfigError(f"{algo} {NO_MASKS}, and this env reports them")
-    if config.model.backend == "numpy":
-        raise ConfigError(
-            "model.backend = 'numpy' cannot train with the action masks this env reports; "
-            "use auto or torch"
-        )
-    model = dataclasses.replace(config.model, backend="torch")
-    return dataclasses.replace(config, model=model)
-
-
-def mean_metrics(rows: Iterable[dict[str, Any]]) -> dict[str, float]:
-    """Per-name means over steps of metrics that are tensors (kept on their device until here:
-    one conversion per update, not one per step) or floats."""
-    rows = list(rows)
-    names = list(rows[0])
-    tensors = isinstance(rows[0][names[0]], torch.Tensor)
-    if len(rows) == 1 and not tensors:
-        return {name: float(value) for name, value in rows[0].items()}
-    if tensors:
-        table = torch.stack([torch.stack([row[k] for k in names]).float() for row in rows])
-        means = dict(zip(names, table.mean(0).tolist(), strict=True))
-        check_finite_metrics(means)  # a GPU learner's NaN check (`shoal.optim.gradients`)
-        return means
-    array = np.array([[row[k] for k in names] for row in rows], dtype=np.float64)
-    return dict(zip(names, array.mean(0).tolist(), strict=True))
-
-
-def step_metrics(losses: dict[str, Any], stats: dict[str, Any]) -> dict[str, Any]:
-    """One gradient step's loss terms as ``loss/<name>`` and diagnostics as ``train/<name>``."""
-    row = {f"loss/{name}": value for name, value in losses.items()}
-    row.update((f"train/{name}", value) for name, value in stats.items())
-    return row
-
 
 Model = TypeVar("Model", bound=torch.nn.Module)
 

@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from shoal.algos.cores.on_policy import check_masks, make_batch
+from shoal.algos.cores.checks import check_masks
+from shoal.algos.cores.rollout_batch import make_batch
 from shoal.algos.policy_gradient.ppo import PPO, PPOConfig, PPOLearner, build_model
 from shoal.algos.spec import NUMPY_BACKENDS, AlgorithmSpec
 from shoal.backend import uncompiled_copy

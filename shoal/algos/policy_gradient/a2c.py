@@ -21,18 +21,14 @@ from typing import ClassVar, Literal
 import gymnasium as gym
 import torch
 
-from shoal.algos.cores.on_policy import (
-    ModelLearner,
-    OnPolicyAlgorithm,
+from shoal.algos.cores.checks import check_bptt_chunk, check_masks
+from shoal.algos.cores.metrics import mean_metrics, step_metrics
+from shoal.algos.cores.on_policy import ModelLearner, OnPolicyAlgorithm
+from shoal.algos.cores.rollout_batch import (
     RolloutBatch,
     RolloutSequenceBatch,
-    check_bptt_chunk,
-    check_masks,
     make_batch,
     make_sequence_batch,
-    mean_metrics,
-    rmsprop_or_adamw,
-    step_metrics,
 )
 from shoal.algos.spec import NUMPY_BACKENDS, AlgorithmSpec
 from shoal.backend import evaluate_objective, learner_step
@@ -50,6 +46,7 @@ from shoal.config.usage import OWN_GAMMA
 from shoal.device import to_device
 from shoal.losses.objectives import a2c_objective
 from shoal.nn import ActorCritic, RecurrentActorCritic, build_actor_critic
+from shoal.optim import rmsprop_or_adamw
 from shoal.schedules import scheduled
 
 

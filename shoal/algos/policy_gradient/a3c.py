@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 import gymnasium as gym
 import torch
 
-from shoal.algos.cores.on_policy import check_no_masks, make_batch
+from shoal.algos.cores.checks import check_no_masks
+from shoal.algos.cores.rollout_batch import make_batch
 from shoal.algos.policy_gradient.a2c import A2CConfig, make_optimizer
 from shoal.algos.spec import AlgorithmSpec
 from shoal.backend import place, uncompiled_copy

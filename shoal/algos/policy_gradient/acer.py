@@ -30,13 +30,9 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from shoal.algos.cores.on_policy import (
-    ModelLearner,
-    OnPolicyAlgorithm,
-    check_no_masks,
-    mean_metrics,
-    rmsprop_or_adamw,
-)
+from shoal.algos.cores.checks import check_no_masks
+from shoal.algos.cores.metrics import mean_metrics
+from shoal.algos.cores.on_policy import ModelLearner, OnPolicyAlgorithm
 from shoal.algos.spec import AlgorithmSpec
 from shoal.config import (
     EnvConfig,
@@ -55,7 +51,7 @@ from shoal.losses.acer import acer_policy_objective, trust_region_projection
 from shoal.nn.acer import ACERNetwork
 from shoal.nn.distributions import Categorical
 from shoal.nn.target import frozen_copy, soft_update
-from shoal.optim import minimize
+from shoal.optim import minimize, rmsprop_or_adamw
 from shoal.schedules import scheduled
 from shoal.seeding import derive_seed
 from shoal.types import Rollout

@@ -20,15 +20,10 @@ from typing import ClassVar
 import gymnasium as gym
 import torch
 
-from shoal.algos.cores.on_policy import (
-    ModelLearner,
-    OnPolicyAlgorithm,
-    RolloutBatch,
-    check_no_masks,
-    make_batch,
-    mean_metrics,
-    step_metrics,
-)
+from shoal.algos.cores.checks import check_no_masks
+from shoal.algos.cores.metrics import mean_metrics, step_metrics
+from shoal.algos.cores.on_policy import ModelLearner, OnPolicyAlgorithm
+from shoal.algos.cores.rollout_batch import RolloutBatch, make_batch
 from shoal.algos.spec import AlgorithmSpec
 from shoal.backend import TorchStep, evaluate_objective
 from shoal.config import EnvConfig, ModelConfig, OptimConfig, RunConfig, check, check_positive

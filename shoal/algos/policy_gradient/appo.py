@@ -40,7 +40,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import gymnasium as gym
 import torch
 
-from shoal.algos.cores.on_policy import OnPolicyAlgorithm, RolloutBatch, make_batch
+from shoal.algos.cores.on_policy import OnPolicyAlgorithm
+from shoal.algos.cores.rollout_batch import RolloutBatch, make_batch
 from shoal.algos.policy_gradient import ppo as ppo_module
 from shoal.algos.policy_gradient.ppo import PPOConfig, PPOLearner
 from shoal.algos.spec import NUMPY_BACKENDS, AlgorithmSpec

@@ -30,7 +30,8 @@ import gymnasium as gym
 import torch
 import torch.distributed as dist
 
-from shoal.algos.cores.on_policy import RolloutBatch, check_no_masks, make_batch
+from shoal.algos.cores.checks import check_no_masks
+from shoal.algos.cores.rollout_batch import RolloutBatch, make_batch
 from shoal.algos.policy_gradient import ppo as ppo_module
 from shoal.algos.policy_gradient.ppo import PPOConfig, PPOLearner
 from shoal.algos.spec import AlgorithmSpec

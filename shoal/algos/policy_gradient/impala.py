@@ -30,14 +30,9 @@ from typing import Any, ClassVar, Literal
 import gymnasium as gym
 import torch
 
-from shoal.algos.cores.on_policy import (
-    ModelLearner,
-    OnPolicyAlgorithm,
-    check_no_masks,
-    mean_metrics,
-    rmsprop_or_adamw,
-    step_metrics,
-)
+from shoal.algos.cores.checks import check_no_masks
+from shoal.algos.cores.metrics import mean_metrics, step_metrics
+from shoal.algos.cores.on_policy import ModelLearner, OnPolicyAlgorithm
 from shoal.algos.spec import AlgorithmSpec
 from shoal.collect.ray import concat_episodes, concat_rollouts
 from shoal.config import (
@@ -54,7 +49,7 @@ from shoal.device import to_device
 from shoal.losses import vtrace
 from shoal.losses.objectives import PolicyOutputs, Targets, a2c_objective
 from shoal.nn import ActorCritic, RecurrentActorCritic, build_actor_critic
-from shoal.optim import minimize
+from shoal.optim import minimize, rmsprop_or_adamw
 from shoal.schedules import scheduled
 from shoal.seeding import derive_seed
 from shoal.types import EpisodeStats, Rollout

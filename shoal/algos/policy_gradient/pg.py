@@ -21,13 +21,9 @@ from typing import Any, ClassVar, NamedTuple
 import gymnasium as gym
 import torch
 
-from shoal.algos.cores.on_policy import (
-    ModelLearner,
-    OnPolicyAlgorithm,
-    check_no_masks,
-    mean_metrics,
-    step_metrics,
-)
+from shoal.algos.cores.checks import check_no_masks
+from shoal.algos.cores.metrics import mean_metrics, step_metrics
+from shoal.algos.cores.on_policy import ModelLearner, OnPolicyAlgorithm
 from shoal.algos.spec import AlgorithmSpec
 from shoal.config import EnvConfig, ModelConfig, OptimConfig, RunConfig, check, check_positive
 from shoal.config.usage import NO_LSTM, OWN_GAMMA

@@ -16,17 +16,14 @@ from typing import Any, ClassVar, Literal
 import gymnasium as gym
 import torch
 
-from shoal.algos.cores.on_policy import (
-    ModelLearner,
-    OnPolicyAlgorithm,
+from shoal.algos.cores.checks import check_bptt_chunk, check_masks
+from shoal.algos.cores.metrics import mean_metrics, step_metrics
+from shoal.algos.cores.on_policy import ModelLearner, OnPolicyAlgorithm
+from shoal.algos.cores.rollout_batch import (
     RolloutBatch,
     RolloutSequenceBatch,
-    check_bptt_chunk,
-    check_masks,
     make_batch,
     make_sequence_batch,
-    mean_metrics,
-    step_metrics,
 )
 from shoal.backend import evaluate_objective, learner_step
 from shoal.config import (

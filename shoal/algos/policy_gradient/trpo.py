@@ -17,7 +17,8 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import torch
 
-from shoal.algos.cores.on_policy import ModelLearner, OnPolicyAlgorithm, RolloutBatch, make_batch
+from shoal.algos.cores.on_policy import ModelLearner, OnPolicyAlgorithm
+from shoal.algos.cores.rollout_batch import RolloutBatch, make_batch
 from shoal.algos.spec import AlgorithmSpec
 from shoal.backend import place
 from shoal.config import EnvConfig, ModelConfig, RunConfig, check, check_positive

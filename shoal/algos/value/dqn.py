@@ -238,25 +238,26 @@ class DQNLearner:
         load_scaler_state(self.scaler, state)
 
 
+def annealed_exploration(learner: DQNLearner, config: DQNConfig, env_steps: int) -> dict:
+    """DQN's exploration (`shoal.algos.cores.off_policy.Exploration`): epsilon (and the
+    Boltzmann temperature) annealed linearly over ``exploration_steps`` env steps."""
+    explore = min(1.0, env_steps / config.exploration_steps)
+    epsilon = linear(config.epsilon_start, config.epsilon_end, explore)
+    temperature = linear(config.temperature_start, config.temperature_end, explore)
+    learner.set_exploration(epsilon, temperature)
+    metrics = {"train/epsilon": epsilon}
+    if config.exploration == "boltzmann":
+        metrics["train/temperature"] = temperature
+    return metrics
+
+
 class DQN(ReplayAlgorithm):
     """One iteration: act for ``rollout_steps`` vector steps with annealed exploration, store
-    them, learn from replay (`ReplayAlgorithm`)."""
+    them, learn from replay: `ReplayAlgorithm` with DQN's learner and exploration."""
 
     def __init__(self, config: DQNConfig):
-        super().__init__(config, DQNLearner, build_model)
-
-    def explore(self) -> dict[str, float]:
-        cfg = self.config
-        explore = self.progress(cfg.exploration_steps)
-        epsilon = linear(cfg.epsilon_start, cfg.epsilon_end, explore)
-        temperature = linear(cfg.temperature_start, cfg.temperature_end, explore)
-        learner = self.learner
-        assert isinstance(learner, DQNLearner)
-        learner.set_exploration(epsilon, temperature)
-        metrics = {"train/epsilon": epsilon}
-        if cfg.exploration == "boltzmann":
-            metrics["train/temperature"] = temperature
-        return metrics
+        super().__init__(config, DQNLearner, build_model, annealed_exploration,
+                         frame_replay=config.frame_replay)  # fmt: skip
 
 
 # One learner, three names for its value heads.

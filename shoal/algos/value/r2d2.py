@@ -28,7 +28,9 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import torch
 
-from shoal.algos.cores.on_policy import OnPolicyAlgorithm, check_no_masks, mean_metrics
+from shoal.algos.cores.checks import check_no_masks
+from shoal.algos.cores.metrics import mean_metrics
+from shoal.algos.cores.on_policy import OnPolicyAlgorithm
 from shoal.algos.spec import AlgorithmSpec
 from shoal.backend import place
 from shoal.config import EnvConfig, ModelConfig, OptimConfig, RunConfig, check, check_positive
