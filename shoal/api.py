@@ -170,7 +170,7 @@ def use_run_threads(checkpoint: Checkpoint) -> None:
 
 def plays_a_game(checkpoint: Checkpoint) -> bool:
     """Whether a run plays a two-player game, evaluated by matches: an algorithm that plays
-    games (`shoal.registry.AlgorithmSpec.match_report`: AlphaZero, MuZero) on a game's id."""
+    games (`shoal.algos.spec.AlgorithmSpec.match_report`: AlphaZero, MuZero) on a game's id."""
     spec = get_algorithm(checkpoint.algo)
     env_id = str(checkpoint.setting("env.id", ""))
     return spec.match_report is not None and is_game_id(env_id)

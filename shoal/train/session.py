@@ -87,7 +87,7 @@ class RunResult:
     """Which condition ended the run, in words."""
     unit: str = "env step"
     """What ``env_steps`` counts, a singular noun: "env step", or "update" for an offline
-    learner (`shoal.registry.AlgorithmSpec.counts`)."""
+    learner (`shoal.algos.spec.AlgorithmSpec.counts`)."""
     eval_scores: dict[str, float] | None = None
     """The last evaluation the algorithm made itself, where it evaluates by matches
     (AlphaZero, MuZero on games): its ``eval/*`` metrics and ``"step"``, its env step."""
