@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import shoal.config
+from shoal.distributed.in_process import InProcessPool
 
 CONFIG_DIR = os.path.dirname(shoal.config.__file__)
 NOT_USE = (CONFIG_DIR, dataclasses.__file__, copy.__file__)
@@ -87,18 +88,9 @@ class _Ref:
             self.value, self.error = None, exc
 
 
-class InProcessPool:
-    """`shoal.distributed.ray_workers.WorkerPool`'s calls on workers built in this
-    process; each call runs when it is made."""
-
-    def __init__(self, cls: type, make_args: Callable[[int], tuple], num_workers: int,
-                 **options: Any):  # fmt: skip
-        self.workers = [cls(*make_args(i)) for i in range(num_workers)]
-        self.restarts = 0
-        self.name = options.get("name", "worker")
-
-    def __len__(self) -> int:
-        return len(self.workers)
+class RefPool(InProcessPool):
+    """shoal's in-process pool with Ray's ``submit``: a call run when it is made, its result
+    (or exception) held in a reference that `get` reads."""
 
     def submit(self, i: int, method: str, *args: Any) -> _Ref:
         args = tuple(a.value if isinstance(a, _Ref) else a for a in args)
@@ -106,28 +98,6 @@ class InProcessPool:
 
     def call_one(self, i: int, method: str, *args: Any) -> Any:
         return get(self.submit(i, method, *args))
-
-    def call_all(self, method: str, *args: Any) -> list[Any]:
-        return [self.call_one(i, method, *args) for i in range(len(self.workers))]
-
-    def call_each(self, method: str, args: Callable[[int], tuple]) -> list[Any]:
-        return [self.call_one(i, method, *args(i)) for i in range(len(self.workers))]
-
-    def tell_all(self, method: str, *args: Any) -> None:
-        self.call_all(method, *args)
-
-    def stream(self, method: str, args: Callable[[int], tuple] = lambda i: (),
-               in_flight: int = 1, in_turn: bool = False) -> Iterator[tuple[int, Any]]:  # fmt: skip
-        i = 0
-        while True:
-            yield i, self.call_one(i, method, *args(i))
-            i = (i + 1) % len(self.workers)
-
-    def close(self) -> None:
-        for worker in self.workers:
-            close = getattr(worker, "close", None)
-            if close is not None:
-                close()
 
 
 def get(ref: Any) -> Any:
@@ -143,7 +113,7 @@ class InProcessRay:
     process."""
 
     WORKER_FAILURES: tuple[type[BaseException], ...] = ()
-    WorkerPool = InProcessPool
+    WorkerPool = RefPool.build
     get = staticmethod(get)
 
     @staticmethod

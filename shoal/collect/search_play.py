@@ -23,6 +23,7 @@ import torch
 
 from shoal.config import EnvConfig
 from shoal.data.positions import Positions
+from shoal.distributed.in_process import InProcessPool
 from shoal.envs.games import GameVectorEnv, is_game_id, make_game
 from shoal.envs.make import make_env
 from shoal.envs.snapshot import EnvStateUnsupported
@@ -316,7 +317,7 @@ def self_play_pool(
         with torch.random.fork_rng(devices=[]):
             worker = worker_cls(*(args(0) if local_args is None else local_args),
                                 device=str(device))  # fmt: skip
-        return LocalPool(worker)
+        return InProcessPool([worker])
     if device.type != "cpu":
         raise ConfigError(
             f"run.device = {run.device!r} with run.runners > 0: the self-play workers search "
@@ -329,25 +330,3 @@ def self_play_pool(
     return workers.WorkerPool(worker_cls, args, run.runners, name="self-play",
                               max_restarts=run.max_worker_restarts,
                               on_restart=on_restart)  # fmt: skip
-
-
-class LocalPool:
-    """One self-play worker in this process behind the calls of a Ray worker pool
-    (`shoal.distributed.ray_workers.WorkerPool`), so the learner drives both alike."""
-
-    def __init__(self, worker: Any):
-        self.workers = [worker]
-
-    def __len__(self) -> int:
-        return 1
-
-    def call_all(self, method: str, *args: Any) -> list[Any]:
-        return [getattr(self.workers[0], method)(*args)]
-
-    def call_each(self, method: str, args: Callable[[int], tuple]) -> list[Any]:
-        return [getattr(self.workers[0], method)(*args(0))]
-
-    def close(self) -> None:
-        close = getattr(self.workers[0], "close", None)
-        if close is not None:
-            close()

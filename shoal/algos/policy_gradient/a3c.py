@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
@@ -46,6 +46,7 @@ from shoal.config import (
 from shoal.config.usage import OWN_GAMMA
 from shoal.device import resolve_device
 from shoal.distributed import require_ray
+from shoal.distributed.in_process import InProcessPool
 from shoal.errors import NaNLossError
 from shoal.losses.objectives import PolicyOutputs, a2c_objective
 from shoal.nn import ActorCritic, RecurrentActorCritic, build_actor_critic
@@ -227,41 +228,11 @@ class A3CWorker:
         self.runner.close()
 
 
-class InProcessPool:
-    """One worker in the driver's process behind the calls A3C makes on a Ray `WorkerPool`,
-    so that ``run.runners`` 0 runs the same code without Ray."""
-
-    restarts = 0
-
-    def __init__(self, worker: Any):
-        self.workers = [worker]
-
-    def __len__(self) -> int:
-        return 1
-
-    def call_one(self, i: int, method: str, *args: Any) -> Any:
-        return getattr(self.workers[i], method)(*args)
-
-    def call_all(self, method: str, *args: Any) -> list[Any]:
-        return [self.call_one(0, method, *args)]
-
-    def stream(
-        self, method: str, args: Callable[[int], tuple], in_flight: int = 1, in_turn: bool = False
-    ) -> Iterator[tuple[int, Any]]:
-        # ``args`` is read when the next result is asked for, after the previous one was used;
-        # one worker is always in turn.
-        while True:
-            yield 0, self.call_one(0, method, *args(0))
-
-    def close(self) -> None:
-        self.workers[0].close()
-
-
 def make_pool(config: A3CConfig) -> Any:
     """The gradient workers: Ray actors seeded per worker, or one in-process worker."""
     run = config.run
     if run.runners == 0:
-        return InProcessPool(A3CWorker(config, derive_seed(run.seed, "env", 0)))
+        return InProcessPool([A3CWorker(config, derive_seed(run.seed, "env", 0))])
     rw = require_ray()
     rw.connect(run.ray_address, num_cpus=max(os.cpu_count() or 1, run.runners + 1))
     return rw.WorkerPool(
