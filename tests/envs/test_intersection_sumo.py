@@ -20,7 +20,8 @@ from shoal.envs.snapshot import EnvStateUnsupported
 if importlib.util.find_spec("libsumo") is None:
     pytest.skip("Eclipse SUMO is not installed: pip install 'shoal[sumo]'", allow_module_level=True)
 
-from shoal.envs.intersection.sumo import SumoSimulator, build_network  # noqa: E402
+from shoal.envs.intersection.network import build_network  # noqa: E402
+from shoal.envs.intersection.sumo import SumoSimulator  # noqa: E402
 
 # SUMO runs in worker processes: in the Ray tests' worker, they never load the cores under the
 # Ray tests' timing-dependent learning tests (tests/conftest.py).

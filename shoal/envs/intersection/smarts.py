@@ -9,7 +9,7 @@ times slower than the built-in intersection; train on ``shoal/intersection-v0`` 
 here.
 
 **Scenario.** shoal writes it once (cached under ``~/.cache/shoal/smarts``): the network the
-SUMO backend builds with netconvert (`shoal.envs.intersection.sumo.build_network`) as
+SUMO backend builds with netconvert (`shoal.envs.intersection.network.build_network`) as
 ``map.net.xml``, background flows of SMARTS's default car on every entry lane and allowed
 turn at ``traffic`` vehicles per minute in all (``low`` 10, ``high`` 30, or a number), and no
 Via points. At each reset the four agents get missions of their own: a start 15 m into arm
@@ -44,8 +44,8 @@ import numpy as np
 
 from shoal.envs.intersection.external import build_once, cache_dir, route_edges, unsaved_state
 from shoal.envs.intersection.geometry import point_at
+from shoal.envs.intersection.network import build_network
 from shoal.envs.intersection.scenario import AGENTS, Scenario
-from shoal.envs.intersection.sumo import build_network
 from shoal.envs.intersection.vehicles import Vehicles
 from shoal.errors import ConfigError
 
