@@ -252,6 +252,6 @@ def test_the_sampler_acts_with_the_weights_of_the_latest_update():
     changed = algorithm.learner.model.state_dict()
     assert any(not torch.equal(before[k], changed[k]) for k in before)
     algorithm.learner.model.load_state_dict(before)
-    algorithm._broadcast()
+    algorithm.core.broadcast()
     assert_sampler_has_learner_weights()
     algorithm.close()

@@ -37,7 +37,7 @@ def small(**extra):
 def test_segments_end_with_the_observation_after_the_rollout():
     algorithm = ACER(build_config("acer", seed=0, **small()))
     try:
-        rollout, _ = algorithm.sample()
+        rollout, _ = algorithm.core.sample()
         segment = acer.segment_of(rollout, algorithm.learner.behaviour(rollout.obs))
         assert segment["obs"].shape[0] == 9
         # Behaviour statistics are the acting policy's: its log-probs of the actions taken.
@@ -46,7 +46,7 @@ def test_segments_end_with_the_observation_after_the_rollout():
         assert torch.allclose(log_probs, rollout.log_probs, atol=1e-5)
         # The next rollout starts from the last observation (the rollout's buffers are reused).
         last = segment["obs"][-1].clone()
-        following, _ = algorithm.sample()
+        following, _ = algorithm.core.sample()
         assert torch.equal(last, following.obs[0])
     finally:
         algorithm.close()

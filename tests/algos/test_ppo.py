@@ -713,7 +713,7 @@ def test_temperature_schedule_is_logged_shared_with_the_sampler_and_resumed_exac
         want = 2.0 - 1.5 * algo.env_steps / (4 * iteration_steps)
         for model in (algo.learner.model, algo.sampler.runner.model):
             assert model.policy_head.temperature.item() == pytest.approx(want)
-    assert algo.state_dict()["counters"]["episodes"] == algo.episodes > 0
+    assert algo.state_dict()["counters"]["episodes"] == algo.core.episodes > 0
     algo.close()
 
     overrides = small_ppo(**model_overrides)

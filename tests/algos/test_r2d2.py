@@ -44,7 +44,7 @@ def test_rollouts_record_the_state_before_each_step():
     algorithm = R2D2(build_config("r2d2", seed=0, **small()))
     try:
         algorithm.train_iteration()  # a rollout: episodes may end and restart inside it
-        rollout, _ = algorithm.sample()
+        rollout, _ = algorithm.core.sample()
         model = algorithm.learner.model
         state = rollout.policy_state
         for t in range(rollout.obs.shape[0]):

@@ -91,21 +91,31 @@ class ModelLearner(Generic[Model]):
         load_scaler_state(getattr(self, "scaler", None), state)
 
 
-class OnPolicyAlgorithm:
-    """The plumbing PPO, A2C, REINFORCE, TRPO, ACKTR (and, for their sampling, ACER and
-    R2D2) share around their update: one runner over the env config, counters, the
-    temperature schedule, the weights broadcast after each update, the deployable policy and
-    the checkpoint layout. Each algorithm derives from this
-    (never from another algorithm) and adds its own update and any extra state."""
+class OnPolicyCore:
+    """What the on-policy algorithms (PPO, A2C, REINFORCE, TRPO, ACKTR, APPO, IMPALA, and
+    for their sampling ACER and R2D2) hold, as the evolution family holds `Population`: one
+    sampler over the env config, the learner, the counters, the temperature schedule, the
+    weights handed to the sampler after each update, the deployable policy and the
+    checkpoint layout. The algorithm builds it, calls `broadcast` once its own parts are
+    set, and reads its iteration top to bottom in its own file.
 
-    takes_action_masks = True
-    """Whether the learner restricts its policy to the legal actions in the rollouts."""
+    Args:
+        config: the algorithm's config (``env``, ``run``, ``model``, ``optim``, ``gamma``,
+            ``num_steps``).
+        learner_cls: ``learner_cls(config, obs_space, action_space)``.
+        build_model: ``build_model(config, obs_space, action_space)``: the sampler's network.
+        name: the algorithm's name, for errors.
+        takes_action_masks: whether its learner restricts the policy to the legal actions in
+            the rollouts (an env that reports masks is refused otherwise).
+    """
 
     def __init__(
         self,
         config: Any,
         learner_cls: Callable[[Any, gym.Space, gym.Space], Any],
         build_model: Callable[[Any, gym.Space, gym.Space], Any],
+        name: str,
+        takes_action_masks: bool = True,
     ):
         self.config = config
         # Reward normalization scales by the std of returns discounted with the algorithm's gamma.
@@ -120,7 +130,7 @@ class OnPolicyAlgorithm:
         sampler = self.sampler
         try:
             if sampler.action_masked:  # also multi-agent envs whose observations carry masks
-                config = masked_config(config, type(self).__name__, self.takes_action_masks)
+                config = masked_config(config, name, takes_action_masks)
             self.learner = learner_cls(config, sampler.observation_space, sampler.action_space)
         except BaseException:
             sampler.close()  # its envs (and Ray runners) go with the failed start
@@ -128,7 +138,10 @@ class OnPolicyAlgorithm:
         self.env_steps = 0
         self.episodes = 0
         self.iteration = 0
-        self._broadcast(set_temperature=True)
+        self.temperature: float | None = None
+        self.publish: Callable[[dict[str, torch.Tensor]], None] = sampler.set_weights
+        """Where the learner's weights go after each update: the sampler's policy (APPO's
+        sampler thread takes versioned copies instead, IMPALA's runners snapshots)."""
 
     def progress(self) -> float:
         """Fraction of the schedules' horizon done (``optim.anneal_steps`` or total steps)."""
@@ -158,12 +171,12 @@ class OnPolicyAlgorithm:
             metrics["train/temperature"] = self.temperature
         if self.sampler.restarts:
             metrics["perf/sampler_restarts"] = self.sampler.restarts
-        self._broadcast()
+        self.broadcast()
         metrics.update(episodes.metrics())
         return metrics
 
-    def _broadcast(self, set_temperature: bool = False) -> None:
-        """Hand the learner's weights to the sampler, with the temperature for the next
+    def broadcast(self, set_temperature: bool = False) -> None:
+        """Hand the learner's weights to ``publish``, with the temperature for the next
         rollout: the scheduled one, or with ``set_temperature`` the constant one (when the
         learner is built or its weights were loaded from a checkpoint, which may hold another
         value; nothing else changes it)."""
@@ -173,12 +186,7 @@ class OnPolicyAlgorithm:
             self.temperature = apply_temperature(
                 self.learner.model, self.config.model, self.env_steps, self.episodes
             )
-        self.publish_weights(self.learner.get_weights())
-
-    def publish_weights(self, weights: dict[str, torch.Tensor]) -> None:
-        """Where the learner's weights go after each update (the sampler's policy; APPO's
-        sampler thread takes versioned copies instead)."""
-        self.sampler.set_weights(weights)
+        self.publish(self.learner.get_weights())
 
     def policy(self) -> ActorPolicy:
         return ActorPolicy(
@@ -201,14 +209,21 @@ class OnPolicyAlgorithm:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> bool:
-        """Restore; returns False when the envs could not be restored mid-episode."""
+        """Restore, then hand the restored weights on (`broadcast`); returns False when the
+        envs could not be restored mid-episode."""
         self.learner.load_state_dict(state["learner"])
         self.env_steps = state["counters"]["env_steps"]
         self.episodes = state["counters"]["episodes"]
         self.iteration = state["counters"]["iteration"]
-        self._broadcast(set_temperature=True)
+        self.broadcast(set_temperature=True)
         fallback = derive_seed(self.config.run.seed, "env-restart", self.iteration)
         return self.sampler.set_state(state["sampler"], fallback)
 
     def close(self) -> None:
         self.sampler.close()
+
+
+def held(name: str, part: str = "core") -> property:
+    """A counter (``env_steps``, ``iteration``) or part (``learner``, ``sampler``) of an
+    algorithm, read from the part it holds: the `Algorithm` protocol asks the algorithm."""
+    return property(lambda self: getattr(getattr(self, part), name))

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
 import torch
 
 from shoal.algos.cores.checks import check_bptt_chunk, check_masks
 from shoal.algos.cores.metrics import mean_metrics, step_metrics
-from shoal.algos.cores.on_policy import ModelLearner, OnPolicyAlgorithm
+from shoal.algos.cores.on_policy import ModelLearner, OnPolicyCore, held
 from shoal.algos.cores.rollout_batch import (
     RolloutBatch,
     RolloutSequenceBatch,
@@ -47,6 +47,7 @@ from shoal.device import to_device
 from shoal.losses.objectives import a2c_objective
 from shoal.nn import ActorCritic, RecurrentActorCritic, build_actor_critic
 from shoal.optim import rmsprop_or_adamw
+from shoal.policy import ActorPolicy
 from shoal.schedules import scheduled
 
 
@@ -174,16 +175,23 @@ class A2CLearner(ModelLearner[ActorCritic | RecurrentActorCritic]):
         return metrics
 
 
-class A2C(OnPolicyAlgorithm):
+class A2C:
     """One A2C iteration: sample a rollout, estimate advantages, one update, broadcast."""
 
+    env_steps = held("env_steps")
+    iteration = held("iteration")
+    learner = held("learner")
+    sampler = held("sampler")
+
     def __init__(self, config: A2CConfig):
-        super().__init__(config, A2CLearner, build_model)
+        self.config = config
+        self.core = OnPolicyCore(self.config, A2CLearner, build_model, "A2C")
+        self.core.broadcast(set_temperature=True)
 
     def train_iteration(self) -> dict[str, float]:
         cfg = self.config
-        lr = scheduled(cfg.optim.lr_schedule, cfg.optim.lr, self.progress())
-        rollout, episodes = self.sample()
+        lr = scheduled(cfg.optim.lr_schedule, cfg.optim.lr, self.core.progress())
+        rollout, episodes = self.core.sample()
         # Autoreset transitions are dropped by make_batch; truncations bootstrap from the
         # final observation's value (`Rollout.next_values`). Recurrent models keep the
         # rollout time-major ([T, B]: one piece of num_steps per env), masked the same way.
@@ -192,7 +200,19 @@ class A2C(OnPolicyAlgorithm):
             batch = make_batch(rollout, cfg.gamma, cfg.gae_lambda)
         else:
             batch = make_sequence_batch(rollout, cfg.gamma, cfg.gae_lambda, cfg.num_steps)
-        return self.finish_iteration(self.learner.update(batch, lr), episodes)
+        return self.core.finish_iteration(self.learner.update(batch, lr), episodes)
+
+    def policy(self) -> ActorPolicy:
+        return self.core.policy()
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.core.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> bool:
+        return self.core.load_state_dict(state)
+
+    def close(self) -> None:
+        self.core.close()
 
 
 SPECS = (

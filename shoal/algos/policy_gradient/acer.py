@@ -32,7 +32,7 @@ import torch
 
 from shoal.algos.cores.checks import check_no_masks
 from shoal.algos.cores.metrics import mean_metrics
-from shoal.algos.cores.on_policy import ModelLearner, OnPolicyAlgorithm
+from shoal.algos.cores.on_policy import ModelLearner, OnPolicyCore, held
 from shoal.algos.spec import AlgorithmSpec
 from shoal.config import (
     EnvConfig,
@@ -52,6 +52,7 @@ from shoal.nn.acer import ACERNetwork
 from shoal.nn.distributions import Categorical
 from shoal.nn.target import frozen_copy, soft_update
 from shoal.optim import minimize, rmsprop_or_adamw
+from shoal.policy import ActorPolicy
 from shoal.schedules import scheduled
 from shoal.seeding import derive_seed
 from shoal.types import Rollout
@@ -307,13 +308,20 @@ class ACERLearner(ModelLearner[ACERNetwork]):
         self.average.load_state_dict(state["average"])
 
 
-class ACER(OnPolicyAlgorithm):
+class ACER:
     """One ACER iteration: a rollout learned on-policy, stored, then replayed segments."""
 
-    takes_action_masks = False
+    env_steps = held("env_steps")
+    iteration = held("iteration")
+    learner = held("learner")
+    sampler = held("sampler")
 
     def __init__(self, config: ACERConfig):
-        super().__init__(config, ACERLearner, build_model)
+        self.config = config
+        self.core = OnPolicyCore(
+            self.config, ACERLearner, build_model, "ACER", takes_action_masks=False
+        )
+        self.core.broadcast(set_temperature=True)
         segment_steps = config.num_steps * self.sampler.num_envs * self.sampler.agents_per_env
         self.replay = SegmentReplay(
             max(1, config.replay.buffer_size // segment_steps),
@@ -323,8 +331,8 @@ class ACER(OnPolicyAlgorithm):
 
     def train_iteration(self) -> dict[str, float]:
         cfg = self.config
-        lr = scheduled(cfg.optim.lr_schedule, cfg.optim.lr, self.progress())
-        rollout, episodes = self.sample()
+        lr = scheduled(cfg.optim.lr_schedule, cfg.optim.lr, self.core.progress())
+        rollout, episodes = self.core.sample()
         segment = segment_of(rollout, self.learner.behaviour(rollout.obs))
         rows = [self.learner.update(segment, lr)]
         self.replay.add(segment)
@@ -336,20 +344,26 @@ class ACER(OnPolicyAlgorithm):
         metrics = mean_metrics(rows)
         metrics["train/lr"] = lr
         metrics["train/replayed_segments"] = replays
-        return self.finish_iteration(metrics, episodes)
+        return self.core.finish_iteration(metrics, episodes)
 
     def state_dict(self) -> dict[str, Any]:
-        state = super().state_dict()
+        state = self.core.state_dict()
         state["replay"] = self.replay.state_dict() if self.config.replay.save else None
         state["replay_draws"] = self.draws.bit_generator.state
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> bool:
-        exact = super().load_state_dict(state)
+        exact = self.core.load_state_dict(state)
         if state.get("replay") is not None:
             self.replay.load_state_dict(state["replay"])
         self.draws.bit_generator.state = state["replay_draws"]
         return exact
+
+    def policy(self) -> ActorPolicy:
+        return self.core.policy()
+
+    def close(self) -> None:
+        self.core.close()
 
 
 SPECS = (

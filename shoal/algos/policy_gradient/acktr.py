@@ -15,14 +15,14 @@ Recurrent models are refused: K-FAC has no factors for an LSTM.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import torch
 
 from shoal.algos.cores.checks import check_no_masks
 from shoal.algos.cores.metrics import mean_metrics, step_metrics
-from shoal.algos.cores.on_policy import ModelLearner, OnPolicyAlgorithm
+from shoal.algos.cores.on_policy import ModelLearner, OnPolicyCore, held
 from shoal.algos.cores.rollout_batch import RolloutBatch, make_batch
 from shoal.algos.spec import AlgorithmSpec
 from shoal.backend import TorchStep, evaluate_objective
@@ -33,6 +33,7 @@ from shoal.losses.objectives import a2c_objective
 from shoal.nn import ActorCritic, RecurrentActorCritic, build_actor_critic
 from shoal.nn.distributions import Distribution
 from shoal.optim.kfac import KFAC
+from shoal.policy import ActorPolicy
 from shoal.schedules import scheduled
 
 
@@ -170,20 +171,39 @@ class ACKTRLearner(ModelLearner[ActorCritic | RecurrentActorCritic]):
         return metrics
 
 
-class ACKTR(OnPolicyAlgorithm):
+class ACKTR:
     """One ACKTR iteration: sample a rollout, estimate advantages, one K-FAC step, broadcast."""
 
-    takes_action_masks = False
+    env_steps = held("env_steps")
+    iteration = held("iteration")
+    learner = held("learner")
+    sampler = held("sampler")
 
     def __init__(self, config: ACKTRConfig):
-        super().__init__(config, ACKTRLearner, build_model)
+        self.config = config
+        self.core = OnPolicyCore(
+            self.config, ACKTRLearner, build_model, "ACKTR", takes_action_masks=False
+        )
+        self.core.broadcast(set_temperature=True)
 
     def train_iteration(self) -> dict[str, float]:
         cfg = self.config
-        lr = scheduled(cfg.optim.lr_schedule, cfg.optim.lr, self.progress())
-        rollout, episodes = self.sample()
+        lr = scheduled(cfg.optim.lr_schedule, cfg.optim.lr, self.core.progress())
+        rollout, episodes = self.core.sample()
         batch = make_batch(rollout, cfg.gamma, cfg.gae_lambda)
-        return self.finish_iteration(self.learner.update(batch, lr), episodes)
+        return self.core.finish_iteration(self.learner.update(batch, lr), episodes)
+
+    def policy(self) -> ActorPolicy:
+        return self.core.policy()
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.core.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> bool:
+        return self.core.load_state_dict(state)
+
+    def close(self) -> None:
+        self.core.close()
 
 
 SPECS = (

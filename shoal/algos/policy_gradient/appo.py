@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import gymnasium as gym
 import torch
 
-from shoal.algos.cores.on_policy import OnPolicyAlgorithm
+from shoal.algos.cores.on_policy import OnPolicyCore, held
 from shoal.algos.cores.rollout_batch import RolloutBatch, make_batch
 from shoal.algos.policy_gradient import ppo as ppo_module
 from shoal.algos.policy_gradient.ppo import PPOConfig, PPOLearner
@@ -158,15 +158,23 @@ def vtrace_batch(
     )  # fmt: skip
 
 
-class APPO(OnPolicyAlgorithm):
+class APPO:
     """One APPO iteration: take the rollout sampled during the last update, correct it,
     update, publish the weights as the next version."""
+
+    env_steps = held("env_steps")
+    iteration = held("iteration")
+    learner = held("learner")
+    sampler = held("sampler")
 
     def __init__(self, config: APPOConfig):
         self.appo = config
         self.ahead: AheadSampler | None = None
         self.kl_coeff = config.ppo.kl_coeff
-        super().__init__(config.learner_config(), PPOLearner, ppo_module.build_model)
+        self.config = config.learner_config()
+        self.core = OnPolicyCore(self.config, PPOLearner, ppo_module.build_model, "APPO")
+        self.core.publish = self.publish_weights
+        self.core.broadcast(set_temperature=True)
         if config.max_lag > 0:
             self.learner.generator = torch.Generator().manual_seed(
                 derive_seed(config.run.seed, "appo-minibatches")
@@ -182,13 +190,13 @@ class APPO(OnPolicyAlgorithm):
 
     def next_rollout(self) -> tuple[Rollout, EpisodeStats, dict[str, float]]:
         if self.ahead is None:
-            rollout, episodes = self.sample()
+            rollout, episodes = self.core.sample()
             return rollout, episodes, {"train/policy_lag": 0.0}
         start = time.perf_counter()
         ahead = self.ahead.take(self.iteration)
         waited = time.perf_counter() - start
         lag = self.iteration - ahead.version
-        self.count(ahead.rollout, ahead.episodes)
+        self.core.count(ahead.rollout, ahead.episodes)
         return (
             ahead.rollout,
             ahead.episodes,
@@ -197,7 +205,7 @@ class APPO(OnPolicyAlgorithm):
 
     def train_iteration(self) -> dict[str, float]:
         ppo = self.config
-        progress = self.progress()
+        progress = self.core.progress()
         lr = scheduled(ppo.optim.lr_schedule, ppo.optim.lr, progress)
         clip_eps = scheduled(ppo.clip_schedule, ppo.clip_eps, progress)
         rollout, episodes, lag_metrics = self.next_rollout()
@@ -212,17 +220,17 @@ class APPO(OnPolicyAlgorithm):
             )
             metrics["train/kl_coeff"] = self.kl_coeff
         metrics.update(lag_metrics)
-        return self.finish_iteration(metrics, episodes)
+        return self.core.finish_iteration(metrics, episodes)
 
     def policy(self) -> ActorPolicy:
         if self.ahead is not None and self.config.env.normalize_obs:
             self.ahead.stop()  # the normalizer's statistics, not while the thread updates them
-        return super().policy()
+        return self.core.policy()
 
     def state_dict(self) -> dict[str, Any]:
         if self.ahead is not None:
             self.ahead.stop()  # the envs and the rollouts sampled ahead, between two rollouts
-        state = {**super().state_dict(), "kl_coeff": self.kl_coeff}
+        state = {**self.core.state_dict(), "kl_coeff": self.kl_coeff}
         if self.ahead is not None:
             state["ahead"] = self.ahead.get_state()
             state["minibatch_rng"] = self.learner.generator.get_state()
@@ -233,12 +241,12 @@ class APPO(OnPolicyAlgorithm):
         if self.ahead is not None:
             self.ahead.set_state(state["ahead"])
             self.learner.generator.set_state(state["minibatch_rng"])
-        return super().load_state_dict(state)  # publishes the restored weights' version
+        return self.core.load_state_dict(state)  # publishes the restored weights' version
 
     def close(self) -> None:
         if self.ahead is not None:
             self.ahead.close()
-        super().close()
+        self.core.close()
 
 
 SPECS = (

@@ -32,7 +32,7 @@ import torch
 
 from shoal.algos.cores.checks import check_no_masks
 from shoal.algos.cores.metrics import mean_metrics, step_metrics
-from shoal.algos.cores.on_policy import ModelLearner, OnPolicyAlgorithm
+from shoal.algos.cores.on_policy import ModelLearner, OnPolicyCore, held
 from shoal.algos.spec import AlgorithmSpec
 from shoal.collect.ray import concat_episodes, concat_rollouts
 from shoal.config import (
@@ -50,6 +50,7 @@ from shoal.losses import vtrace
 from shoal.losses.objectives import PolicyOutputs, Targets, a2c_objective
 from shoal.nn import ActorCritic, RecurrentActorCritic, build_actor_critic
 from shoal.optim import minimize, rmsprop_or_adamw
+from shoal.policy import ActorPolicy
 from shoal.schedules import scheduled
 from shoal.seeding import derive_seed
 from shoal.types import EpisodeStats, Rollout
@@ -221,20 +222,28 @@ class IMPALALearner(ModelLearner[ActorCritic | RecurrentActorCritic]):
         return metrics
 
 
-class IMPALA(OnPolicyAlgorithm):
+class IMPALA:
     """One iteration: gather a train batch of arriving rollouts (plus replay), take
     num_sgd_iter gradient steps with V-trace, and hand weights to the runners that arrived.
     The sampler, counters, deployable policy and checkpoint layout are
     `OnPolicyAlgorithm`'s; the weights reach runners as they arrive (`_sync`), and all of
     them at the start and after a restore (`publish_weights`)."""
 
-    takes_action_masks = False
+    env_steps = held("env_steps")
+    iteration = held("iteration")
+    learner = held("learner")
+    sampler = held("sampler")
 
     def __init__(self, config: IMPALAConfig):
         self.updates = 0
         """Gradient steps taken: the version of the learner's weights."""
         self.asynchronous = config.run.runners > 0
-        super().__init__(config, IMPALALearner, build_model)
+        self.config = config
+        self.core = OnPolicyCore(
+            self.config, IMPALALearner, build_model, "IMPALA", takes_action_masks=False
+        )
+        self.core.publish = self.publish_weights
+        self.core.broadcast(set_temperature=True)
         self._replay = collections.deque[Rollout](maxlen=config.replay_buffer_num_slots)
         self._replay_rng = torch.Generator().manual_seed(derive_seed(config.run.seed, "replay"))
         self._pending: list[Rollout] = []
@@ -313,8 +322,8 @@ class IMPALA(OnPolicyAlgorithm):
                 self._sync(runner)
             runner, rollout, stats, version = self._next_rollout()
             agents = self.sampler.agents_per_env
-            self.env_steps += rollout.rewards.numel() // agents
-            self.episodes += stats.returns.size // agents
+            self.core.env_steps += rollout.rewards.numel() // agents
+            self.core.episodes += stats.returns.size // agents
             lags.append(self.updates - version)
             episodes.append(stats)
             self._pending.append(rollout)
@@ -325,14 +334,14 @@ class IMPALA(OnPolicyAlgorithm):
                 self._replay.append(rollout)
         batch = concat_rollouts(self._pending[:needed])
         self._pending = self._pending[needed:]
-        lr = scheduled(cfg.optim.lr_schedule, cfg.optim.lr, self.progress())
+        lr = scheduled(cfg.optim.lr_schedule, cfg.optim.lr, self.core.progress())
         metrics = self._sgd(batch, lr)
         if runner is not None:
             self._sync(runner)  # the runner that completed the batch gets weights trained on it
             metrics["train/policy_lag"] = sum(lags) / len(lags)
             metrics["train/policy_lag_max"] = max(lags)
             metrics.update(concat_episodes(episodes).metrics())
-        self.iteration += 1
+        self.core.iteration += 1
         metrics["train/lr"] = lr
         if cfg.replay_proportion > 0:
             metrics["train/replayed_rollouts"] = replayed
@@ -365,7 +374,7 @@ class IMPALA(OnPolicyAlgorithm):
         return metrics
 
     def state_dict(self) -> dict[str, Any]:
-        state = super().state_dict()
+        state = self.core.state_dict()
         state["counters"]["updates"] = self.updates
         state["replay_rng"] = self._replay_rng.get_state()
         return state
@@ -375,12 +384,15 @@ class IMPALA(OnPolicyAlgorithm):
         runners the run continues from the saved weights but not exactly (module docstring)."""
         self.updates = state["counters"]["updates"]
         self._replay_rng.set_state(state["replay_rng"])
-        return super().load_state_dict(state)
+        return self.core.load_state_dict(state)
 
     def close(self) -> None:
         if self._stream is not None:
             self._stream.close()  # cancels the requests still in flight
-        super().close()
+        self.core.close()
+
+    def policy(self) -> ActorPolicy:
+        return self.core.policy()
 
 
 SPECS = (

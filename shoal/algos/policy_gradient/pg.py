@@ -23,7 +23,7 @@ import torch
 
 from shoal.algos.cores.checks import check_no_masks
 from shoal.algos.cores.metrics import mean_metrics, step_metrics
-from shoal.algos.cores.on_policy import ModelLearner, OnPolicyAlgorithm
+from shoal.algos.cores.on_policy import ModelLearner, OnPolicyCore, held
 from shoal.algos.spec import AlgorithmSpec
 from shoal.config import EnvConfig, ModelConfig, OptimConfig, RunConfig, check, check_positive
 from shoal.config.usage import NO_LSTM, OWN_GAMMA
@@ -32,6 +32,7 @@ from shoal.losses import entropy_loss, episode_returns, policy_gradient_loss, va
 from shoal.losses.objectives import standardize
 from shoal.nn import ActorCritic, RecurrentActorCritic
 from shoal.optim import minimize
+from shoal.policy import ActorPolicy
 from shoal.schedules import scheduled
 from shoal.types import Rollout
 
@@ -167,34 +168,47 @@ class PGLearner(ModelLearner[ActorCritic | RecurrentActorCritic]):
         return metrics
 
 
-class PG(OnPolicyAlgorithm):
+class PG:
     """One REINFORCE iteration: sample, finish returns of ended episodes, update, broadcast."""
 
-    takes_action_masks = False  # its own batch has no masks yet
+    env_steps = held("env_steps")
+    iteration = held("iteration")
+    learner = held("learner")
+    sampler = held("sampler")
 
     def __init__(self, config: PGConfig):
         self.carry: EpisodeCarry | None = None
-        super().__init__(config, PGLearner, build_model)
+        self.config = config
+        self.core = OnPolicyCore(
+            self.config, PGLearner, build_model, "PG", takes_action_masks=False
+        )
+        self.core.broadcast(set_temperature=True)
 
     def train_iteration(self) -> dict[str, float]:
         cfg = self.config
-        lr = scheduled(cfg.optim.lr_schedule, cfg.optim.lr, self.progress())
-        rollout, episodes = self.sample()
+        lr = scheduled(cfg.optim.lr_schedule, cfg.optim.lr, self.core.progress())
+        rollout, episodes = self.core.sample()
         batch, self.carry = make_batch(self.carry, rollout, cfg.gamma, cfg.max_carry_steps)
         metrics = self.learner.update(batch, lr)
         metrics["train/carried_steps"] = 0 if self.carry is None else int(self.carry.valid.sum())
-        return self.finish_iteration(metrics, episodes)
+        return self.core.finish_iteration(metrics, episodes)
 
     def state_dict(self) -> dict[str, Any]:
         carry = None if self.carry is None else self.carry._asdict()
-        return {**super().state_dict(), "carry": carry}
+        return {**self.core.state_dict(), "carry": carry}
 
     def load_state_dict(self, state: dict[str, Any]) -> bool:
-        exact = super().load_state_dict(state)
+        exact = self.core.load_state_dict(state)
         carry = state.get("carry")
         # Restarted episodes never finish the carried ones: their returns are unknowable.
         self.carry = EpisodeCarry(**carry) if carry is not None and exact else None
         return exact
+
+    def policy(self) -> ActorPolicy:
+        return self.core.policy()
+
+    def close(self) -> None:
+        self.core.close()
 
 
 SPECS = (

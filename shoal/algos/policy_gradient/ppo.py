@@ -18,7 +18,7 @@ import torch
 
 from shoal.algos.cores.checks import check_bptt_chunk, check_masks
 from shoal.algos.cores.metrics import mean_metrics, step_metrics
-from shoal.algos.cores.on_policy import ModelLearner, OnPolicyAlgorithm
+from shoal.algos.cores.on_policy import ModelLearner, OnPolicyCore, held
 from shoal.algos.cores.rollout_batch import (
     RolloutBatch,
     RolloutSequenceBatch,
@@ -43,6 +43,7 @@ from shoal.losses import adaptive_kl_coeff
 from shoal.losses.objectives import Objective, ppo_objective
 from shoal.nn import ActorCritic, RecurrentActorCritic, build_actor_critic
 from shoal.nn.recurrent import chunk_start_states
+from shoal.policy import ActorPolicy
 from shoal.schedules import scheduled
 
 
@@ -268,22 +269,29 @@ def _pieces(x: torch.Tensor, index: torch.Tensor, keep: torch.Tensor) -> torch.T
     return x[:, index].flatten(0, 1)[keep]
 
 
-class PPO(OnPolicyAlgorithm):
+class PPO:
     """One PPO iteration: sample a rollout, estimate advantages, update, broadcast weights."""
+
+    env_steps = held("env_steps")
+    iteration = held("iteration")
+    learner = held("learner")
+    sampler = held("sampler")
 
     joint = False
     """One policy acts (its spec declares ``acts_jointly`` for `MultiPolicyPPO`'s sake)."""
 
     def __init__(self, config: PPOConfig):
         self.kl_coeff = config.kl_coeff
-        super().__init__(config, PPOLearner, build_model)
+        self.config = config
+        self.core = OnPolicyCore(self.config, PPOLearner, build_model, "PPO")
+        self.core.broadcast(set_temperature=True)
 
     def train_iteration(self) -> dict[str, float]:
         cfg = self.config
-        progress = self.progress()
+        progress = self.core.progress()
         lr = scheduled(cfg.optim.lr_schedule, cfg.optim.lr, progress)
         clip_eps = scheduled(cfg.clip_schedule, cfg.clip_eps, progress)
-        rollout, episodes = self.sample()
+        rollout, episodes = self.core.sample()
         batch: RolloutBatch | RolloutSequenceBatch
         if cfg.model.lstm_hidden is None:
             batch = make_batch(rollout, cfg.gamma, cfg.gae_lambda)
@@ -295,11 +303,17 @@ class PPO(OnPolicyAlgorithm):
                 self.kl_coeff, metrics["train/approx_kl"], cfg.kl_target
             )
             metrics["train/kl_coeff"] = self.kl_coeff
-        return self.finish_iteration(metrics, episodes)
+        return self.core.finish_iteration(metrics, episodes)
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "kl_coeff": self.kl_coeff}
+        return {**self.core.state_dict(), "kl_coeff": self.kl_coeff}
 
     def load_state_dict(self, state: dict[str, Any]) -> bool:
         self.kl_coeff = state["kl_coeff"]
-        return super().load_state_dict(state)
+        return self.core.load_state_dict(state)
+
+    def policy(self) -> ActorPolicy:
+        return self.core.policy()
+
+    def close(self) -> None:
+        self.core.close()

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import torch
 
-from shoal.algos.cores.on_policy import ModelLearner, OnPolicyAlgorithm
+from shoal.algos.cores.on_policy import ModelLearner, OnPolicyCore, held
 from shoal.algos.cores.rollout_batch import RolloutBatch, make_batch
 from shoal.algos.spec import AlgorithmSpec
 from shoal.backend import place
@@ -35,6 +35,7 @@ from shoal.losses import (
 )
 from shoal.nn import ActorCritic
 from shoal.optim import build_optimizer, minimize
+from shoal.policy import ActorPolicy
 
 
 @dataclass(frozen=True)
@@ -231,17 +232,36 @@ def _frozen(dist: Any) -> Any:
     return frozen
 
 
-class TRPO(OnPolicyAlgorithm):
+class TRPO:
     """One TRPO iteration: sample a rollout, estimate advantages, update, broadcast weights."""
 
+    env_steps = held("env_steps")
+    iteration = held("iteration")
+    learner = held("learner")
+    sampler = held("sampler")
+
     def __init__(self, config: TRPOConfig):
-        super().__init__(config, TRPOLearner, build_model)
+        self.config = config
+        self.core = OnPolicyCore(self.config, TRPOLearner, build_model, "TRPO")
+        self.core.broadcast(set_temperature=True)
 
     def train_iteration(self) -> dict[str, float]:
         cfg = self.config
-        rollout, episodes = self.sample()
+        rollout, episodes = self.core.sample()
         batch = make_batch(rollout, cfg.gamma, cfg.gae_lambda)
-        return self.finish_iteration(self.learner.update(batch), episodes)
+        return self.core.finish_iteration(self.learner.update(batch), episodes)
+
+    def policy(self) -> ActorPolicy:
+        return self.core.policy()
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.core.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> bool:
+        return self.core.load_state_dict(state)
+
+    def close(self) -> None:
+        self.core.close()
 
 
 SPECS = (

@@ -30,7 +30,7 @@ import torch
 
 from shoal.algos.cores.checks import check_no_masks
 from shoal.algos.cores.metrics import mean_metrics
-from shoal.algos.cores.on_policy import OnPolicyAlgorithm
+from shoal.algos.cores.on_policy import OnPolicyCore, held
 from shoal.algos.spec import AlgorithmSpec
 from shoal.backend import place
 from shoal.config import EnvConfig, ModelConfig, OptimConfig, RunConfig, check, check_positive
@@ -43,6 +43,7 @@ from shoal.losses.value import inverse_value_transform, value_transform
 from shoal.nn.recurrent_q import RecurrentQNetwork
 from shoal.nn.target import frozen_copy, soft_update
 from shoal.optim import build_optimizer, minimize
+from shoal.policy import ActorPolicy
 from shoal.schedules import linear
 from shoal.seeding import derive_seed
 
@@ -251,13 +252,20 @@ class R2D2Learner:
         self.grad_steps = state["grad_steps"]
 
 
-class R2D2(OnPolicyAlgorithm):
+class R2D2:
     """One R2D2 iteration: act, cut sequences into replay, learn, publish the weights."""
 
-    takes_action_masks = False
+    env_steps = held("env_steps")
+    iteration = held("iteration")
+    learner = held("learner")
+    sampler = held("sampler")
 
     def __init__(self, config: R2D2Config):
-        super().__init__(config, R2D2Learner, build_model)
+        self.config = config
+        self.core = OnPolicyCore(
+            self.config, R2D2Learner, build_model, "R2D2", takes_action_masks=False
+        )
+        self.core.broadcast(set_temperature=True)
         rows = self.sampler.num_envs * self.sampler.agents_per_env
         self.builder = SequenceBuilder(rows, config.burn_in, config.length, config.period)
         self.replay = SequenceReplay(
@@ -273,12 +281,12 @@ class R2D2(OnPolicyAlgorithm):
         progress = self.env_steps / cfg.exploration_steps
         epsilon = linear(cfg.epsilon_start, cfg.epsilon_end, progress)
         self.learner.model.epsilon.fill_(epsilon)
-        self.publish_weights(self.learner.get_weights())
+        self.core.publish(self.learner.get_weights())
         return {"train/epsilon": epsilon}
 
     def train_iteration(self) -> dict[str, float]:
         cfg = self.config
-        rollout, episodes = self.sample()
+        rollout, episodes = self.core.sample()
         for sequence in self.builder.add(rollout):
             self.replay.add(sequence)
         rows = []
@@ -297,18 +305,24 @@ class R2D2(OnPolicyAlgorithm):
         return metrics
 
     def state_dict(self) -> dict[str, Any]:
-        state = super().state_dict()
+        state = self.core.state_dict()
         state["builder"] = self.builder.state_dict()
         state["replay"] = self.replay.state_dict() if self.config.replay.save else None
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> bool:
-        exact = super().load_state_dict(state)
+        exact = self.core.load_state_dict(state)
         self.builder.load_state_dict(state["builder"])
         if state.get("replay") is not None:
             self.replay.load_state_dict(state["replay"])
         self._explore()
         return exact
+
+    def policy(self) -> ActorPolicy:
+        return self.core.policy()
+
+    def close(self) -> None:
+        self.core.close()
 
 
 SPECS = (
