@@ -1,8 +1,10 @@
-"""The iteration the on-policy algorithms (PPO, A2C, REINFORCE, TRPO, ACKTR) share:
+"""What the on-policy algorithms (PPO, A2C, REINFORCE, TRPO, ACKTR, APPO, IMPALA) hold:
 `ModelLearner` (a model, its optimizer, device and precision, and their checkpoint state) and
-`OnPolicyAlgorithm` (sample a rollout, update, broadcast the weights). Their batches are in
-`shoal.algos.cores.rollout_batch`, their settings checks in `shoal.algos.cores.checks`, their
-metrics in `shoal.algos.cores.metrics` and their optimizers in `shoal.optim`.
+`OnPolicyCore` (the sampler, the counters, the weights broadcast after each update, the
+checkpoint layout), which each algorithm holds and calls from its own iteration. Their
+batches are in `shoal.algos.cores.rollout_batch`, their settings checks in
+`shoal.algos.cores.checks`, their metrics in `shoal.algos.cores.metrics` and their
+optimizers in `shoal.optim`.
 """
 
 from __future__ import annotations

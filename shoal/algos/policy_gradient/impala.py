@@ -225,8 +225,8 @@ class IMPALALearner(ModelLearner[ActorCritic | RecurrentActorCritic]):
 class IMPALA:
     """One iteration: gather a train batch of arriving rollouts (plus replay), take
     num_sgd_iter gradient steps with V-trace, and hand weights to the runners that arrived.
-    The sampler, counters, deployable policy and checkpoint layout are
-    `OnPolicyAlgorithm`'s; the weights reach runners as they arrive (`_sync`), and all of
+    The sampler, counters, deployable policy and checkpoint layout are its
+    `OnPolicyCore`'s; the weights reach runners as they arrive (`_sync`), and all of
     them at the start and after a restore (`publish_weights`)."""
 
     env_steps = held("env_steps")
