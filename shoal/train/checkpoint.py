@@ -120,6 +120,13 @@ class Checkpoint:
         return algorithm.get("replay") if isinstance(algorithm, dict) else None
 
     @property
+    def replay_dropped(self) -> bool:
+        """The algorithm keeps a replay but the run did not save it (``replay.save`` off): a
+        resume refills it, and is not exact."""
+        algorithm = self.state.get("algorithm")
+        return isinstance(algorithm, dict) and "replay" in algorithm and algorithm["replay"] is None
+
+    @property
     def self_play_pool(self) -> dict[str, Any] | None:
         """The self-play pool's state (`shoal.collect.self_play.SnapshotPool.state_dict`),
         wherever the algorithm's sampler keeps it; None without one."""

@@ -176,13 +176,8 @@ class Session:
         if resume is not None:
             try:
                 saved = resume.run_state
-                algorithm_state = saved.algorithm
-                self.exact = bool(self.algorithm.load_state_dict(algorithm_state))
-                self.replay_lost = (
-                    isinstance(algorithm_state, dict)
-                    and "replay" in algorithm_state
-                    and algorithm_state["replay"] is None
-                )
+                self.exact = bool(self.algorithm.load_state_dict(saved.algorithm))
+                self.replay_lost = resume.replay_dropped
                 set_rng_state(saved.rng)
             except (KeyError, RuntimeError, TypeError, ValueError) as exc:
                 raise incompatible(resume.path, exc, self._changes_from(resume)) from exc

@@ -90,6 +90,16 @@ def test_a_run_state_reads_back_by_part(tmp_path):
     assert read.spaces == {"observation": "o", "action": "a"}
     assert read.run_state == state
     assert read.policy_weights == {"w": 1.5} and read.policy_obs_stats is None
-    assert read.replay == {"n": 3} and read.self_play_pool is None
+    assert read.replay == {"n": 3} and read.self_play_pool is None and not read.replay_dropped
     assert read.setting("run.torch_threads") == 3
     assert read.setting("env.id", "none") == "none"
+
+
+def test_a_replay_kept_but_not_saved_is_named(tmp_path):
+    """A replay learner without ``replay.save`` stores its replay as None: a resume is then
+    not exact; an algorithm without a replay has nothing dropped."""
+    for algorithm, dropped in (({"replay": None}, True), ({"learner": {}}, False)):
+        state = RunState(algorithm=algorithm, rng={}, loop={}, callbacks=None)
+        path = save_checkpoint(tmp_path / str(dropped), 1, "dqn", {}, state)
+        read = load_checkpoint(path)
+        assert (read.replay_dropped, read.replay) == (dropped, None)
