@@ -43,10 +43,10 @@ import numpy as np
 from common import RunRecord, environment, median, record_dict, require_sb3, run_line
 
 from shoal.api import build_config
+from shoal.core.threads import set_compute_threads
 from shoal.data.frame_replay import bytes_per_transition
 from shoal.nn.cnn import native_bfloat16
 from shoal.registry import algorithm_for_config
-from shoal.threads import set_compute_threads
 
 try:
     from stable_baselines3 import PPO as SB3PPO

@@ -29,8 +29,8 @@ import torch
 
 import shoal
 from shoal.collect.evaluate import evaluate
-from shoal.seeding import derive_seed
-from shoal.threads import set_compute_threads
+from shoal.core.seeding import derive_seed
+from shoal.core.threads import set_compute_threads
 
 try:
     import stable_baselines3

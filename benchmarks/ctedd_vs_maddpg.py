@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 
 import shoal
-from shoal.stats import t_interval
+from shoal.core.stats import t_interval
 
 TASKS = {
     "CN-V1": "shoal/cn-v1-v0",

@@ -176,7 +176,7 @@ def run_sb3(algo: str, task: Task, off_policy: bool, seed: int) -> dict:
     import stable_baselines3
     from stable_baselines3.common.evaluation import evaluate_policy
 
-    from shoal.threads import set_compute_threads
+    from shoal.core.threads import set_compute_threads
 
     set_compute_threads(1)
     budget = task.off_policy_budget if off_policy else task.on_policy_budget

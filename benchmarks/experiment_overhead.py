@@ -23,8 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from shoal.experiment import run_experiment
-from shoal.experiment_plan import plan
+from shoal.studies.experiment import run_experiment
+from shoal.studies.plan import plan
 
 TARGET = 0.10
 

@@ -104,9 +104,9 @@ def measure(
     import torch
 
     import shoal
+    from shoal.core.seeding import seed_torch
+    from shoal.core.threads import set_compute_threads
     from shoal.registry import algorithm_for_config
-    from shoal.seeding import seed_torch
-    from shoal.threads import set_compute_threads
 
     spec = cases()[case]
     overrides = {**spec["overrides"], "run.device": device, "run.compile": compiled}

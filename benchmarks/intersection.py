@@ -71,13 +71,13 @@ import numpy as np
 import shoal
 from shoal.collect.evaluate import evaluate, evaluate_joint
 from shoal.config import EnvConfig, replace
+from shoal.core.stats import t_interval
+from shoal.core.threads import set_compute_threads
 from shoal.envs import make_env
 from shoal.envs.heuristics import IntersectionHeuristic
 from shoal.envs.intersection.env import make_intersection
 from shoal.envs.make import make_multi_agent_env
-from shoal.policy import JointPolicy
-from shoal.stats import t_interval
-from shoal.threads import set_compute_threads
+from shoal.nn.policy import JointPolicy
 
 TARGET = 100_000
 """Agent-steps/s of the built-in intersection at 1024 envs."""

@@ -40,7 +40,7 @@ from shoal.config import EnvConfig, replace
 from shoal.envs.heuristics import IntersectionHeuristic, TimeToConflictDriver
 from shoal.envs.intersection.observations import OBS_DIM
 from shoal.envs.make import make_multi_agent_env
-from shoal.policy import JointPolicy
+from shoal.nn.policy import JointPolicy
 
 
 class Scripted:

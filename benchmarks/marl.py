@@ -35,8 +35,8 @@ from rich.table import Table
 import shoal
 from shoal.collect.evaluate import evaluate
 from shoal.config import EnvConfig
-from shoal.stats import t_interval
-from shoal.threads import set_compute_threads
+from shoal.core.stats import t_interval
+from shoal.core.threads import set_compute_threads
 
 HERE = Path(__file__).resolve().parent
 EVAL_EPISODES = 32

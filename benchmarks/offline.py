@@ -33,8 +33,8 @@ import numpy as np
 import torch
 
 import shoal
+from shoal.core.stats import t_interval
 from shoal.data.offline import read_dataset, resolve_path
-from shoal.stats import t_interval
 
 HERE = Path(__file__).parent
 ALGOS = {"iql": "iql-offline", "cql": "cql", "td3-bc": "td3-bc"}

@@ -36,8 +36,8 @@ import torch
 
 import shoal
 from shoal.config import EnvConfig
+from shoal.core.threads import set_compute_threads
 from shoal.envs.make import make_multi_agent_env
-from shoal.threads import set_compute_threads
 
 AGENTS = 3
 ENV_COUNTS = (1, 64, 1024)

@@ -37,7 +37,7 @@ def train(library: str, iterations: int) -> None:
     # The zoo hyperparameters are defined once, in the wall-clock benchmark beside this file.
     from ppo_cartpole import SHOAL_ZOO, sb3_model
 
-    from shoal.threads import set_compute_threads
+    from shoal.core.threads import set_compute_threads
 
     set_compute_threads(1)  # torch and NumPy BLAS, as a shoal run sets them
     if library == "shoal":

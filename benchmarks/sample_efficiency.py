@@ -16,7 +16,7 @@ Two comparisons, each run seed by seed in one process on one CPU thread:
 
 Solved: the mean of 20 deterministic episodes (one per separate env) >= 475, checked every
 2048 env steps by shoal's own evaluator, with the clock paused (`common.SolveCriterion`).
-Confidence intervals: percentile bootstrap over seeds of the median (`shoal.stats`); a run that
+Confidence intervals: percentile bootstrap over seeds of the median (`shoal.core.stats`); a run that
 never solves counts as its whole budget (a lower bound: the medians are then lower bounds too).
 
 Usage: ``python benchmarks/sample_efficiency.py [--seeds 10] [--first-seed 100] [--json out.json]
@@ -36,7 +36,7 @@ import common  # benchmarks/common.py: the script's directory is on sys.path
 import numpy as np
 from common import RecurrentSB3Policy, SolveCriterion, base_parser, require_sb3
 
-from shoal.stats import bootstrap_ci
+from shoal.core.stats import bootstrap_ci
 
 CRITERION = SolveCriterion(target_return=475.0, eval_every=2048, eval_episodes=20)
 CARTPOLE_BUDGET = 300_000

@@ -8,18 +8,16 @@ and no env until one is asked for.
 from __future__ import annotations
 
 import importlib
+import importlib.abc
 import sys
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-# Imports here bind names, not modules: a module bound here as ``types`` would be rebound to
-# shoal's own submodule of that name (shoal.types) when that is imported.
-
 if TYPE_CHECKING:
     from shoal.api import build_config, evaluate, load, make_env, train
-    from shoal.datasets import collect
-    from shoal.experiment import experiment
     from shoal.registry import ALGORITHMS
+    from shoal.studies.datasets import collect
+    from shoal.studies.experiment import experiment
     from shoal.studies.export import export
     from shoal.studies.report import report
     from shoal.studies.tune import tune
@@ -30,9 +28,9 @@ __version__ = "0.1.0"
 _HOMES = {
     "ALGORITHMS": "shoal.registry",
     "build_config": "shoal.api",
-    "collect": "shoal.datasets",
+    "collect": "shoal.studies.datasets",
     "evaluate": "shoal.api",
-    "experiment": "shoal.experiment",
+    "experiment": "shoal.studies.experiment",
     "export": "shoal.studies.export",
     "load": "shoal.api",
     "make_env": "shoal.api",
@@ -61,7 +59,7 @@ assert sorted(__all__) == sorted(_HOMES)
 class _PublicName:
     """A name of the Python API, imported from its module when first read. It is a data
     descriptor so that a subpackage or module of the same name (``shoal.train``,
-    ``shoal.collect``, ``shoal.experiment``) does not shadow it: the import system binds a
+    ``shoal.collect``) does not shadow it: the import system binds a
     subpackage on its parent when it is first imported, and that binding is dropped here
     (imports find the subpackage in ``sys.modules``). So ``from shoal.train import
     checkpoint`` imports the module, while ``import shoal.train.checkpoint as c`` does not
@@ -108,3 +106,58 @@ class _Shoal(ModuleType):
 
 
 sys.modules[__name__].__class__ = _Shoal
+
+MOVED = {
+    **{
+        f"{__name__}.{old}": f"{__name__}.{new}"
+        for old, new in {
+            "types": "core.types",
+            "errors": "core.errors",
+            "interfaces": "core.interfaces",
+            "device": "core.device",
+            "seeding": "core.seeding",
+            "threads": "core.threads",
+            "imports": "core.imports",
+            "stats": "core.stats",
+            "schedules": "optim.schedules",
+            "kfac": "optim.kfac",
+            "policy": "nn.policy",
+            "backend": "fast.backend",
+            "evaluation": "studies.evaluation",
+            "experiment": "studies.experiment",
+            "experiment_plan": "studies.plan",
+            "datasets": "studies.datasets",
+        }.items()
+    },
+    **{
+        f"{__name__}.algos.{old}": f"{__name__}.algos.{family}.{old}"
+        for family, members in {
+            "cores": ("on_policy", "off_policy", "actor_critic_replay"),
+            "value": ("tabular", "dqn", "apex", "apex_actor"),
+            "policy_gradient": ("pg", "a2c", "a3c", "ppo", "appo", "trpo", "impala", "ddppo"),
+            "continuous": ("ddpg", "td3", "sac", "d4pg"),
+            "multi_agent": ("multi_policy", "maddpg", "distributed_maddpg", "qmix", "ctedd"),
+        }.items()
+        for old in members
+    },
+}
+"""A module's earlier path -> where it lives now: the top-level modules grouped into the
+floors' folders in the fourth wave (``shoal.errors`` is ``shoal.core.errors``), and shoal
+0.1's flat algorithm paths (``shoal.algos.ppo``)."""
+
+
+class _MovedModules(importlib.abc.MetaPathFinder):
+    """An import of a module by an earlier path fails naming where the module lives now,
+    rather than with Python's bare "No module named"."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> None:
+        if fullname in MOVED:
+            raise ModuleNotFoundError(
+                f"{fullname} is now {MOVED[fullname]} (shoal's modules moved into the floors' "
+                "folders; see docs/changelog.md)",
+                name=fullname,
+            )
+
+
+if not any(type(finder).__name__ == "_MovedModules" for finder in sys.meta_path):
+    sys.meta_path.append(_MovedModules())

@@ -8,15 +8,15 @@ from pathlib import Path
 from typing import Any
 
 from shoal.config import EnvConfig, from_dict, replace
+from shoal.core.errors import ShoalError
+from shoal.core.threads import set_compute_threads
 from shoal.envs import VectorEnv
 from shoal.envs import make_env as _make_env
 from shoal.envs.games import is_game_id
 from shoal.envs.spaces import space_from_json
-from shoal.errors import ShoalError
-from shoal.evaluation import Evaluation
-from shoal.policy import ActorPolicy, JointPolicy
+from shoal.nn.policy import ActorPolicy, JointPolicy
 from shoal.registry import algorithm_for_config, find_tuned, get_algorithm
-from shoal.threads import set_compute_threads
+from shoal.studies.evaluation import Evaluation
 from shoal.train.checkpoint import Checkpoint, incompatible, load_checkpoint
 from shoal.train.loop import IterationCallback, RunResult, run
 
@@ -140,7 +140,7 @@ def evaluate(
     ``deterministic`` picks greedy (True) or sampled (False) actions; None acts as the run's
     ``run.eval_actions`` names, as its training evaluations did. ``fixed`` puts
     ``{group or agent: "random" | "module:Class"}`` players in trained ones' places;
-    ``env_kwargs`` changes env options (`shoal.evaluation.Evaluation`); ``trust_code`` as
+    ``env_kwargs`` changes env options (`shoal.studies.evaluation.Evaluation`); ``trust_code`` as
     `load`'s."""
     check_episodes(episodes)
     checkpoint = load_checkpoint(run, trust_code=trust_code)

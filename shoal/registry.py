@@ -20,7 +20,7 @@ from typing import Any
 
 from shoal.algos.spec import NUMPY_BACKENDS, AlgorithmSpec
 from shoal.config import from_dict, read_yaml
-from shoal.errors import ConfigError, ShoalError
+from shoal.core.errors import ConfigError, ShoalError
 
 __all__ = [
     "ALGORITHMS",

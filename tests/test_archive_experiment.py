@@ -129,8 +129,8 @@ def test_a_run_stopped_in_one_sitting_resumes_from_the_archive_in_the_next(archi
     """The checkpoint an unfinished archive keeps is enough to resume: restored on a
     checkout without the run directory, the run goes on from it and ends with the losses of
     a run that was never stopped."""
-    from shoal.experiment import run_experiment
-    from shoal.experiment_plan import plan
+    from shoal.studies.experiment import run_experiment
+    from shoal.studies.plan import plan
 
     small = {"run": {"total_steps": 512, "eval_every_steps": 0, "target_return": None,
                      "checkpoint_every_steps": 256},

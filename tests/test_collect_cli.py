@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 
 import shoal
-from shoal import datasets
 from shoal.cli import main
+from shoal.core.errors import ShoalError
 from shoal.data.offline import read_dataset
-from shoal.datasets import Recipe, Source
-from shoal.errors import ShoalError
+from shoal.studies import datasets
+from shoal.studies.datasets import Recipe, Source
 
 pytestmark = pytest.mark.extra("offline")
 

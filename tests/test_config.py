@@ -20,12 +20,12 @@ from shoal.config import (
     replace,
     to_dict,
 )
-from shoal.datasets import RECIPES
+from shoal.core.errors import ConfigError
 from shoal.envs import env_spec
 from shoal.envs.games import make_game
 from shoal.envs.multi_agent import PETTINGZOO_PREFIX, is_multi_agent_id, multi_agent_ids
-from shoal.errors import ConfigError
 from shoal.registry import algorithm_for_config, find_tuned, get_algorithm, tuned_examples
+from shoal.studies.datasets import RECIPES
 
 # (config class, keyword arguments, qualified field name, allowed-range text)
 INVALID = [

@@ -22,7 +22,7 @@ from shoal.config.usage import (
     unused,
     value_at,
 )
-from shoal.errors import ConfigError
+from shoal.core.errors import ConfigError
 from shoal.registry import ALGORITHMS
 from shoal.train.loop import run
 

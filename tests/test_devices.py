@@ -14,7 +14,7 @@ from state_helpers import assert_states_equal, metric_rows
 import shoal
 from shoal.algos.policy_gradient.ppo import RolloutBatch
 from shoal.config import RunConfig
-from shoal.device import (
+from shoal.core.device import (
     autocast_dtype,
     check_precision,
     grad_scaler,
@@ -22,7 +22,7 @@ from shoal.device import (
     to_device,
     to_host,
 )
-from shoal.errors import ConfigError
+from shoal.core.errors import ConfigError
 from shoal.train.checkpoint import load_checkpoint
 
 QUIET = {

@@ -62,7 +62,7 @@ def test_each_yaml_block_is_a_valid_file_of_its_kind(kind, text, tmp_path):
 
         Tuner(data, tmp_path)  # the space parses and every value fits the base config
     elif "axes" in data or "seeds" in data:
-        from shoal.experiment_plan import plan
+        from shoal.studies.plan import plan
 
         assert plan(data, tmp_path).runs
     elif "algo" in data:

@@ -18,9 +18,9 @@ import torch
 import yaml
 
 import shoal
-from shoal.errors import ConfigError, ShoalError
-from shoal.experiment import run_experiment
-from shoal.experiment_plan import plan
+from shoal.core.errors import ConfigError, ShoalError
+from shoal.studies.experiment import run_experiment
+from shoal.studies.plan import plan
 
 # No evaluations (ppo-cartpole's target_return would evaluate every iteration to watch for it).
 SMALL = {"run": {"total_steps": 1024, "eval_every_steps": 0, "target_return": None,
@@ -73,7 +73,7 @@ def test_a_plan_from_an_older_shoal_resumes_unless_a_value_changed(tmp_path):
     """A directory planned by a shoal without a config field this one has (its saved
     configs lack the field, so the fingerprint differs) is the same plan when the field's
     default is what the old shoal did; a run whose saved value differs is another plan."""
-    from shoal.experiment import prepare
+    from shoal.studies.experiment import prepare
 
     experiment = plan(spec(axes={"optim.lr": [1e-3, 2e-3]}), tmp_path / "exp")
     prepare(experiment)
@@ -102,7 +102,7 @@ def test_an_interrupted_run_whose_directory_is_gone_starts_afresh(tmp_path):
     """A run stopped mid-way resumes with its wall-clock so far; the same entry without its
     directory (an archive restored, which keeps finished runs only, or the directory
     removed) starts from nothing, so it carries no wall-clock or attempts of a lost start."""
-    from shoal.experiment import prepare
+    from shoal.studies.experiment import prepare
 
     experiment = plan(spec(seeds=2), tmp_path / "exp")
     prepare(experiment)
@@ -121,7 +121,7 @@ def test_a_start_killed_without_recording_its_end_keeps_its_wall_clock(tmp_path)
     """A start killed hard (the machine went down) leaves its run "running" with the
     wall-clock it last recorded and none saved as before; the next start adds to that
     wall-clock, not to the one before the lost start."""
-    from shoal.experiment import prepare
+    from shoal.studies.experiment import prepare
 
     experiment = plan(spec(seeds=1), tmp_path / "exp")
     prepare(experiment)
@@ -301,7 +301,7 @@ def test_command_line_plan(tmp_path, capsys):
 def test_a_run_gets_this_starts_share_of_the_cores_when_it_resumes(tmp_path):
     """A run started under ``--jobs 1`` (all the cores) and resumed under ``--jobs 2`` gets
     the new share on resume too: two resumed runs must not both ask for every core."""
-    from shoal.experiment import command
+    from shoal.studies.experiment import command
 
     experiment = plan(spec(seeds=1), tmp_path / "exp")
     [run] = experiment.runs
@@ -343,7 +343,7 @@ def test_the_references_experiment_files_plan(tmp_path):
     """Every file in experiments/ names fields and tuned examples that exist."""
     from pathlib import Path
 
-    from shoal.experiment_plan import read_spec
+    from shoal.studies.plan import read_spec
 
     files = sorted((Path(__file__).parent.parent / "experiments").glob("*.yaml"))
     assert len(files) >= 4

@@ -12,7 +12,7 @@ import torch
 
 import shoal
 from shoal.cli import main
-from shoal.errors import ShoalError
+from shoal.core.errors import ShoalError
 from shoal.studies.export import example_observations, export, run_exported
 
 QUIET = {"run.eval_every_steps": 0, "run.console": False, "run.tensorboard": False}

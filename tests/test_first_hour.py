@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import shoal
-from shoal.errors import ShoalError
+from shoal.core.errors import ShoalError
 from shoal.train.run_dir import default_run_dir
 
 REPO = Path(__file__).resolve().parents[1]

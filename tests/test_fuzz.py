@@ -17,7 +17,7 @@ import shoal
 import shoal.api
 from shoal.cli import main
 from shoal.config import to_dict
-from shoal.errors import ConfigError, ShoalError
+from shoal.core.errors import ConfigError, ShoalError
 
 # The same 60 examples every run (derandomized from each test's name), so a red run is the
 # code's and a rerun shows it again; `make test-fuzz` (SHOAL_FUZZ=explore) draws new ones,
@@ -134,7 +134,7 @@ experiment_specs = st.fixed_dictionaries(
 @EXAMPLES
 @given(spec=experiment_specs)
 def test_random_experiment_files_plan_or_are_refused(spec, tmp_path):
-    from shoal.experiment_plan import plan
+    from shoal.studies.plan import plan
 
     with contextlib.suppress(ShoalError):
         plan(spec, tmp_path / "exp")

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.testing import assert_close
 
-from shoal.errors import ConfigError
+from shoal.core.errors import ConfigError
 from shoal.optim.kfac import KFAC, covered_layers
 
 

@@ -13,40 +13,20 @@ import shoal
 ROOT = Path(shoal.__file__).parent
 
 LAYERS: list[tuple[str, ...]] = [
-    (
-        "__init__",
-        "__main__",
-        "cli",
-        "api",
-        "evaluation",
-        "experiment",
-        "experiment_plan",
-        "studies",
-        "datasets",
-    ),
+    ("__init__", "__main__", "cli", "api", "studies"),
     ("registry",),
     ("train",),
     ("algos",),
     ("collect", "data", "distributed", "search"),
-    ("backend", "fast"),
-    ("nn", "losses", "optim", "policy"),
+    ("fast",),
+    ("nn", "losses", "optim"),
     ("envs",),
-    (
-        "config",
-        "types",
-        "errors",
-        "interfaces",
-        "device",
-        "seeding",
-        "schedules",
-        "threads",
-        "imports",
-        "stats",
-    ),
+    ("config", "core"),
 ]
-"""Top to bottom: cli/api (with the experiment runner, search, reports and export that
-drive runs) -> registry -> train -> algos -> collect / data / tree search -> the backend
-seam -> nn / losses -> envs -> config / types. Parts on one line may import each other."""
+"""Top to bottom: cli/api (with the studies that drive runs: experiments, datasets,
+evaluation, reports, tuning, export) -> registry -> train -> algos -> collect / data / tree
+search -> the backend seam and its NumPy fast path -> nn / losses / optim -> envs -> config
+and the ground floor (`shoal.core`). Parts on one line may import each other."""
 
 RANK = {part: rank for rank, parts in enumerate(LAYERS) for part in parts}
 
@@ -66,21 +46,25 @@ def modules() -> dict[str, Path]:
     return found
 
 
+SUBMODULES = set(modules())
+
+
 def imports(path: Path) -> list[tuple[int, str]]:
     """``(line, module)`` of every shoal import and every ray import in ``path``."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module == "shoal":  # from shoal import fast: the submodule, not the package
-                found.extend((node.lineno, f"shoal.{a.name}") for a in node.names)
-            else:
-                found.append((node.lineno, node.module))
+            # from shoal.fast import backend: the submodule, where there is one
+            for alias in node.names:
+                submodule = f"{node.module}.{alias.name}"
+                found.append((node.lineno, submodule if submodule in SUBMODULES else node.module))
         elif isinstance(node, ast.Import):
             found.extend((node.lineno, a.name) for a in node.names)
     return [(line, m) for line, m in found if m.split(".")[0] in ("shoal", "ray")]
 
 
 MODULES = modules()
+assert set(MODULES) == SUBMODULES
 
 
 def test_every_module_belongs_to_a_layer():
@@ -102,13 +86,15 @@ def test_imports_point_down(module):
 
 
 def test_only_the_backend_chooser_knows_the_fast_path():
-    users = {
-        module
+    """Outside `shoal.fast`, code reaches the NumPy path only through its seam,
+    `shoal.fast.backend` (which picks torch or NumPy)."""
+    reached = {
+        target
         for module, path in MODULES.items()
         for _, target in imports(path)
         if part_of(target) == "fast" and part_of(module) != "fast"
     }
-    assert users == {"shoal.backend"}
+    assert reached == {"shoal.fast.backend"}
 
 
 def test_storage_knows_no_networks_samplers_or_learners():
@@ -116,7 +102,7 @@ def test_storage_knows_no_networks_samplers_or_learners():
         if part_of(module) != "data":
             continue
         for line, target in imports(path):
-            assert part_of(target) not in ("nn", "losses", "collect", "algos", "backend"), (
+            assert part_of(target) not in ("nn", "losses", "collect", "algos", "fast"), (
                 f"{module} line {line} imports {target}"
             )
 
@@ -219,11 +205,21 @@ def test_no_module_imports_itself_around_a_circle():
 
 
 def test_earlier_module_paths_fail_naming_the_new_one():
-    """shoal 0.1's flat ``shoal.algos`` paths no longer import (their redirect was removed):
-    the error names where the module lives now."""
+    """shoal 0.1's flat ``shoal.algos`` paths, and the top-level modules grouped into the
+    floors' folders, no longer import: the error names where the module lives now, and an
+    attribute of that name is not found."""
     import importlib
+
+    import shoal
 
     with pytest.raises(ModuleNotFoundError, match="is now shoal.algos.policy_gradient.ppo"):
         importlib.import_module("shoal.algos.ppo")
     with pytest.raises(ModuleNotFoundError, match="no_such_algorithm"):
         importlib.import_module("shoal.algos.no_such_algorithm")
+    with pytest.raises(ModuleNotFoundError, match="shoal.errors is now shoal.core.errors"):
+        importlib.import_module("shoal.errors")
+    with pytest.raises(ModuleNotFoundError, match="is now shoal.studies.plan"):
+        exec("from shoal.experiment_plan import plan", {})
+    with pytest.raises(AttributeError, match="no attribute 'stats'"):
+        shoal.stats  # noqa: B018
+    assert callable(shoal.experiment)  # the function, not the module it moved out of

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from shoal.errors import NaNLossError
+from shoal.core.errors import NaNLossError
 from shoal.optim import (
     RMSpropTF,
     apply_gradients,

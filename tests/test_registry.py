@@ -13,7 +13,7 @@ import pytest
 
 import shoal.algos
 from shoal.algos.spec import AlgorithmSpec
-from shoal.errors import ShoalError
+from shoal.core.errors import ShoalError
 from shoal.registry import ALGORITHMS, MODULES, Registry, algorithm_for_config, get_algorithm
 
 
@@ -77,10 +77,10 @@ def test_the_package_functions_are_the_api_functions():
     """``shoal.train``, ``shoal.collect`` and ``shoal.experiment`` are the functions even
     where the subpackage or module of the same name was imported first."""
     code = (
-        "import shoal.train.callbacks, shoal.collect.record, shoal.experiment, json; "
-        "import shoal, shoal.api, shoal.datasets; "
+        "import shoal.train.callbacks, shoal.collect.record, shoal.studies.experiment, json; "
+        "import shoal, shoal.api, shoal.studies.datasets; "
         "print(json.dumps([shoal.train is shoal.api.train, shoal.evaluate is shoal.api.evaluate, "
-        "shoal.collect is shoal.datasets.collect, callable(shoal.experiment), "
+        "shoal.collect is shoal.studies.datasets.collect, callable(shoal.experiment), "
         "'train' in dir(shoal)]))"
     )
     assert _fresh_python(code) == [True] * 5

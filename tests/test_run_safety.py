@@ -10,7 +10,7 @@ import pytest
 
 import shoal
 from shoal.cli import main
-from shoal.errors import ConfigError, ShoalError
+from shoal.core.errors import ConfigError, ShoalError
 
 SMALL = {"env.num_envs": 4, "num_steps": 16, "minibatch_size": 32, "num_epochs": 1,
          "run.eval_every_steps": 0, "run.console": False, "run.tensorboard": False}  # fmt: skip

@@ -18,7 +18,7 @@ from shoal.algos.policy_gradient.ppo import PPOConfig
 from shoal.cli import main
 from shoal.config import ModelConfig, from_dict, replace
 from shoal.config.checks import check_numbers
-from shoal.errors import ConfigError, ShoalError
+from shoal.core.errors import ConfigError, ShoalError
 from shoal.nn.cnn import build_encoder
 from shoal.registry import ALGORITHMS, find_tuned
 from shoal.search.mcts import MCTSConfig

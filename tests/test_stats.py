@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from shoal import stats
-from shoal.stats import bootstrap_ci, iqm, stratified_bootstrap_ci, summary
+from shoal.core import stats
+from shoal.core.stats import bootstrap_ci, iqm, stratified_bootstrap_ci, summary
 
 
 def test_iqm_cuts_a_quarter_from_each_end():
@@ -85,7 +85,7 @@ def test_t_interval_by_hand(monkeypatch):
 def test_wilson_interval_by_hand():
     """7 of 10: centre (0.7 + 1.96^2/20) / (1 + 1.96^2/10) = 0.64449, half-width
     1.96 / 1.38416 * sqrt(0.021 + 0.009604) = 0.24772; 0 of 20: [0, 2 * 0.080565]."""
-    from shoal.stats import rate, wilson_interval
+    from shoal.core.stats import rate, wilson_interval
 
     low, high = wilson_interval(7, 10)
     assert low == pytest.approx(0.64449 - 0.24772, abs=1e-4)

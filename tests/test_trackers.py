@@ -7,7 +7,7 @@ import importlib.util
 import pytest
 
 import shoal
-from shoal.errors import ConfigError
+from shoal.core.errors import ConfigError
 
 QUIET = {
     "run.console": False, "run.tensorboard": False, "run.eval_every_steps": 256,

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from shoal.cli import main
-from shoal.errors import ConfigError
+from shoal.core.errors import ConfigError
 from shoal.registry import find_tuned
 from shoal.studies.tune import Tuner, parse_distribution, train_objective, trial_line
 

@@ -5,7 +5,7 @@ module when one of its names is asked for).
 A spec holds what the layers above need of an algorithm, *declared* rather than probed: how to
 build its learner and its deployed model, what its progress counts, what it deploys, whether
 it samples on Ray runners, plays games or reads settings from outside its config. The learner
-itself is `shoal.interfaces.Algorithm`.
+itself is `shoal.core.interfaces.Algorithm`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ class AlgorithmSpec:
     name: str
     config_cls: type
     algorithm_cls: Callable[[Any], Any]
-    """Builds the `shoal.interfaces.Algorithm` from a config."""
+    """Builds the `shoal.core.interfaces.Algorithm` from a config."""
     build_model: Callable[..., Any]
     """``build_model(config, obs_space, action_space)``: the policy network, for loading."""
     summary: str
@@ -52,15 +52,15 @@ class AlgorithmSpec:
     """Its runs hold a policy for ``shoal.load``, ``shoal eval`` and ``shoal export`` (mcts
     plans with the env's own state and holds none)."""
     acts_jointly: bool = False
-    """Its algorithm has ``joint`` (`shoal.interfaces.ActsJointly`): True in a run where
+    """Its algorithm has ``joint`` (`shoal.core.interfaces.ActsJointly`): True in a run where
     several agent groups' policies act together, which the run then evaluates as one
-    `shoal.policy.JointPolicy`, reporting each group (MADDPG, PPO's policy map)."""
+    `shoal.nn.policy.JointPolicy`, reporting each group (MADDPG, PPO's policy map)."""
     own_spaces: bool = False
-    """Its algorithm has ``deploy_spaces`` (`shoal.interfaces.OwnSpaces`): the observation
+    """Its algorithm has ``deploy_spaces`` (`shoal.core.interfaces.OwnSpaces`): the observation
     and action spaces its deployed policy takes, where they are not the env's (a game's
     board planes, a dataset's spaces)."""
     extra_evaluation: bool = False
-    """Its algorithm has ``eval_metrics(metrics)`` (`shoal.interfaces.ExtraEvaluation`):
+    """Its algorithm has ``eval_metrics(metrics)`` (`shoal.core.interfaces.ExtraEvaluation`):
     more evaluation metrics computed from the env's (an offline learner's normalized score),
     logged with them."""
     counts: Callable[[Any], str] | None = None
@@ -92,4 +92,4 @@ def _dotted(config: Any, key: str) -> Any:
 
 
 NUMPY_BACKENDS = ("auto", "torch", "numpy")
-"""The learners with a NumPy path (`shoal.backend`): PPO's (with MAPPO and IPPO) and A2C's."""
+"""The learners with a NumPy path (`shoal.fast.backend`): PPO's (with MAPPO and IPPO) and A2C's."""

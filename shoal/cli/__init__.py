@@ -16,7 +16,7 @@ from rich.markup import escape
 
 from shoal.cli import artifacts, evaluate, listing, studies, train
 from shoal.cli.shared import EXIT_ERROR, EXIT_INTERRUPTED, console
-from shoal.errors import ShoalError
+from shoal.core.errors import ShoalError
 
 __all__ = ["console", "main"]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from shoal.cli.shared import add_trust_code, console
-from shoal.errors import ShoalError
+from shoal.core.errors import ShoalError
 
 
 def add_parsers(commands: Any) -> None:
@@ -67,7 +67,7 @@ def add_parsers(commands: Any) -> None:
 
 def _export(args: argparse.Namespace) -> int:
     from shoal.api import load
-    from shoal.policy import ActorPolicy
+    from shoal.nn.policy import ActorPolicy
     from shoal.studies.export import SUFFIX, export, has_mask
 
     policy = load(args.run_dir, trust_code=args.trust_code)
@@ -90,7 +90,7 @@ def _export(args: argparse.Namespace) -> int:
 
 def _collect(args: argparse.Namespace) -> int:
     from shoal.data.offline import read_dataset
-    from shoal.datasets import collect, make_dataset
+    from shoal.studies.datasets import collect, make_dataset
     from shoal.train.progress import Countdown
 
     for name in ("episodes", "ref_episodes", "num_envs"):

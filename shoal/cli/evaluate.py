@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from shoal.cli.shared import add_trust_code, console, plain
-from shoal.errors import ShoalError
+from shoal.core.errors import ShoalError
 
 
 def add_parser(commands: Any) -> None:
@@ -66,7 +66,7 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from shoal.api import check_episodes, load, plays_a_game, use_run_threads
-    from shoal.evaluation import Evaluation
+    from shoal.studies.evaluation import Evaluation
     from shoal.train.checkpoint import load_checkpoint
     from shoal.train.progress import Countdown
     from shoal.train.video import record_video

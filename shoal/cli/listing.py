@@ -98,7 +98,7 @@ def _paragraph(title: str, text: str) -> None:
 
 
 def _list_datasets() -> int:
-    from shoal.datasets import RECIPES
+    from shoal.studies.datasets import RECIPES
 
     table = Table(Column("recipe", no_wrap=True), "source run", "taken at", "minutes",
                   title="dataset recipes")  # fmt: skip

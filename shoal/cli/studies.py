@@ -62,8 +62,8 @@ def add_parsers(commands: Any) -> None:
 
 
 def _experiment(args: argparse.Namespace) -> int:
-    from shoal.experiment import run_experiment, selected
-    from shoal.experiment_plan import plan, read_spec
+    from shoal.studies.experiment import run_experiment, selected
+    from shoal.studies.plan import plan, read_spec
 
     experiment = plan(read_spec(args.file), args.dir)
     console.print(
@@ -107,7 +107,7 @@ def _experiment(args: argparse.Namespace) -> int:
 
 
 def _tune(args: argparse.Namespace) -> int:
-    from shoal.experiment_plan import read_spec
+    from shoal.studies.plan import read_spec
     from shoal.studies.tune import tune
 
     tuner = tune(read_spec(args.file), args.dir, args.jobs, args.ray_address, args.storage,

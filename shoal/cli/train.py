@@ -14,7 +14,7 @@ import typing
 from typing import Any
 
 from shoal.cli.shared import STOP_EXIT_CODES, console, plain
-from shoal.errors import ShoalError
+from shoal.core.errors import ShoalError
 
 # Short flags for the most used fields, translated to their dotted tyro names.
 SHORTHANDS = {

@@ -8,7 +8,7 @@ from typing import Any
 from shoal.collect.env_runner import EnvRunner
 from shoal.collect.local import LocalSampler
 from shoal.config import EnvConfig, RunConfig
-from shoal.seeding import derive_seed
+from shoal.core.seeding import derive_seed
 
 __all__ = ["EnvRunner", "LocalSampler", "make_sampler"]
 

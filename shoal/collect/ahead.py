@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from shoal.types import EpisodeStats, Rollout
+from shoal.core.types import EpisodeStats, Rollout
 
 Weights = dict[str, torch.Tensor]
 

@@ -14,18 +14,18 @@ import numpy as np
 import torch
 from torch import nn
 
-from shoal import backend
 from shoal.config import EnvConfig
+from shoal.core.errors import ConfigError
+from shoal.core.interfaces import Weights
+from shoal.core.threads import set_compute_threads
+from shoal.core.types import EpisodeStats, Rollout, StepResult, merge_info
 from shoal.data.rollout import RolloutStorage
 from shoal.envs import make_env
 from shoal.envs.base import find_wrapper, set_env_attr
 from shoal.envs.normalize import NormalizeObservation
 from shoal.envs.snapshot import EnvStateUnsupported
-from shoal.errors import ConfigError
-from shoal.interfaces import Weights
+from shoal.fast import backend
 from shoal.nn.recurrent import is_recurrent
-from shoal.threads import set_compute_threads
-from shoal.types import EpisodeStats, Rollout, StepResult, merge_info
 
 ModelFn = Callable[[Any, Any], nn.Module]
 """``model_fn(observation_space, action_space)``: the policy network a runner acts with
@@ -45,7 +45,7 @@ class EnvRunner:
         acting: str = "auto",
         compiled: bool = False,
     ):
-        """``acting``: the ``model.backend`` the runner acts with (`shoal.backend.actor`);
+        """``acting``: the ``model.backend`` the runner acts with (`shoal.fast.backend.actor`);
         ``compiled``: compile the acting network's forward (``run.compile``)."""
         self.owns_torch_rng = torch_seed is not None
         if self.owns_torch_rng:

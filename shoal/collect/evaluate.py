@@ -15,13 +15,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from shoal.core.interfaces import Policy
+from shoal.core.seeding import derive_seed
+from shoal.core.stats import bootstrap_ci
+from shoal.core.types import info_metrics
 from shoal.envs.base import VectorEnv
 from shoal.envs.multi_agent import MultiAgentVectorEnv, episode_ended
-from shoal.interfaces import Policy
-from shoal.policy import JointPolicy
-from shoal.seeding import derive_seed
-from shoal.stats import bootstrap_ci
-from shoal.types import info_metrics
+from shoal.nn.policy import JointPolicy
 
 
 @dataclass

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from shoal.collect.env_runner import EnvRunner
-from shoal.interfaces import Weights
-from shoal.types import EpisodeStats, Rollout
+from shoal.core.interfaces import Weights
+from shoal.core.types import EpisodeStats, Rollout
 
 
 class LocalSampler:

@@ -22,12 +22,12 @@ from typing import Any, NamedTuple, Protocol, overload
 
 import numpy as np
 
+from shoal.core.errors import ConfigError
+from shoal.core.seeding import derive_seed
+from shoal.core.types import EpisodeStats, info_metrics, merge_info
 from shoal.envs.multi_agent import AgentGroup, MultiAgentStep, MultiAgentVectorEnv
 from shoal.envs.opponents import make_opponents
 from shoal.envs.snapshot import EnvStateUnsupported
-from shoal.errors import ConfigError
-from shoal.seeding import derive_seed
-from shoal.types import EpisodeStats, info_metrics, merge_info
 
 
 class JointObs(NamedTuple):

@@ -18,15 +18,15 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from shoal import backend
 from shoal.collect.multi_agent import FixedGroups, JointObs
 from shoal.collect.self_play import SelfPlaySeats
+from shoal.core.types import Rollout, StepResult
 from shoal.data.rollout import RolloutStorage
 from shoal.envs.agents_as_batch import AgentRows
 from shoal.envs.multi_agent import AgentGroup, MultiAgentStep, episode_ended
 from shoal.envs.policy_map import PolicyAgents, empty_actions
 from shoal.envs.shapes import shape_of
-from shoal.types import Rollout, StepResult
+from shoal.fast import backend
 
 _NO_EPISODES = np.zeros(0)
 
@@ -55,7 +55,7 @@ class MultiPolicyActing:
         opponents: the fixed policies of the other groups.
         num_steps, num_envs: the rollout's ``T`` and ``B``.
         masked: the env reports legal actions (stored with the rollouts, used in acting).
-        acting: the ``model.backend`` the networks act with (`shoal.backend.actor`).
+        acting: the ``model.backend`` the networks act with (`shoal.fast.backend.actor`).
     """
 
     def __init__(

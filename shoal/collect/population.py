@@ -36,14 +36,14 @@ import numpy as np
 import torch
 
 from shoal.config import EnvConfig
+from shoal.core.device import resolve_device
+from shoal.core.errors import ConfigError
+from shoal.core.threads import set_compute_threads
 from shoal.data.noise import NoiseTable
-from shoal.device import resolve_device
 from shoal.envs import make_env
 from shoal.envs.multi_agent import is_multi_agent_id
 from shoal.envs.normalize import RunningMeanStd, normalize
-from shoal.errors import ConfigError
 from shoal.nn.population import population_actions
-from shoal.threads import set_compute_threads
 
 
 class Individual(NamedTuple):

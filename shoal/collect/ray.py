@@ -28,10 +28,10 @@ import torch
 
 from shoal.collect.env_runner import EnvRunner, ModelFn
 from shoal.config import EnvConfig
+from shoal.core.errors import ConfigError
+from shoal.core.interfaces import Weights
+from shoal.core.types import EpisodeStats, Rollout, merge_info
 from shoal.distributed import require_ray
-from shoal.errors import ConfigError
-from shoal.interfaces import Weights
-from shoal.types import EpisodeStats, Rollout, merge_info
 
 
 class RaySampler:

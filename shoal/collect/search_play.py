@@ -22,18 +22,18 @@ import numpy as np
 import torch
 
 from shoal.config import EnvConfig
+from shoal.core.errors import ConfigError
+from shoal.core.seeding import derive_seed
 from shoal.data.positions import Positions
 from shoal.distributed.in_process import InProcessPool
 from shoal.envs.games import GameVectorEnv, is_game_id, make_game
 from shoal.envs.make import make_env
 from shoal.envs.snapshot import EnvStateUnsupported
-from shoal.errors import ConfigError
 from shoal.search import MCTSConfig, search, subtree, visit_policy
 from shoal.search.arena import choose
 from shoal.search.gumbel import gumbel_action, improved_policy
 from shoal.search.models import GameModel, LatentModel, decode
 from shoal.search.tree import Tree, clear, restore_tree, tree_arrays
-from shoal.seeding import derive_seed
 
 
 class SelfPlayResult(NamedTuple):

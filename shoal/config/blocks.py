@@ -12,8 +12,8 @@ from typing import Any, ClassVar, Literal
 from shoal.config.checks import check, check_choices, check_positive, is_nested, unnest
 from shoal.config.renames import renamed_value
 from shoal.config.usage import Gate
-from shoal.device import DEVICE_NAMES, valid_device_name
-from shoal.errors import ConfigError
+from shoal.core.device import DEVICE_NAMES, valid_device_name
+from shoal.core.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class RunConfig:
     keep_checkpoints: int = 3
     """How many of the newest checkpoints to keep on disk."""
     torch_threads: int = 1
-    """Intra-op threads for torch and NumPy's BLAS (`shoal.threads`); one is fastest for
+    """Intra-op threads for torch and NumPy's BLAS (`shoal.core.threads`); one is fastest for
     the small networks of control tasks. Image encoders on the CPU gain from one per core:
     ppo-pong trains 1.6-1.8x the frames/s with 2 than with 1 on two cores."""
     device: str = "auto"
@@ -297,7 +297,7 @@ class ModelConfig:
     later), slower on CPUs without them (a warning says so). float16 needs CUDA and trains
     with a gradient scaler (its narrow range would flush small gradients to zero)."""
     backend: Literal["auto", "torch", "numpy"] = "auto"
-    """How MLP actor-critics train and act (`shoal.backend`). torch: autograd. numpy: the
+    """How MLP actor-critics train and act (`shoal.fast.backend`). torch: autograd. numpy: the
     forward and a hand-derived backward pass in NumPy, several times faster on the small
     networks of control tasks (PPO and A2C learners; every sampler of an MLP actor-critic);
     CPU, float32, tanh or relu MLPs only. auto: numpy where it applies, torch otherwise."""

@@ -10,7 +10,7 @@ import math
 import typing
 from typing import Any, Literal, TypeVar
 
-from shoal.errors import ConfigError
+from shoal.core.errors import ConfigError
 
 T = TypeVar("T")
 

@@ -16,7 +16,7 @@ import numpy as np
 import yaml
 
 from shoal.config.renames import rename_key, upgrade
-from shoal.errors import ConfigError, UnknownFieldError
+from shoal.core.errors import ConfigError, UnknownFieldError
 
 T = TypeVar("T")
 

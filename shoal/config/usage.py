@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from shoal.errors import ConfigError
+from shoal.core.errors import ConfigError
 
 
 @dataclass(frozen=True)

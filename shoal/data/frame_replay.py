@@ -26,8 +26,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from shoal.core.errors import ConfigError
 from shoal.envs.composite import PackedObs
-from shoal.errors import ConfigError
 
 
 class FrameStacks:

@@ -14,7 +14,7 @@ import os
 
 import numpy as np
 
-from shoal.errors import ConfigError
+from shoal.core.errors import ConfigError
 
 BYTES_PER_NUMBER = 4  # float32
 

@@ -27,9 +27,9 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from shoal.core.errors import DatasetError
 from shoal.data.replay import ReplayBuffer
 from shoal.envs.normalize import RunningMeanStd, load_obs_stats, normalize
-from shoal.errors import DatasetError
 
 DATA_DIR = "data"
 

@@ -10,11 +10,11 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from shoal.core.types import ReplayBatch
 from shoal.data.frame_replay import FrameStacks
 from shoal.data.prioritized import Priorities
 from shoal.data.rollout import space_layout
 from shoal.data.staging import stage_for
-from shoal.types import ReplayBatch
 
 _FIELDS = ("obs", "actions", "rewards", "terminated", "truncated", "valid", "action_mask")
 
@@ -28,7 +28,7 @@ class ReplayBuffer:
 
     Row ``t`` of env ``b`` holds the observation the action was taken on, the action, its
     reward, ``terminated``, ``truncated`` and ``valid`` (False for the autoreset steps of
-    `shoal.types.StepResult`). The observation that follows row ``t`` is the one of row
+    `shoal.core.types.StepResult`). The observation that follows row ``t`` is the one of row
     ``t + 1`` of the same env, found by index and never stored twice: with next-step autoreset
     the row after an episode's last step is its (invalid) autoreset row, whose observation is
     the true final observation, so truncated episodes bootstrap from it.

@@ -20,9 +20,9 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from shoal.core.types import ReplayBatch
 from shoal.data.prioritized import ProportionalPriorities
 from shoal.data.rollout import space_layout
-from shoal.types import ReplayBatch
 
 _FIELDS = ("obs", "actions", "rewards", "steps", "terminated", "next_obs", "next_action_mask")
 

@@ -6,10 +6,10 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from shoal.core.errors import UnsupportedSpaceError
+from shoal.core.types import ActOutput, Rollout, StepResult
 from shoal.envs.agents_as_batch import split_observation
 from shoal.envs.composite import PackedActions, PackedObs
-from shoal.errors import UnsupportedSpaceError
-from shoal.types import ActOutput, Rollout, StepResult
 
 
 def space_layout(space: gym.Space) -> tuple[tuple[int, ...], torch.dtype]:
@@ -154,7 +154,7 @@ def _array(x: torch.Tensor | np.ndarray) -> np.ndarray:
 def episode_starts(valid: torch.Tensor) -> torch.Tensor:
     """``[T, B]`` bool: step ``t`` is the first step of an episode inside the rollout.
 
-    With next-step autoreset (see `shoal.types.StepResult`) the step after an autoreset step
+    With next-step autoreset (see `shoal.core.types.StepResult`) the step after an autoreset step
     is an episode's first, and autoreset steps are exactly the invalid ones, so the flags are
     ``valid`` shifted by one and need no storage of their own. Step 0 is never flagged: the
     rollout's initial state (`Rollout.policy_state`) already had any reset applied.

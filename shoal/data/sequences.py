@@ -3,7 +3,7 @@
 
 Each env's running episode is buffered step by step: the observation, the action, reward and
 termination of the transition from it, and the actor's recurrent state *before* it (the state
-the actor had when it saw the observation, `shoal.types.Rollout.step_states`). A sequence has
+the actor had when it saw the observation, `shoal.core.types.Rollout.step_states`). A sequence has
 ``burn_in + length`` transitions and the ``burn_in + length + 1`` observations they connect;
 sequences start every ``period`` steps of the episode (``period < length``: they overlap),
 the first one ``burn_in`` steps before the episode's first step, so that no step of an episode
@@ -13,7 +13,7 @@ episode's end: after the last transition it holds the final observation (which a
 truncation bootstraps from), then padding. Each sequence keeps the actor's state at its first
 step (zero when it begins on padding): R2D2's "stored state", refreshed by the burn-in.
 
-Rollouts come with next-step autoreset (`shoal.types.StepResult`): the step after an
+Rollouts come with next-step autoreset (`shoal.core.types.StepResult`): the step after an
 episode's last transition is not a transition (``valid`` False; its observation is the final
 one), and the next valid step is the new episode's first.
 """
@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from shoal.types import Rollout
+from shoal.core.types import Rollout
 
 Sequence = dict[str, np.ndarray]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from shoal.errors import DistributedError
+from shoal.core.errors import DistributedError
 
 __all__ = ["DistributedError", "require_ray"]
 

@@ -20,7 +20,7 @@ from typing import Any
 import ray
 import ray.exceptions
 
-from shoal.errors import DistributedError
+from shoal.core.errors import DistributedError
 
 log = logging.getLogger("shoal.distributed")
 

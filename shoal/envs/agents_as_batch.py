@@ -25,11 +25,11 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from shoal.core.errors import ConfigError, UnsupportedSpaceError
+from shoal.core.types import StepResult
 from shoal.envs.multi_agent import MultiAgentStep, MultiAgentVectorEnv, episode_ended
 from shoal.envs.opponents import make_opponents
 from shoal.envs.shapes import shape_of
-from shoal.errors import ConfigError, UnsupportedSpaceError
-from shoal.types import StepResult
 
 
 def split_observation(space: gym.Space) -> tuple[int, int] | None:

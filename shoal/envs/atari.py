@@ -43,9 +43,9 @@ import gymnasium as gym
 import numpy as np
 
 from shoal.config import EnvConfig
+from shoal.core.errors import ConfigError
 from shoal.envs.ids import env_spec
 from shoal.envs.shapes import shape_of
-from shoal.errors import ConfigError
 
 __all__ = [
     "AtariEpisodes",

@@ -7,8 +7,8 @@ from typing import Any, Protocol, runtime_checkable
 import gymnasium as gym
 import numpy as np
 
-from shoal.errors import ShoalError
-from shoal.types import StepResult
+from shoal.core.errors import ShoalError
+from shoal.core.types import StepResult
 
 
 @runtime_checkable
@@ -16,7 +16,7 @@ class VectorEnv(Protocol):
     """A batch of ``num_envs`` environments stepped together.
 
     Spaces describe one environment; arrays carry a leading ``[num_envs]`` axis. Autoreset
-    follows Gymnasium's next-step convention, described on `shoal.types.StepResult`.
+    follows Gymnasium's next-step convention, described on `shoal.core.types.StepResult`.
     Multi-agent environments (`shoal.envs.multi_agent`) enter as `AgentsAsBatch`, one row per
     (env, agent) pair.
     """

@@ -16,8 +16,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from shoal.config import EnvConfig
+from shoal.core.errors import ConfigError
 from shoal.envs.multi_agent import AgentGroup, EpisodeTracker
-from shoal.errors import ConfigError
 
 
 class BatchedWorld:

@@ -10,7 +10,7 @@ read back as zero-copy views (`PackedObs.leaf_array`, `PackedObs.leaf_tensor`): 
 for normalization, on tensors (CPU or GPU) for the networks' per-key encoders
 (`shoal.nn.composite.CompositeEncoder`).
 
-`shoal.envs.gym.GymVectorEnv` packs what the env returns; `shoal.policy.ActorPolicy.act` packs
+`shoal.envs.gym.GymVectorEnv` packs what the env returns; `shoal.nn.policy.ActorPolicy.act` packs
 the dicts a user passes. A leaf's storage dtype: uint8 Boxes and MultiBinary as uint8, other
 Boxes as float32, Discrete and MultiDiscrete as int64.
 """
@@ -27,8 +27,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from shoal.core.errors import ShoalError, UnsupportedSpaceError
 from shoal.envs.shapes import as_box
-from shoal.errors import ShoalError, UnsupportedSpaceError
 
 ALIGN = 8
 """Field offsets and the record size are multiples of 8 bytes, so every field is an aligned

@@ -23,8 +23,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from shoal.errors import ConfigError
-from shoal.types import StepResult
+from shoal.core.errors import ConfigError
+from shoal.core.types import StepResult
 
 
 class Game(Protocol):

@@ -10,13 +10,13 @@ import gymnasium as gym
 import numpy as np
 
 from shoal.config import EnvConfig
+from shoal.core.errors import ConfigError, UnknownEnvError
+from shoal.core.types import StepResult
 from shoal.envs.catalog import unusable_reason
 from shoal.envs.composite import PackedActions, PackedObs, is_composite
 from shoal.envs.ids import env_spec
 from shoal.envs.snapshot import capture_env_state, restore_env_state
 from shoal.envs.wrappers import vector_wrapper_fns, wrapper_fns
-from shoal.errors import ConfigError, UnknownEnvError
-from shoal.types import StepResult
 
 
 class GymVectorEnv:

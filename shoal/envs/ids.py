@@ -8,8 +8,8 @@ import difflib
 
 import gymnasium as gym
 
-from shoal.errors import UnknownEnvError
-from shoal.imports import import_module, untrusted_note
+from shoal.core.errors import UnknownEnvError
+from shoal.core.imports import import_module, untrusted_note
 
 
 def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
@@ -37,7 +37,7 @@ def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
 
 def import_env_module(module: str, env_id: str) -> None:
     """Import the module of a ``module:EnvId`` id, looking in the working directory too
-    (`shoal.imports.import_module`)."""
+    (`shoal.core.imports.import_module`)."""
     try:
         import_module(module)
     except ImportError as exc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 
 from shoal.config import EnvConfig
+from shoal.core.errors import ConfigError, ShoalError
 from shoal.envs.agents_as_batch import AgentsAsBatch
 from shoal.envs.base import VectorEnv
 from shoal.envs.gym import GymVectorEnv, make_gym_vector_env
@@ -21,7 +22,6 @@ from shoal.envs.multi_agent import (
     registered_factory,
 )
 from shoal.envs.normalize import NormalizeObservation, NormalizeReward
-from shoal.errors import ConfigError, ShoalError
 
 
 def make_multi_agent_env(config: EnvConfig, render_mode: str | None = None) -> MultiAgentVectorEnv:

@@ -29,13 +29,13 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
+from shoal.core.errors import ConfigError
 from shoal.envs.multi_agent import (
     AgentGroup,
     EpisodeTracker,
     MultiAgentStep,
     register_multi_agent_env,
 )
-from shoal.errors import ConfigError
 
 if TYPE_CHECKING:
     from shoal.config import EnvConfig

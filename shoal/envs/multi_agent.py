@@ -6,7 +6,7 @@ agents of a group share observation and action spaces (and, in shared-weight lea
 policy). Every per-agent array of a group is ``[B, N_group, ...]``, agents in the group's order.
 An optional global state ``[B, S]`` describes the whole world, for centralized critics.
 
-Episodes and resets follow the single-agent convention of `shoal.types.StepResult`
+Episodes and resets follow the single-agent convention of `shoal.core.types.StepResult`
 (Gymnasium's *next-step* autoreset): an env whose episode ended returns the true final
 observations, and its next ``step`` resets it, ignores the actions and sets ``autoreset``. An
 agent that is done while others continue stays in the arrays with ``active`` False (its

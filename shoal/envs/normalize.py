@@ -6,11 +6,11 @@ from typing import Any
 
 import numpy as np
 
+from shoal.core.types import StepResult
 from shoal.envs.agents_as_batch import split_observation
 from shoal.envs.base import VectorEnv, VectorEnvWrapper
 from shoal.envs.composite import PackedObs, field_view
 from shoal.envs.shapes import shape_of
-from shoal.types import StepResult
 
 
 class RunningMeanStd:

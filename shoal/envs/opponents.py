@@ -24,8 +24,8 @@ from typing import Any, Protocol
 import gymnasium as gym
 import numpy as np
 
-from shoal.errors import ConfigError
-from shoal.imports import build_named, with_methods
+from shoal.core.errors import ConfigError
+from shoal.core.imports import build_named, with_methods
 
 
 class Opponent(Protocol):

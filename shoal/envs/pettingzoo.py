@@ -48,10 +48,10 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
+from shoal.core.errors import ConfigError, ShoalError, UnsupportedSpaceError
 from shoal.envs.multi_agent import PETTINGZOO_PREFIX, AgentGroup, EpisodeTracker, MultiAgentStep
 from shoal.envs.snapshot import EnvStateUnsupported
 from shoal.envs.turn_based import TurnBasedParallel
-from shoal.errors import ConfigError, ShoalError, UnsupportedSpaceError
 
 if TYPE_CHECKING:
     from shoal.config import EnvConfig

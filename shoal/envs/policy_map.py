@@ -20,9 +20,9 @@ from dataclasses import dataclass
 import gymnasium as gym
 import numpy as np
 
+from shoal.core.errors import ConfigError
 from shoal.envs.multi_agent import AgentGroup
 from shoal.envs.shapes import shape_of
-from shoal.errors import ConfigError
 
 
 @dataclass(frozen=True)

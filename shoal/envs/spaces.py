@@ -8,8 +8,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from shoal.core.errors import CheckpointError
 from shoal.envs.composite import PackedActions, PackedObs
-from shoal.errors import CheckpointError
 
 
 def space_to_json(space: gym.Space) -> dict[str, Any]:

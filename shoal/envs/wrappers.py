@@ -27,8 +27,8 @@ from typing import Any
 import gymnasium as gym
 
 from shoal.config import EnvConfig
-from shoal.errors import ConfigError
-from shoal.imports import checked_class, import_object, parse_call, subclass_of
+from shoal.core.errors import ConfigError
+from shoal.core.imports import checked_class, import_object, parse_call, subclass_of
 
 WrapperFn = Callable[[gym.Env], gym.Env]
 

@@ -2,7 +2,7 @@
 
 On the networks of control tasks a PyTorch step is mostly per-operation overhead; this package
 does the same arithmetic as a few dozen NumPy calls (`shoal.fast.mlp`). It has two entry
-points, and nothing outside it but the backend chooser (`shoal.backend`) knows it exists:
+points, and nothing outside it but the backend chooser (`shoal.fast.backend`) knows it exists:
 
 * `NumpyLearner.step`: the learner side. It takes an objective
   (`shoal.losses.objectives.Objective`) and a batch, and applies one gradient step through
@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from shoal.core.types import ActOutput
 from shoal.fast.mlp import NumpyActorCritic, unsupported
 from shoal.fast.ops import as_array
 from shoal.losses.objectives import Objective, PolicyOutputs
 from shoal.optim import minimize
-from shoal.types import ActOutput
 
 __all__ = ["NumpyActor", "NumpyLearner", "unsupported"]
 

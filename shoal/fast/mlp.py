@@ -38,6 +38,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from shoal.core.types import ActOutput
 from shoal.fast.flat_step import FlatStep
 from shoal.fast.ops import ACTIVATIONS, gaussian_log_prob, log_softmax
 from shoal.losses.objectives import PolicyOutputs
@@ -46,7 +47,6 @@ from shoal.nn.distributions import LOG_SQRT_2PI
 from shoal.nn.heads import CategoricalHead, GaussianHead
 from shoal.nn.mlp import MLP, ParallelMLP
 from shoal.optim import optimizer_step
-from shoal.types import ActOutput
 
 
 class _Views(NamedTuple):

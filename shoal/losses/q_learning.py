@@ -1,6 +1,6 @@
 """Targets and losses of the value-based family: DQN, Double DQN, C51, QR-DQN, REM, Rainbow.
 
-Inputs are sample-major, ``[N, ...]``, as replay hands them out (`shoal.types.ReplayBatch`).
+Inputs are sample-major, ``[N, ...]``, as replay hands them out (`shoal.core.types.ReplayBatch`).
 The bootstrap is described by two ``[N]`` tensors built with `shoal.losses.returns`:
 ``returns`` (the discounted n-step reward sum, `n_step_return`) and ``discounts``
 (``gamma^K``, zero at termination, `bootstrap_discount`), so a target is always

@@ -17,7 +17,7 @@ Episode ends are described by two flags, following the Gymnasium API:
 reset episode; the caller is responsible for providing it.
 
 The n-step helpers for replay (`n_step_return`, `bootstrap_discount`) work on the sample-major
-windows of `shoal.types.ReplayBatch` instead: ``rewards [N, n]`` with ``steps [N]`` real steps.
+windows of `shoal.core.types.ReplayBatch` instead: ``rewards [N, n]`` with ``steps [N]`` real steps.
 """
 
 from __future__ import annotations
@@ -213,7 +213,7 @@ def n_step_return(rewards: Tensor, gamma: float) -> Tensor:
     """Discounted sum of an n-step reward window (Sutton 1988; Sutton & Barto 2018, ch. 7).
 
     ``G = sum_{k=0}^{n-1} gamma^k * r_k``. Replay zeroes the rewards after the episode's last
-    step (see `shoal.types.ReplayBatch`), so a window of ``K < n`` real steps sums only those;
+    step (see `shoal.core.types.ReplayBatch`), so a window of ``K < n`` real steps sums only those;
     the bootstrap term is added separately with `bootstrap_discount`.
 
     Args:

@@ -13,6 +13,7 @@ from typing import Any, Literal, Protocol
 
 import torch
 
+from shoal.core.types import ReplayBatch
 from shoal.losses.q_learning import (
     categorical_projection,
     categorical_td_loss,
@@ -25,7 +26,6 @@ from shoal.losses.q_learning import (
     random_convex_combination,
     td_loss,
 )
-from shoal.types import ReplayBatch
 
 __all__ = ["CategoricalQ", "EnsembleQ", "ExpectedQ", "QuantileQ", "ValueKind", "make_value_kind"]
 

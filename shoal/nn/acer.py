@@ -21,13 +21,13 @@ import torch
 from torch import nn
 
 from shoal.config import ModelConfig
-from shoal.errors import UnsupportedSpaceError
+from shoal.core.errors import UnsupportedSpaceError
+from shoal.core.types import ActOutput
 from shoal.nn.actor_critic import encoder_and_body
 from shoal.nn.distributions import Categorical, DiagGaussian
 from shoal.nn.heads import CategoricalHead, GaussianHead, ValueHead
 from shoal.nn.init import linear
 from shoal.nn.mlp import MLP, width_of
-from shoal.types import ActOutput
 
 Distribution = Categorical | DiagGaussian
 

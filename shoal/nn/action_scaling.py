@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from shoal.errors import UnsupportedSpaceError
+from shoal.core.errors import UnsupportedSpaceError
 
 
 def check_bounded_box(space: gym.Space, algorithm: str) -> gym.spaces.Box:

@@ -8,9 +8,10 @@ import torch
 from torch import nn
 
 from shoal.config import ModelConfig
+from shoal.core.errors import ConfigError, UnsupportedSpaceError
+from shoal.core.types import ActOutput
 from shoal.envs.agents_as_batch import split_observation
 from shoal.envs.composite import PackedActions, PackedObs
-from shoal.errors import ConfigError, UnsupportedSpaceError
 from shoal.nn.cnn import ParallelEncoders, build_encoder
 from shoal.nn.composite import CompositeEncoder
 from shoal.nn.custom import custom_encoder, custom_head, is_custom
@@ -24,7 +25,6 @@ from shoal.nn.heads import (
     ValueHead,
 )
 from shoal.nn.mlp import MLP, ParallelMLP, width_of
-from shoal.types import ActOutput
 
 
 class ObsEncoding(nn.Module):

@@ -6,7 +6,7 @@ bounds through `ActionScaler`. Each also carries ``random_actions``, a persisten
 makes it act uniformly at random: the learner sets it until learning starts, and because it is
 part of the weights it reaches every sampler (as DQN's epsilon does).
 
-What a sampler and `shoal.policy.ActorPolicy` ask of an actor: ``act(obs)`` (env-unit actions
+What a sampler and `shoal.nn.policy.ActorPolicy` ask of an actor: ``act(obs)`` (env-unit actions
 plus zero log-probs and values, which replay does not use), ``value(obs)`` and
 ``distribution(obs)`` with ``mode()`` and ``sample()``.
 """
@@ -22,7 +22,7 @@ from torch.distributions import Normal
 from torch.nn import functional as F
 
 from shoal.config import ModelConfig, NoiseConfig
-from shoal.errors import UnsupportedSpaceError
+from shoal.core.errors import UnsupportedSpaceError
 from shoal.losses.actor_critic import squashed_gaussian_log_prob
 from shoal.nn.action_scaling import ActionScaler, check_bounded_box
 from shoal.nn.actor_critic import ActOutput, observation_features
@@ -36,7 +36,7 @@ overflow."""
 
 
 class ActionChoice:
-    """A policy's two ways to act on a batch, for `shoal.policy.ActorPolicy`: ``mode()`` is the
+    """A policy's two ways to act on a batch, for `shoal.nn.policy.ActorPolicy`: ``mode()`` is the
     deterministic action, ``sample()`` the exploring one."""
 
     def __init__(self, mode: Callable[[], torch.Tensor], sample: Callable[[], torch.Tensor]):

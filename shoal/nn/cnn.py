@@ -20,7 +20,7 @@ Lamb et al. say "between each convolutional layer, batch normalization and ReLU 
 applied"; here the last convolution is followed by them too, as every layer of the Nature and
 IMPALA networks is by its nonlinearity, so the heads (or the LSTM) read rectified features.
 Batch norm uses batch statistics in training mode and running statistics in `eval` mode (the
-deployed `shoal.policy.ActorPolicy`); its running statistics travel with the weights.
+deployed `shoal.nn.policy.ActorPolicy`); its running statistics travel with the weights.
 
 Every encoder's nonlinearity is its paper's ReLU unless ``ModelConfig.encoder_activation``
 names another: Lamb et al. also trained Model 3 with SiLU (Elfwing et al. 2018,
@@ -32,7 +32,7 @@ Weights follow `shoal.nn.init`: orthogonal with gain sqrt(2), zero biases.
 ``ModelConfig.precision`` ``bfloat16`` or ``float16`` runs an encoder's convolutions and FC
 layer in mixed precision (autocast): weights, gradients, optimizer state and everything after
 the encoder stay float32, and the features leave the encoder as float32. On GPUs both types
-use the tensor cores (float16 needs the learner's gradient scaler, `shoal.device.grad_scaler`).
+use the tensor cores (float16 needs the learner's gradient scaler, `shoal.core.device.grad_scaler`).
 On CPUs with AMX or AVX512-BF16 (Intel Sapphire Rapids and later) oneDNN's bfloat16
 convolutions make a Nature CNN training step about 2x faster; on other CPUs bfloat16 is
 emulated and slower, and `ImageEncoder` warns (`native_bfloat16`). float16 applies on CUDA only:
@@ -50,9 +50,9 @@ import torch
 from torch import nn
 
 from shoal.config import ModelConfig
-from shoal.device import autocast_dtype
+from shoal.core.device import autocast_dtype
+from shoal.core.errors import ConfigError, UnsupportedSpaceError
 from shoal.envs.shapes import shape_of
-from shoal.errors import ConfigError, UnsupportedSpaceError
 from shoal.nn.activations import ACTIVATION_MODULES, ACTIVATIONS
 from shoal.nn.init import HIDDEN_GAIN, init_linear, linear
 

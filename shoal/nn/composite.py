@@ -27,9 +27,9 @@ import torch
 from torch import nn
 
 from shoal.config import ModelConfig
+from shoal.core.errors import ConfigError, ShoalError
 from shoal.envs.composite import Leaf, PackedObs
 from shoal.envs.shapes import as_box
-from shoal.errors import ConfigError, ShoalError
 from shoal.nn.cnn import image_encoder
 from shoal.nn.mlp import MLP, width_of
 

@@ -30,8 +30,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from shoal.errors import ConfigError
-from shoal.imports import build_named, subclass_of
+from shoal.core.errors import ConfigError
+from shoal.core.imports import build_named, subclass_of
 
 
 def custom_head(in_dim: int, action_space: gym.Space, config: Any) -> nn.Module:

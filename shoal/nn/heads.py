@@ -16,7 +16,7 @@ from shoal.nn.distributions import (
     Product,
 )
 from shoal.nn.init import POLICY_GAIN, VALUE_GAIN, linear
-from shoal.schedules import annealed_temperature
+from shoal.optim.schedules import annealed_temperature
 
 if TYPE_CHECKING:
     from shoal.config import ModelConfig

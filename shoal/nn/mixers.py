@@ -10,7 +10,7 @@ into a team value ``Q_tot``.
   the global state and passed through ``abs``, so ``dQ_tot / dQ_a >= 0`` for every agent.
 * `VDNMixer`: ``Q_tot = sum_a Q_a`` (Sunehag et al. 2018).
 
-`RecurrentQPolicy` deploys a trained `RecurrentAgent` behind `shoal.policy.ActorPolicy`.
+`RecurrentQPolicy` deploys a trained `RecurrentAgent` behind `shoal.nn.policy.ActorPolicy`.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ Gumbel-softmax (Jang et al. 2017; Lowe et al. 2017's discrete MADDPG): acting sa
 action from ``softmax((logits + Gumbel noise) / temperature)``, and the actor's loss reaches the
 logits through the straight-through estimator (one-hot forward, softmax gradient backward).
 
-Inputs are ``[B, N, obs_dim]``; a deployed policy (`shoal.policy.ActorPolicy`) passes the rows
+Inputs are ``[B, N, obs_dim]``; a deployed policy (`shoal.nn.policy.ActorPolicy`) passes the rows
 of `shoal.envs.agents_as_batch.AgentsAsBatch`, ``[B * N, obs_dim]`` in agent order, which
 ``distribution`` folds back to ``[B, N, obs_dim]``.
 """
@@ -25,8 +25,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from shoal.config import ModelConfig, NoiseConfig
+from shoal.core.errors import UnsupportedSpaceError
 from shoal.envs.multi_agent import AgentGroup
-from shoal.errors import UnsupportedSpaceError
 from shoal.nn.actor_critic import ActOutput
 from shoal.nn.actors import ActionChoice, make_noise
 from shoal.nn.init import POLICY_GAIN, linear

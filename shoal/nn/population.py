@@ -18,7 +18,7 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from shoal.config import ModelConfig
-from shoal.errors import UnsupportedSpaceError
+from shoal.core.errors import UnsupportedSpaceError
 from shoal.nn.actor_critic import encoder_and_body, policy_head
 from shoal.nn.actors import ActionChoice
 from shoal.nn.distributions import Categorical

@@ -15,17 +15,17 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from shoal.errors import ConfigError, UnsupportedSpaceError
+from shoal.core.errors import ConfigError, UnsupportedSpaceError
+from shoal.core.types import ActOutput
 from shoal.losses.q_learning import masked_argmax
 from shoal.losses.value_kinds import ValueKind
 from shoal.nn.actor_critic import encoder_and_body
 from shoal.nn.mlp import width_of
 from shoal.nn.q_heads import QHead
-from shoal.types import ActOutput
 
 
 class GreedyDistribution:
-    """What `shoal.policy.ActorPolicy` asks of a policy: ``mode()`` is the greedy action,
+    """What `shoal.nn.policy.ActorPolicy` asks of a policy: ``mode()`` is the greedy action,
     ``sample()`` the exploring one (epsilon-greedy or Boltzmann, as the network is set)."""
 
     def __init__(self, network: QNetwork, q: torch.Tensor, mask: torch.Tensor | None):

@@ -65,7 +65,7 @@ class RecurrentActorCritic(nn.Module):
 
     Three ways in: `step` for acting (one step, explicit state), `forward` for training over
     time-major sequences ``[T, B, ...]`` with episode-start resets, and the stateless
-    `distribution` used by deployed policies (`shoal.policy.ActorPolicy`), which carries its
+    `distribution` used by deployed policies (`shoal.nn.policy.ActorPolicy`), which carries its
     own state from call to call (zero at first, or after `reset_state`).
     """
 

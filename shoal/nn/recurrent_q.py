@@ -18,11 +18,11 @@ import torch
 from torch import nn
 
 from shoal.config import ModelConfig
-from shoal.errors import ConfigError, UnsupportedSpaceError
+from shoal.core.errors import ConfigError, UnsupportedSpaceError
+from shoal.core.types import ActOutput
 from shoal.nn.actor_critic import encoder_and_body
 from shoal.nn.q_heads import QHead
 from shoal.nn.recurrent import deployed_step, init_lstm, run_lstm, zero_rows
-from shoal.types import ActOutput
 
 
 class EpsilonGreedy:
@@ -47,7 +47,7 @@ class RecurrentQNetwork(nn.Module):
     steps_with_state = True
     """Samplers step it with an explicit state (`shoal.nn.recurrent.is_recurrent`)."""
     stores_step_states = True
-    """Rollouts keep the state before every step (`shoal.types.Rollout.step_states`): R2D2
+    """Rollouts keep the state before every step (`shoal.core.types.Rollout.step_states`): R2D2
     stores the actor's state at each sequence start."""
 
     epsilon: torch.Tensor

@@ -47,7 +47,7 @@ from torch import Tensor
 from torch.optim.adam import adam
 from torch.optim.rmsprop import rmsprop
 
-from shoal.errors import NaNLossError
+from shoal.core.errors import NaNLossError
 
 Loss = Tensor | float
 
@@ -219,7 +219,7 @@ def minimize(
         optimizer: steps every parameter of its groups.
         max_grad_norm: clip the global gradient norm to this (None: no clipping).
         backend: a `GradientBackend` in place of autograd and the optimizer's own step.
-        scaler: float16 training's gradient scaler (`shoal.device.grad_scaler`).
+        scaler: float16 training's gradient scaler (`shoal.core.device.grad_scaler`).
         clip_groups: clip these parameter lists each to ``max_grad_norm`` separately (default:
             all of the optimizer's parameters together).
         before_clip: runs between the backward pass and clipping (DD-PPO's all-reduce).

@@ -44,7 +44,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional
 
-from shoal.errors import ConfigError
+from shoal.core.errors import ConfigError
 from shoal.nn.mlp import MLP, ParallelMLP
 
 RECURRENT = (nn.RNNBase, nn.LSTMCell, nn.GRUCell, nn.RNNCell)

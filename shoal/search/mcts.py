@@ -30,7 +30,7 @@ import torch
 
 from shoal.config.checks import check, check_positive
 from shoal.config.usage import Gate
-from shoal.errors import ConfigError
+from shoal.core.errors import ConfigError
 from shoal.search.gumbel import draw_gumbel, halving_choice, halving_schedules
 from shoal.search.tree import UNVISITED, Tree, empty_tree, grow
 

@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from shoal.core.errors import ConfigError
 from shoal.envs.games import Game
 from shoal.envs.snapshot import EnvStateUnsupported, capture_env_state, restore_env_state
-from shoal.errors import ConfigError
 from shoal.losses.search import support_to_scalar
 from shoal.losses.value import inverse_value_transform
 from shoal.search.mcts import Expansion

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from shoal.config import replace
+from shoal.core.errors import ShoalError
 from shoal.envs.agents_as_batch import actor_space, critic_part
 from shoal.envs.composite import PackedActions, PackedObs
 from shoal.envs.games import is_game_id
@@ -35,9 +36,8 @@ from shoal.envs.make import make_multi_agent_env
 from shoal.envs.multi_agent import is_multi_agent_id
 from shoal.envs.normalize import RunningMeanStd
 from shoal.envs.shapes import as_discrete
-from shoal.errors import ShoalError
+from shoal.nn.policy import ActorPolicy, JointPolicy
 from shoal.nn.recurrent import is_recurrent
-from shoal.policy import ActorPolicy, JointPolicy
 from shoal.registry import algorithm_for_config
 
 FORMATS = ("onnx", "torchscript")

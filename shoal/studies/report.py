@@ -7,7 +7,7 @@ A run's score is its evaluation return (``eval/return`` in ``metrics.jsonl``; pe
 group as ``eval/return/<name>`` for multi-agent runs); its final score is the last one.
 Runs are grouped into variants by the experiment's plan (``experiment.json``), or else by
 algorithm and env. Per variant: mean, median and interquartile mean of the final scores,
-each with a 95% percentile-bootstrap interval (`shoal.stats`; one task, so the stratified
+each with a 95% percentile-bootstrap interval (`shoal.core.stats`; one task, so the stratified
 bootstrap of Agarwal et al. 2021 is the plain one over runs), the optimality gap to the
 runs' ``target_return`` when they have one, and for every pair of variants the probability
 that a run of one scores higher than a run of the other (ties count half). Curves: each
@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from shoal.errors import ShoalError
-from shoal.stats import bootstrap_ci, iqm
+from shoal.core.errors import ShoalError
+from shoal.core.stats import bootstrap_ci, iqm
 
 
 @dataclass

@@ -56,9 +56,9 @@ from typing import Any
 import numpy as np
 import yaml
 
-from shoal.errors import ConfigError, NaNLossError, ShoalError, UnknownFieldError
-from shoal.experiment_plan import build, nested
-from shoal.experiment_plan import merge_dicts as merge
+from shoal.core.errors import ConfigError, NaNLossError, ShoalError, UnknownFieldError
+from shoal.studies.plan import build, nested
+from shoal.studies.plan import merge_dicts as merge
 from shoal.train.signals import forward_sigterm
 
 DISTRIBUTIONS = ("uniform", "loguniform", "int", "logint", "choice")

@@ -39,8 +39,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from shoal.errors import ConfigError, ShoalError
-from shoal.imports import build_named, with_methods
+from shoal.core.errors import ConfigError, ShoalError
+from shoal.core.imports import build_named, with_methods
 
 EVENTS = ("on_train_start", "on_iteration", "on_evaluation", "on_checkpoint", "on_train_end")
 

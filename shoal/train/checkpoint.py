@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from shoal.errors import CheckpointError
-from shoal.imports import add_import_dirs
+from shoal.core.errors import CheckpointError
+from shoal.core.imports import add_import_dirs
 
 FORMAT_VERSION = 1
 _ARRAY_TAG = "__ndarray__"
@@ -39,11 +39,11 @@ class RunState:
     only: other modules read a checkpoint's parts by these names, not by string keys."""
 
     algorithm: dict[str, Any]
-    """The algorithm's own state (`shoal.interfaces.Algorithm.state_dict`): its learner,
+    """The algorithm's own state (`shoal.core.interfaces.Algorithm.state_dict`): its learner,
     sampler, replay and counters under names it chooses, and its deployable policy under
     ``policy``: ``{"model": weights, "obs_stats": observation statistics or None}``."""
     rng: dict[str, Any]
-    """The global generators' states (`shoal.seeding.rng_state`)."""
+    """The global generators' states (`shoal.core.seeding.rng_state`)."""
     loop: dict[str, Any]
     """The training loop's counters (`shoal.train.session.LoopState`)."""
     callbacks: list[Any] | None
@@ -82,7 +82,7 @@ class Checkpoint:
 
     @property
     def joint(self) -> bool:
-        """Its policy is several agent groups' acting together (`shoal.policy.JointPolicy`)."""
+        """Its policy is several agent groups' acting together (`shoal.nn.policy.JointPolicy`)."""
         return bool(self.meta.get("joint"))
 
     @property
@@ -304,7 +304,7 @@ def load_checkpoint(
     note; ``set_aside`` (a resume, which will write new ones) renames the unreadable newer
     ones to ``.unreadable-step_N`` so that they neither shadow nor outlast new checkpoints.
     The directories a checkpoint records for users' modules are imported from only with
-    ``trust_code`` (`shoal.imports.add_import_dirs`)."""
+    ``trust_code`` (`shoal.core.imports.add_import_dirs`)."""
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"no such run or checkpoint directory: {path}")

@@ -15,9 +15,9 @@ from typing import Any
 from shoal.config import is_nested
 from shoal.config.checks import check_numbers
 from shoal.config.usage import check_usage
-from shoal.device import check_precision, resolve_device
-from shoal.errors import ConfigError, NaNLossError
-from shoal.interfaces import AlgorithmSpec
+from shoal.core.device import check_precision, resolve_device
+from shoal.core.errors import ConfigError, NaNLossError
+from shoal.core.interfaces import AlgorithmSpec
 from shoal.train.callbacks import CallbackError, build_callbacks
 from shoal.train.checkpoint import Checkpoint
 from shoal.train.session import RunResult, Session

@@ -10,11 +10,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from shoal.core.errors import ShoalError
+from shoal.core.imports import import_dirs
+from shoal.core.interfaces import AlgorithmSpec
 from shoal.envs import make_env
 from shoal.envs.spaces import space_to_json
-from shoal.errors import ShoalError
-from shoal.imports import import_dirs
-from shoal.interfaces import AlgorithmSpec
 from shoal.train.checkpoint import Checkpoint
 
 
@@ -32,7 +32,7 @@ def record_for_deploy(
     """What `shoal.load` needs besides the weights, for every checkpoint's ``meta.json``: the
     observation and action spaces of the deployed policy (so it loads without building its
     env) and the directories custom env modules were imported from. ``joint``: the run
-    deploys the policies of several agent groups (`shoal.policy.JointPolicy`), which load
+    deploys the policies of several agent groups (`shoal.nn.policy.JointPolicy`), which load
     from the config alone. ``spaces``: the algorithm's own (observation, action) spaces, for
     a learner whose env is not a Gymnasium one (a game searched by AlphaZero)."""
     if joint:

@@ -4,7 +4,7 @@ resume), iterate, evaluate, checkpoint, the stop conditions, finish.
 A `Session` holds what the steps share: the algorithm, the evaluation envs, the loggers, the
 callbacks and the loop's own counters (`LoopState`, saved with every checkpoint so that a
 resumed run keeps its cadence). The loop knows one progress counter, the algorithm's
-``env_steps`` (see `shoal.interfaces.Algorithm`): ``run.total_steps``, the evaluation and the
+``env_steps`` (see `shoal.core.interfaces.Algorithm`): ``run.total_steps``, the evaluation and the
 checkpoint cadences count it, whether an iteration steps a vector env, evaluates a population
 or passes over a dataset.
 """
@@ -22,12 +22,12 @@ from typing import Any, cast
 
 from shoal.collect.evaluate import evaluate, evaluate_joint
 from shoal.config import from_dict, to_dict
+from shoal.core.interfaces import ActsJointly, AlgorithmSpec, ExtraEvaluation, OwnSpaces
+from shoal.core.seeding import derive_seed, rng_state, seed_torch, set_rng_state
+from shoal.core.threads import set_compute_threads
 from shoal.envs import make_env
 from shoal.envs.make import make_multi_agent_env
-from shoal.interfaces import ActsJointly, AlgorithmSpec, ExtraEvaluation, OwnSpaces
-from shoal.policy import JointPolicy
-from shoal.seeding import derive_seed, rng_state, seed_torch, set_rng_state
-from shoal.threads import set_compute_threads
+from shoal.nn.policy import JointPolicy
 from shoal.train.callbacks import Callbacks, TrainContext
 from shoal.train.checkpoint import (
     Checkpoint,

@@ -9,10 +9,10 @@ from typing import Any
 
 import numpy as np
 
+from shoal.core.errors import ShoalError
+from shoal.core.interfaces import Policy
 from shoal.envs.base import VectorEnv
 from shoal.envs.multi_agent import MultiAgentVectorEnv, episode_ended
-from shoal.errors import ShoalError
-from shoal.interfaces import Policy
 
 DEFAULT_FPS = 30.0
 """Frame rate of envs that do not declare a ``render_fps`` in their metadata."""
@@ -59,7 +59,7 @@ def render_fps(env: Any) -> float:
 def record_video(policy: Policy, env: VectorEnv, path: Path, seed: int, episodes: int = 1) -> Video:
     """Render ``episodes`` episodes of the first env (deterministic actions) to ``path``, a
     .gif or an .mp4 that plays at the env's `render_fps`, and loops (GIF). ``env`` may also
-    be a multi-agent vector env acted on by a `shoal.policy.JointPolicy`."""
+    be a multi-agent vector env acted on by a `shoal.nn.policy.JointPolicy`."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in (".gif", ".mp4"):

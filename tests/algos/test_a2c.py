@@ -14,10 +14,10 @@ from shoal.algos.policy_gradient.a2c import A2C, A2CConfig, A2CLearner
 from shoal.algos.policy_gradient.ppo import make_batch
 from shoal.api import build_config
 from shoal.config import EnvConfig, ModelConfig, OptimConfig, replace
-from shoal.errors import ConfigError, NaNLossError
+from shoal.core.errors import ConfigError, NaNLossError
+from shoal.core.types import Rollout
 from shoal.losses import objectives
 from shoal.train.checkpoint import load_checkpoint
-from shoal.types import Rollout
 
 ITERATION_STEPS = 32  # 4 envs x 8 steps
 

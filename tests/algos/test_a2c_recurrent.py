@@ -9,7 +9,7 @@ import shoal
 from shoal.algos.policy_gradient.a2c import A2C, A2CConfig
 from shoal.algos.policy_gradient.ppo import make_sequence_batch
 from shoal.config import EnvConfig, ModelConfig
-from shoal.errors import ConfigError
+from shoal.core.errors import ConfigError
 from shoal.nn import RecurrentActorCritic
 from shoal.train.checkpoint import load_checkpoint
 

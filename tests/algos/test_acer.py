@@ -12,7 +12,7 @@ from shoal.algos.policy_gradient import acer
 from shoal.algos.policy_gradient.acer import ACER, ACERConfig
 from shoal.api import build_config
 from shoal.config import ModelConfig
-from shoal.errors import ConfigError, NaNLossError
+from shoal.core.errors import ConfigError, NaNLossError
 from shoal.train.checkpoint import load_checkpoint
 
 ITERATION_STEPS = 32  # 4 envs x 8 steps
@@ -124,7 +124,7 @@ def test_config_refusals(kwargs, match):
 
 
 def test_unsupported_action_space(tmp_path):
-    with pytest.raises(shoal.errors.UnsupportedSpaceError, match="ACER supports"):
+    with pytest.raises(shoal.core.errors.UnsupportedSpaceError, match="ACER supports"):
         shoal.train(
             "acer", env="tests.action_env:Actions-v0", run_dir=str(tmp_path / "r"),
             total_steps=ITERATION_STEPS, **small(**{"env.kwargs": {"kind": "multidiscrete"}}),

@@ -9,7 +9,7 @@ from state_helpers import assert_states_equal, metric_rows
 import shoal
 from shoal.algos.policy_gradient.acktr import ACKTRConfig
 from shoal.config import ModelConfig, RunConfig
-from shoal.errors import ConfigError, NaNLossError
+from shoal.core.errors import ConfigError, NaNLossError
 from shoal.losses import objectives
 from shoal.train.checkpoint import load_checkpoint
 

@@ -65,7 +65,7 @@ def test_ppo_learns_every_part_of_the_action(kind, tmp_path):
 
 
 def test_value_based_and_off_policy_learners_name_what_works(tmp_path):
-    from shoal.errors import UnsupportedSpaceError
+    from shoal.core.errors import UnsupportedSpaceError
 
     with pytest.raises(UnsupportedSpaceError, match="PPO"):
         shoal.train(

@@ -13,7 +13,7 @@ import shoal
 from shoal.algos.planning.alphazero import AlphaZero, AlphaZeroConfig
 from shoal.cli import main
 from shoal.config import replace
-from shoal.errors import ConfigError
+from shoal.core.errors import ConfigError
 from shoal.search.arena import SearchPlayer, match
 from shoal.search.minimax import MinimaxPlayer
 from shoal.train.checkpoint import load_checkpoint

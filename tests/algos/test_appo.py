@@ -15,9 +15,9 @@ import shoal
 from shoal.algos.policy_gradient.appo import APPOConfig, vtrace_batch
 from shoal.collect.ahead import AheadSampler
 from shoal.config import replace
-from shoal.errors import ConfigError
+from shoal.core.errors import ConfigError
+from shoal.core.types import EpisodeStats, Rollout
 from shoal.train.checkpoint import load_checkpoint
-from shoal.types import EpisodeStats, Rollout
 
 QUIET = {"run.console": False, "run.tensorboard": False}
 SMALL = {

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import shoal
+from shoal.core.errors import ShoalError
 from shoal.envs.goal_line import ENV_ID, STOP
-from shoal.errors import ShoalError
 from shoal.train.checkpoint import load_checkpoint
 from tests.state_helpers import assert_states_equal, metric_rows
 
@@ -182,7 +182,7 @@ def test_act_refuses_a_dict_missing_a_key(tmp_path):
 
 
 def test_frame_replay_on_dict_observations_is_a_clear_error(tmp_path):
-    from shoal.errors import ConfigError
+    from shoal.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="Dict and Tuple observations are stored as packed"):
         shoal.train(

@@ -12,7 +12,7 @@ from shoal.algos.continuous.ddpg import DDPG
 from shoal.algos.continuous.sac import SAC, SACConfig
 from shoal.algos.continuous.td3 import TD3, TD3Config, TD3Learner
 from shoal.config import EnvConfig, ModelConfig, ReplayConfig
-from shoal.errors import ConfigError, NaNLossError, UnsupportedSpaceError
+from shoal.core.errors import ConfigError, NaNLossError, UnsupportedSpaceError
 from shoal.train.checkpoint import load_checkpoint
 
 ALGOS = ["ddpg", "td3", "sac", "d4pg"]
@@ -144,7 +144,7 @@ def test_td3_delays_actor_and_target_updates():
     )
     learner = TD3Learner(config, obs_space, action_space)
     core = learner.core
-    from shoal.types import ReplayBatch
+    from shoal.core.types import ReplayBatch
 
     batch = ReplayBatch(
         obs=torch.randn(4, 3),

@@ -10,7 +10,7 @@ import shoal
 from shoal.algos.multi_agent.ctedd import CTEDD, CTEDDConfig
 from shoal.algos.multi_agent.distillation import chronological_rows
 from shoal.config import replace
-from shoal.errors import ConfigError
+from shoal.core.errors import ConfigError
 from shoal.losses.distillation import distillation_loss, exploration_scale_loss
 from shoal.nn.local_policies import ExplorationScale, LocalPolicies
 from shoal.train.checkpoint import load_checkpoint

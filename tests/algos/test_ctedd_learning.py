@@ -28,7 +28,7 @@ import torch
 
 from shoal.algos.multi_agent.ctedd import CTEDD, CTEDDConfig
 from shoal.config import replace
-from shoal.seeding import seed_torch
+from shoal.core.seeding import seed_torch
 
 pytestmark = pytest.mark.learning
 

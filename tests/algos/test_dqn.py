@@ -9,7 +9,7 @@ from state_helpers import assert_states_equal, metric_rows
 import shoal
 from shoal.algos.value.dqn import DQN, DQNConfig, DQNLearner
 from shoal.config import EnvConfig, ModelConfig, ReplayConfig, RunConfig, replace
-from shoal.errors import ConfigError, NaNLossError, UnsupportedSpaceError
+from shoal.core.errors import ConfigError, NaNLossError, UnsupportedSpaceError
 from shoal.losses.value_kinds import make_value_kind
 from shoal.nn.q_network import GreedyDistribution, QNetwork
 from shoal.train.checkpoint import load_checkpoint

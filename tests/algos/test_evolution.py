@@ -19,9 +19,9 @@ from shoal.collect.population import (
     individual_vector,
 )
 from shoal.config import EnvConfig, ModelConfig
+from shoal.core.errors import ConfigError
 from shoal.data.noise import NoiseTable, check_noise_size
 from shoal.envs.normalize import RunningMeanStd
-from shoal.errors import ConfigError
 from shoal.nn.population import (
     LinearPolicy,
     PolicyNetwork,
@@ -305,7 +305,7 @@ def test_bad_settings_are_refused_before_anything_runs(algo, overrides, match, t
 
 def test_ray_missing_is_one_clear_error(monkeypatch, tmp_path):
     import shoal.distributed as distributed
-    from shoal.errors import DistributedError
+    from shoal.core.errors import DistributedError
 
     def missing():
         raise DistributedError("distributed training needs Ray, which is not installed")

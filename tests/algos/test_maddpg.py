@@ -14,12 +14,12 @@ from state_helpers import assert_states_equal, metric_rows
 import shoal
 from shoal.algos.multi_agent.maddpg import MADDPG, MADDPGConfig, MADDPGLearner
 from shoal.config import ModelConfig, ReplayConfig
+from shoal.core.errors import ConfigError, ShoalError
+from shoal.core.types import ReplayBatch
 from shoal.data.replay import ReplayBuffer
 from shoal.envs.multi_agent import AgentGroup, register_multi_agent_env
-from shoal.errors import ConfigError, ShoalError
 from shoal.nn.critics import critic_inputs, own_action_inputs, replace_own_actions
 from shoal.train.checkpoint import load_checkpoint
-from shoal.types import ReplayBatch
 
 ITERATION = 8  # 4 envs x 2 steps
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import shoal
-from shoal.errors import ConfigError, UnsupportedSpaceError
+from shoal.core.errors import ConfigError, UnsupportedSpaceError
 
 QUIET = {"run.console": False, "run.tensorboard": False, "run.checkpoint_every_steps": 0}
 

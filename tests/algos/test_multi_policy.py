@@ -10,10 +10,10 @@ from state_helpers import assert_states_equal, metric_rows
 
 import shoal
 from shoal.algos.multi_agent.multi_policy import MultiPolicyPPO
+from shoal.core.errors import ConfigError
 from shoal.envs.multi_agent import register_multi_agent_env
 from shoal.envs.policy_map import resolve_policies
-from shoal.errors import ConfigError
-from shoal.policy import JointPolicy
+from shoal.nn.policy import JointPolicy
 from shoal.train.checkpoint import load_checkpoint
 
 register_multi_agent_env("shoal-test/duel-v0", duel_factory)

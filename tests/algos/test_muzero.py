@@ -7,7 +7,7 @@ from board_games import shallow_minimax
 from state_helpers import assert_states_equal, metric_rows
 
 import shoal
-from shoal.errors import ConfigError
+from shoal.core.errors import ConfigError
 from shoal.train.checkpoint import load_checkpoint
 
 SMALL = {

@@ -10,8 +10,8 @@ from state_helpers import assert_states_equal, metric_rows
 
 import shoal
 from shoal.collect import env_runner
+from shoal.core.errors import ConfigError, DatasetError, NaNLossError, UnsupportedSpaceError
 from shoal.data.offline import Episode, read_dataset, write_dataset
-from shoal.errors import ConfigError, DatasetError, NaNLossError, UnsupportedSpaceError
 from shoal.train.checkpoint import load_checkpoint
 
 # One pytest-xdist worker runs them all: the module's Pendulum datasets (about 45 s to make)

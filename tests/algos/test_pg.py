@@ -13,9 +13,9 @@ import shoal
 from shoal.algos.policy_gradient import pg
 from shoal.algos.policy_gradient.pg import PG, PGConfig, PGLearner, make_batch
 from shoal.config import EnvConfig, ModelConfig
-from shoal.errors import ConfigError, NaNLossError
+from shoal.core.errors import ConfigError, NaNLossError
+from shoal.core.types import Rollout
 from shoal.train.checkpoint import load_checkpoint
-from shoal.types import Rollout
 
 ITERATION_STEPS = 64
 

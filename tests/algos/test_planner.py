@@ -5,7 +5,7 @@ import pytest
 from state_helpers import assert_states_equal, metric_rows
 
 import shoal
-from shoal.errors import ConfigError, ShoalError
+from shoal.core.errors import ConfigError, ShoalError
 from shoal.train.checkpoint import load_checkpoint
 
 SMALL = {"env.num_envs": 2, "search.num_simulations": 12, "rollout_steps": 10,

@@ -14,16 +14,16 @@ from state_helpers import assert_states_equal, metric_rows
 import shoal
 from shoal.algos.policy_gradient import ppo
 from shoal.algos.policy_gradient.ppo import PPO, PPOConfig, PPOLearner, make_batch
-from shoal.backend import NumpyStep
 from shoal.collect import EnvRunner
 from shoal.collect.evaluate import evaluate
 from shoal.config import EnvConfig, ModelConfig, RunConfig, replace
-from shoal.errors import CheckpointError, NaNLossError, ShoalError, UnsupportedSpaceError
+from shoal.core.errors import CheckpointError, NaNLossError, ShoalError, UnsupportedSpaceError
+from shoal.core.seeding import derive_seed
+from shoal.core.types import Rollout
+from shoal.fast.backend import NumpyStep
 from shoal.losses import gae, objectives
-from shoal.seeding import derive_seed
 from shoal.train.checkpoint import load_checkpoint, resolve_checkpoint, save_checkpoint
 from shoal.train.session import make_eval_env
-from shoal.types import Rollout
 
 # --- helpers ------------------------------------------------------------------------------------
 

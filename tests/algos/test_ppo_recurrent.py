@@ -6,9 +6,9 @@ from state_helpers import assert_states_equal, metric_rows
 
 import shoal
 from shoal.algos.policy_gradient.ppo import PPO, PPOConfig, PPOLearner, make_sequence_batch
-from shoal.backend import evaluate_objective
 from shoal.config import EnvConfig, ModelConfig
-from shoal.errors import ConfigError
+from shoal.core.errors import ConfigError
+from shoal.fast.backend import evaluate_objective
 from shoal.train.checkpoint import load_checkpoint
 
 MEMORY = "shoal/RepeatFirst-v0"

@@ -9,12 +9,12 @@ from state_helpers import assert_states_equal, metric_rows
 import shoal
 from shoal.algos.multi_agent.qmix import QMIXConfig, QMIXNetworks
 from shoal.config import EnvConfig, ReplayConfig
+from shoal.core.errors import ConfigError, UnsupportedSpaceError
 from shoal.data.episode_replay import EpisodeBuilder, EpisodeReplay
 from shoal.envs.multi_agent import MultiAgentStep, register_multi_agent_env
-from shoal.errors import ConfigError, UnsupportedSpaceError
 from shoal.losses.value_decomposition import double_q_next_values, masked_td_loss, td_targets
 from shoal.nn.mixers import QMixer, RecurrentAgent, RecurrentQPolicy, VDNMixer
-from shoal.policy import ActorPolicy
+from shoal.nn.policy import ActorPolicy
 from shoal.train.checkpoint import load_checkpoint
 
 # 8 envs x 2 vector steps = 16 env steps (8 two-step episodes) per iteration.

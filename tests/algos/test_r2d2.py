@@ -12,7 +12,7 @@ from shoal.algos.value import r2d2
 from shoal.algos.value.r2d2 import R2D2, R2D2Config, R2D2Learner
 from shoal.api import build_config
 from shoal.config import ModelConfig
-from shoal.errors import ConfigError, NaNLossError
+from shoal.core.errors import ConfigError, NaNLossError
 from shoal.train.checkpoint import load_checkpoint
 
 ITERATION_STEPS = 32  # 4 envs x 8 steps
@@ -153,6 +153,6 @@ def test_config_refusals(kwargs, match):
 
 
 def test_continuous_actions_are_refused(tmp_path):
-    with pytest.raises(shoal.errors.UnsupportedSpaceError, match="Discrete"):
+    with pytest.raises(shoal.core.errors.UnsupportedSpaceError, match="Discrete"):
         shoal.train("r2d2", env="Pendulum-v1", run_dir=str(tmp_path / "r"),
                     total_steps=ITERATION_STEPS, **small())  # fmt: skip

@@ -23,7 +23,7 @@ from shoal.algos.value.tabular import (
 )
 from shoal.cli import main
 from shoal.config import EnvConfig
-from shoal.errors import ConfigError, UnsupportedSpaceError
+from shoal.core.errors import ConfigError, UnsupportedSpaceError
 from shoal.registry import algorithm_for_config, find_tuned, get_algorithm
 from shoal.train.checkpoint import load_checkpoint
 

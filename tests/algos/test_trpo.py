@@ -16,7 +16,7 @@ from shoal.algos.policy_gradient.ppo import make_batch
 from shoal.algos.policy_gradient.trpo import TRPOConfig, TRPOLearner
 from shoal.collect import EnvRunner
 from shoal.config import EnvConfig, ModelConfig
-from shoal.errors import ConfigError, NaNLossError
+from shoal.core.errors import ConfigError, NaNLossError
 from shoal.registry import find_tuned, get_algorithm
 from shoal.train.checkpoint import load_checkpoint
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import shoal
-import shoal.errors
+import shoal.core.errors
 from shoal.cli import main
 from shoal.collect.evaluate import evaluate_episodes, evaluate_joint_episodes, game_outcomes
 from shoal.config import EnvConfig
@@ -167,7 +167,7 @@ def test_evaluate_and_a_quiet_run_from_python(tmp_path, capsys):
     sampled = shoal.evaluate(result.run_dir, episodes=6, seed=3, deterministic=False)
     assert sampled == shoal.evaluate(result.run_dir, episodes=6, seed=3, deterministic=False)
     assert sampled["deterministic"] is False
-    with pytest.raises(shoal.errors.ShoalError, match="multi-agent"):
+    with pytest.raises(shoal.core.errors.ShoalError, match="multi-agent"):
         shoal.evaluate(result.run_dir, fixed={"agent": "random"})
 
 
@@ -225,7 +225,7 @@ def test_sampled_evaluations_during_training_leave_the_training_unchanged(tmp_pa
     assert len(losses["none"]) == 4 and losses["sampled"] == losses["none"] == losses["argmax"]
     assert len(evals["sampled"]) == len(evals["argmax"]) >= 4
     assert evals["sampled"] != evals["argmax"]
-    with pytest.raises(shoal.errors.ConfigError, match="eval_actions.*must be one of"):
+    with pytest.raises(shoal.core.errors.ConfigError, match="eval_actions.*must be one of"):
         shoal.train("ppo", env="CartPole-v1", run_dir=str(tmp_path / "bad"),
                     **{"run.eval_actions": "greedy"})  # fmt: skip
 

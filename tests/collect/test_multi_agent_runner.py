@@ -7,7 +7,7 @@ from duel_env import Duel
 from ma_line import MALine
 
 from shoal.collect.multi_agent import JointObs, MultiAgentEpisodes, MultiAgentRunner
-from shoal.errors import ConfigError
+from shoal.core.errors import ConfigError
 
 
 def duel_actions(obs):

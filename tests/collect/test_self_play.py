@@ -11,8 +11,8 @@ import shoal
 from shoal.algos.multi_agent.multi_policy import MultiPolicyPPO
 from shoal.collect.self_play import SelfPlaySeats, SnapshotPool
 from shoal.config import SelfPlayConfig
+from shoal.core.errors import ConfigError
 from shoal.envs.multi_agent import register_multi_agent_env
-from shoal.errors import ConfigError
 from shoal.train.checkpoint import load_checkpoint
 
 TICTACTOE = "pettingzoo:pettingzoo.classic.tictactoe_v3"

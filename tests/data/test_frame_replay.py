@@ -9,9 +9,9 @@ import pytest
 from gymnasium.wrappers import FrameStackObservation
 
 import shoal
+from shoal.core.errors import ConfigError
 from shoal.data.frame_replay import bytes_per_transition, stack_size
 from shoal.data.replay import ReplayBuffer
-from shoal.errors import ConfigError
 
 STACK = 4
 FRAME = (5, 6)

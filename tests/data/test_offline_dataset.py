@@ -7,6 +7,7 @@ import pytest
 
 from shoal.collect.record import exploring, random_policy, record_episodes
 from shoal.config import EnvConfig
+from shoal.core.errors import DatasetError
 from shoal.data.offline import (
     Episode,
     dataset_env,
@@ -16,7 +17,6 @@ from shoal.data.offline import (
 )
 from shoal.data.replay import ReplayBuffer
 from shoal.envs import make_env
-from shoal.errors import DatasetError
 
 pytestmark = pytest.mark.extra("offline")
 

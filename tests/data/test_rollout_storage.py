@@ -7,10 +7,10 @@ import torch
 
 from shoal.collect import EnvRunner, LocalSampler
 from shoal.config import EnvConfig, ModelConfig
+from shoal.core.errors import UnsupportedSpaceError
+from shoal.core.types import StepResult
 from shoal.data import RolloutStorage, space_layout
-from shoal.errors import UnsupportedSpaceError
 from shoal.nn import ActorCritic, ActOutput
-from shoal.types import StepResult
 
 VECTOR_OBS = gym.spaces.Box(-1.0, 1.0, (4,), np.float64)
 IMAGE_OBS = gym.spaces.Box(0, 255, (6, 5, 3), np.uint8)

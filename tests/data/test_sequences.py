@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
+from shoal.core.types import Rollout
 from shoal.data.sequences import SequenceBuilder
-from shoal.types import Rollout
 
 
 def _streams(lengths_per_env, truncate_every=0):

@@ -13,7 +13,6 @@ from shoal.algos.cores.rollout_batch import RolloutBatch, make_batch
 from shoal.algos.policy_gradient import a3c
 from shoal.algos.policy_gradient.a2c import A2CConfig, A2CLearner
 from shoal.algos.policy_gradient.a3c import A3C, A2CBlock, A3CConfig, A3CWorker
-from shoal.backend import evaluate_objective
 from shoal.collect import EnvRunner
 from shoal.collect.evaluate import evaluate
 from shoal.config import (
@@ -24,7 +23,8 @@ from shoal.config import (
     RunConfig,
     replace,
 )
-from shoal.errors import ConfigError, NaNLossError
+from shoal.core.errors import ConfigError, NaNLossError
+from shoal.fast.backend import evaluate_objective
 from shoal.losses import objectives
 from shoal.losses.objectives import a2c_objective
 from shoal.train.checkpoint import load_checkpoint

@@ -22,10 +22,10 @@ from shoal.algos.value.apex import (
     variant,
 )
 from shoal.config import NoiseConfig, RenamedFieldWarning, RunConfig, replace
+from shoal.core.errors import ConfigError, NaNLossError
+from shoal.core.types import ReplayBatch
 from shoal.data.replay_shard import ReplayShard
-from shoal.errors import ConfigError, NaNLossError
 from shoal.losses.value_kinds import ExpectedQ
-from shoal.types import ReplayBatch
 
 QUIET = {
     "run.eval_every_steps": 0,
@@ -225,7 +225,7 @@ def test_ddpg_actor_scales_its_noise_and_scores_with_its_critic():
 
 
 def test_unsupported_action_space_fails_before_starting_actors():
-    with pytest.raises(shoal.errors.UnsupportedSpaceError, match="Discrete"):
+    with pytest.raises(shoal.core.errors.UnsupportedSpaceError, match="Discrete"):
         Apex(replace(ApexDQNConfig(), **{"env.id": "Pendulum-v1"}))
 
 

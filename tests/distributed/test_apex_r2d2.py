@@ -82,7 +82,7 @@ def test_sequence_shard_adds_samples_and_updates_priorities():
 
 
 def test_config_checks():
-    with pytest.raises(shoal.errors.ConfigError, match="runners"):
+    with pytest.raises(shoal.core.errors.ConfigError, match="runners"):
         ApexR2D2Config(run=RunConfig(runners=0))
 
 

@@ -28,9 +28,9 @@ from shoal.algos.policy_gradient.ddppo import (
 from shoal.algos.policy_gradient.ppo import PPOConfig, PPOLearner
 from shoal.collect.evaluate import evaluate
 from shoal.config import EnvConfig, ModelConfig, RenamedFieldWarning, RunConfig, replace
-from shoal.errors import ConfigError, DistributedError, NaNLossError
+from shoal.core.errors import ConfigError, DistributedError, NaNLossError
+from shoal.core.types import EpisodeStats
 from shoal.train.checkpoint import load_checkpoint
-from shoal.types import EpisodeStats
 
 N = 32  # samples in the fixed batch; each of two ranks gets half
 SPACES = (gym.spaces.Box(-1.0, 1.0, (4,)), gym.spaces.Discrete(2))

@@ -23,7 +23,7 @@ from shoal.algos.multi_agent.distributed_maddpg import (
 from shoal.algos.multi_agent.maddpg import MADDPG, MADDPGConfig
 from shoal.collect.evaluate import evaluate
 from shoal.config import EnvConfig
-from shoal.errors import ConfigError
+from shoal.core.errors import ConfigError
 from shoal.train.checkpoint import load_checkpoint
 
 ITERATION = 8  # 1 collector x 4 envs x 2 steps

@@ -11,10 +11,10 @@ from state_helpers import assert_seeded_runs_identical, assert_states_equal, met
 import shoal
 from shoal.algos.policy_gradient.impala import IMPALA, IMPALAConfig, IMPALALearner
 from shoal.config import EnvConfig, ModelConfig, replace
-from shoal.errors import ConfigError, NaNLossError
+from shoal.core.errors import ConfigError, NaNLossError
+from shoal.core.types import Rollout
 from shoal.losses import gae, objectives, vtrace
 from shoal.train.checkpoint import load_checkpoint
-from shoal.types import Rollout
 
 ROLLOUT_STEPS = 32  # 4 envs x 8 steps
 SPACES = (gym.spaces.Box(-1.0, 1.0, (4,)), gym.spaces.Discrete(2))

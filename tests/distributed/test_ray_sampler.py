@@ -18,9 +18,9 @@ from shoal.algos.policy_gradient.ppo import PPO, PPOConfig, build_model
 from shoal.collect import EnvRunner, make_sampler
 from shoal.collect.ray import RaySampler, concat_rollouts
 from shoal.config import EnvConfig, RunConfig
+from shoal.core.errors import ConfigError, DistributedError
+from shoal.core.seeding import derive_seed
 from shoal.distributed import require_ray
-from shoal.errors import ConfigError, DistributedError
-from shoal.seeding import derive_seed
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 

@@ -9,9 +9,9 @@ from state_helpers import assert_states_equal, metric_rows
 
 import shoal
 from shoal.config import EnvConfig, ModelConfig
+from shoal.core.errors import ConfigError
 from shoal.envs.agents_as_batch import AgentsAsBatch, split_observation
 from shoal.envs.multi_agent import register_multi_agent_env
-from shoal.errors import ConfigError
 from shoal.nn.actor_critic import ActorCritic
 from shoal.train.checkpoint import load_checkpoint
 

@@ -10,6 +10,7 @@ pytest.importorskip("ale_py", reason="needs the atari extra: pip install 'shoal[
 cv2 = pytest.importorskip("cv2", reason="needs the atari extra: pip install 'shoal[atari]'")
 
 from shoal.config import EnvConfig, RunConfig  # noqa: E402
+from shoal.core.errors import ConfigError  # noqa: E402
 from shoal.envs import GymVectorEnv, make_env  # noqa: E402
 from shoal.envs.atari import (  # noqa: E402
     AtariEpisodes,
@@ -20,7 +21,6 @@ from shoal.envs.atari import (  # noqa: E402
     make_atari_env,
     make_atari_vector_env,
 )
-from shoal.errors import ConfigError  # noqa: E402
 from shoal.train.session import make_eval_env  # noqa: E402
 
 

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
+from shoal.core.errors import ShoalError, UnsupportedSpaceError
 from shoal.data.replay import ReplayBuffer
 from shoal.data.rollout import RolloutStorage
 from shoal.envs.composite import ALIGN, PackedObs
 from shoal.envs.normalize import FieldStats, RunningMeanStd, load_obs_stats, normalize
 from shoal.envs.spaces import space_from_json, space_to_json
-from shoal.errors import ShoalError, UnsupportedSpaceError
 
 NESTED = gym.spaces.Dict(
     {

@@ -6,6 +6,7 @@ import pytest
 
 import shoal
 from shoal.config import EnvConfig
+from shoal.core.errors import ConfigError, UnknownEnvError
 from shoal.envs import (
     GymVectorEnv,
     NormalizeObservation,
@@ -15,7 +16,6 @@ from shoal.envs import (
     make_env,
 )
 from shoal.envs.normalize import normalize
-from shoal.errors import ConfigError, UnknownEnvError
 
 # (id, vectorization): CartPole has a native vector implementation, Pendulum does not.
 ADAPTER_CASES = [

@@ -10,11 +10,11 @@ from traffic import entering_on_red
 
 import shoal
 from shoal.config import EnvConfig
+from shoal.core.errors import ConfigError
 from shoal.envs.intersection import IntersectionEnv
 from shoal.envs.intersection.env import OBS_DIM
 from shoal.envs.intersection.observations import NEIGHBOUR_DIM
 from shoal.envs.make import make_multi_agent_env
-from shoal.errors import ConfigError
 
 KEEP = 0
 

@@ -10,11 +10,11 @@ import pytest
 import shoal
 from shoal.cli import main
 from shoal.config import EnvConfig
+from shoal.core.errors import ConfigError
 from shoal.envs.heuristics import IntersectionHeuristic
 from shoal.envs.intersection import IntersectionEnv
 from shoal.envs.make import make_multi_agent_env
 from shoal.envs.multi_agent import episode_ended
-from shoal.errors import ConfigError
 
 if importlib.util.find_spec("smarts") is None:
     pytest.skip("SMARTS is not installed: pip install 'shoal[smarts]'", allow_module_level=True)

@@ -7,9 +7,9 @@ import pytest
 
 import shoal
 from shoal.config import EnvConfig
+from shoal.core.errors import ConfigError
 from shoal.envs import make_env
 from shoal.envs.opponents import RandomOpponent
-from shoal.errors import ConfigError
 from tests.envs.test_pettingzoo_and_matrix import _install_tiny
 from tests.opponent_policies import Constant
 

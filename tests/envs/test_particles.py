@@ -11,6 +11,7 @@ import pytest
 
 import shoal  # noqa: F401 (registers the envs)
 from shoal.config import EnvConfig
+from shoal.core.errors import ConfigError
 from shoal.envs.make import make_multi_agent_env
 from shoal.envs.multi_agent import MultiAgentVectorEnv
 from shoal.envs.particles import (
@@ -18,7 +19,6 @@ from shoal.envs.particles import (
     PredatorPreyEnv,
     PushForwardEnv,
 )
-from shoal.errors import ConfigError
 
 IDS = [
     "shoal/spread-v0",

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from shoal.config import EnvConfig
+from shoal.core.errors import ConfigError, ShoalError, UnsupportedSpaceError
 from shoal.envs.make import make_multi_agent_env
 from shoal.envs.matrix_games import TWO_STEP_ID, TwoStepGame
 from shoal.envs.multi_agent import MultiAgentVectorEnv, agent_names
 from shoal.envs.snapshot import EnvStateUnsupported
-from shoal.errors import ConfigError, ShoalError, UnsupportedSpaceError
 
 PZ_REASON = "needs the pettingzoo extra: pip install 'shoal[pettingzoo]'"
 

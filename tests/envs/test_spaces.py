@@ -6,8 +6,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from shoal.core.errors import CheckpointError
 from shoal.envs.spaces import space_from_json, space_to_json
-from shoal.errors import CheckpointError
 
 SPACES = [
     gym.spaces.Box(-np.inf, np.inf, (4,), np.float32),  # CartPole-like, unbounded

@@ -7,9 +7,9 @@ import pytest
 
 import shoal
 from shoal.config import EnvConfig
+from shoal.core.errors import ConfigError
 from shoal.envs.make import make_multi_agent_env
 from shoal.envs.particles.tag import TagEnv, bound
-from shoal.errors import ConfigError
 
 mpe2_tag = pytest.importorskip("mpe2.simple_tag_v3")
 

@@ -7,9 +7,9 @@ import pytest
 
 import shoal
 from shoal.config import EnvConfig
+from shoal.core.errors import ConfigError
 from shoal.envs.make import make_env
 from shoal.envs.wrappers import parse_wrapper, wrapper_fns
-from shoal.errors import ConfigError
 
 QUIET = {"run.console": False, "run.tensorboard": False, "run.eval_every_steps": 0}
 SMALL = {"env.num_envs": 2, "num_steps": 16, "minibatch_size": 16, "model.hidden": [16]}

@@ -7,13 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from shoal import backend
 from shoal.algos.cores.rollout_batch import RolloutBatch
 from shoal.algos.policy_gradient.a2c import A2CConfig, A2CLearner
 from shoal.algos.policy_gradient.ppo import PPOConfig, PPOLearner
 from shoal.config import ModelConfig, OptimConfig, replace
-from shoal.errors import ConfigError
-from shoal.fast import NumpyActor, NumpyLearner, unsupported
+from shoal.core.errors import ConfigError
+from shoal.fast import NumpyActor, NumpyLearner, backend, unsupported
 from shoal.fast.mlp import NumpyActorCritic
 from shoal.losses.objectives import PolicyOutputs, a2c_objective, ppo_objective
 from shoal.nn import ActorCritic

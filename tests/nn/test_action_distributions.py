@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
+from shoal.core.errors import UnsupportedSpaceError
 from shoal.envs.composite import PackedActions
-from shoal.errors import UnsupportedSpaceError
 from shoal.nn.distributions import (
     Bernoulli,
     Categorical,

@@ -9,7 +9,7 @@ from torch import nn
 from torch.testing import assert_close
 
 from shoal.config import ModelConfig, NoiseConfig
-from shoal.errors import UnsupportedSpaceError
+from shoal.core.errors import UnsupportedSpaceError
 from shoal.losses.actor_critic import squashed_gaussian_log_prob
 from shoal.nn.action_scaling import ActionScaler, check_bounded_box
 from shoal.nn.actors import (

@@ -11,7 +11,7 @@ import shoal
 from shoal.algos.policy_gradient import a2c, ppo
 from shoal.algos.value import dqn
 from shoal.config import ModelConfig
-from shoal.errors import ConfigError, UnsupportedSpaceError
+from shoal.core.errors import ConfigError, UnsupportedSpaceError
 from shoal.nn import ActorCritic, RecurrentActorCritic
 from shoal.nn.cnn import build_encoder, image_encoder
 from shoal.nn.q_network import QNetwork

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from shoal.config import ModelConfig
+from shoal.core.errors import ConfigError
 from shoal.envs.composite import PackedObs
-from shoal.errors import ConfigError
 from shoal.nn.actor_critic import ActorCritic
 from shoal.nn.cnn import ImageEncoder
 from shoal.nn.composite import (

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import shoal
+from shoal.core.errors import ConfigError
 from shoal.envs.goal_line import ENV_ID
-from shoal.errors import ConfigError
 from tests.custom_nets import TinyEncoder
 
 QUIET = {"run.console": False, "run.tensorboard": False, "run.checkpoint_every_steps": 0}

@@ -165,7 +165,7 @@ def test_deployed_distribution_carries_state_until_reset():
 def test_deployed_policy_restarts_the_rows_whose_episode_starts():
     """`ActorPolicy.act(..., episode_start=mask)`: the masked rows start from a zero state,
     the others carry theirs."""
-    from shoal.policy import ActorPolicy
+    from shoal.nn.policy import ActorPolicy
 
     net = model()
     obs, _, _ = sequence(steps=2, batch=3)

@@ -8,10 +8,10 @@ import torch
 from torch.testing import assert_close
 
 from shoal.config import ModelConfig
-from shoal.errors import ConfigError
+from shoal.core.errors import ConfigError
 from shoal.nn import ActorCritic, CategoricalHead
 from shoal.nn.heads import set_temperature
-from shoal.schedules import annealed_temperature
+from shoal.optim.schedules import annealed_temperature
 
 OBS = gym.spaces.Box(-1.0, 1.0, (3,))
 DISCRETE = gym.spaces.Discrete(4)

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
+from shoal.core.errors import ConfigError
 from shoal.envs.games import make_game
-from shoal.errors import ConfigError
 from shoal.search import MCTSConfig, search, visit_policy
 from shoal.search.arena import SearchPlayer, match, play_games
 from shoal.search.minimax import MinimaxPlayer, RandomPlayer, move_values, negamax

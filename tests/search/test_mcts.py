@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from shoal.errors import ConfigError
+from shoal.core.errors import ConfigError
 from shoal.search import Expansion, MCTSConfig, search, subtree, visit_policy
 from shoal.search.gumbel import gumbel_action, halving_schedule, improved_policy
 from shoal.search.mcts import add_root_noise, backup, expand, puct_scores

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import shoal
-from shoal.errors import ConfigError
+from shoal.core.errors import ConfigError
 from shoal.train.callbacks import Callback, CallbackError, EarlyStopping
 from shoal.train.checkpoint import load_checkpoint
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import shoal
-from shoal.errors import CheckpointError, ShoalError
+from shoal.core.errors import CheckpointError, ShoalError
 from shoal.train.checkpoint import load_checkpoint, save_checkpoint
 
 SMALL = {"env.num_envs": 4, "num_steps": 16, "minibatch_size": 32, "num_epochs": 1,

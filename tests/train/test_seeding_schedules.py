@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from shoal.schedules import linear, scheduled
-from shoal.seeding import derive_seed, rng_state, seed_torch, set_rng_state
+from shoal.core.seeding import derive_seed, rng_state, seed_torch, set_rng_state
+from shoal.optim.schedules import linear, scheduled
 
 # Computed once in another process (with a different PYTHONHASHSEED): derive_seed must not
 # depend on Python's salted str hash. A change here means every run's streams changed.

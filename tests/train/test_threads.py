@@ -3,7 +3,7 @@
 import torch
 from threadpoolctl import threadpool_info, threadpool_limits
 
-from shoal.threads import set_compute_threads
+from shoal.core.threads import set_compute_threads
 
 
 def test_sets_torch_and_blas_threads():

@@ -7,8 +7,8 @@ import pytest
 from PIL import Image
 
 from shoal.config import EnvConfig
+from shoal.core.errors import ShoalError
 from shoal.envs.make import make_env
-from shoal.errors import ShoalError
 from shoal.train.video import DEFAULT_FPS, record_video, render_fps, write_gif
 
 

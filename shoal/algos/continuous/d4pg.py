@@ -25,10 +25,10 @@ from shoal.algos.cores.actor_critic_replay import (
 from shoal.algos.cores.off_policy import ReplayAlgorithm
 from shoal.algos.spec import AlgorithmSpec
 from shoal.config import NoiseConfig, ReplayConfig, check
+from shoal.core.types import ReplayBatch
 from shoal.losses import categorical_projection, categorical_td_loss
 from shoal.losses.actor_critic import deterministic_actor_loss
 from shoal.nn.actors import DeterministicActor
-from shoal.types import ReplayBatch
 
 
 @dataclass(frozen=True)

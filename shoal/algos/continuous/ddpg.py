@@ -23,11 +23,11 @@ from shoal.algos.cores.actor_critic_replay import (
 from shoal.algos.cores.off_policy import ReplayAlgorithm
 from shoal.algos.spec import AlgorithmSpec
 from shoal.config import NoiseConfig
+from shoal.core.types import ReplayBatch
 from shoal.envs.shapes import shape_of
 from shoal.losses.actor_critic import deterministic_actor_loss, ensemble_td_loss, twin_min_target
 from shoal.nn.actors import DeterministicActor
 from shoal.nn.critics import CriticEnsemble
-from shoal.types import ReplayBatch
 
 
 @dataclass(frozen=True)

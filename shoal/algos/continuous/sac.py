@@ -30,7 +30,8 @@ from shoal.algos.cores.actor_critic_replay import (
 from shoal.algos.cores.off_policy import ReplayAlgorithm
 from shoal.algos.spec import AlgorithmSpec
 from shoal.config import check, check_positive
-from shoal.device import resolve_device
+from shoal.core.device import resolve_device
+from shoal.core.types import ReplayBatch
 from shoal.envs.shapes import shape_of
 from shoal.losses.actor_critic import (
     discrete_sac_actor_loss,
@@ -42,7 +43,6 @@ from shoal.losses.actor_critic import (
 )
 from shoal.nn.actors import CategoricalActor, SquashedGaussianActor
 from shoal.nn.critics import q_ensemble, taken_q
-from shoal.types import ReplayBatch
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from shoal.algos.cores.actor_critic_replay import (
 from shoal.algos.cores.off_policy import ReplayAlgorithm
 from shoal.algos.spec import AlgorithmSpec
 from shoal.config import NoiseConfig, check, check_positive
+from shoal.core.types import ReplayBatch
 from shoal.losses.actor_critic import (
     deterministic_actor_loss,
     ensemble_td_loss,
@@ -31,7 +32,6 @@ from shoal.losses.actor_critic import (
     twin_min_target,
 )
 from shoal.nn.actors import DeterministicActor
-from shoal.types import ReplayBatch
 
 
 @dataclass(frozen=True)

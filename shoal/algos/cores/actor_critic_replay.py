@@ -18,7 +18,6 @@ from typing import Any, ClassVar, Generic, Literal, TypeVar
 import torch
 from torch import nn
 
-from shoal.backend import place
 from shoal.config import (
     REPLAY_RENAMES,
     EnvConfig,
@@ -33,7 +32,7 @@ from shoal.config import (
     check_replay_holds,
 )
 from shoal.config.usage import NO_LR_SCHEDULE, NO_LSTM, SEPARATE_NETWORKS
-from shoal.device import (
+from shoal.core.device import (
     check_precision,
     grad_scaler,
     load_scaler_state,
@@ -42,12 +41,13 @@ from shoal.device import (
     to_device,
     to_host,
 )
+from shoal.core.types import ReplayBatch
+from shoal.fast.backend import place
 from shoal.losses import bootstrap_discount, n_step_return
 from shoal.nn.action_scaling import ActionScaler
 from shoal.nn.critics import CriticEnsemble
 from shoal.nn.target import frozen_copy, soft_update
 from shoal.optim import build_optimizer, minimize
-from shoal.types import ReplayBatch
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import dataclasses
 from typing import Any
 
 from shoal.config import check, check_positive
-from shoal.errors import ConfigError
+from shoal.core.errors import ConfigError
 
 
 def check_bptt_chunk(config: Any) -> None:

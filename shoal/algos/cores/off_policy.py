@@ -17,17 +17,17 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from shoal.backend import uncompiled_copy
 from shoal.collect import EnvRunner, LocalSampler
 from shoal.config import EnvConfig, ModelConfig, OptimConfig, ReplayConfig, RunConfig
+from shoal.core.seeding import derive_seed
+from shoal.core.types import ReplayBatch
 from shoal.data.frame_replay import stack_size
 from shoal.data.prioritized import Priorities, ProportionalPriorities, RankBasedPriorities
 from shoal.data.replay import ReplayBuffer
 from shoal.envs.shapes import as_discrete
+from shoal.fast.backend import uncompiled_copy
+from shoal.nn.policy import ActorPolicy
 from shoal.optim import check_finite_metrics
-from shoal.policy import ActorPolicy
-from shoal.seeding import derive_seed
-from shoal.types import ReplayBatch
 
 
 class ReplayLearnerConfig(Protocol):

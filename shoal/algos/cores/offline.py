@@ -24,7 +24,6 @@ from torch import nn
 
 from shoal.algos.cores.actor_critic_replay import ActorCriticReplayConfig
 from shoal.algos.cores.off_policy import RandomStartLearner, learn_from_replay, replay_runner
-from shoal.backend import uncompiled_copy
 from shoal.collect import LocalSampler
 from shoal.config import (
     EnvConfig,
@@ -36,13 +35,14 @@ from shoal.config import (
     to_dict,
 )
 from shoal.config.usage import Gate
+from shoal.core.errors import ConfigError, DatasetError
+from shoal.core.seeding import derive_seed
 from shoal.data.offline import OfflineDataset, dataset_env, read_dataset
 from shoal.envs import make_env
 from shoal.envs.base import find_wrapper
 from shoal.envs.normalize import NormalizeObservation
-from shoal.errors import ConfigError, DatasetError
-from shoal.policy import ActorPolicy
-from shoal.seeding import derive_seed
+from shoal.fast.backend import uncompiled_copy
+from shoal.nn.policy import ActorPolicy
 
 FROM_DATASET = "dataset"
 """``env.id`` of an offline learner that evaluates on the env its dataset records."""

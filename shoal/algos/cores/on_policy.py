@@ -17,9 +17,8 @@ import gymnasium as gym
 import torch
 
 from shoal.algos.cores.checks import masked_config
-from shoal.backend import place, uncompiled_copy
 from shoal.collect import make_sampler
-from shoal.device import (
+from shoal.core.device import (
     check_precision,
     grad_scaler,
     load_scaler_state,
@@ -27,11 +26,12 @@ from shoal.device import (
     scaler_state,
     to_host,
 )
+from shoal.core.seeding import derive_seed
+from shoal.core.types import EpisodeStats, Rollout
+from shoal.fast.backend import place, uncompiled_copy
 from shoal.nn.heads import apply_temperature
+from shoal.nn.policy import ActorPolicy
 from shoal.optim import build_optimizer
-from shoal.policy import ActorPolicy
-from shoal.seeding import derive_seed
-from shoal.types import EpisodeStats, Rollout
 
 Model = TypeVar("Model", bound=torch.nn.Module)
 

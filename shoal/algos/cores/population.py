@@ -24,14 +24,14 @@ import torch
 from shoal.collect.population import Individual, PopulationPool, PopulationResult
 from shoal.config import ModelConfig, check, check_positive
 from shoal.config.usage import NO_COMPILE, Gate
+from shoal.core.errors import ConfigError
+from shoal.core.seeding import derive_seed
 from shoal.data.noise import NoiseTable, check_noise_size
 from shoal.envs import make_env
 from shoal.envs.normalize import RunningMeanStd
 from shoal.envs.shapes import shape_of
-from shoal.errors import ConfigError
+from shoal.nn.policy import ActorPolicy
 from shoal.nn.population import LinearPolicy, PolicyNetwork, parameter_vector, set_parameter_vector
-from shoal.policy import ActorPolicy
-from shoal.seeding import derive_seed
 
 
 @dataclass(frozen=True)

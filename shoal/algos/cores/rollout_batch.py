@@ -15,9 +15,9 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from shoal.core.types import Rollout
 from shoal.data.rollout import episode_starts, to_chunks
 from shoal.losses import gae
-from shoal.types import Rollout
 
 
 class RolloutBatch(NamedTuple):

@@ -29,7 +29,7 @@ from shoal.algos.spec import AlgorithmSpec
 from shoal.config import EnvConfig, ModelConfig, RunConfig, check, check_positive
 from shoal.config.usage import Gate
 from shoal.losses.evolution import ars_step
-from shoal.policy import ActorPolicy
+from shoal.nn.policy import ActorPolicy
 
 __all__ = ["ARS", "ARSConfig", "build_model"]
 

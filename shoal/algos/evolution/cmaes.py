@@ -38,9 +38,9 @@ from shoal.algos.cores.population import (
 from shoal.algos.spec import AlgorithmSpec
 from shoal.config import EnvConfig, ModelConfig, RunConfig, check, check_positive
 from shoal.config.usage import Gate
-from shoal.errors import ConfigError
-from shoal.policy import ActorPolicy
-from shoal.seeding import derive_seed
+from shoal.core.errors import ConfigError
+from shoal.core.seeding import derive_seed
+from shoal.nn.policy import ActorPolicy
 
 __all__ = ["CMAES", "CMAESConfig", "build_model"]
 

@@ -32,7 +32,7 @@ from shoal.algos.spec import AlgorithmSpec
 from shoal.config import EnvConfig, ModelConfig, RunConfig, check, check_positive
 from shoal.config.usage import Gate
 from shoal.losses.evolution import centered_ranks, es_gradient
-from shoal.policy import ActorPolicy
+from shoal.nn.policy import ActorPolicy
 
 __all__ = ["ES", "ESConfig", "build_model"]
 

@@ -36,7 +36,7 @@ from shoal.collect.population import Individual, individual_vector
 from shoal.config import EnvConfig, ModelConfig, RunConfig, check, check_positive
 from shoal.config.usage import Gate
 from shoal.losses.evolution import truncation_selection
-from shoal.policy import ActorPolicy
+from shoal.nn.policy import ActorPolicy
 
 __all__ = ["GA", "GAConfig", "build_model"]
 

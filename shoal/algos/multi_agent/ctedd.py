@@ -53,7 +53,6 @@ from shoal.algos.multi_agent.ctedd_acting import CTEDDActing, Team
 from shoal.algos.multi_agent.distillation import Student, chronological_rows, distill_round
 from shoal.algos.multi_agent.joint_replay import replay_steps
 from shoal.algos.spec import AlgorithmSpec
-from shoal.backend import place, uncompiled_copy
 from shoal.collect.evaluate import evaluate_joint_episodes
 from shoal.collect.multi_agent import (
     FixedGroups,
@@ -69,19 +68,20 @@ from shoal.config import (
     check_multi_agent_learner,
     check_positive,
 )
+from shoal.core.errors import ConfigError
+from shoal.core.seeding import derive_seed
+from shoal.core.types import ReplayBatch
 from shoal.data.replay import ReplayBuffer
 from shoal.envs.make import make_multi_agent_env
 from shoal.envs.multi_agent import AgentGroup, MultiAgentVectorEnv
 from shoal.envs.shapes import shape_of
-from shoal.errors import ConfigError
+from shoal.fast.backend import place, uncompiled_copy
 from shoal.losses.actor_critic import deterministic_actor_loss, ensemble_td_loss
 from shoal.losses.distillation import exploration_scale_loss
 from shoal.nn.critics import CriticEnsemble, critic_inputs, own_action_inputs
 from shoal.nn.local_policies import ExplorationScale, GlobalActor, LocalPolicies
+from shoal.nn.policy import ActorPolicy, JointPolicy
 from shoal.optim import build_optimizer, minimize
-from shoal.policy import ActorPolicy, JointPolicy
-from shoal.seeding import derive_seed
-from shoal.types import ReplayBatch
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from shoal.backend import uncompiled_copy
 from shoal.collect.multi_agent import JointObs
+from shoal.core.errors import ShoalError
 from shoal.envs.multi_agent import MultiAgentStep
-from shoal.errors import ShoalError
+from shoal.fast.backend import uncompiled_copy
 from shoal.nn.local_policies import ExplorationScale, GlobalActor
 
 
@@ -73,7 +73,7 @@ class CTEDDActing:
 
 
 class Team(nn.Module):
-    """A team's policies among an env's ``groups``, as `shoal.policy.JointPolicy` drives them
+    """A team's policies among an env's ``groups``, as `shoal.nn.policy.JointPolicy` drives them
     in `shoal.collect.evaluate.evaluate_joint`: ``act(obs, state)`` gives the team's actions
     ``[B, N, d]`` from its observations ``[B, N, o]`` and the global state ``[B, S]``; the
     other groups act by the fixed policies `JointPolicy.with_fixed` gives them."""

@@ -75,14 +75,14 @@ from shoal.config import (
     nested_block,
     unnest,
 )
-from shoal.device import to_device
+from shoal.core.device import to_device
+from shoal.core.errors import ConfigError, NaNLossError
+from shoal.core.seeding import derive_seed
 from shoal.distributed import require_ray
 from shoal.envs.make import make_multi_agent_env
 from shoal.envs.multi_agent import AgentGroup
-from shoal.errors import ConfigError, NaNLossError
+from shoal.nn.policy import ActorPolicy, JointPolicy
 from shoal.nn.target import frozen_copy
-from shoal.policy import ActorPolicy, JointPolicy
-from shoal.seeding import derive_seed
 
 # MADDPG's settings of distributed MADDPG's learners (`shoal.config.nested_block`).
 if TYPE_CHECKING:  # for the type checker, a block is its config class

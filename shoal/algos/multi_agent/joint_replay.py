@@ -15,11 +15,11 @@ from torch.nn import functional as F
 from shoal.algos.cores.off_policy import make_priorities
 from shoal.collect.multi_agent import MultiAgentRollout
 from shoal.config import ReplayConfig
+from shoal.core.errors import ConfigError
+from shoal.core.types import ReplayBatch
 from shoal.data.replay import ReplayBuffer
-from shoal.errors import ConfigError
 from shoal.losses import bootstrap_discount, n_step_return
 from shoal.nn.multi_agent import JointActors
-from shoal.types import ReplayBatch
 
 
 class ReplaySteps(NamedTuple):

@@ -45,7 +45,6 @@ from shoal.algos.cores.actor_critic_replay import (
 from shoal.algos.cores.off_policy import learn_from_replay
 from shoal.algos.multi_agent.joint_replay import JointLayout, make_replay
 from shoal.algos.spec import AlgorithmSpec
-from shoal.backend import uncompiled_copy
 from shoal.collect.multi_agent import JointObs, MultiAgentRollout, MultiAgentRunner
 from shoal.config import (
     EnvConfig,
@@ -57,17 +56,18 @@ from shoal.config import (
     check_choices,
     check_multi_agent_learner,
 )
-from shoal.device import to_device
+from shoal.core.device import to_device
+from shoal.core.errors import ConfigError
+from shoal.core.seeding import derive_seed
+from shoal.core.types import ReplayBatch
 from shoal.envs.make import make_multi_agent_env
 from shoal.envs.multi_agent import AgentGroup, MultiAgentVectorEnv
 from shoal.envs.shapes import shape_of
-from shoal.errors import ConfigError
+from shoal.fast.backend import uncompiled_copy
 from shoal.losses.actor_critic import deterministic_actor_loss, ensemble_td_loss
 from shoal.nn.critics import CriticEnsemble, critic_inputs, replace_own_actions
 from shoal.nn.multi_agent import JointActors
-from shoal.policy import ActorPolicy, JointPolicy
-from shoal.seeding import derive_seed
-from shoal.types import ReplayBatch
+from shoal.nn.policy import ActorPolicy, JointPolicy
 
 
 @dataclass(frozen=True)

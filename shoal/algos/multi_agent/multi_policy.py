@@ -25,22 +25,22 @@ from shoal.algos.cores.checks import check_masks
 from shoal.algos.cores.rollout_batch import make_batch
 from shoal.algos.policy_gradient.ppo import PPO, PPOConfig, PPOLearner, build_model
 from shoal.algos.spec import NUMPY_BACKENDS, AlgorithmSpec
-from shoal.backend import uncompiled_copy
 from shoal.collect.multi_agent import FixedGroups, MultiAgentRunner
 from shoal.collect.multi_policy import MultiPolicyActing, policy_rows
 from shoal.collect.self_play import SelfPlaySeats, SnapshotPool
 from shoal.config import from_dict
+from shoal.core.errors import ConfigError
+from shoal.core.seeding import derive_seed
 from shoal.envs.make import make_multi_agent_env
 from shoal.envs.multi_agent import MultiAgentVectorEnv, is_multi_agent_id
 from shoal.envs.opponents import make_opponents
 from shoal.envs.policy_map import PolicyAgents, resolve_policies
 from shoal.envs.shapes import shape_of
-from shoal.errors import ConfigError
+from shoal.fast.backend import uncompiled_copy
 from shoal.losses import adaptive_kl_coeff
+from shoal.nn.policy import JointPolicy
 from shoal.nn.policy_set import PolicySet
-from shoal.policy import JointPolicy
-from shoal.schedules import scheduled
-from shoal.seeding import derive_seed
+from shoal.optim.schedules import scheduled
 
 
 def several_policies(config: PPOConfig) -> bool:
@@ -130,7 +130,7 @@ class MultiPolicyPPO:
     update per learning policy, the new weights to the acting copies."""
 
     joint = True
-    """Evaluation and deployment act with every policy at once (`shoal.policy.JointPolicy`)."""
+    """Evaluation and deployment act with every policy at once (`shoal.nn.policy.JointPolicy`)."""
 
     def __init__(self, config: PPOConfig):
         self.config = config

@@ -26,7 +26,6 @@ from torch import nn
 from torch.nn import functional as F
 
 from shoal.algos.spec import AlgorithmSpec
-from shoal.backend import place, uncompiled_copy
 from shoal.collect.multi_agent import FixedGroups, JointObs, MultiAgentRunner
 from shoal.config import (
     REPLAY_RENAMES,
@@ -42,20 +41,21 @@ from shoal.config import (
     check_positive,
 )
 from shoal.config.usage import CONSTANT_LR, Gate
+from shoal.core.device import check_precision, resolve_device, to_device
+from shoal.core.errors import ConfigError, UnsupportedSpaceError
+from shoal.core.seeding import derive_seed
 from shoal.data.episode_replay import EpisodeBatch, EpisodeBuilder, EpisodeReplay
-from shoal.device import check_precision, resolve_device, to_device
 from shoal.envs.make import make_multi_agent_env
 from shoal.envs.multi_agent import MultiAgentStep, MultiAgentVectorEnv
 from shoal.envs.shapes import as_discrete, shape_of
-from shoal.errors import ConfigError, UnsupportedSpaceError
+from shoal.fast.backend import place, uncompiled_copy
 from shoal.losses.q_learning import masked_argmax
 from shoal.losses.value_decomposition import double_q_next_values, masked_td_loss, td_targets
 from shoal.nn.mixers import QMixer, RecurrentAgent, RecurrentQPolicy, VDNMixer
+from shoal.nn.policy import ActorPolicy
 from shoal.nn.target import frozen_copy, soft_update
 from shoal.optim import build_optimizer, check_finite_metrics, minimize
-from shoal.policy import ActorPolicy
-from shoal.schedules import linear
-from shoal.seeding import derive_seed
+from shoal.optim.schedules import linear
 
 
 @dataclass(frozen=True)

@@ -19,14 +19,14 @@ from torch import nn
 from shoal.algos.cores import offline as offline_core
 from shoal.algos.cores.offline import OfflineAlgorithm, OfflineConfig
 from shoal.algos.spec import AlgorithmSpec
-from shoal.backend import place
 from shoal.config import NoiseConfig
 from shoal.config.usage import NO_COMPILE, NO_LR_SCHEDULE, NO_LSTM
-from shoal.device import check_precision, resolve_device, to_device, to_host
+from shoal.core.device import check_precision, resolve_device, to_device, to_host
+from shoal.core.types import ReplayBatch
+from shoal.fast.backend import place
 from shoal.losses.offline import behaviour_cloning_loss
 from shoal.nn.actors import CategoricalActor, DeterministicActor
 from shoal.optim import build_optimizer, minimize
-from shoal.types import ReplayBatch
 
 
 @dataclass(frozen=True)

@@ -32,10 +32,10 @@ from shoal.algos.cores.actor_critic_replay import ActorCriticCore
 from shoal.algos.cores.offline import OfflineAlgorithm, OfflineConfig
 from shoal.algos.spec import AlgorithmSpec
 from shoal.config import check, check_positive
-from shoal.device import resolve_device
+from shoal.core.device import resolve_device
+from shoal.core.types import ReplayBatch
 from shoal.envs.shapes import shape_of
 from shoal.losses.offline import cql_logsumexp, cql_penalty, lagrange_loss
-from shoal.types import ReplayBatch
 
 
 @dataclass(frozen=True)

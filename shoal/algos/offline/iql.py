@@ -29,13 +29,13 @@ from shoal.algos.cores import offline as offline_core
 from shoal.algos.cores.actor_critic_replay import ActorCriticCore, ActorCriticLearner
 from shoal.algos.cores.offline import OfflineAlgorithm, OfflineConfig
 from shoal.algos.spec import AlgorithmSpec
-from shoal.backend import place
 from shoal.config import check, check_positive
+from shoal.core.types import ReplayBatch
+from shoal.fast.backend import place
 from shoal.losses.actor_critic import ensemble_td_loss
 from shoal.losses.offline import advantage_weights, expectile_loss, weighted_log_likelihood_loss
 from shoal.nn.actors import CategoricalActor, GaussianActor
 from shoal.nn.critics import CriticEnsemble, q_ensemble, taken_q
-from shoal.types import ReplayBatch
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from shoal.algos.cores import offline as offline_core
 from shoal.algos.cores.offline import OfflineAlgorithm, OfflineConfig
 from shoal.algos.spec import AlgorithmSpec
 from shoal.config import NoiseConfig, check_positive
-from shoal.errors import UnsupportedSpaceError
+from shoal.core.errors import UnsupportedSpaceError
 from shoal.losses.offline import td3_bc_actor_loss
 
 

@@ -46,14 +46,15 @@ from shoal.config import (
     from_dict,
 )
 from shoal.config.usage import NO_COMPILE, NO_LSTM, Gate
+from shoal.core.device import resolve_device
+from shoal.core.seeding import derive_seed
 from shoal.data.positions import PositionReplay, Positions
-from shoal.device import resolve_device
 from shoal.envs.games import Game, make_game
 from shoal.losses.search import alphazero_loss
+from shoal.nn.policy import ActorPolicy
 from shoal.nn.policy_value import PolicyValueNet
 from shoal.optim import build_optimizer, minimize
-from shoal.policy import ActorPolicy
-from shoal.schedules import scheduled
+from shoal.optim.schedules import scheduled
 from shoal.search import MCTSConfig
 from shoal.search.arena import (
     MatchResult,
@@ -63,7 +64,6 @@ from shoal.search.arena import (
     match,
     versus_baselines,
 )
-from shoal.seeding import derive_seed
 
 __all__ = ["AlphaZero", "AlphaZeroConfig", "build_model"]
 

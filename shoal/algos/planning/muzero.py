@@ -42,10 +42,11 @@ from shoal.config import (
     from_dict,
 )
 from shoal.config.usage import NO_COMPILE, NO_LSTM, Gate
+from shoal.core.device import resolve_device
+from shoal.core.errors import ConfigError
+from shoal.core.seeding import derive_seed
 from shoal.data.trajectories import Episode, TrajectoryReplay
-from shoal.device import resolve_device
 from shoal.envs.games import is_game_id, make_game
-from shoal.errors import ConfigError
 from shoal.losses.search import (
     episode_value_targets,
     muzero_loss,
@@ -54,9 +55,9 @@ from shoal.losses.search import (
 from shoal.losses.value import value_transform
 from shoal.nn.distributions import Categorical
 from shoal.nn.muzero import MuZeroNet
+from shoal.nn.policy import ActorPolicy
 from shoal.optim import build_optimizer, minimize
-from shoal.policy import ActorPolicy
-from shoal.schedules import scheduled
+from shoal.optim.schedules import scheduled
 from shoal.search import MCTSConfig, search, visit_policy
 from shoal.search.arena import (
     LatentPlayer,
@@ -66,7 +67,6 @@ from shoal.search.arena import (
     versus_baselines,
 )
 from shoal.search.models import LatentModel, decode
-from shoal.seeding import derive_seed
 
 __all__ = ["MuZero", "MuZeroConfig", "SearchPolicy", "build_model"]
 
@@ -171,7 +171,7 @@ class MuZeroConfig:
 class SearchPolicy(nn.Module):
     """The deployable MuZero policy: ``distribution(obs)`` searches from each observation with
     the learned model and returns a categorical over the root's visit counts (its mode is the
-    most visited action), so `shoal.policy.ActorPolicy` acts with search."""
+    most visited action), so `shoal.nn.policy.ActorPolicy` acts with search."""
 
     def __init__(self, net: MuZeroNet, search_config: MCTSConfig, discount: float):
         super().__init__()

@@ -21,14 +21,14 @@ import torch
 from shoal.algos.spec import AlgorithmSpec
 from shoal.config import EnvConfig, RunConfig, check
 from shoal.config.usage import NO_COMPILE
+from shoal.core.errors import ShoalError
+from shoal.core.seeding import derive_seed
 from shoal.envs.ids import env_spec
 from shoal.envs.snapshot import capture_env_state, restore_env_state
-from shoal.errors import ShoalError
 from shoal.search import MCTSConfig, search, subtree, visit_policy
 from shoal.search.arena import choose
 from shoal.search.models import EnvModel
 from shoal.search.tree import Tree, clear, restore_tree, tree_arrays
-from shoal.seeding import derive_seed
 
 __all__ = ["Planner", "PlannerConfig", "build_model"]
 

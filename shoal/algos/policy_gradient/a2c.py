@@ -31,7 +31,6 @@ from shoal.algos.cores.rollout_batch import (
     make_sequence_batch,
 )
 from shoal.algos.spec import NUMPY_BACKENDS, AlgorithmSpec
-from shoal.backend import evaluate_objective, learner_step
 from shoal.config import (
     EnvConfig,
     ModelConfig,
@@ -43,12 +42,13 @@ from shoal.config import (
     is_nested,
 )
 from shoal.config.usage import OWN_GAMMA
-from shoal.device import to_device
+from shoal.core.device import to_device
+from shoal.fast.backend import evaluate_objective, learner_step
 from shoal.losses.objectives import a2c_objective
 from shoal.nn import ActorCritic, RecurrentActorCritic, build_actor_critic
+from shoal.nn.policy import ActorPolicy
 from shoal.optim import rmsprop_or_adamw
-from shoal.policy import ActorPolicy
-from shoal.schedules import scheduled
+from shoal.optim.schedules import scheduled
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ def make_optimizer(config: A2CConfig, parameters: list[torch.Tensor]) -> torch.o
 class A2CLearner(ModelLearner[ActorCritic | RecurrentActorCritic]):
     """Owns the actor-critic and its optimizer; one gradient step per rollout on the A2C
     objective (`shoal.losses.objectives.a2c_objective`), through autograd or the NumPy path
-    (`shoal.backend.learner_step`)."""
+    (`shoal.fast.backend.learner_step`)."""
 
     def __init__(self, config: A2CConfig, obs_space: gym.Space, action_space: gym.Space):
         self.config = config

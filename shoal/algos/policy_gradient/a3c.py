@@ -29,7 +29,6 @@ from shoal.algos.cores.checks import check_no_masks
 from shoal.algos.cores.rollout_batch import make_batch
 from shoal.algos.policy_gradient.a2c import A2CConfig, make_optimizer
 from shoal.algos.spec import AlgorithmSpec
-from shoal.backend import place, uncompiled_copy
 from shoal.collect import EnvRunner
 from shoal.collect.ray import concat_episodes
 from shoal.config import (
@@ -44,18 +43,19 @@ from shoal.config import (
     unnest,
 )
 from shoal.config.usage import OWN_GAMMA
-from shoal.device import resolve_device
+from shoal.core.device import resolve_device
+from shoal.core.errors import NaNLossError
+from shoal.core.seeding import derive_seed
+from shoal.core.types import EpisodeStats
 from shoal.distributed import require_ray
 from shoal.distributed.in_process import InProcessPool
-from shoal.errors import NaNLossError
+from shoal.fast.backend import place, uncompiled_copy
 from shoal.losses.objectives import PolicyOutputs, a2c_objective
 from shoal.nn import ActorCritic, RecurrentActorCritic, build_actor_critic
 from shoal.nn.heads import apply_temperature
+from shoal.nn.policy import ActorPolicy
 from shoal.optim import apply_gradients, gradients
-from shoal.policy import ActorPolicy
-from shoal.schedules import scheduled
-from shoal.seeding import derive_seed
-from shoal.types import EpisodeStats
+from shoal.optim.schedules import scheduled
 
 # A2C's settings of A3C's workers (`shoal.config.nested_block`).
 if TYPE_CHECKING:  # for the type checker, a block is its config class

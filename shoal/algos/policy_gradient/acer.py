@@ -44,18 +44,18 @@ from shoal.config import (
     check_positive,
 )
 from shoal.config.usage import NO_LSTM, OWN_GAMMA
+from shoal.core.device import to_device
+from shoal.core.seeding import derive_seed
+from shoal.core.types import Rollout
 from shoal.data.segments import SegmentReplay
-from shoal.device import to_device
 from shoal.losses import retrace
 from shoal.losses.acer import acer_policy_objective, trust_region_projection
 from shoal.nn.acer import ACERNetwork
 from shoal.nn.distributions import Categorical
+from shoal.nn.policy import ActorPolicy
 from shoal.nn.target import frozen_copy, soft_update
 from shoal.optim import minimize, rmsprop_or_adamw
-from shoal.policy import ActorPolicy
-from shoal.schedules import scheduled
-from shoal.seeding import derive_seed
-from shoal.types import Rollout
+from shoal.optim.schedules import scheduled
 
 
 @dataclass(frozen=True)

@@ -25,16 +25,16 @@ from shoal.algos.cores.metrics import mean_metrics, step_metrics
 from shoal.algos.cores.on_policy import ModelLearner, OnPolicyCore, held
 from shoal.algos.cores.rollout_batch import RolloutBatch, make_batch
 from shoal.algos.spec import AlgorithmSpec
-from shoal.backend import TorchStep, evaluate_objective
 from shoal.config import EnvConfig, ModelConfig, OptimConfig, RunConfig, check, check_positive
 from shoal.config.usage import OWN_GAMMA
-from shoal.device import to_device
+from shoal.core.device import to_device
+from shoal.fast.backend import TorchStep, evaluate_objective
 from shoal.losses.objectives import a2c_objective
 from shoal.nn import ActorCritic, RecurrentActorCritic, build_actor_critic
 from shoal.nn.distributions import Distribution
+from shoal.nn.policy import ActorPolicy
 from shoal.optim.kfac import KFAC
-from shoal.policy import ActorPolicy
-from shoal.schedules import scheduled
+from shoal.optim.schedules import scheduled
 
 
 @dataclass(frozen=True)

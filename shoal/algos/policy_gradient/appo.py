@@ -56,12 +56,12 @@ from shoal.config import (
     unnest,
 )
 from shoal.config.usage import OWN_GAMMA
-from shoal.device import to_device
+from shoal.core.device import to_device
+from shoal.core.seeding import derive_seed
+from shoal.core.types import EpisodeStats, Rollout
 from shoal.losses import adaptive_kl_coeff, vtrace
-from shoal.policy import ActorPolicy
-from shoal.schedules import scheduled
-from shoal.seeding import derive_seed
-from shoal.types import EpisodeStats, Rollout
+from shoal.nn.policy import ActorPolicy
+from shoal.optim.schedules import scheduled
 
 # PPO's settings of APPO's learner (`shoal.config.nested_block`).
 if TYPE_CHECKING:  # for the type checker, a block is its config class

@@ -35,7 +35,6 @@ from shoal.algos.cores.rollout_batch import RolloutBatch, make_batch
 from shoal.algos.policy_gradient import ppo as ppo_module
 from shoal.algos.policy_gradient.ppo import PPOConfig, PPOLearner
 from shoal.algos.spec import AlgorithmSpec
-from shoal.backend import TorchStep, uncompiled_copy
 from shoal.collect import EnvRunner
 from shoal.collect.ray import concat_episodes
 from shoal.config import (
@@ -49,13 +48,14 @@ from shoal.config import (
     unnest,
 )
 from shoal.config.usage import OWN_GAMMA, Gate
-from shoal.device import to_device
+from shoal.core.device import to_device
+from shoal.core.errors import DistributedError, NaNLossError
+from shoal.core.seeding import derive_seed
+from shoal.core.types import EpisodeStats
 from shoal.distributed import require_ray
-from shoal.errors import DistributedError, NaNLossError
-from shoal.policy import ActorPolicy
-from shoal.schedules import scheduled
-from shoal.seeding import derive_seed
-from shoal.types import EpisodeStats
+from shoal.fast.backend import TorchStep, uncompiled_copy
+from shoal.nn.policy import ActorPolicy
+from shoal.optim.schedules import scheduled
 
 COLLECTIVE_TIMEOUT = timedelta(minutes=5)
 """How long a rank waits in a collective for the others before failing (gloo's default of

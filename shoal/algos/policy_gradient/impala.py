@@ -45,15 +45,15 @@ from shoal.config import (
     check_positive,
 )
 from shoal.config.usage import OWN_GAMMA, Gate
-from shoal.device import to_device
+from shoal.core.device import to_device
+from shoal.core.seeding import derive_seed
+from shoal.core.types import EpisodeStats, Rollout
 from shoal.losses import vtrace
 from shoal.losses.objectives import PolicyOutputs, Targets, a2c_objective
 from shoal.nn import ActorCritic, RecurrentActorCritic, build_actor_critic
+from shoal.nn.policy import ActorPolicy
 from shoal.optim import minimize, rmsprop_or_adamw
-from shoal.policy import ActorPolicy
-from shoal.schedules import scheduled
-from shoal.seeding import derive_seed
-from shoal.types import EpisodeStats, Rollout
+from shoal.optim.schedules import scheduled
 
 
 @dataclass(frozen=True)

@@ -27,14 +27,14 @@ from shoal.algos.cores.on_policy import ModelLearner, OnPolicyCore, held
 from shoal.algos.spec import AlgorithmSpec
 from shoal.config import EnvConfig, ModelConfig, OptimConfig, RunConfig, check, check_positive
 from shoal.config.usage import NO_LSTM, OWN_GAMMA
-from shoal.device import to_device
+from shoal.core.device import to_device
+from shoal.core.types import Rollout
 from shoal.losses import entropy_loss, episode_returns, policy_gradient_loss, value_loss
 from shoal.losses.objectives import standardize
 from shoal.nn import ActorCritic, RecurrentActorCritic
+from shoal.nn.policy import ActorPolicy
 from shoal.optim import minimize
-from shoal.policy import ActorPolicy
-from shoal.schedules import scheduled
-from shoal.types import Rollout
+from shoal.optim.schedules import scheduled
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,6 @@ from shoal.algos.cores.rollout_batch import (
     make_batch,
     make_sequence_batch,
 )
-from shoal.backend import evaluate_objective, learner_step
 from shoal.config import (
     EnvConfig,
     ModelConfig,
@@ -38,13 +37,14 @@ from shoal.config import (
     is_nested,
 )
 from shoal.config.usage import OWN_GAMMA, Gate
-from shoal.device import to_device
+from shoal.core.device import to_device
+from shoal.fast.backend import evaluate_objective, learner_step
 from shoal.losses import adaptive_kl_coeff
 from shoal.losses.objectives import Objective, ppo_objective
 from shoal.nn import ActorCritic, RecurrentActorCritic, build_actor_critic
+from shoal.nn.policy import ActorPolicy
 from shoal.nn.recurrent import chunk_start_states
-from shoal.policy import ActorPolicy
-from shoal.schedules import scheduled
+from shoal.optim.schedules import scheduled
 
 
 @dataclass(frozen=True)
@@ -155,7 +155,7 @@ def build_model(
 class PPOLearner(ModelLearner[ActorCritic | RecurrentActorCritic]):
     """Owns the actor-critic and its optimizer; turns a `RolloutBatch` into minibatch SGD steps on
     the PPO objective (`shoal.losses.objectives.ppo_objective`), through autograd or the NumPy
-    path (`shoal.backend.learner_step`)."""
+    path (`shoal.fast.backend.learner_step`)."""
 
     def __init__(self, config: PPOConfig, obs_space: gym.Space, action_space: gym.Space):
         self.config = config

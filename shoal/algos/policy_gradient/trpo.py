@@ -20,11 +20,11 @@ import torch
 from shoal.algos.cores.on_policy import ModelLearner, OnPolicyCore, held
 from shoal.algos.cores.rollout_batch import RolloutBatch, make_batch
 from shoal.algos.spec import AlgorithmSpec
-from shoal.backend import place
 from shoal.config import EnvConfig, ModelConfig, RunConfig, check, check_positive
 from shoal.config.usage import NO_LSTM, OWN_GAMMA
-from shoal.device import resolve_device, to_device
-from shoal.errors import NaNLossError
+from shoal.core.device import resolve_device, to_device
+from shoal.core.errors import NaNLossError
+from shoal.fast.backend import place
 from shoal.losses import (
     conjugate_gradient,
     fisher_vector_product,
@@ -34,8 +34,8 @@ from shoal.losses import (
     value_loss,
 )
 from shoal.nn import ActorCritic
+from shoal.nn.policy import ActorPolicy
 from shoal.optim import build_optimizer, minimize
-from shoal.policy import ActorPolicy
 
 
 @dataclass(frozen=True)

@@ -48,18 +48,18 @@ from shoal.algos.value.apex_config import (
     build_model,
     variant,
 )
-from shoal.backend import uncompiled_copy
 from shoal.collect.ray import concat_episodes
+from shoal.core.device import to_host
+from shoal.core.seeding import derive_seed
+from shoal.core.types import ReplayBatch
 from shoal.data.replay_shard import ReplayShard
 from shoal.data.segments import SequenceShard
-from shoal.device import to_host
 from shoal.distributed import require_ray
 from shoal.envs import make_env
 from shoal.envs.shapes import as_discrete
+from shoal.fast.backend import uncompiled_copy
+from shoal.nn.policy import ActorPolicy
 from shoal.optim import check_finite_metrics
-from shoal.policy import ActorPolicy
-from shoal.seeding import derive_seed
-from shoal.types import ReplayBatch
 
 __all__ = [
     "Apex",

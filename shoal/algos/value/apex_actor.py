@@ -16,14 +16,14 @@ import torch
 from shoal.algos.value import dqn, r2d2
 from shoal.collect.env_runner import EnvRunner
 from shoal.config import EnvConfig, RunConfig
+from shoal.core.seeding import derive_seed
+from shoal.core.types import ReplayBatch
 from shoal.data.replay import ReplayBuffer
 from shoal.data.sequences import SequenceBuilder
 from shoal.envs.shapes import as_discrete
 from shoal.losses import bootstrap_discount, n_step_return
 from shoal.losses.actor_critic import ensemble_td_loss, twin_min_target
 from shoal.losses.sequence_q import sequence_priorities
-from shoal.seeding import derive_seed
-from shoal.types import ReplayBatch
 
 
 class ApexActorConfig(Protocol):

@@ -33,8 +33,8 @@ from shoal.config import (
     nested_block,
     unnest,
 )
+from shoal.core.errors import ConfigError
 from shoal.data.segments import SequenceShard
-from shoal.errors import ConfigError
 
 
 @dataclass(frozen=True)

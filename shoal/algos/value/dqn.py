@@ -18,7 +18,6 @@ import torch
 
 from shoal.algos.cores.off_policy import ReplayAlgorithm
 from shoal.algos.spec import AlgorithmSpec
-from shoal.backend import place
 from shoal.config import (
     REPLAY_RENAMES,
     EnvConfig,
@@ -33,7 +32,7 @@ from shoal.config import (
     check_replay_holds,
 )
 from shoal.config.usage import NO_LR_SCHEDULE, Gate
-from shoal.device import (
+from shoal.core.device import (
     check_precision,
     grad_scaler,
     load_scaler_state,
@@ -42,13 +41,14 @@ from shoal.device import (
     to_device,
     to_host,
 )
+from shoal.core.types import ReplayBatch
+from shoal.fast.backend import place
 from shoal.losses import bootstrap_discount, n_step_return
 from shoal.losses.value_kinds import make_value_kind
 from shoal.nn.q_network import QNetwork
 from shoal.nn.target import frozen_copy, soft_update
 from shoal.optim import build_optimizer, minimize
-from shoal.schedules import linear
-from shoal.types import ReplayBatch
+from shoal.optim.schedules import linear
 
 
 @dataclass(frozen=True)

@@ -32,20 +32,20 @@ from shoal.algos.cores.checks import check_no_masks
 from shoal.algos.cores.metrics import mean_metrics
 from shoal.algos.cores.on_policy import OnPolicyCore, held
 from shoal.algos.spec import AlgorithmSpec
-from shoal.backend import place
 from shoal.config import EnvConfig, ModelConfig, OptimConfig, RunConfig, check, check_positive
 from shoal.config.usage import CONSTANT_LR, OWN_GAMMA
+from shoal.core.device import check_precision, resolve_device, to_device, to_host
+from shoal.core.seeding import derive_seed
 from shoal.data.segments import SequenceBatch, SequenceReplay
 from shoal.data.sequences import SequenceBuilder
-from shoal.device import check_precision, resolve_device, to_device, to_host
+from shoal.fast.backend import place
 from shoal.losses.sequence_q import sequence_n_step_targets, sequence_priorities
 from shoal.losses.value import inverse_value_transform, value_transform
+from shoal.nn.policy import ActorPolicy
 from shoal.nn.recurrent_q import RecurrentQNetwork
 from shoal.nn.target import frozen_copy, soft_update
 from shoal.optim import build_optimizer, minimize
-from shoal.policy import ActorPolicy
-from shoal.schedules import linear
-from shoal.seeding import derive_seed
+from shoal.optim.schedules import linear
 
 
 @dataclass(frozen=True)

@@ -21,14 +21,14 @@ from torch import nn
 from shoal.algos.spec import AlgorithmSpec
 from shoal.config import EnvConfig, RunConfig, check, check_choices, check_positive
 from shoal.config.usage import NO_COMPILE
+from shoal.core.errors import ConfigError, UnsupportedSpaceError
+from shoal.core.seeding import derive_seed
+from shoal.core.types import EpisodeStats
 from shoal.envs import env_spec, make_env
 from shoal.envs.shapes import as_discrete
 from shoal.envs.snapshot import EnvStateUnsupported
-from shoal.errors import ConfigError, UnsupportedSpaceError
-from shoal.policy import ActorPolicy
-from shoal.schedules import linear
-from shoal.seeding import derive_seed
-from shoal.types import EpisodeStats
+from shoal.nn.policy import ActorPolicy
+from shoal.optim.schedules import linear
 
 Method = Literal["q_learning", "sarsa", "expected_sarsa", "sarsa_lambda", "q_lambda"]
 

@@ -68,6 +68,7 @@ import gymnasium as gym
 import numpy as np
 
 from shoal.config import EnvConfig
+from shoal.core.errors import ConfigError
 from shoal.envs.batched import BatchedWorld, disc_frame, factory
 from shoal.envs.intersection.observations import (
     OBS_DIM,
@@ -91,7 +92,6 @@ from shoal.envs.multi_agent import (
     MultiAgentStep,
     register_multi_agent_env,
 )
-from shoal.errors import ConfigError
 
 SMARTS_ID = "shoal/smarts-intersection-v0"
 

@@ -10,9 +10,9 @@ import importlib.util
 import subprocess
 from pathlib import Path
 
+from shoal.core.errors import ConfigError
 from shoal.envs.intersection.external import build_once, cache_dir, route_edges
 from shoal.envs.intersection.scenario import Scenario
-from shoal.errors import ConfigError
 
 INSTALL = "pip install 'shoal[sumo]'"
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
+from shoal.core.errors import ConfigError
 from shoal.envs.intersection.dynamics import IDMParams
 from shoal.envs.intersection.geometry import Layout, build_routes
-from shoal.errors import ConfigError
 
 ENV_ID = "shoal/intersection-v0"
 GROUP = "agent"

@@ -19,8 +19,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from shoal.core.errors import ConfigError
 from shoal.envs.intersection.vehicles import Vehicles
-from shoal.errors import ConfigError
 
 BACKENDS = ("builtin", "sumo", "smarts")
 

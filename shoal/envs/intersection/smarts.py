@@ -42,12 +42,12 @@ from typing import Any
 
 import numpy as np
 
+from shoal.core.errors import ConfigError
 from shoal.envs.intersection.external import build_once, cache_dir, route_edges, unsaved_state
 from shoal.envs.intersection.geometry import point_at
 from shoal.envs.intersection.network import build_network
 from shoal.envs.intersection.scenario import AGENTS, Scenario
 from shoal.envs.intersection.vehicles import Vehicles
-from shoal.errors import ConfigError
 
 INSTALL = "pip install 'shoal[smarts]'"
 LANE_ACTIONS = ("keep_lane", "slow_down", "change_lane_right", "change_lane_left")

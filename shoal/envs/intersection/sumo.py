@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from shoal.core.errors import ConfigError
 from shoal.envs.intersection import sumo_worker
 from shoal.envs.intersection.driving import MAX_STEER, AgentDriver, Arrivals, lane_accel
 from shoal.envs.intersection.dynamics import clip, wrap_angle
@@ -43,7 +44,6 @@ from shoal.envs.intersection.geometry import TURNS
 from shoal.envs.intersection.network import build_network
 from shoal.envs.intersection.scenario import AGENTS
 from shoal.envs.intersection.vehicles import Vehicles
-from shoal.errors import ConfigError
 
 _IN_PROCESS = {"taken": False}
 

@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
+from shoal.core.errors import ConfigError
 from shoal.envs.batched import BatchedWorld, disc_frame, factory
 from shoal.envs.multi_agent import (
     AgentGroup,
@@ -38,7 +39,6 @@ from shoal.envs.multi_agent import (
     register_multi_agent_env,
 )
 from shoal.envs.particles.world import DIRECTIONS, F32
-from shoal.errors import ConfigError
 
 PREDATORS, PREY = "adversary", "agent"
 

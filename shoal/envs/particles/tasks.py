@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
+from shoal.core.errors import ConfigError
 from shoal.envs.batched import factory
 from shoal.envs.multi_agent import (
     AgentGroup,
@@ -19,7 +20,6 @@ from shoal.envs.multi_agent import (
     register_multi_agent_env,
 )
 from shoal.envs.particles.world import DIRECTIONS, F32, ParticleEnv
-from shoal.errors import ConfigError
 
 if TYPE_CHECKING:
     pass

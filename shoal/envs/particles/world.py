@@ -10,9 +10,9 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
+from shoal.core.errors import ConfigError
 from shoal.envs.batched import BatchedWorld, disc_frame
 from shoal.envs.multi_agent import AgentGroup, EpisodeTracker, MultiAgentStep
-from shoal.errors import ConfigError
 
 GROUP = "agent"
 F32 = np.float32

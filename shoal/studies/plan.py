@@ -36,9 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from shoal.config import from_dict, read_yaml
-from shoal.errors import ConfigError
+from shoal.core.errors import ConfigError
+from shoal.core.seeding import derive_seed
 from shoal.registry import find_tuned, get_algorithm
-from shoal.seeding import derive_seed
 
 SPECIAL_AXES = ("algo", "base")
 

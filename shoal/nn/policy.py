@@ -10,10 +10,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from shoal.core.errors import ShoalError
 from shoal.envs.composite import PackedActions, PackedObs, map_leaves
 from shoal.envs.normalize import FieldStats, RunningMeanStd, load_obs_stats, normalize
 from shoal.envs.opponents import make_opponent
-from shoal.errors import ShoalError
 from shoal.nn.policy_set import takes_mask
 
 

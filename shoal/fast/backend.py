@@ -19,11 +19,11 @@ import torch
 from torch import nn
 
 from shoal import fast
-from shoal.errors import ConfigError
+from shoal.core.errors import ConfigError
+from shoal.core.types import ActOutput
 from shoal.losses.objectives import Objective, PolicyOutputs
 from shoal.nn.target import eager_copy
 from shoal.optim import minimize
-from shoal.types import ActOutput
 
 LearnerStep = Callable[..., tuple[dict[str, Any], dict[str, Any]]]
 """``step(objective, batch, optimizer, max_grad_norm, outputs=None) -> (losses, stats)``."""

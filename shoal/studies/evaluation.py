@@ -18,12 +18,12 @@ import torch
 
 from shoal.collect.evaluate import evaluate_episodes, evaluate_joint_episodes
 from shoal.config import replace
+from shoal.core.errors import ShoalError
+from shoal.core.stats import rate, summary
 from shoal.envs import make_env
 from shoal.envs.make import make_multi_agent_env
 from shoal.envs.multi_agent import is_multi_agent_id
-from shoal.errors import ShoalError
-from shoal.policy import GroupPolicy, JointPolicy
-from shoal.stats import rate, summary
+from shoal.nn.policy import GroupPolicy, JointPolicy
 
 OUTCOMES = (("win", 1), ("draw", 0), ("loss", -1))
 
@@ -154,7 +154,7 @@ class Evaluation:
         """The first episode of ``episodes`` envs, acting as ``deterministic`` says (None: as
         the run's ``run.eval_actions`` names, which its training evaluations used): the
         return's statistics over episodes
-        (`shoal.stats.summary`: mean, std, median, min, max, IQM, 95% bootstrap interval),
+        (`shoal.core.stats.summary`: mean, std, median, min, max, IQM, 95% bootstrap interval),
         each group's and agent's, a game's win / draw / loss rates (95% Wilson intervals),
         the episode length and the env's own statistics. ``return`` is absent where groups
         oppose each other or a group's seats play each other. ``progress`` is told the count

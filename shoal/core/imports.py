@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from shoal.errors import ConfigError
+from shoal.core.errors import ConfigError
 
 _IMPORT_DIRS: list[str] = []
 _UNTRUSTED_DIRS: list[str] = []

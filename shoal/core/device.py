@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from shoal.errors import ConfigError
+from shoal.core.errors import ConfigError
 
 T = TypeVar("T")
 

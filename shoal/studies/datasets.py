@@ -25,11 +25,11 @@ import numpy as np
 from shoal.api import load, train, use_run_threads
 from shoal.collect.record import BatchPolicy, exploring, random_policy, record_episodes
 from shoal.config import EnvConfig, from_dict, replace, to_dict
+from shoal.core.errors import DatasetError, ShoalError
 from shoal.data.offline import Episode, episodes_from_replay, write_dataset
 from shoal.envs import VectorEnv, make_env
 from shoal.envs.agents_as_batch import actor_space, critic_part
-from shoal.errors import DatasetError, ShoalError
-from shoal.policy import ActorPolicy, JointPolicy
+from shoal.nn.policy import ActorPolicy, JointPolicy
 from shoal.registry import get_algorithm
 from shoal.train.checkpoint import Checkpoint, load_checkpoint
 

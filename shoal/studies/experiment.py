@@ -1,4 +1,4 @@
-"""Experiments run: each planned run (`shoal.experiment_plan`) a ``shoal train`` process of
+"""Experiments run: each planned run (`shoal.studies.plan`) a ``shoal train`` process of
 its own, ``--jobs`` at a time (``shoal experiment FILE.yaml``, ``shoal.experiment(...)``).
 
 Runs land in the experiment directory (default ``runs/experiments/<name>``), one run
@@ -30,9 +30,9 @@ from typing import Any
 import yaml
 
 from shoal.config import from_dict
-from shoal.errors import ShoalError
-from shoal.experiment_plan import Experiment, PlannedRun, plain, plan, read_spec
+from shoal.core.errors import ShoalError
 from shoal.registry import get_algorithm
+from shoal.studies.plan import Experiment, PlannedRun, plain, plan, read_spec
 from shoal.train.signals import forward_sigterm
 
 # A run's exit status when Ctrl-C or SIGTERM stopped it, after it saved: 130, or the SIGTERM

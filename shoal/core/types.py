@@ -47,7 +47,7 @@ class StepResult(NamedTuple):
 
 class ActOutput(NamedTuple):
     """What a policy returns when acting on a batch of observations ``[B, ...]``: tensors, or
-    NumPy arrays from a NumPy policy (`shoal.backend`)."""
+    NumPy arrays from a NumPy policy (`shoal.fast.backend`)."""
 
     actions: Any
     log_probs: Any
