@@ -23,10 +23,10 @@ import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
-from torch.nn import functional as F
 
+from shoal.algos.multi_agent.qmix_acting import AgentInputs, QMIXActing
 from shoal.algos.spec import AlgorithmSpec
-from shoal.collect.multi_agent import FixedGroups, JointObs, MultiAgentRunner
+from shoal.collect.multi_agent import FixedGroups, MultiAgentRunner
 from shoal.config import (
     REPLAY_RENAMES,
     EnvConfig,
@@ -46,10 +46,9 @@ from shoal.core.errors import ConfigError, UnsupportedSpaceError
 from shoal.core.seeding import derive_seed
 from shoal.data.episode_replay import EpisodeBatch, EpisodeBuilder, EpisodeReplay
 from shoal.envs.make import make_multi_agent_env
-from shoal.envs.multi_agent import MultiAgentStep, MultiAgentVectorEnv
+from shoal.envs.multi_agent import MultiAgentVectorEnv
 from shoal.envs.shapes import as_discrete, shape_of
 from shoal.fast.backend import place, uncompiled_copy
-from shoal.losses.q_learning import masked_argmax
 from shoal.losses.value_decomposition import double_q_next_values, masked_td_loss, td_targets
 from shoal.nn.mixers import QMixer, RecurrentAgent, RecurrentQPolicy, VDNMixer
 from shoal.nn.policy import ActorPolicy
@@ -286,74 +285,6 @@ def _group(env: MultiAgentVectorEnv, config: QMIXConfig) -> str:
     return group
 
 
-class QMIXActing:
-    """The acting side of the `MultiAgentRunner`: the recurrent agent network, epsilon-greedy
-    among legal actions. Its GRU state and the last actions run from step to step and restart
-    with each episode."""
-
-    def __init__(self, qmix: QMIX, agent: RecurrentAgent, seed: int, opponents: FixedGroups):
-        self.qmix, self.agent = qmix, agent
-        self.group = qmix.group
-        self.opponents = opponents
-        """Fixed policies of the other groups (`shoal.envs.opponents`)."""
-        self.rng = np.random.default_rng(seed)
-        self.epsilon = qmix.config.epsilon_start
-        self.hidden: torch.Tensor | None = None
-        self.last_actions: np.ndarray | None = None
-
-    def begin(self, view: JointObs) -> None:
-        b, n = view.obs[self.group].shape[:2]
-        self.hidden = self.agent.initial_state(b * n)
-        self.last_actions = np.zeros((b, n), np.int64)
-
-    def _state(self) -> tuple[torch.Tensor, np.ndarray]:
-        """The GRU state and last actions (set by `begin` when episodes start)."""
-        assert self.hidden is not None and self.last_actions is not None, "begin() comes first"
-        return self.hidden, self.last_actions
-
-    @torch.no_grad()
-    def act(self, view: JointObs) -> dict[str, np.ndarray]:
-        obs = np.asarray(view.obs[self.group], np.float32)
-        b, n = obs.shape[:2]
-        hidden, last_actions = self._state()
-        inputs = self.qmix.agent_inputs(torch.from_numpy(obs), torch.from_numpy(last_actions))
-        q, self.hidden = self.agent(inputs.reshape(b * n, -1), hidden)
-        q = q.view(b, n, -1)
-        masks = view.action_mask
-        mask = None if masks is None else torch.from_numpy(np.asarray(masks[self.group], bool))
-        greedy = masked_argmax(q, mask).numpy()
-        noise = torch.from_numpy(self.rng.random(tuple(q.shape), np.float32))
-        random = masked_argmax(noise, mask).numpy()
-        actions = {self.group: np.where(self.rng.random((b, n)) < self.epsilon, random, greedy)}
-        actions.update(self.opponents.act(view))
-        return actions
-
-    def observe(self, actions: dict[str, np.ndarray], step: MultiAgentStep) -> None:
-        hidden, _ = self._state()
-        last_actions = self.last_actions = actions[self.group].copy()
-        reset = np.repeat(step.autoreset, last_actions.shape[1])
-        hidden[torch.from_numpy(reset)] = 0.0
-        last_actions[step.autoreset] = 0
-
-    def set_weights(self, weights: dict[str, torch.Tensor]) -> None:
-        self.agent.load_state_dict(weights)
-
-    def get_state(self) -> dict[str, Any]:
-        hidden, last_actions = self._state()
-        return {
-            "hidden": hidden.clone(),
-            "last_actions": last_actions.copy(),
-            "rng": self.rng.bit_generator.state,
-            "opponents": self.opponents.get_state(),
-        }
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        self.hidden = state["hidden"].clone()
-        self.last_actions = np.asarray(state["last_actions"], np.int64).copy()
-        self.rng.bit_generator.state = state["rng"]
-        self.opponents.set_state(state.get("opponents", {}))
-
-
 class QMIX:
     """One iteration: act epsilon-greedily for ``rollout_steps`` vector steps (a
     `MultiAgentRunner`), store finished episodes, then take ``gradient_steps`` gradient steps
@@ -368,8 +299,10 @@ class QMIX:
         self.agents, self.n_agents = spec.agents, spec.size
         self.num_actions = int(as_discrete(spec.action_space).n)
         self.obs_shape = shape_of(spec.observation_space)
-        obs_dim = int(np.prod(self.obs_shape)) + (self.n_agents if cfg.env.agent_id else 0)
-        in_dim = obs_dim + _extra_inputs(cfg, self.num_actions)
+        self.agent_inputs = AgentInputs(
+            self.obs_shape, self.n_agents, self.num_actions, cfg.env.agent_id, cfg.last_action
+        )
+        in_dim = self.agent_inputs.size
         state_dim = 0 if env.state_space is None else int(np.prod(shape_of(env.state_space)))
         self.learner = QMIXLearner(cfg, in_dim, self.num_actions, self.n_agents, state_dim)
         mask_dim = self.num_actions if getattr(env, "action_mask", None) is not None else None
@@ -390,7 +323,12 @@ class QMIX:
         acting_agent = agent if self.on_cpu else uncompiled_copy(agent).requires_grad_(False)
         opponents = FixedGroups(cfg.env.opponents, env.groups, cfg.run.seed)
         self.acting = QMIXActing(
-            self, acting_agent, derive_seed(cfg.run.seed, "explore", 0), opponents
+            acting_agent,
+            self.agent_inputs,
+            self.group,
+            cfg.epsilon_start,
+            derive_seed(cfg.run.seed, "explore", 0),
+            opponents,
         )
         self.runner = MultiAgentRunner(
             env, self.acting, cfg.rollout_steps, derive_seed(cfg.run.seed, "env", 0)
@@ -402,19 +340,6 @@ class QMIX:
     def _start_episodes(self) -> None:
         view = self.runner.view
         self.builder.start(view.obs, view.state, view.action_mask)
-
-    def agent_inputs(self, obs: torch.Tensor, last_actions: torch.Tensor | None) -> torch.Tensor:
-        """``[..., N, in_dim]``: flat own observation, agent one-hot (``env.agent_id``), last
-        action one-hot (``last_action``): the layout of `AgentsAsBatch` rows (+ last action)."""
-        lead = obs.shape[: -len(self.obs_shape)]
-        parts = [obs.reshape(*lead, -1)]
-        if self.config.env.agent_id:
-            ids = torch.eye(self.n_agents, device=obs.device)
-            parts.append(ids.expand(*lead, self.n_agents))
-        if self.config.last_action:
-            assert last_actions is not None  # given whenever the inputs hold the last action
-            parts.append(F.one_hot(last_actions, self.num_actions).float())
-        return torch.cat(parts, -1)
 
     def epsilon(self) -> float:
         cfg = self.config
