@@ -16,6 +16,13 @@ In one run, on this machine:
    too); RLlib when its mean training episode return reaches 475 (its own criterion, which
    needs no evaluation and is the more lenient of the two).
 
+4. **Training with runners** (``--parts training``): env-steps/s of whole training
+   iterations (sampling, storing and learning) of SAC on HalfCheetah-v5, DQN and PPO on
+   CartPole-v1 with 0 (in-process), 1 and 2 runners, in step with learning and sampling one
+   iteration ahead (SAC and DQN: ``replay.max_lag 1``; PPO: APPO, its asynchronous form,
+   ``max_lag 1``). Every row of one algorithm learns at the same ratio of updates to env
+   steps. Timed after the replay learners' ``learning_starts``.
+
 Each figure is the median of ``--repeats`` measurements (solving: of ``--seeds`` seeds). On a
 2-core machine every process competes for the same cores, so throughput flattens beyond 1-2
 runners; the table says so rather than hiding it.
@@ -95,6 +102,50 @@ def impala_rate(runners: int, total_steps: int, repeats: int) -> dict | None:
     return {"steps_per_s": statistics.median(rates), "rates": rates}
 
 
+TRAINING = {
+    # name: (algorithm, env, settings); each row's ratio of updates to env steps is the same
+    "sac": ("sac", "HalfCheetah-v5", {
+        "env.num_envs": 1, "rollout_steps": 16, "replay.gradient_steps": 16,
+        "replay.batch_size": 256, "replay.learning_starts": 2_000, "model.hidden": (256, 256),
+    }),
+    "dqn": ("dqn", "CartPole-v1", {
+        "env.num_envs": 4, "rollout_steps": 16, "replay.gradient_steps": 16,
+        "replay.batch_size": 64, "replay.learning_starts": 1_000,
+    }),
+    "ppo": ("ppo", "CartPole-v1", {"env.num_envs": 8, "num_steps": 128}),
+}  # fmt: skip
+TARGET_AHEAD_SPEEDUP = 1.5  # SAC, 1 runner sampling ahead / in-process
+
+
+def training_rate(row: str, runners: int, ahead: bool, seconds: float) -> dict:
+    """Env-steps/s of training iterations (after the replay's learning_starts), over about
+    ``seconds`` of training."""
+    name, env_id, settings = TRAINING[row]
+    if ahead and name == "ppo":  # PPO sampling ahead is APPO (its settings in its ppo block)
+        name = "appo"
+        settings = {"max_lag": 1, **{f"ppo.{k}": v for k, v in settings.items()
+                                     if not k.startswith("env.")}}  # fmt: skip
+        settings["env.num_envs"] = TRAINING[row][2]["env.num_envs"]
+    elif ahead:
+        settings = {**settings, "replay.max_lag": 1}
+    spec = shoal.ALGORITHMS[name]
+    config = spec.default_config(**{"env.id": env_id, "run.runners": runners, **settings})
+    torch.manual_seed(0)
+    algo = spec.algorithm_cls(config)
+    try:
+        starts = getattr(getattr(config, "replay", None), "learning_starts", 0)
+        while algo.env_steps <= starts:
+            algo.train_iteration()
+        algo.train_iteration()  # warm-up of the learner
+        begin, steps0 = time.perf_counter(), algo.env_steps
+        while time.perf_counter() - begin < seconds:
+            algo.train_iteration()
+        elapsed = time.perf_counter() - begin
+        return {"steps_per_s": (algo.env_steps - steps0) / elapsed, "seconds": elapsed}
+    finally:
+        algo.close()
+
+
 def shoal_ppo_solve_child(seed: int) -> None:
     """Runs in a fresh process: Ray start + PPO on 2 runners until solved."""
     workers = require_ray()  # imports Ray: imports are outside the clock, as on RLlib's side
@@ -149,8 +200,13 @@ def main() -> int:
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--quick", action="store_true", help="one repeat, one seed (smoke)")
     parser.add_argument(
-        "--parts", nargs="+", default=["sampling", "impala", "solve"], help="what to measure"
+        "--parts",
+        nargs="+",
+        default=["sampling", "impala", "solve", "training"],
+        help="what to measure",
     )
+    parser.add_argument("--training-s", type=float, default=20.0, help="seconds a row trains")
+    parser.add_argument("--training-rows", nargs="+", default=list(TRAINING))
     parser.add_argument("--ppo-solve-child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.ppo_solve_child is not None:
@@ -158,6 +214,15 @@ def main() -> int:
         return 0
     if args.quick:
         args.repeats, args.seeds, args.calls, args.impala_steps = 1, 1, 5, 20_000
+    torch.set_num_threads(1)
+    if "training" in args.parts:  # shoal alone: RLlib's rows are not measured here yet
+        require_ray().connect(None)
+        figures = {"training": training_table(args)}
+        require_ray().shutdown()
+        if args.json:
+            Path(args.json).write_text(json.dumps(figures, indent=2, default=str))
+        if args.parts == ["training"]:
+            return 0
     if not Path(args.rllib_python).exists():
         print(f"RLlib's Python not found at {args.rllib_python}: run `make bench-scaling`")
         return 2
@@ -215,6 +280,43 @@ def main() -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2, default=str))
     return 0 if all(checks.values()) else 1
+
+
+def training_table(args: argparse.Namespace) -> dict:
+    """Row (a): each algorithm with 0, 1 and 2 runners, in step and sampling ahead; the
+    repeats interleaved so that a slow moment of the machine hits every setting alike."""
+    settings = [(n, ahead) for n in (0, 1, 2) for ahead in (False, True) if n or not ahead]
+    figures: dict = {}
+    for row in args.training_rows:
+        rates: dict = {setting: [] for setting in settings}
+        for _ in range(args.repeats):
+            for runners, ahead in settings:
+                rates[(runners, ahead)].append(
+                    training_rate(row, runners, ahead, args.training_s)["steps_per_s"]
+                )
+        base = statistics.median(rates[(0, False)])
+        print(f"\n{row}: env-steps/s of training, median of {args.repeats}")
+        print("| runners | in step | sampling ahead | ahead / in-process |")
+        print("|---|---|---|---|")
+        figures[row] = {}
+        for runners in (0, 1, 2):
+            sync = statistics.median(rates[(runners, False)])
+            cells = [f"{sync:,.0f}"]
+            ahead = None
+            if runners:
+                ahead = statistics.median(rates[(runners, True)])
+                cells += [f"{ahead:,.0f}", f"{ahead / base:.2f}x"]
+            else:
+                cells += ["(needs runners)", "1.00x"]
+            print(f"| {runners} | " + " | ".join(cells) + " |", flush=True)
+            figures[row][runners] = {"in_step": sync, "ahead": ahead,
+                                     "rates": {str(k): v for k, v in rates.items()}}  # fmt: skip
+    if "sac" in figures and figures["sac"][1]["ahead"]:
+        speedup = figures["sac"][1]["ahead"] / figures["sac"][0]["in_step"]
+        ok = speedup >= TARGET_AHEAD_SPEEDUP
+        print(f"{'PASS' if ok else 'FAIL'}  SAC, 1 runner sampling ahead >= "
+              f"{TARGET_AHEAD_SPEEDUP}x in-process: {speedup:.2f}x")  # fmt: skip
+    return figures
 
 
 def report(args: argparse.Namespace, figures: dict) -> dict[str, bool]:

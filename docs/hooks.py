@@ -13,7 +13,9 @@ A page asks for a generated part with an HTML comment on a line of its own:
   config reference page);
 - ``<!-- shoal:tuned NAME -->``: the tuned examples of algorithm ``NAME``, each with what it
   trains and its measured result (the YAML's ``description`` and ``expected``);
-- ``<!-- shoal:benchmarks -->``: ``benchmarks/README.md``, its result images copied beside.
+- ``<!-- shoal:benchmarks -->``: ``benchmarks/README.md``, its result images copied beside;
+- ``<!-- shoal:scaling -->``: which algorithm takes Ray runners, samples ahead of learning
+  and runs several learners, with the setting of each (`AlgorithmSpec.scaling`).
 
 A config field without a docstring, an unknown name and a family page an algorithm lacks are
 warnings, which ``mkdocs build --strict`` (``make docs``) turns into errors.
@@ -182,6 +184,20 @@ def render_algorithms() -> str:
     return "\n".join(rows)
 
 
+def render_scaling() -> str:
+    """Which algorithm samples on Ray runners, samples ahead of learning and runs several
+    learners, each with the setting that does it (`AlgorithmSpec.scaling`)."""
+    registry = _registry()
+    rows = [
+        "| name | Ray runners | sampling ahead | several learners |",
+        "|---|---|---|---|",
+    ]
+    for name, spec in sorted(registry.ALGORITHMS.items()):
+        cells = [f"`{v}`" if v else "no" for v in spec.scaling().values()]
+        rows.append(f"| `{name}` | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
 def render_algorithm(names: list[str]) -> str:
     import importlib
 
@@ -296,6 +312,8 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
             return render_tuned(arg)
         if kind == "benchmarks":
             return render_benchmarks()
+        if kind == "scaling":
+            return render_scaling()
         log.warning(f"{where}: unknown generated part shoal:{kind}")
         return ""
 

@@ -45,8 +45,8 @@ def test_algorithms_without_runners_refuse_them(name):
 
 
 def test_a_replay_learner_with_runners_stops_before_building_a_run(tmp_path):
-    with pytest.raises(ConfigError, match="run.runners = 4: sac"):
-        shoal.train("sac", run_dir=str(tmp_path / "r"), **QUIET, **{"run.runners": 4})
+    with pytest.raises(ConfigError, match="run.runners = 4: maddpg"):
+        shoal.train("maddpg", run_dir=str(tmp_path / "r"), **QUIET, **{"run.runners": 4})
     assert not (tmp_path / "r").exists()
 
 

@@ -72,6 +72,30 @@ class AlgorithmSpec:
         """What the progress of a run of ``config`` counts (see ``counts``)."""
         return "env step" if self.counts is None else self.counts(config)
 
+    def scaling(self) -> dict[str, str | None]:
+        """How it scales out, read from its declaration and its config, never from its name
+        (the docs' table of which algorithm supports which): ``runners`` (``run.runners``),
+        ``sampling ahead`` (the setting it reads for it, if any) and ``learners`` (its
+        setting for several learners, if any), each the dotted setting or None."""
+        config = self.default_config()
+        unused = getattr(type(config), "UNUSED", {})
+
+        def reads(*names: str) -> str | None:
+            for name in names:
+                try:
+                    _dotted(config, name)
+                except AttributeError:
+                    continue
+                if name not in unused:
+                    return name
+            return None
+
+        return {
+            "runners": "run.runners" if self.runners else None,
+            "sampling ahead": reads("max_lag", "replay.max_lag"),
+            "learners": reads("num_learners"),
+        }
+
     def default_config(self, **overrides: Any) -> Any:
         """The config this name starts from: ``config_cls()`` with ``defaults``, then
         ``overrides`` (dotted keys allowed)."""

@@ -19,15 +19,26 @@ def make_sampler(
     num_steps: int,
     run: RunConfig,
     acting: str = "auto",
+    own_stream: bool = False,
 ) -> Any:
     """`LocalSampler` when ``run.runners`` is 0, else a `RaySampler` with that many runners.
     Runner ``i`` seeds its envs with ``derive_seed(run.seed, "env", i)``, as the local runner
-    (``i`` = 0) does, so one Ray runner samples what the local sampler would. ``acting`` is
-    the ``model.backend`` the runners act with; ``run.compile`` compiles their networks."""
+    (``i`` = 0) does, and its action draws with ``derive_seed(run.seed, "runner-torch", i)``.
+    ``own_stream``: the local runner draws from a torch stream of its own seeded the same way
+    (`EnvRunner`'s ``own_torch_seed``), so a synchronous run with one Ray runner is the
+    in-process run (the replay learners); without it, it draws from the process's generator
+    with the learner (the on-policy learners, whose seeded results and learning checks were
+    measured so). ``acting`` is the ``model.backend`` the runners act with; ``run.compile``
+    compiles their networks."""
     if run.runners == 0:
-        seed = derive_seed(run.seed, "env", 0)
         runner = EnvRunner(
-            env_config, model_fn, num_steps, seed=seed, acting=acting, compiled=run.compile
+            env_config,
+            model_fn,
+            num_steps,
+            seed=derive_seed(run.seed, "env", 0),
+            acting=acting,
+            compiled=run.compile,
+            own_torch_seed=derive_seed(run.seed, "runner-torch", 0) if own_stream else None,
         )
         return LocalSampler(runner)
     from shoal.collect.ray import RaySampler

@@ -39,6 +39,8 @@ class Ahead(NamedTuple):
     rollout: Rollout
     episodes: EpisodeStats
     version: int
+    restarted: tuple[int, ...] = ()
+    """The runners restarted while sampling it (the sampler's ``last_restarted``)."""
 
 
 class AheadSampler:
@@ -134,13 +136,14 @@ class AheadSampler:
                 # overwrites while the learner still trains on this one.
                 rollout = Rollout(*(x.clone() if isinstance(x, torch.Tensor) else x
                                     for x in rollout))  # fmt: skip
+                restarted = tuple(self.sampler.last_restarted)
             except BaseException as exc:  # handed to the learner's thread by take()
                 with self._cond:
                     self._error = exc
                     self._cond.notify_all()
                 return
             with self._cond:
-                self.ready.append(Ahead(index, rollout, episodes, version))
+                self.ready.append(Ahead(index, rollout, episodes, version, restarted))
                 self.next_index = index + 1
                 self._cond.notify_all()
 
@@ -157,6 +160,7 @@ class AheadSampler:
                     "rollout": a.rollout._asdict(),
                     "episodes": a.episodes._asdict(),
                     "version": a.version,
+                    "restarted": list(a.restarted),
                 }
                 for a in self.ready
             ],  # fmt: skip
@@ -168,7 +172,7 @@ class AheadSampler:
         self.next_index = int(state["next_index"])
         self.ready = collections.deque(
             Ahead(int(a["index"]), Rollout(**a["rollout"]), EpisodeStats(**a["episodes"]),
-                  int(a["version"]))
+                  int(a["version"]), tuple(a.get("restarted", ())))
             for a in state["ready"]
         )  # fmt: skip
         self.snapshots = {int(v): w for v, w in state["snapshots"].items()}

@@ -7,7 +7,8 @@ as a remote actor (the Ray sampler of a later issue).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -44,20 +45,34 @@ class EnvRunner:
         torch_seed: int | None = None,
         acting: str = "auto",
         compiled: bool = False,
+        own_torch_seed: int | None = None,
     ):
         """``acting``: the ``model.backend`` the runner acts with (`shoal.fast.backend.actor`);
-        ``compiled``: compile the acting network's forward (``run.compile``)."""
+        ``compiled``: compile the acting network's forward (``run.compile``).
+
+        Random draws (the actions sampled): ``torch_seed`` seeds the process's torch
+        generator, which a runner in its own process (a Ray actor) owns. ``own_torch_seed``
+        gives an in-process runner a stream of its own, the one a Ray runner seeded
+        ``torch_seed`` would draw: it is swapped in around the runner's own work (building,
+        sampling), so the learner's draws in between do not move it and the runner samples
+        what a Ray runner with the same seeds samples. Neither: the runner draws from the
+        process's generator with everything else."""
         self.owns_torch_rng = torch_seed is not None
+        self._own_rng: torch.Tensor | None = None
+        """The in-process runner's generator state while it is swapped out."""
         if self.owns_torch_rng:
-            # A runner in its own process (a Ray actor) owns that process's torch generator:
-            # seeding it makes its action samples depend on its seeds only (and checkpoints
-            # carry the generator's state, so a resumed run samples the same actions).
+            # Seeding the process's generator makes the action samples depend on the seeds
+            # only (checkpoints carry the generator's state, so a resumed run samples the
+            # same actions).
             torch.manual_seed(torch_seed)
             set_compute_threads(1)
-        self.env = make_env(env_config)
-        # An nn.Module; recurrent ones add initial_state/step/step_value, exploring ones
-        # exploration_state: members by kind, hence Any.
-        model: Any = model_fn(self.env.observation_space, self.env.action_space)
+        elif own_torch_seed is not None:
+            self._own_rng = torch.Generator().manual_seed(own_torch_seed).get_state()
+        with self._torch_stream():
+            self.env = make_env(env_config)
+            # An nn.Module; recurrent ones add initial_state/step/step_value, exploring ones
+            # exploration_state: members by kind, hence Any.
+            model: Any = model_fn(self.env.observation_space, self.env.action_space)
         self.model = model
         self.model.requires_grad_(False)
         act_with_running_statistics(self.model)
@@ -123,9 +138,27 @@ class EnvRunner:
         wrapper = find_wrapper(self.env, NormalizeObservation)
         return wrapper.stats.state_dict() if wrapper is not None else None
 
-    @torch.inference_mode()
+    @contextlib.contextmanager
+    def _torch_stream(self) -> Iterator[None]:
+        """Draw from this runner's own stream inside (``own_torch_seed``; else a no-op)."""
+        if self._own_rng is None:
+            yield
+            return
+        outer = torch.get_rng_state()
+        torch.set_rng_state(self._own_rng)
+        try:
+            yield
+        finally:
+            self._own_rng = torch.get_rng_state()
+            torch.set_rng_state(outer)
+
     def sample(self) -> tuple[Rollout, EpisodeStats]:
         """Step all envs ``num_steps`` times; returns the rollout and finished episodes."""
+        with self._torch_stream():
+            return self._sample()
+
+    @torch.inference_mode()
+    def _sample(self) -> tuple[Rollout, EpisodeStats]:
         if self.recurrent:
             return self._sample_recurrent()
         storage, env, model, actor = self.storage, self.env, self.model, self.actor
@@ -193,6 +226,8 @@ class EnvRunner:
             state["exploration"] = self.model.exploration_state()
         if self.owns_torch_rng:
             state["torch_rng"] = torch.get_rng_state()
+        elif self._own_rng is not None:
+            state["torch_rng"] = self._own_rng.clone()
         return state
 
     def set_state(self, state: dict[str, Any], fallback_seed: int) -> bool:
@@ -210,6 +245,8 @@ class EnvRunner:
             self.model.load_exploration_state(state["exploration"])
         if self.owns_torch_rng and "torch_rng" in state:
             torch.set_rng_state(state["torch_rng"])
+        elif self._own_rng is not None and "torch_rng" in state:
+            self._own_rng = state["torch_rng"].clone()
         return True
 
     def close(self) -> None:

@@ -12,6 +12,8 @@ from shoal.core.types import EpisodeStats, Rollout
 class LocalSampler:
     num_runners = 1
     restarts = 0
+    last_restarted: tuple[int, ...] = ()
+    """Runners restarted during the last sample: never, in-process (`RaySampler`)."""
 
     def __init__(self, runner: EnvRunner):
         self.runner = runner
@@ -23,6 +25,10 @@ class LocalSampler:
 
     @property
     def num_envs(self) -> int:
+        return self.runner.num_envs
+
+    @property
+    def envs_per_runner(self) -> int:
         return self.runner.num_envs
 
     def sample(self) -> tuple[Rollout, EpisodeStats]:

@@ -62,6 +62,11 @@ class RaySampler:
         """Runner -> result of its last ``set_weights``, checked before its next rollout."""
         self._env_attrs: dict[str, Any] = {}
         """Attributes set with `set_env_attr`, set again on a restarted runner."""
+        self._restarted: set[int] = set()
+        self.last_restarted: tuple[int, ...] = ()
+        """The runners restarted during the last `sample`: their envs began new episodes
+        there, and the steps their old actors took after the rollout before were lost (a
+        replay cuts those episodes, `shoal.data.replay.ReplayBuffer.cut_episodes`)."""
         self.pool = workers.WorkerPool(
             EnvRunner,
             lambda i: (env_config, model_fn, num_steps, seeds[i], torch_seeds[i], acting, compiled),
@@ -110,6 +115,7 @@ class RaySampler:
 
     def _restore(self, i: int) -> None:
         """A restarted runner gets the latest weights (the old actor's pending ack is moot)."""
+        self._restarted.add(i)
         self._weight_acks.pop(i, None)
         if self._weights_ref is not None:
             self.pool.call_one(i, "set_weights", self._weights_ref)
@@ -124,8 +130,10 @@ class RaySampler:
 
     def sample(self) -> tuple[Rollout, EpisodeStats]:
         """One rollout from every runner with the latest weights, joined along the env axis."""
+        self._restarted.clear()
         parts = self.pool.call_all("sample")
         self._check_weights(list(range(self.num_runners)))
+        self.last_restarted = tuple(sorted(self._restarted))
         return concat_rollouts([r for r, _ in parts]), concat_episodes([e for _, e in parts])
 
     def stream(

@@ -439,8 +439,16 @@ class ReplayConfig:
     """Env steps before the first gradient step (QMIX: stored episodes); the actor-critics act
     uniformly at random until then."""
     gradient_steps: int = 1
-    """Gradient steps per iteration: updates per env step = gradient_steps / (env steps per
-    iteration)."""
+    """Gradient steps per rollout of env.num_envs envs: updates per env step =
+    gradient_steps / (rollout_steps x env.num_envs), in-process and with run.runners alike (an
+    iteration with R runners gathers R rollouts and takes R x gradient_steps)."""
+    max_lag: int = 0
+    """Asynchronous sampling (DQN, DDPG, TD3, SAC, D4PG, with run.runners >= 1): iterations
+    the sampling runs ahead of learning. 0: each iteration samples with the weights just
+    learned, then learns. k >= 1: the runners sample rollout n with the weights of iteration
+    n - k while the learner trains, exactly: which weights act is counted, not timed, so a
+    seeded run is the same however the processes are scheduled. Logged as
+    train/policy_lag."""
     save: bool = False
     """Store the replay buffer in checkpoints (exact resume; large files)."""
 
@@ -454,6 +462,7 @@ class ReplayConfig:
         check_choices(self)
         check_positive(self, "buffer_size", "batch_size", "n_step", "gradient_steps")
         check(self, "learning_starts", self.learning_starts >= 0, "must be >= 0")
+        check(self, "max_lag", self.max_lag >= 0, "must be >= 0 (0: synchronous sampling)")
         check(self, "priority_alpha", self.priority_alpha >= 0, "must be >= 0")
         check(self, "priority_beta", 0.0 <= self.priority_beta <= 1.0, "must be in [0, 1]")
 

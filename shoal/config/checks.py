@@ -112,14 +112,25 @@ def unnest(block: T, **changes: Any) -> T:
 
 
 def check_replay_holds(owner: object, num_envs: int) -> None:
-    """``owner.replay.buffer_size`` must hold the n-step windows of ``num_envs`` envs (left
-    to the variant for a `nested_block`)."""
+    """``owner.replay.buffer_size`` must hold the n-step windows of ``num_envs`` envs on each
+    of ``run.runners`` runners, and sampling ahead (``replay.max_lag``) needs runners (left to
+    the variant for a `nested_block`)."""
     if is_nested(owner):
         return
-    replay = typing.cast(Any, owner).replay
+    config = typing.cast(Any, owner)
+    replay, runners = config.replay, max(1, config.run.runners)
+    envs = num_envs * runners
     check(
         replay,
         "buffer_size",
-        replay.buffer_size >= num_envs * (replay.n_step + 2),
-        f"must hold at least replay.n_step + 2 steps of {num_envs} envs",
+        replay.buffer_size >= envs * (replay.n_step + 2),
+        f"must hold at least replay.n_step + 2 steps of {envs} envs",
+    )
+    check(
+        replay,
+        "max_lag",
+        replay.max_lag == 0 or config.run.runners >= 1,
+        "> 0 needs run.runners >= 1: sampling ahead in the learner's process would draw its "
+        "actions from the learner's torch generator at times the threads decide, and a seeded "
+        "run would not repeat",
     )

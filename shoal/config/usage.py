@@ -66,6 +66,8 @@ algorithm on its default env cannot see them read, and a config check cannot kno
 spaces (``tests/test_config_usage.py`` exempts them by this list)."""
 
 
+IN_STEP = {"replay.max_lag": "it samples in step with its learning (no sampling ahead)"}
+"""For the replay learners that do not sample asynchronously."""
 OWN_GAMMA = {"env.gamma": "its reward normalization discounts with its own gamma"}
 """For the algorithms that copy their ``gamma`` into ``env.gamma``."""
 NO_COMPILE = {"run.compile": "it trains no network step to compile"}

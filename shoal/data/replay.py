@@ -200,6 +200,24 @@ class ReplayBuffer:
                 None if action_mask is None else action_mask[t],
             )
 
+    def cut_episodes(self, envs: np.ndarray | list[int]) -> None:
+        """End the episodes of ``envs`` before their newest stored step, whose following
+        observation was lost (a runner that died and was replaced starts new episodes; the
+        steps its old actor took were never stored). The newest row of those envs becomes an
+        invalid row after a truncation at the row before it, exactly the layout of an episode
+        truncated there: windows stop at that row and bootstrap from the newest row's
+        observation, which is the true one. Call it before adding the new episodes' steps."""
+        envs = np.asarray(envs, np.int64)
+        if envs.size == 0 or self._rows_written == 0:
+            return
+        newest = (self._rows_written - 1) % self.rows
+        # The newest row is not sampleable yet (it waits for n_step later rows): its flag can
+        # change before it is admitted.
+        self.valid[newest, envs] = False
+        if self._rows_written >= 2:
+            before = (self._rows_written - 2) % self.rows
+            self.truncated[before, envs] |= ~self.terminated[before, envs]
+
     def _admit(self, row: int) -> None:
         envs = self._env_ids[self.valid[row]]
         self._num_sampleable += envs.size

@@ -32,6 +32,8 @@ class CountingSampler:
     """A sampler whose rollouts record the weight version they acted with; it sleeps a
     random while per rollout so that the threads interleave differently every time."""
 
+    last_restarted = ()  # no runner restarts
+
     def __init__(self, seed):
         self.weights = None
         self.acted = []

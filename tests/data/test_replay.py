@@ -75,6 +75,28 @@ def test_one_step_terminated_vs_truncated():
     assert 13 not in got and 22 not in got and 34 not in got
 
 
+@pytest.mark.parametrize("n_step", [1, 3])
+def test_cut_episodes_truncate_before_the_newest_step(n_step):
+    """A runner replaced after step 34 lost what followed it: 34 becomes the autoreset row of
+    an episode truncated at 33, and the replacement's steps (40, 41, ...) start a new one."""
+    buf = episode_buffer(n_step=n_step)
+    buf.cut_episodes([0])
+    for i, r in enumerate([1000.0, 2000.0, 3000.0, 4000.0]):
+        add_step(buf, 40 + i, r)
+    got = by_start(buf.sample(600))
+    assert 34 not in got
+    if n_step == 3:
+        assert got[31] == (3, [200.0, 300.0, 400.0], False, 34)
+        assert got[32] == (2, [300.0, 400.0, 0.0], False, 34)  # truncated at 33
+        assert got[33] == (1, [400.0, 0.0, 0.0], False, 34)
+        assert got[40] == (3, [1000.0, 2000.0, 3000.0], False, 43)
+    else:
+        assert got[33] == (1, [400.0], False, 34)
+        assert got[40] == (1, [1000.0], False, 41)
+    buf.cut_episodes([])  # nothing to cut
+    assert ReplayBuffer(8, 1, OBS, DISCRETE).cut_episodes([0]) is None  # empty: no-op
+
+
 def test_newest_n_rows_not_sampleable():
     buf = ReplayBuffer(16, 1, OBS, DISCRETE, n_step=3)
     for i in range(3):

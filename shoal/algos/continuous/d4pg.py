@@ -113,6 +113,7 @@ SPECS = (
         build_model,
         "D4PG: DDPG with a categorical (C51) critic and n-step returns",
         "Box (bounded)",
+        runners=True,
     ),
 )
 """The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

@@ -96,6 +96,7 @@ SPECS = (
         build_model,
         "DDPG: deterministic actor, Q critic, target networks, Gaussian or OU exploration",
         "Box (bounded)",
+        runners=True,
     ),
 )
 """The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

@@ -223,6 +223,7 @@ SPECS = (
         build_model,
         "Soft Actor-Critic with automatic entropy tuning; discrete-action variant",
         "Box (bounded), Discrete",
+        runners=True,
     ),
 )
 """The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

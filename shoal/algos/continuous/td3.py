@@ -133,6 +133,7 @@ SPECS = (
         build_model,
         "TD3: DDPG with twin critics, delayed policy updates and target policy smoothing",
         "Box (bounded)",
+        runners=True,
     ),
 )
 """The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

@@ -4,12 +4,22 @@ D4PG, and the pieces MADDPG reuses).
 `ReplayAlgorithm` is the iteration: act for ``rollout_steps`` vector steps with the latest
 weights, store them in replay, then take ``gradient_steps`` gradient steps on replay batches
 (after ``learning_starts`` env steps). An algorithm gives it a learner and decides what the
-samplers' exploration looks like each iteration (`ReplayAlgorithm.explore`). The actor-critics'
+samplers' exploration looks like each iteration (its ``exploration``). The actor-critics'
 settings and learner core are in `shoal.algos.cores.actor_critic_replay`.
+
+Sampling is in-process, or on ``run.runners`` Ray actors (`shoal.collect.make_sampler`), each
+stepping its own ``env.num_envs`` envs: their rollouts are joined along the env axis and
+stored as one vector step of ``runners x env.num_envs`` envs, and the iteration takes
+``runners x gradient_steps`` gradient steps, so that updates per env step are the same as
+in-process. With ``replay.max_lag`` k >= 1 a sampler thread (`shoal.collect.ahead`) samples
+rollout n with the weights of iteration n - k while the learner trains on the replay, exactly
+as many iterations behind whatever the timing.
 """
 
 from __future__ import annotations
 
+import functools
+import time
 from collections.abc import Callable
 from typing import Any, Protocol, cast
 
@@ -17,7 +27,8 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from shoal.collect import EnvRunner, LocalSampler
+from shoal.collect import EnvRunner, make_sampler
+from shoal.collect.ahead import AheadSampler
 from shoal.config import EnvConfig, ModelConfig, OptimConfig, ReplayConfig, RunConfig
 from shoal.core.seeding import derive_seed
 from shoal.core.types import ReplayBatch
@@ -99,9 +110,14 @@ def make_priorities(replay: ReplayConfig, num_envs: int) -> Priorities | None:
 
 
 def learn_from_replay(
-    config: ReplayLearnerConfig, replay: ReplayBuffer, learner: ReplayLearner, env_steps: int
+    config: ReplayLearnerConfig,
+    replay: ReplayBuffer,
+    learner: ReplayLearner,
+    env_steps: int,
+    rollouts: int = 1,
 ) -> dict[str, float]:
-    """``replay.gradient_steps`` updates on replay batches, with new priorities for
+    """``rollouts x replay.gradient_steps`` updates on replay batches (``rollouts``: the
+    rollouts of ``env.num_envs`` envs the iteration stored, one per runner), with new priorities for
     prioritized replay (importance exponent annealed from ``priority_beta`` to 1 over
     ``optim.anneal_steps`` or the run); returns the mean metrics of the updates.
 
@@ -116,7 +132,7 @@ def learn_from_replay(
     beta0 = settings.priority_beta
     beta = beta0 + (1.0 - beta0) * min(1.0, env_steps / anneal)
     history, pending = [], []
-    for _ in range(settings.gradient_steps):
+    for _ in range(settings.gradient_steps * rollouts):
         batch = replay.sample(settings.batch_size, beta)
         stats, priorities = learner.update(batch)
         if prioritized and priorities.device.type == "cpu":
@@ -170,8 +186,10 @@ coming iteration (`random_start`; DQN's annealed epsilon, `shoal.algos.value.dqn
 
 
 class ReplayAlgorithm:
-    """One iteration: set exploration, act for ``rollout_steps`` vector steps, store them,
-    learn from replay. DQN, DDPG, TD3, SAC and D4PG are this with their parts passed in.
+    """One iteration: act for ``rollout_steps`` vector steps, store them, learn from replay,
+    set exploration for the next rollout. DQN, DDPG, TD3, SAC and D4PG are this with their
+    parts passed in. Sampling runs in-process or on Ray runners, in step with learning or
+    ``replay.max_lag`` iterations ahead of it (module docstring).
 
     Args:
         config: a `ReplayConfig`.
@@ -192,44 +210,89 @@ class ReplayAlgorithm:
     ):
         self.exploration = exploration
         self.config = config
-        runner = replay_runner(config, model_fn, config.env, derive_seed(config.run.seed, "env", 0))
-        self.sampler = LocalSampler(runner)
-        env = runner.env
-        self.learner = learner_fn(config, env.observation_space, env.action_space)
-        mask_dim = None if env.action_mask is None else int(as_discrete(env.action_space).n)
-        frame_stack = stack_size(env.observation_space) if frame_replay else None
+        self.sampler = make_sampler(
+            config.env,
+            functools.partial(model_fn, config),
+            config.rollout_steps,
+            config.run,
+            acting=config.model.backend,
+            own_stream=True,  # one synchronous Ray runner is then the in-process run
+        )
+        spaces = self.sampler.observation_space, self.sampler.action_space
+        self.learner = learner_fn(config, *spaces)
+        num_envs = self.sampler.num_envs
+        masked = self.sampler.action_masked
+        frame_stack = stack_size(spaces[0]) if frame_replay else None
         self.replay = ReplayBuffer(
             config.replay.buffer_size,
-            env.num_envs,
-            env.observation_space,
-            env.action_space,
+            num_envs,
+            *spaces,
             n_step=config.replay.n_step,
-            action_mask_dim=mask_dim,
-            priorities=make_priorities(config.replay, env.num_envs),
+            action_mask_dim=int(as_discrete(spaces[1]).n) if masked else None,
+            priorities=make_priorities(config.replay, num_envs),
             seed=derive_seed(config.run.seed, "replay", 0),
             frame_stack=frame_stack,
             device=self.learner.device,
         )
         self.env_steps = 0
         self.iteration = 0
+        self.ahead: AheadSampler | None = None
+        self._explored: dict[str, float] = {}
+        """The metrics of the exploration set for the next rollout."""
+        if config.replay.max_lag > 0:
+            self.ahead = AheadSampler(self.sampler, config.replay.max_lag)
+            self._explore_and_publish()
+
+    def _explore_and_publish(self) -> None:
+        """Set the exploration of the coming rollouts; sampling ahead, publish the weights
+        (with it) as version ``iteration``."""
+        self._explored = self.exploration(self.learner, self.config, self.env_steps)
+        if self.ahead is not None:
+            self.ahead.publish(self.iteration, self.learner.get_weights())
 
     def train_iteration(self) -> dict[str, float]:
         cfg = self.config
-        metrics = self.exploration(self.learner, cfg, self.env_steps)
-        self.sampler.set_weights(self.learner.get_weights())
-        rollout, episodes = self.sampler.sample()
+        if self.ahead is None:
+            self._explore_and_publish()
+            self.sampler.set_weights(self.learner.get_weights())
+            rollout, episodes = self.sampler.sample()
+            restarted, lag = self.sampler.last_restarted, {}
+        else:
+            start = time.perf_counter()
+            ahead = self.ahead.take(self.iteration)
+            rollout, episodes, restarted = ahead.rollout, ahead.episodes, ahead.restarted
+            lag = {
+                "train/policy_lag": float(self.iteration - ahead.version),
+                "perf/sample_wait_s": time.perf_counter() - start,
+            }
+        metrics = dict(self._explored)
+        if restarted:  # their old actors' last steps were lost: cut those episodes
+            per_runner = self.sampler.envs_per_runner
+            self.replay.cut_episodes([i * per_runner + e for i in restarted
+                                      for e in range(per_runner)])  # fmt: skip
         self.replay.extend(*rollout.transitions())
         self.env_steps += rollout.rewards.numel()
         self.iteration += 1
         if self.env_steps > cfg.replay.learning_starts and self.replay.num_sampleable() > 0:
             metrics.update(self._learn())
+        if self.ahead is not None:
+            self._explore_and_publish()
+        metrics.update(lag)
         metrics.update(episodes.metrics())
         return metrics
 
     def _learn(self) -> dict[str, float]:
-        return learn_from_replay(self.config, self.replay, self.learner, self.env_steps)
+        runners = self.sampler.num_runners
+        return learn_from_replay(self.config, self.replay, self.learner, self.env_steps, runners)
+
+    def _stop_sampling(self) -> None:
+        """Park the sampler thread between two rollouts (its envs can then be read)."""
+        if self.ahead is not None:
+            self.ahead.stop()
 
     def policy(self) -> ActorPolicy:
+        if self.config.env.normalize_obs:
+            self._stop_sampling()  # the normalizer's statistics, not while the thread updates them
         return ActorPolicy(
             uncompiled_copy(self.learner.policy_network),
             self.sampler.obs_stats(),
@@ -237,7 +300,8 @@ class ReplayAlgorithm:
         )
 
     def state_dict(self) -> dict[str, Any]:
-        return {
+        self._stop_sampling()
+        state = {
             "learner": self.learner.state_dict(),
             "sampler": self.sampler.get_state(),
             "replay": self.replay.state_dict() if self.config.replay.save else None,
@@ -247,10 +311,14 @@ class ReplayAlgorithm:
             },
             "counters": {"env_steps": self.env_steps, "iteration": self.iteration},
         }
+        if self.ahead is not None:
+            state["ahead"] = {**self.ahead.get_state(), "explored": dict(self._explored)}
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> bool:
         """Restore; returns whether the envs were restored mid-episode (a replay that was not
         saved refills: the training loop reads that from ``state``)."""
+        self._stop_sampling()
         self.learner.load_state_dict(state["learner"])
         self.sampler.set_weights(self.learner.get_weights())
         self.env_steps = state["counters"]["env_steps"]
@@ -258,8 +326,18 @@ class ReplayAlgorithm:
         replay_restored = state.get("replay") is not None
         if replay_restored:
             self.replay.load_state_dict(state["replay"])
+        if self.ahead is not None:
+            if "ahead" in state:  # the rollouts sampled ahead and the versions still needed
+                self.ahead.set_state(state["ahead"])
+                self._explored = dict(state["ahead"]["explored"])
+            else:  # saved in step: sampling ahead starts from here
+                self.ahead.set_state({"next_index": self.iteration, "ready": [],
+                                      "snapshots": {}})  # fmt: skip
+                self._explore_and_publish()
         fallback = derive_seed(self.config.run.seed, "env-restart", self.iteration)
         return self.sampler.set_state(state["sampler"], fallback)
 
     def close(self) -> None:
+        if self.ahead is not None:
+            self.ahead.close()
         self.sampler.close()

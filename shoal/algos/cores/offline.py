@@ -34,7 +34,7 @@ from shoal.config import (
     from_dict,
     to_dict,
 )
-from shoal.config.usage import Gate
+from shoal.config.usage import IN_STEP, Gate
 from shoal.core.errors import ConfigError, DatasetError
 from shoal.core.seeding import derive_seed
 from shoal.data.offline import OfflineDataset, dataset_env, read_dataset
@@ -54,6 +54,8 @@ class OfflineConfig(ActorCriticReplayConfig):
     are `ActorCriticReplayConfig`'s. Progress (``run.total_steps`` and the evaluation and
     checkpoint cadences) counts gradient updates while offline, and adds env steps once
     online."""
+
+    UNUSED: ClassVar[dict[str, str]] = {**ActorCriticReplayConfig.UNUSED, **IN_STEP}
 
     run: RunConfig = field(
         default_factory=lambda: RunConfig(

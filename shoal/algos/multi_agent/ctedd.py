@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -68,6 +68,7 @@ from shoal.config import (
     check_multi_agent_learner,
     check_positive,
 )
+from shoal.config.usage import IN_STEP
 from shoal.core.errors import ConfigError
 from shoal.core.seeding import derive_seed
 from shoal.core.types import ReplayBatch
@@ -89,6 +90,8 @@ class CTEDDConfig(ActorCriticReplayConfig):
     """CTEDD hyperparameters; defaults follow Chen's section 5.2 (lr 0.005, batch
     1024, gamma 0.95, 64-unit policy layers, 64x64 critics, alpha 0.1 -> 0.001) and MADDPG's
     defaults otherwise. The shared replay settings are documented on `ActorCriticReplayConfig`."""
+
+    UNUSED: ClassVar[dict[str, str]] = {**ActorCriticReplayConfig.UNUSED, **IN_STEP}
 
     env: EnvConfig = field(
         default_factory=lambda: EnvConfig(

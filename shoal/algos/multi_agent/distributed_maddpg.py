@@ -118,7 +118,8 @@ class DistributedMADDPGConfig:
     not timed: two runs of one seed are then identical (the learning test uses this)."""
 
     UNUSED: ClassVar[dict[str, str]] = {
-        "maddpg.replay.save": "its learners' replays live in Ray actors and are not checkpointed"
+        "maddpg.replay.save": "its learners' replays live in Ray actors and are not checkpointed",
+        "maddpg.replay.max_lag": "its collectors sample asynchronously, paced by sync_every",
     }
 
     def __post_init__(self) -> None:

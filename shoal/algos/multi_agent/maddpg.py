@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -56,6 +56,7 @@ from shoal.config import (
     check_choices,
     check_multi_agent_learner,
 )
+from shoal.config.usage import IN_STEP
 from shoal.core.device import to_device
 from shoal.core.errors import ConfigError
 from shoal.core.seeding import derive_seed
@@ -75,6 +76,8 @@ class MADDPGConfig(ActorCriticReplayConfig):
     """MADDPG hyperparameters; defaults follow Biswas and Biswas (64-64 ReLU networks, critic lr
     1e-3, actor lr 1e-4, batch 1024). The shared replay settings are documented on
     `ActorCriticReplayConfig`."""
+
+    UNUSED: ClassVar[dict[str, str]] = {**ActorCriticReplayConfig.UNUSED, **IN_STEP}
 
     env: EnvConfig = field(default_factory=lambda: EnvConfig(id="shoal/spread-v0", num_envs=8))
     optim: OptimConfig = field(

@@ -40,7 +40,7 @@ from shoal.config import (
     check_multi_agent_learner,
     check_positive,
 )
-from shoal.config.usage import CONSTANT_LR, Gate
+from shoal.config.usage import CONSTANT_LR, IN_STEP, Gate
 from shoal.core.device import check_precision, resolve_device, to_device
 from shoal.core.errors import ConfigError, UnsupportedSpaceError
 from shoal.core.seeding import derive_seed
@@ -126,6 +126,7 @@ class QMIXConfig:
         "model.encoder": "its agent networks read flat observations through MLPs",
         "replay.n_step": "it learns from 1-step targets over whole episodes",
         "replay.prioritized": "its episode replay samples uniformly",
+        **IN_STEP,
     }
 
     def __post_init__(self) -> None:

@@ -20,7 +20,7 @@ from shoal.algos.cores import offline as offline_core
 from shoal.algos.cores.offline import OfflineAlgorithm, OfflineConfig
 from shoal.algos.spec import AlgorithmSpec
 from shoal.config import NoiseConfig
-from shoal.config.usage import NO_COMPILE, NO_LR_SCHEDULE, NO_LSTM
+from shoal.config.usage import IN_STEP, NO_COMPILE, NO_LR_SCHEDULE, NO_LSTM
 from shoal.core.device import check_precision, resolve_device, to_device, to_host
 from shoal.core.types import ReplayBatch
 from shoal.fast.backend import place
@@ -39,6 +39,7 @@ class BCConfig(OfflineConfig):
         **NO_COMPILE,
         **NO_LR_SCHEDULE,
         **NO_LSTM,
+        **IN_STEP,
         "model.shared_trunk": "it trains one network, the actor",
         **{name: "behaviour cloning has no critic and no returns"
            for name in ("gamma", "tau", "critic_loss", "critic_l2")},

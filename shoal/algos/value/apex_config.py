@@ -203,6 +203,7 @@ class ApexDQNConfig(ApexConfig):
         "dqn.optim.anneal_steps": "Ape-X keeps its learning rate and priority_beta fixed",
         "dqn.replay.prioritized": "Ape-X's replay is always prioritized (proportional)",
         "dqn.replay.gradient_steps": "training_intensity paces Ape-X's learner",
+        "dqn.replay.max_lag": "Ape-X's actors always sample asynchronously",
         "dqn.replay.save": "the replay shards live in Ray actors and are not checkpointed",
         "dqn.rollout_steps": "the actors' batches are Ape-X's rollout_steps long",
         "dqn.frame_replay": "the replay shards store whole observations",
@@ -241,6 +242,7 @@ class ApexDDPGConfig(ApexConfig):
         "ddpg.optim.anneal_steps": "Ape-X keeps its learning rate and priority_beta fixed",
         "ddpg.replay.prioritized": "Ape-X's replay is always prioritized (proportional)",
         "ddpg.replay.gradient_steps": "training_intensity paces Ape-X's learner",
+        "ddpg.replay.max_lag": "Ape-X's actors always sample asynchronously",
         "ddpg.replay.save": "the replay shards live in Ray actors and are not checkpointed",
         "ddpg.rollout_steps": "the actors' batches are Ape-X's rollout_steps long",
     }

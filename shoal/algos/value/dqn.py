@@ -269,6 +269,7 @@ SPECS = (
         build_model,
         "DQN with switches for every Rainbow part (double, dueling, n-step, PER, noisy, C51)",
         "Discrete",
+        runners=True,
     ),
     AlgorithmSpec(
         "qrdqn",
@@ -278,6 +279,7 @@ SPECS = (
         "QR-DQN: distributional DQN by quantile regression",
         "Discrete",
         {"value_head": "quantile"},
+        runners=True,
     ),
     AlgorithmSpec(
         "rem",
@@ -287,6 +289,7 @@ SPECS = (
         "REM: DQN with a random convex mixture of Q-heads",
         "Discrete",
         {"value_head": "rem"},
+        runners=True,
     ),
 )
 """The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""
