@@ -8,6 +8,11 @@ creates it as ``.venv-rllib``) and reads one JSON line from its output.
   sampling CartPole-v1 in parallel, ``S`` steps per env per call, as shoal's RaySampler does.
 * ``ppo --runners N --seed K``: RLlib PPO (its CartPole defaults) trained until the mean
   training episode return reaches 475; wall-clock from Ray start to solved, and env steps.
+* ``train --algo sac|dqn --env ID --runners N --envs E --fragment F --updates K --batch B
+  --hidden H [H ...] --seconds S``: env-steps/s of RLlib's training iterations (sampling,
+  storing, learning) after its learning starts, with K updates of B transitions per round of
+  F steps of E envs on each of N runners (``training_intensity`` set to give that round
+  robin), and the updates per env step it reached.
 """
 
 from __future__ import annotations
@@ -82,9 +87,64 @@ def ppo(args: argparse.Namespace) -> dict:
     return {"solved": ret >= SOLVED, "wall_s": wall, "env_steps": steps, "return": ret}
 
 
+def train(args: argparse.Namespace) -> dict:
+    from ray.rllib.algorithms.dqn import DQNConfig
+    from ray.rllib.algorithms.sac import SACConfig
+
+    ray.init(num_cpus=max(os.cpu_count() or 1, args.runners + 1), include_dashboard=False)
+    config = SACConfig() if args.algo == "sac" else DQNConfig()
+    # RLlib's round robin: K updates per sampling round where training_intensity / native
+    # ratio = K, native ratio = B / (F x E x max(N + 1, 1)) (its dqn.calculate_rr_weights).
+    native = args.batch / (args.fragment * args.envs * max(args.runners + 1, 1))
+    config = (
+        config.environment(args.env)
+        .env_runners(
+            num_env_runners=args.runners,
+            num_envs_per_env_runner=args.envs,
+            rollout_fragment_length=args.fragment,
+        )
+        .training(
+            train_batch_size_per_learner=args.batch,
+            training_intensity=args.updates * native,
+            num_steps_sampled_before_learning_starts=args.learning_starts,
+        )
+        .rl_module(model_config={"fcnet_hiddens": list(args.hidden)})
+        .debugging(seed=0, log_level="ERROR")
+        .reporting(min_time_s_per_iteration=0, min_sample_timesteps_per_iteration=0)
+    )
+    algo = config.build_algo()
+
+    def counts(result: dict) -> tuple[int, int]:
+        sampled = int(result["env_runners"]["num_env_steps_sampled_lifetime"])
+        learners = result.get("learners", {}).get("__all_modules__", {})
+        return sampled, int(learners.get("num_env_steps_trained_lifetime", 0))
+
+    sampled = 0
+    while sampled <= args.learning_starts:
+        sampled, _ = counts(algo.train())
+    sampled0, trained0 = counts(algo.train())  # warm-up of the learner
+    begin = time.perf_counter()
+    while time.perf_counter() - begin < args.seconds:
+        sampled, trained = counts(algo.train())
+    elapsed = time.perf_counter() - begin
+    algo.stop()
+    return {
+        "steps_per_s": (sampled - sampled0) / elapsed,
+        "updates_per_env_step": (trained - trained0) / args.batch / max(1, sampled - sampled0),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("mode", choices=["sample", "ppo"])
+    parser.add_argument("mode", choices=["sample", "ppo", "train"])
+    parser.add_argument("--algo", choices=["sac", "dqn"], default="sac")
+    parser.add_argument("--env", default="Pendulum-v1")
+    parser.add_argument("--fragment", type=int, default=16)
+    parser.add_argument("--updates", type=int, default=16)
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--hidden", type=int, nargs="+", default=[256, 256])
+    parser.add_argument("--learning-starts", type=int, default=1_000)
+    parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--runners", type=int, default=1)
     parser.add_argument("--envs", type=int, default=8)
     parser.add_argument("--steps", type=int, default=64)
@@ -93,7 +153,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-s", type=float, default=600.0)
     args = parser.parse_args()
-    out = sample(args) if args.mode == "sample" else ppo(args)
+    out = {"sample": sample, "ppo": ppo, "train": train}[args.mode](args)
     print("RESULT " + json.dumps(out), flush=True)
 
 

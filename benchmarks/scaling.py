@@ -18,10 +18,15 @@ In one run, on this machine:
 
 4. **Training with runners** (``--parts training``): env-steps/s of whole training
    iterations (sampling, storing and learning) of SAC on HalfCheetah-v5, DQN and PPO on
-   CartPole-v1 with 0 (in-process), 1 and 2 runners, in step with learning and sampling one
+   CartPole-v1 with 0 (in-process), 1 and 2 runners (and DQN on Pong, ``--training-rows
+   dqn-pong``), in step with learning and sampling one
    iteration ahead (SAC and DQN: ``replay.max_lag 1``; PPO: APPO, its asynchronous form,
    ``max_lag 1``). Every row of one algorithm learns at the same ratio of updates to env
    steps. Timed after the replay learners' ``learning_starts``.
+5. **Training beside RLlib** (``--parts rllib-training``): SAC on Pendulum-v1 and DQN on
+   CartPole-v1 with 1 and 2 runners in step, shoal against RLlib (`rllib_side.py train`) with
+   the same envs per runner, rollout length, batch size, network and updates per env step
+   (RLlib's ``training_intensity`` set to give them; the ratio it reached is printed).
 
 Each figure is the median of ``--repeats`` measurements (solving: of ``--seeds`` seeds). On a
 2-core machine every process competes for the same cores, so throughput flattens beyond 1-2
@@ -110,9 +115,21 @@ TRAINING = {
     }),
     "dqn": ("dqn", "CartPole-v1", {
         "env.num_envs": 4, "rollout_steps": 16, "replay.gradient_steps": 16,
-        "replay.batch_size": 64, "replay.learning_starts": 1_000,
+        "replay.batch_size": 64, "replay.learning_starts": 1_000, "model.hidden": (64, 64),
+    }),
+    # beside RLlib's SAC (its venv has no MuJoCo): its default 256-256 networks
+    "sac-pendulum": ("sac", "Pendulum-v1", {
+        "env.num_envs": 1, "rollout_steps": 16, "replay.gradient_steps": 16,
+        "replay.batch_size": 256, "replay.learning_starts": 1_000, "model.hidden": (256, 256),
     }),
     "ppo": ("ppo", "CartPole-v1", {"env.num_envs": 8, "num_steps": 128}),
+    # dqn-pong's shape (one update per 4 env steps, frames stored once), where acting (the
+    # Atari preprocessing and the CNN's forward) costs about what learning does
+    "dqn-pong": ("dqn", "PongNoFrameskip-v4", {
+        "env.atari": "deepmind", "env.num_envs": 4, "rollout_steps": 4,
+        "replay.gradient_steps": 4, "replay.batch_size": 32, "replay.learning_starts": 2_000,
+        "replay.buffer_size": 20_000, "model.encoder": "nature", "frame_replay": True,
+    }),
 }  # fmt: skip
 TARGET_AHEAD_SPEEDUP = 1.5  # SAC, 1 runner sampling ahead / in-process
 
@@ -206,7 +223,8 @@ def main() -> int:
         help="what to measure",
     )
     parser.add_argument("--training-s", type=float, default=20.0, help="seconds a row trains")
-    parser.add_argument("--training-rows", nargs="+", default=list(TRAINING))
+    parser.add_argument("--training-rows", nargs="+", default=["sac", "dqn", "ppo"],
+                        choices=list(TRAINING))  # fmt: skip
     parser.add_argument("--ppo-solve-child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.ppo_solve_child is not None:
@@ -215,13 +233,17 @@ def main() -> int:
     if args.quick:
         args.repeats, args.seeds, args.calls, args.impala_steps = 1, 1, 5, 20_000
     torch.set_num_threads(1)
-    if "training" in args.parts:  # shoal alone: RLlib's rows are not measured here yet
-        require_ray().connect(None)
-        figures = {"training": training_table(args)}
-        require_ray().shutdown()
+    if "training" in args.parts or "rllib-training" in args.parts:
+        figures = {}
+        if "training" in args.parts:
+            require_ray().connect(None)
+            figures["training"] = training_table(args)
+            require_ray().shutdown()
+        if "rllib-training" in args.parts:
+            figures["rllib_training"] = rllib_table(args)
         if args.json:
             Path(args.json).write_text(json.dumps(figures, indent=2, default=str))
-        if args.parts == ["training"]:
+        if set(args.parts) <= {"training", "rllib-training"}:
             return 0
     if not Path(args.rllib_python).exists():
         print(f"RLlib's Python not found at {args.rllib_python}: run `make bench-scaling`")
@@ -280,6 +302,50 @@ def main() -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2, default=str))
     return 0 if all(checks.values()) else 1
+
+
+RLLIB_ROWS = ("sac-pendulum", "dqn")
+TARGET_RLLIB_TRAINING_RATIO = 3.0  # shoal / RLlib training env-steps/s, same runners
+
+
+def rllib_training(args: argparse.Namespace, row: str, runners: int) -> dict:
+    """RLlib's training env-steps/s on ``row``'s env and settings, in its own environment."""
+    name, env_id, settings = TRAINING[row]
+    envs, fragment = settings["env.num_envs"], settings["rollout_steps"]
+    command = [args.rllib_python, "benchmarks/rllib_side.py", "train", "--algo", name]
+    command += ["--env", env_id, "--runners", str(runners), "--envs", str(envs)]
+    command += ["--fragment", str(fragment), "--batch", str(settings["replay.batch_size"])]
+    # shoal: gradient_steps per runner's rollout; RLlib: updates per round of all runners
+    command += ["--updates", str(settings["replay.gradient_steps"] * max(1, runners))]
+    command += ["--hidden", *map(str, settings["model.hidden"])]
+    command += ["--learning-starts", str(settings["replay.learning_starts"])]
+    return child(command + ["--seconds", str(args.training_s)])
+
+
+def rllib_table(args: argparse.Namespace) -> dict:
+    """SAC and DQN training beside RLlib's, in step, 1 and 2 runners; repeats interleaved."""
+    figures: dict = {}
+    ratios = []
+    for row in RLLIB_ROWS:
+        figures[row] = {}
+        for runners in (1, 2):
+            ours, theirs, ratio_seen = [], [], []
+            for _ in range(args.repeats):
+                ours.append(training_rate(row, runners, False, args.training_s)["steps_per_s"])
+                require_ray().shutdown()  # no idle Ray of ours beside RLlib's
+                rllib = rllib_training(args, row, runners)
+                theirs.append(rllib["steps_per_s"])
+                ratio_seen.append(rllib["updates_per_env_step"])
+            a, b = statistics.median(ours), statistics.median(theirs)
+            ratios.append(a / b)
+            figures[row][runners] = {"shoal": ours, "rllib": theirs, "rllib_ratio": ratio_seen}
+            print(f"{row:>12} runners {runners}: shoal {a:>8,.1f}  RLlib {b:>8,.1f} env-steps/s"
+                  f"  ({a / b:.1f}x; RLlib's updates per env step "
+                  f"{statistics.median(ratio_seen):.3f})", flush=True)  # fmt: skip
+    ok = min(ratios) >= TARGET_RLLIB_TRAINING_RATIO
+    print(f"{'PASS' if ok else 'FAIL'}  SAC and DQN training >= {TARGET_RLLIB_TRAINING_RATIO}x "
+          f"RLlib's env-steps/s at equal runners: {min(ratios):.1f}x at least")  # fmt: skip
+    return figures
 
 
 def training_table(args: argparse.Namespace) -> dict:
