@@ -1,5 +1,5 @@
 """A replay learner on a real multi-node Ray cluster losing a node and a runner (run as a script
-by ``tests/distributed/test_cluster_faults.py``, in a process of its own: a process joins one
+by ``tests/test_cluster_faults.py``, in a process of its own: a process joins one
 Ray, and the other tests share a local one).
 
 The cluster is a head without CPUs (it holds no runner) and worker nodes as separate raylets

@@ -1,7 +1,8 @@
 """Faults on a real multi-node Ray cluster (a head and worker nodes as separate raylets, started
 on this machine by `ray.cluster_utils.Cluster`): a replay learner sampling ahead on two
 runners loses the node they run on, gains another and loses a runner, and finishes with
-nothing lost. The cluster lives in a process of its own (``tests/cluster_faults.py``)."""
+nothing lost. The cluster lives in a process of its own (``tests/cluster_faults.py``), so
+this test needs not the session's local Ray and runs beside the Ray group, not in it."""
 
 import json
 import subprocess
@@ -12,7 +13,7 @@ import pytest
 
 pytest.importorskip("ray", reason="needs pip install 'shoal[ray]'")
 
-HELPER = Path(__file__).parents[1] / "cluster_faults.py"
+HELPER = Path(__file__).parent / "cluster_faults.py"
 
 
 def test_a_lost_node_and_a_killed_runner_lose_nothing():
