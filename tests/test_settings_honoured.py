@@ -50,6 +50,16 @@ def test_a_replay_learner_with_runners_stops_before_building_a_run(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.parametrize("name", ["dqn", "sac"])
+def test_sampling_ahead_in_the_learners_process_is_refused_by_name(name):
+    """Without runners the sampler thread's action draws would share the learner's torch
+    generator and a seeded run would not repeat: refused before anything is built."""
+    with pytest.raises(ConfigError, match=r"ReplayConfig.max_lag = 1 is invalid: > 0 needs run"):
+        ALGORITHMS[name].default_config(**{"replay.max_lag": 1})
+    config = ALGORITHMS[name].default_config(**{"replay.max_lag": 1, "run.runners": 1})
+    assert config.replay.max_lag == 1
+
+
 def test_d4pg_learns_from_the_n_step_returns_its_config_names():
     config = D4PGConfig()
     assert config.replay.n_step == 5  # the paper's

@@ -177,6 +177,11 @@ class AheadSampler:
         )  # fmt: skip
         self.snapshots = {int(v): w for v, w in state["snapshots"].items()}
 
+    def start_at(self, index: int) -> None:
+        """Start afresh at rollout ``index``, nothing sampled ahead and no version published
+        (a run resumed from a checkpoint saved without sampling ahead)."""
+        self.set_state({"next_index": index, "ready": [], "snapshots": {}})
+
     def close(self) -> None:
         """Stop after the rollout in flight, sampling nothing more."""
         self._join(closing=True)

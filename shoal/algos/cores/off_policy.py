@@ -331,8 +331,7 @@ class ReplayAlgorithm:
                 self.ahead.set_state(state["ahead"])
                 self._explored = dict(state["ahead"]["explored"])
             else:  # saved in step: sampling ahead starts from here
-                self.ahead.set_state({"next_index": self.iteration, "ready": [],
-                                      "snapshots": {}})  # fmt: skip
+                self.ahead.start_at(self.iteration)
                 self._explore_and_publish()
         fallback = derive_seed(self.config.run.seed, "env-restart", self.iteration)
         return self.sampler.set_state(state["sampler"], fallback)
