@@ -1,11 +1,14 @@
-"""A replay learner on a real multi-node Ray cluster losing a node and a runner (run as a script
-by ``tests/test_cluster_faults.py``, in a process of its own: a process joins one
-Ray, and the other tests share a local one).
+"""A replay learner and a learner group on a real multi-node Ray cluster losing a node, a runner
+and a learner (run as a script by ``tests/test_cluster_faults.py``, in a process of its own: a
+process joins one Ray, and the other tests share a local one).
 
 The cluster is a head without CPUs (it holds no runner) and worker nodes as separate raylets
 (`ray.cluster_utils.Cluster`). DQN samples one iteration ahead on 2 runners, both on the first
 worker node; a second node joins, the first is removed mid-run (both runners die and are
-rebuilt on the second), then a runner is killed. Prints one JSON line of what happened."""
+rebuilt on the second), then a runner is killed. Then PPO trains with a group of two learners
+(``run.learners``) twice, on the same seed: undisturbed, and losing the node its learners are
+placed on (the group is rebuilt on the other node) and later a learner; both runs must end with
+the same weights. Prints one JSON line of what happened."""
 
 from __future__ import annotations
 
@@ -50,12 +53,52 @@ def main() -> int:
         report["grad_steps"] = metrics[-1]["train/grad_steps"]
         report["finite_loss"] = bool(np.isfinite(metrics[-1]["loss/td"]))
         report["cut_rows"] = int((~algo.replay.valid[: algo.replay._rows_written]).sum())
+        algo.close()
+        learner_group(cluster, report)
     finally:
         algo.close()
         ray.shutdown()  # the driver leaves before its head node goes
         cluster.shutdown()
     print(json.dumps(report))
     return 0
+
+
+def learner_group(cluster: Cluster, report: dict) -> None:
+    spec = ALGORITHMS["ppo"]
+    config = spec.default_config(**{
+        "env.id": "CartPole-v1", "env.num_envs": 4, "num_steps": 16, "minibatch_size": 32,
+        "num_epochs": 2, "model.hidden": (16,),
+        "run.learners": 2, "run.ray_address": cluster.address, "run.seed": 3,
+    })  # fmt: skip
+    cluster.add_node(num_cpus=2)  # two worker nodes of 2 CPUs: the group fits on either
+    cluster.wait_for_nodes()
+    finals = []
+    for faults in (False, True):
+        torch.manual_seed(0)
+        algo = spec.algorithm_cls(config)
+        try:
+            for i in range(6):
+                if faults and i == 2:
+                    cluster.remove_node(learners_node(cluster, algo))
+                    cluster.add_node(num_cpus=2)
+                if faults and i == 4:
+                    algo.learner.kill(0)
+                metrics = algo.train_iteration()
+            finals.append({k: v.clone() for k, v in algo.learner.get_weights().items()})
+            if faults:
+                report["learner_restarts"] = metrics["perf/learner_restarts"]
+        finally:
+            algo.close()
+    clean, faulted = finals
+    report["learner_group_equal"] = all(torch.equal(clean[k], faulted[k]) for k in clean)
+
+
+def learners_node(cluster: Cluster, algo) -> object:
+    """The worker node the learner group's ranks are placed on (PACK: one node)."""
+    nodes = set(algo.learner.nodes())
+    assert len(nodes) == 1, nodes
+    (node_id,) = nodes
+    return next(n for n in cluster.list_all_nodes() if n.node_id == node_id)
 
 
 if __name__ == "__main__":

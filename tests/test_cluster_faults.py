@@ -1,8 +1,10 @@
 """Faults on a real multi-node Ray cluster (a head and worker nodes as separate raylets, started
 on this machine by `ray.cluster_utils.Cluster`): a replay learner sampling ahead on two
 runners loses the node they run on, gains another and loses a runner, and finishes with
-nothing lost. The cluster lives in a process of its own (``tests/cluster_faults.py``), so
-this test needs not the session's local Ray and runs beside the Ray group, not in it."""
+nothing lost; a learner group loses the node its learners are on, then a learner, and ends
+with the weights of an undisturbed run. The cluster lives in a process of its own
+(``tests/cluster_faults.py``), so this test needs not the session's local Ray and runs beside
+the Ray group, not in it."""
 
 import json
 import subprocess
@@ -16,7 +18,7 @@ pytest.importorskip("ray", reason="needs pip install 'shoal[ray]'")
 HELPER = Path(__file__).parent / "cluster_faults.py"
 
 
-def test_a_lost_node_and_a_killed_runner_lose_nothing():
+def test_a_lost_node_a_killed_runner_and_a_killed_learner_lose_nothing():
     done = subprocess.run(
         [sys.executable, str(HELPER)], capture_output=True, text=True, timeout=600
     )
@@ -31,3 +33,7 @@ def test_a_lost_node_and_a_killed_runner_lose_nothing():
     # The episodes the lost runners were in were cut in the replay: one row per env of
     # each restarted runner (2 + 2 + 2 envs), besides CartPole's own autoreset rows.
     assert report["cut_rows"] >= 6, report
+    # The learner group was rebuilt twice (a lost node, a killed learner) from its last
+    # synchronized state, and ended where the undisturbed run did.
+    assert report["learner_restarts"] == 2, report
+    assert report["learner_group_equal"], report

@@ -44,6 +44,26 @@ def test_algorithms_without_runners_refuse_them(name):
         check_runtime(spec, config)
 
 
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_every_algorithm_runs_a_learner_group_or_refuses_one_by_name(name):
+    """``run.learners 2`` on every registered algorithm: the ones that declare learner groups
+    accept it (tests/distributed/test_learner_group.py trains them), every other one refuses
+    it before anything is built, saying why (no gradients, or no groups yet)."""
+    spec = ALGORITHMS[name]
+    try:
+        config = spec.default_config(**{"run.learners": 2})
+    except ConfigError as exc:  # refused by the config itself
+        assert "learners" in str(exc)
+        return
+    if spec.learner_groups:
+        check_runtime(spec, config)
+        assert spec.scaling()["learners"] == "run.learners"
+        return
+    why = "has no gradient steps to split" if not spec.gradients else "has no learner groups yet"
+    with pytest.raises(ConfigError, match=rf"run.learners = 2: {name} {why}"):
+        check_runtime(spec, config)
+
+
 def test_a_replay_learner_with_runners_stops_before_building_a_run(tmp_path):
     with pytest.raises(ConfigError, match="run.runners = 4: maddpg"):
         shoal.train("maddpg", run_dir=str(tmp_path / "r"), **QUIET, **{"run.runners": 4})

@@ -40,6 +40,13 @@ class AlgorithmSpec:
     runners: bool = False
     """It samples on Ray actors when ``run.runners`` > 0; the training loop refuses
     ``run.runners`` > 0 for an algorithm without this (it would sample in-process)."""
+    learner_groups: bool = False
+    """Its learner runs as a data-parallel group when ``run.learners`` > 1
+    (`shoal.algos.cores.learner_group`); the training loop refuses ``run.learners`` > 1 for
+    an algorithm without this."""
+    gradients: bool = True
+    """It learns by gradient steps (False: tabular updates, evolution, planning), which a
+    learner group would split; for the refusal's words."""
     deploys_search: bool = False
     """Its deployed policy (``shoal.load``) searches at every step, a program around its
     network rather than one network: ``shoal export`` refuses it."""
@@ -93,7 +100,7 @@ class AlgorithmSpec:
         return {
             "runners": "run.runners" if self.runners else None,
             "sampling ahead": reads("max_lag", "replay.max_lag"),
-            "learners": reads("num_learners"),
+            "learners": "run.learners" if self.learner_groups else reads("num_learners"),
         }
 
     def default_config(self, **overrides: Any) -> Any:

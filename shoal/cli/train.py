@@ -25,6 +25,7 @@ SHORTHANDS = {
     "--target-return": "--run.target-return",
     "--num-envs": "--env.num-envs",
     "--runners": "--run.runners",
+    "--learners": "--run.learners",
     "--ray-address": "--run.ray-address",
 }
 
@@ -45,7 +46,7 @@ Train an agent and save its run (logs, checkpoints, config) under runs/.
   --FIELD VALUE     any config field, nested with dots: --env CartPole-v1,
                     --run.total-steps 200000, --optim.lr 3e-4, --model.hidden 64 64
                     (shorthands: --env, --seed, --total-steps, --run-dir,
-                    --target-return, --num-envs, --runners, --ray-address)
+                    --target-return, --num-envs, --runners, --learners, --ray-address)
 
 shoal train ALGO --help lists every field of ALGO's config with its default and meaning.
 

@@ -68,6 +68,17 @@ class RunConfig:
     runners: int = 0
     """Sampling workers as Ray actors, each with its own env.num_envs environments (0: sample
     in the learner's process, no Ray). Algorithms without distributed sampling refuse > 0."""
+    learners: int = 1
+    """Data-parallel copies of the learner (a learner group), as Ray actors placed together
+    with their devices (a placement group) on this machine or any node of the cluster. Every
+    minibatch is split among them, each backpropagates its share and the gradients are
+    all-reduced (NCCL between GPUs, gloo on CPUs), so each step is one update on the whole
+    minibatch. 1: the learner in the training process. Algorithms without learner groups
+    refuse > 1 (the scaling tutorial's table lists which have them)."""
+    share_gpus: bool = False
+    """With run.learners > 1 on GPUs: let learners share a GPU where the cluster has fewer GPUs
+    than learners (each takes an equal share; gradients then go through gloo on the host, as
+    NCCL needs a GPU per rank). False: more learners than GPUs is refused."""
     ray_address: str | None = None
     """Join the Ray cluster at HOST:PORT (or 'auto'); unset: start a local Ray when needed."""
     max_worker_restarts: int = 100
@@ -84,7 +95,11 @@ class RunConfig:
     directory; extra shoal[mlflow])."""
 
     GATES: ClassVar[dict[str, Gate]] = {
-        "ray_address": Gate("runners", lambda n: n > 0, "with Ray runners (run.runners > 0)"),
+        "ray_address": Gate(
+            "", lambda run: run.runners > 0 or run.learners > 1,
+            "with Ray runners or learners (run.runners > 0 or run.learners > 1)",
+        ),
+        "share_gpus": Gate("learners", lambda n: n > 1, "with a learner group (run.learners > 1)"),
         "max_worker_restarts": Gate(
             "runners", lambda n: n > 0, "with Ray runners (run.runners > 0)"
         ),
@@ -95,6 +110,7 @@ class RunConfig:
         check_positive(self, "total_steps", "eval_episodes", "keep_checkpoints", "torch_threads")
         check(self, "eval_every_steps", self.eval_every_steps >= 0, "must be >= 0")
         check(self, "runners", self.runners >= 0, "must be >= 0 (0: no Ray)")
+        check(self, "learners", self.learners >= 1, "must be >= 1 (1: no learner group)")
         check_choices(self)
         for tracker, module, extra in (("wandb", "wandb", "wandb"), ("mlflow", "mlflow", "mlflow")):
             if getattr(self, tracker) is not None and importlib.util.find_spec(module) is None:

@@ -133,6 +133,20 @@ class AlgorithmSpec(Protocol):
         ...
 
     @property
+    def learner_groups(self) -> bool:
+        """Whether its learner runs as a data-parallel group when ``run.learners`` > 1."""
+        ...
+
+    @property
+    def gradients(self) -> bool:
+        """Whether it learns by gradient steps (False: tabular, evolution, planning)."""
+        ...
+
+    def scaling(self) -> dict[str, str | None]:
+        """The settings it scales out with: ``runners``, ``sampling ahead``, ``learners``."""
+        ...
+
+    @property
     def prepare(self) -> Callable[[Any], Any] | None:
         """``prepare(config) -> config`` before anything is built, or None."""
         ...

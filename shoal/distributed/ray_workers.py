@@ -19,6 +19,8 @@ from typing import Any
 
 import ray
 import ray.exceptions
+import ray.util
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from shoal.core.errors import DistributedError
 
@@ -112,6 +114,11 @@ def cluster_cpus() -> float:
     return float(ray.cluster_resources().get("CPU", 1.0))
 
 
+def available_cpus() -> float:
+    """The CPUs of the Ray cluster that no actor or task has claimed now."""
+    return float(ray.available_resources().get("CPU", 0.0))
+
+
 def shutdown() -> None:
     ray.shutdown()
 
@@ -143,6 +150,7 @@ class WorkerPool:
         on_restart: Callable[[int], None] | None = None,
         num_cpus: float | None = None,
         num_gpus: float = 0.0,
+        placement: str | None = None,
     ):
         # max_concurrency 1: calls on one actor run in the order they were made, so weights
         # set before a sample request are the weights that sample uses.
@@ -151,16 +159,27 @@ class WorkerPool:
             options["num_cpus"] = num_cpus
         if num_gpus:  # Ray sets the actor's CUDA_VISIBLE_DEVICES to its share
             options["num_gpus"] = num_gpus
-        self._actor_cls: Any = ray.remote(cls).options(**options)
+        self._remote: Any = ray.remote(cls)
+        self._options = options
         self._make_args = make_args
         self.name = name
         self.max_restarts = max_restarts
         self.on_restart = on_restart
         self.restarts = 0
         self._failures_in_a_row = [0] * num_workers
-        self.workers: list[Any] = [
-            self._actor_cls.remote(*make_args(i)) for i in range(num_workers)
-        ]
+        self._group = None
+        if placement is not None:
+            bundle = {"CPU": num_cpus or 1.0, **({"GPU": num_gpus} if num_gpus else {})}
+            self._group = _placement_group(bundle, num_workers, placement, name)
+        self.workers: list[Any] = [self._build(i) for i in range(num_workers)]
+
+    def _build(self, i: int) -> Any:
+        """A fresh actor for worker ``i`` (in bundle ``i`` of the placement group, if any)."""
+        options = self._options
+        if self._group is not None:
+            strategy = PlacementGroupSchedulingStrategy(self._group, placement_group_bundle_index=i)
+            options = {**options, "scheduling_strategy": strategy}
+        return self._remote.options(**options).remote(*self._make_args(i))
 
     def __len__(self) -> int:
         return len(self.workers)
@@ -281,7 +300,7 @@ class WorkerPool:
         log.warning("%s %d failed (%s); restarting it with its seed", self.name, i, cause)
         with contextlib.suppress(Exception):  # already gone
             ray.kill(self.workers[i], no_restart=True)
-        self.workers[i] = self._actor_cls.remote(*self._make_args(i))
+        self.workers[i] = self._build(i)
         if self.on_restart is not None:
             self.on_restart(i)
 
@@ -298,11 +317,43 @@ class WorkerPool:
             except WORKER_FAILURES:
                 return
 
+    def placement_nodes(self) -> list[str]:
+        """The ids of the nodes the placement group's bundles are on, in bundle order (empty
+        without a placement group)."""
+        if self._group is None:
+            return []
+        table = ray.util.placement_group_table(self._group)["bundles_to_node_id"]
+        return [table[i] for i in sorted(table)]
+
     def close(self) -> None:
         for worker in self.workers:
             with contextlib.suppress(Exception):
                 ray.kill(worker, no_restart=True)
         self.workers = []
+        if self._group is not None:
+            with contextlib.suppress(Exception):
+                ray.util.remove_placement_group(self._group)
+            self._group = None
+
+
+PLACEMENT_TIMEOUT_S = 120.0
+"""How long a pool waits for the cluster to place its placement group before failing."""
+
+
+def _placement_group(bundle: dict[str, float], count: int, strategy: str, name: str) -> Any:
+    """``count`` bundles of ``bundle`` reserved together (``strategy``: PACK puts them on as
+    few nodes as possible, SPREAD on as many), or a `DistributedError` saying what the
+    cluster lacks."""
+    group = ray.util.placement_group([dict(bundle) for _ in range(count)], strategy=strategy)
+    ready, _ = ray.wait([group.ready()], timeout=PLACEMENT_TIMEOUT_S)
+    if not ready:
+        ray.util.remove_placement_group(group)
+        raise DistributedError(
+            f"the Ray cluster could not place {count} {name}s with {bundle} each within "
+            f"{PLACEMENT_TIMEOUT_S:.0f} s (it has {ray.cluster_resources()}); ask for fewer, or "
+            "add nodes"
+        )
+    return group
 
 
 def _describe(error: BaseException) -> str:

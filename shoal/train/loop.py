@@ -83,6 +83,17 @@ def check_runtime(spec: AlgorithmSpec, config: Any, new: bool = True) -> None:
             f"run.runners = {config.run.runners}: {spec.name} samples in the learner's process "
             "(it has no Ray runners yet); set run.runners 0"
         )
+    if config.run.learners > 1 and not spec.learner_groups:
+        why = (
+            "has no gradient steps to split among learners"
+            if not spec.gradients
+            else "has no learner groups yet"
+        )
+        own = spec.scaling()["learners"]
+        instead = f"; for several learners set {own}" if own else ""
+        raise ConfigError(
+            f"run.learners = {config.run.learners}: {spec.name} {why}{instead}; set run.learners 1"
+        )
     device = resolve_device(config.run.device)
     model = getattr(config, "model", None)
     if model is None:  # a variant's model is its nested base block's (DD-PPO's, APPO's ppo)

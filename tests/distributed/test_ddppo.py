@@ -21,7 +21,6 @@ from shoal.algos.policy_gradient.ddppo import (
     DDPPOConfig,
     PPOBlock,
     RankResult,
-    agree_finite,
     equal_size,
     synchronize,
 )
@@ -30,6 +29,7 @@ from shoal.collect.evaluate import evaluate
 from shoal.config import EnvConfig, ModelConfig, RenamedFieldWarning, RunConfig, replace
 from shoal.core.errors import ConfigError, DistributedError, NaNLossError
 from shoal.core.types import EpisodeStats
+from shoal.distributed.collective import agree_finite
 from shoal.train.checkpoint import load_checkpoint
 
 N = 32  # samples in the fixed batch; each of two ranks gets half
@@ -84,7 +84,7 @@ def _rank_main(rank, port, out_dir):
         # A non-finite loss on rank 1 only stops both ranks, before any backward pass.
         value = torch.tensor(float("nan") if rank == 1 else 1.0, requires_grad=True)
         try:
-            agree_finite({"value": value, "total": value * 2})
+            agree_finite({"value": value, "total": value * 2}, "a DD-PPO learner")
             nan_error = None
         except NaNLossError as exc:
             nan_error = str(exc)

@@ -1,5 +1,5 @@
-"""Settings checks the on-policy learners share: recurrent chunks, and legal-action masks
-(which learners train with them, and which refuse them)."""
+"""Settings checks the on-policy learners share: recurrent chunks, legal-action masks (which
+learners train with them, and which refuse them), and what a learner group cannot split."""
 
 from __future__ import annotations
 
@@ -68,3 +68,32 @@ def masked_config(config: Any, algo: str, supported: bool) -> Any:
         )
     model = dataclasses.replace(config.model, backend="torch")
     return dataclasses.replace(config, model=model)
+
+
+def check_learner_group(config: Any, algo: str, step_samples: int) -> None:
+    """With ``run.learners`` > 1 (`shoal.algos.cores.learner_group`): each gradient step's
+    ``step_samples`` split among the learners, a feed-forward model, and a temperature that
+    does not change during the run (the learners hold the weights it is a buffer of)."""
+    learners = config.run.learners
+    if learners == 1:
+        return
+    check(
+        config.run,
+        "learners",
+        step_samples >= learners,
+        f"must be <= the {step_samples} samples of each of {algo}'s gradient steps",
+    )
+    check(
+        config.model,
+        "lstm_hidden",
+        config.model.lstm_hidden is None,
+        f"{algo}'s learner groups split feed-forward minibatches; train recurrent models with "
+        "run.learners 1",
+    )
+    check(
+        config.model,
+        "temperature_min",
+        config.model.temperature_min is None,
+        f"{algo}'s learner groups keep the temperature constant; set it to None or use "
+        "run.learners 1",
+    )

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Generic, TypeVar
 
 import gymnasium as gym
 import torch
 
 from shoal.algos.cores.checks import masked_config
+from shoal.algos.cores.learner_group import LearnerGroup
 from shoal.collect import make_sampler
 from shoal.core.device import (
     check_precision,
@@ -133,7 +135,9 @@ class OnPolicyCore:
         try:
             if sampler.action_masked:  # also multi-agent envs whose observations carry masks
                 config = masked_config(config, name, takes_action_masks)
-            self.learner = learner_cls(config, sampler.observation_space, sampler.action_space)
+            # run.learners > 1: the same learner, data-parallel over a group of Ray actors.
+            make = learner_cls if config.run.learners == 1 else partial(LearnerGroup, learner_cls)
+            self.learner = make(config, sampler.observation_space, sampler.action_space)
         except BaseException:
             sampler.close()  # its envs (and Ray runners) go with the failed start
             raise
@@ -223,6 +227,8 @@ class OnPolicyCore:
 
     def close(self) -> None:
         self.sampler.close()
+        if isinstance(self.learner, LearnerGroup):  # its Ray actors and placement group
+            self.learner.close()
 
 
 def held(name: str, part: str = "core") -> property:

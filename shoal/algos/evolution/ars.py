@@ -111,6 +111,7 @@ SPECS = (
         "Augmented random search: linear policies, top-b directions, return-std step",
         "Discrete, Box",
         runners=True,
+        gradients=False,
     ),
 )
 """The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

@@ -159,6 +159,7 @@ SPECS = (
         "CMA-ES (the cma package) over a small policy's parameters",
         "Discrete, Box, MultiDiscrete, MultiBinary",
         runners=True,
+        gradients=False,
     ),
 )
 """The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

@@ -175,6 +175,7 @@ SPECS = (
         "Evolution strategies: antithetic noise-table perturbations, centered ranks, Adam",
         "Discrete, Box, MultiDiscrete, MultiBinary",
         runners=True,
+        gradients=False,
     ),
 )
 """The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

@@ -166,6 +166,7 @@ SPECS = (
         "Genetic algorithm: truncation selection, Gaussian mutation, elite, seed-chain individuals",
         "Discrete, Box, MultiDiscrete, MultiBinary",
         runners=True,
+        gradients=False,
     ),
 )
 """The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

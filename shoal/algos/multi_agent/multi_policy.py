@@ -144,6 +144,11 @@ class MultiPolicyPPO:
                 )
         if config.run.runners:
             raise ConfigError("several policies sample in-process for now: set run.runners to 0")
+        if config.run.learners > 1:
+            raise ConfigError(
+                "run.learners > 1: several policies train in the run's process for now (each "
+                "learner group holds one policy); set run.learners to 1"
+            )
         if config.model.lstm_hidden is not None:
             raise ConfigError(
                 "several policies take feed-forward networks: unset model.lstm_hidden"
@@ -333,6 +338,7 @@ SPECS = (
         "Discrete, Box, MultiDiscrete, MultiBinary, Tuple, Dict",
         backends=NUMPY_BACKENDS,
         runners=True,
+        learner_groups=True,
         acts_jointly=True,
     ),
     # Multi-agent PPO: shared weights over an agent group (each agent is a row of the batch,
@@ -348,6 +354,7 @@ SPECS = (
         {"env.global_state": True, "env.agent_id": True},
         NUMPY_BACKENDS,
         runners=True,
+        learner_groups=True,
         acts_jointly=True,
     ),
     AlgorithmSpec(
@@ -360,6 +367,7 @@ SPECS = (
         {"env.global_state": False, "env.agent_id": True},
         NUMPY_BACKENDS,
         runners=True,
+        learner_groups=True,
         acts_jointly=True,
     ),
 )

@@ -166,6 +166,7 @@ SPECS = (
         "Discrete (pure-Python envs)",
         deploys=False,
         own_spaces=True,
+        gradients=False,
     ),
 )
 """The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

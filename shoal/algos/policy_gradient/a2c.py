@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Literal
 import gymnasium as gym
 import torch
 
-from shoal.algos.cores.checks import check_bptt_chunk, check_masks
+from shoal.algos.cores.checks import check_bptt_chunk, check_learner_group, check_masks
 from shoal.algos.cores.metrics import mean_metrics, step_metrics
 from shoal.algos.cores.on_policy import ModelLearner, OnPolicyCore, held
 from shoal.algos.cores.rollout_batch import (
@@ -97,6 +97,8 @@ class A2CConfig:
         check(self, "rms_alpha", 0.0 < self.rms_alpha < 1.0, "must be in (0, 1)")
         if not is_nested(self):
             check_masks(self, "A2C")
+            rollout = self.num_steps * self.env.num_envs * max(1, self.run.runners)
+            check_learner_group(self, "A2C", rollout)
         check_bptt_chunk(self)
 
     @property
@@ -225,6 +227,7 @@ SPECS = (
         "Discrete, Box, MultiDiscrete, MultiBinary, Tuple, Dict",
         backends=NUMPY_BACKENDS,
         runners=True,
+        learner_groups=True,
     ),
 )
 """The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

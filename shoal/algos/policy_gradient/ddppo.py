@@ -21,14 +21,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-import socket
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import gymnasium as gym
 import torch
-import torch.distributed as dist
 
 from shoal.algos.cores.checks import check_no_masks
 from shoal.algos.cores.rollout_batch import RolloutBatch, make_batch
@@ -53,14 +50,10 @@ from shoal.core.errors import DistributedError, NaNLossError
 from shoal.core.seeding import derive_seed
 from shoal.core.types import EpisodeStats
 from shoal.distributed import require_ray
+from shoal.distributed.collective import agree_finite, average_gradients, free_port, join, smallest
 from shoal.fast.backend import TorchStep, uncompiled_copy
 from shoal.nn.policy import ActorPolicy
 from shoal.optim.schedules import scheduled
-
-COLLECTIVE_TIMEOUT = timedelta(minutes=5)
-"""How long a rank waits in a collective for the others before failing (gloo's default of
-30 minutes would hang a run whose learner died for that long)."""
-
 
 # PPO's settings of one DD-PPO learner (`shoal.config.nested_block`).
 if TYPE_CHECKING:  # for the type checker, a block is its config class
@@ -162,40 +155,14 @@ class RankResult(NamedTuple):
     episodes: EpisodeStats
 
 
-def average_gradients(parameters: list[torch.Tensor], world_size: int) -> None:
-    """Replace every ``.grad`` by its mean over the ranks: one all-reduce of the flattened
-    gradients (parameters without a gradient are left out; all ranks run the same graph, so
-    they leave out the same ones)."""
-    grads = [p.grad for p in parameters if p.grad is not None]
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
-    flat /= world_size
-    offset = 0
-    for g in grads:
-        g.copy_(flat[offset : offset + g.numel()].view_as(g))
-        offset += g.numel()
-
-
-def agree_finite(losses: dict[str, torch.Tensor]) -> None:
-    """Raise `NaNLossError` on every rank when a loss is not finite on any of them, before
-    the gradient all-reduce (a rank stopping alone would leave the others waiting in it)."""
-    finite = torch.isfinite(torch.stack([v.detach() for v in losses.values()])).all()
-    agreed = finite.to(torch.float32).reshape(1)
-    dist.all_reduce(agreed, op=dist.ReduceOp.MIN)
-    if agreed.item() < 1:
-        bad = [k for k, v in losses.items() if not torch.isfinite(v)]
-        where = f"loss/{bad[0]} became {losses[bad[0]].item()}" if bad else "a loss"
-        raise NaNLossError(f"{where} on a DD-PPO learner; weights left unchanged")
-
-
 def synchronize(learner: PPOLearner, world_size: int) -> None:
     """Make ``learner``'s gradient steps DD-PPO's: through autograd, the ranks first agree
     that every loss is finite, then average their gradients before clipping."""
     learner.step = TorchStep(
         learner.model,
         learner.scaler,
-        before_minimize=agree_finite,
-        before_clip=lambda: average_gradients(learner.parameters, world_size),
+        before_minimize=lambda losses: agree_finite(losses, "a DD-PPO learner"),
+        before_clip=lambda: average_gradients(learner.parameters, 1.0 / world_size),
     )
 
 
@@ -203,11 +170,10 @@ def equal_size(batch: RolloutBatch) -> RolloutBatch:
     """A random subset of ``batch`` as large as the smallest batch of all ranks. Rollouts hold
     as many samples less as they had autoreset steps; unequal sizes would give ranks unequal
     minibatch counts, and their all-reduces would no longer pair up."""
-    size = torch.tensor([batch.obs.shape[0]])
-    dist.all_reduce(size, op=dist.ReduceOp.MIN)
-    if int(size) == batch.obs.shape[0]:
+    size = smallest(batch.obs.shape[0])
+    if size == batch.obs.shape[0]:
         return batch
-    keep = torch.randperm(batch.obs.shape[0])[: int(size)].sort().values
+    keep = torch.randperm(batch.obs.shape[0])[:size].sort().values
     return batch.map(lambda x: x[keep])
 
 
@@ -240,27 +206,11 @@ class DDPPOLearner:
 
     def address(self) -> tuple[str, int]:
         """Rank 0: this node's IP and a free port for the others to rendezvous at."""
-        with socket.socket() as sock:
-            sock.bind(("", 0))
-            port = sock.getsockname()[1]
-        return require_ray().node_ip(), port
+        return require_ray().node_ip(), free_port()
 
     def join(self, address: tuple[str, int], world_size: int, own_gpu: bool) -> None:
-        """Join the process group: NCCL for the gradients when every rank has a GPU of its
-        own (``own_gpu``), gloo otherwise. NCCL refuses two ranks on one device, which is
-        what more learners than GPUs means (Ray gives each a share of one); gloo all-reduces
-        CUDA tensors through the host instead."""
-        host, port = address
-        nccl = self.learner.device.type == "cuda" and own_gpu
-        if nccl:  # the few host-side collectives go through gloo
-            torch.cuda.set_device(self.learner.device)
-        dist.init_process_group(
-            "cuda:nccl,cpu:gloo" if nccl else "gloo",
-            init_method=f"tcp://{host}:{port}",
-            rank=self.rank,
-            world_size=world_size,
-            timeout=COLLECTIVE_TIMEOUT,
-        )
+        """Join the process group (`shoal.distributed.collective.join`)."""
+        join(address, self.rank, world_size, self.learner.device, own_gpu)
 
     def train(self, lr: float, clip_eps: float) -> RankResult | str:
         """Sample, update in lockstep with the other ranks; a NaN loss comes back as its
@@ -362,7 +312,7 @@ class DDPPO:
     def _lockstep(self, method: str, *args: Any) -> list[Any]:
         """``method`` on every rank, results in rank order, failing at the first rank that
         fails: the others then wait in a collective for it (`WorkerPool.call_all` would wait
-        for them first, up to COLLECTIVE_TIMEOUT)."""
+        for them first, up to `shoal.distributed.collective.COLLECTIVE_TIMEOUT`)."""
         rw = self._rw
         pending = {self.pool.submit(r, method, *args): r for r in range(len(self.pool))}
         results: list[Any] = [None] * len(pending)

@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Literal
 import gymnasium as gym
 import torch
 
-from shoal.algos.cores.checks import check_bptt_chunk, check_masks
+from shoal.algos.cores.checks import check_bptt_chunk, check_learner_group, check_masks
 from shoal.algos.cores.metrics import mean_metrics, step_metrics
 from shoal.algos.cores.on_policy import ModelLearner, OnPolicyCore, held
 from shoal.algos.cores.rollout_batch import (
@@ -126,6 +126,13 @@ class PPOConfig:
                 f"must be <= num_steps * env.num_envs (* run.runners) = {rollout}",
             )
             check_masks(self, "PPO")
+            check_learner_group(self, "PPO", self.minibatch_size)
+            check(
+                self,
+                "target_kl",
+                self.target_kl is None or self.run.learners == 1,
+                "stops the epochs of one learner; use None with run.learners > 1",
+            )
         if self.value_clip is not None:
             check_positive(self, "value_clip")
         if self.target_kl is not None:

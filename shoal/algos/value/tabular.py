@@ -390,6 +390,7 @@ SPECS = tuple(
         summary,
         "Discrete (Discrete obs)",
         {"method": method} if method else {},
+        gradients=False,
     )
     for name, (method, summary) in METHODS.items()
 )

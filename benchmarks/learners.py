@@ -1,0 +1,214 @@
+"""Learner groups (``run.learners``): one learner against two, on CPUs with gloo.
+
+In one run, on this machine (the scaling benchmark's row (b); `benchmarks/scaling.py` has the
+runners' rows):
+
+1. **Time per update** of PPO's learner on one fixed batch (``--batch`` samples of a
+   HalfCheetah-sized observation, ``--epochs`` epochs of minibatches of ``--minibatch``) with
+   an MLP of ``--hidden`` units: one learner in this process with one torch thread, and a
+   learner group of ``--learners`` Ray actors (one torch thread each) whose every minibatch is
+   split among them (`shoal.algos.cores.learner_group`). The group's time includes what its
+   design costs: the batch through Ray's object store, the ranks' gradient all-reduce every
+   step, and the synchronized copy pulled back after the update. Samples learned per second
+   = batch x epochs / time per update; the speed-up is the group's over one learner's.
+2. **All-reduce time**: one gloo all-reduce of the model's flattened gradient between two
+   processes on this machine, as every gradient step of a two-learner group takes it.
+3. **Projection to 8 GPUs**: a ring all-reduce moves 2 (n - 1) / n of the gradient's bytes
+   through each GPU's links; at NCCL's bus bandwidth B (``--nccl-busbw-gbs``, an assumption
+   the table states) a step's all-reduce takes 2 (n - 1) / n x bytes / B. With a step's
+   compute time t on one GPU, n data-parallel GPUs take t / n + all-reduce per step: the
+   projected speed-up is t / (t / n + all-reduce), shown for the step times given by
+   ``--gpu-step-ms``.
+
+Each figure is the median of ``--repeats`` measurements. Usage:
+``python benchmarks/learners.py [--hidden 1024 1024] [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from datetime import timedelta
+
+import gymnasium as gym
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from shoal.algos.cores.learner_group import LearnerGroup
+from shoal.algos.cores.rollout_batch import RolloutBatch
+from shoal.algos.policy_gradient.ppo import PPOConfig, PPOLearner
+from shoal.config import EnvConfig, ModelConfig, RunConfig
+from shoal.distributed import require_ray
+from shoal.distributed.collective import free_port
+
+OBS, ACTIONS = 17, 6  # HalfCheetah-v5's observation and action sizes
+SPACES = (gym.spaces.Box(-10.0, 10.0, (OBS,)), gym.spaces.Box(-1.0, 1.0, (ACTIONS,)))
+TARGET_EFFICIENCY = 0.8  # two learners: at least 0.8 of linear speed-up (1.6x one learner)
+
+
+def fixed_batch(size: int) -> RolloutBatch:
+    g = torch.Generator().manual_seed(0)
+    return RolloutBatch(
+        obs=torch.randn(size, OBS, generator=g),
+        actions=torch.randn(size, ACTIONS, generator=g).clamp(-1, 1),
+        log_probs=-5.0 + 0.1 * torch.randn(size, generator=g),
+        values=torch.randn(size, generator=g),
+        advantages=torch.randn(size, generator=g),
+        returns=torch.randn(size, generator=g),
+    )
+
+
+def config(args: argparse.Namespace, learners: int) -> PPOConfig:
+    return PPOConfig(
+        run=RunConfig(learners=learners, torch_threads=1, device="cpu"),
+        env=EnvConfig(id="HalfCheetah-v5", num_envs=8),
+        model=ModelConfig(hidden=tuple(args.hidden), backend="torch"),
+        num_steps=args.batch // 8,
+        num_epochs=args.epochs,
+        minibatch_size=args.minibatch,
+    )
+
+
+def time_updates(learner, batch: RolloutBatch, repeats: int) -> float:
+    """Median seconds per ``update`` (one warm-up update first)."""
+    learner.update(batch, 1e-4, 0.2, 0.0)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        learner.update(batch, 1e-4, 0.2, 0.0)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def parameters(args: argparse.Namespace) -> int:
+    learner = PPOLearner(config(args, 1), *SPACES)
+    return sum(p.numel() for p in learner.model.parameters())
+
+
+def _all_reduce_rank(rank: int, port: int, numel: int, repeats: int, out: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+        timeout=timedelta(seconds=120),
+    )  # fmt: skip
+    try:
+        flat = torch.randn(numel)
+        for _ in range(3):
+            dist.all_reduce(flat)
+        times = []
+        for _ in range(repeats):
+            dist.barrier()
+            start = time.perf_counter()
+            dist.all_reduce(flat)
+            times.append(time.perf_counter() - start)
+        if rank == 0:
+            with open(out, "w") as f:
+                json.dump(statistics.median(times), f)
+    finally:
+        dist.destroy_process_group()
+
+
+def all_reduce_seconds(numel: int, repeats: int) -> float:
+    out = f"/tmp/shoal-allreduce-{os.getpid()}.json"
+    args = (free_port(), numel, repeats, out)
+    mp.start_processes(_all_reduce_rank, args=args, nprocs=2, join=True, start_method="fork")
+    with open(out) as f:
+        seconds = float(json.load(f))
+    os.remove(out)
+    return seconds
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hidden", type=int, nargs="+", default=[1024, 1024])
+    parser.add_argument("--batch", type=int, default=4096)
+    parser.add_argument("--minibatch", type=int, default=1024)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--learners", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument(
+        "--nccl-busbw-gbs",
+        type=float,
+        default=350.0,
+        help="assumed NCCL all-reduce bus bandwidth between 8 GPUs of a node",
+    )
+    parser.add_argument("--gpu-step-ms", type=float, nargs="+", default=[1.0, 5.0, 20.0])
+    parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--quick", action="store_true", help="small model, one repeat (smoke)")
+    args = parser.parse_args()
+    if args.quick:
+        args.hidden, args.batch, args.minibatch, args.repeats = [64], 512, 128, 1
+    torch.set_num_threads(1)
+    batch = fixed_batch(args.batch)
+    numel = parameters(args)
+    steps = args.epochs * -(-args.batch // args.minibatch)
+
+    torch.manual_seed(0)
+    single = time_updates(PPOLearner(config(args, 1), *SPACES), batch, args.repeats)
+    rw = require_ray()
+    rw.connect(None, num_cpus=max(os.cpu_count() or 1, args.learners))
+    torch.manual_seed(0)
+    group = LearnerGroup(PPOLearner, config(args, args.learners), *SPACES)
+    try:
+        grouped = time_updates(group, batch, args.repeats)
+    finally:
+        group.close()
+        rw.shutdown()
+    reduce_s = all_reduce_seconds(numel, max(10, 4 * args.repeats))
+
+    samples = args.batch * args.epochs
+    speedup = single / grouped
+    efficiency = speedup / args.learners
+    figures = {
+        "model": {"hidden": args.hidden, "parameters": numel, "gradient_mb": numel * 4 / 1e6},
+        "batch": args.batch, "minibatch": args.minibatch, "epochs": args.epochs,
+        "steps_per_update": steps,
+        "one_learner": {"s_per_update": single, "samples_per_s": samples / single},
+        "group": {"learners": args.learners, "s_per_update": grouped,
+                  "samples_per_s": samples / grouped},
+        "speedup": speedup, "efficiency": efficiency,
+        "all_reduce_ms": reduce_s * 1e3,
+        "all_reduce_share_of_step": reduce_s / (grouped / steps),
+        "cpus": os.cpu_count(),
+    }  # fmt: skip
+    print(
+        f"PPO learner update, MLP {args.hidden} ({numel:,} parameters, "
+        f"{numel * 4 / 1e6:.1f} MB of gradient), batch {args.batch}, minibatch "
+        f"{args.minibatch}, {args.epochs} epochs ({steps} gradient steps per update)"
+    )
+    print(f"  1 learner:  {single * 1e3:8.1f} ms/update  {samples / single:10,.0f} samples/s")
+    print(f"  {args.learners} learners: {grouped * 1e3:8.1f} ms/update  "
+          f"{samples / grouped:10,.0f} samples/s  speed-up {speedup:.2f}x "
+          f"(efficiency {efficiency:.2f}, target >= {TARGET_EFFICIENCY})")  # fmt: skip
+    print(
+        f"  gloo all-reduce of the gradient, 2 processes: {reduce_s * 1e3:.2f} ms "
+        f"({figures['all_reduce_share_of_step']:.0%} of a group's gradient step)"
+    )
+    gpus = 8
+    ring = 2 * (gpus - 1) / gpus * numel * 4 / (args.nccl_busbw_gbs * 1e9)
+    figures["projection"] = {"gpus": gpus, "nccl_busbw_gbs": args.nccl_busbw_gbs,
+                             "all_reduce_ms": ring * 1e3, "speedups": {}}  # fmt: skip
+    print(
+        f"  projection to {gpus} GPUs: ring all-reduce 2*(n-1)/n * {numel * 4 / 1e6:.1f} MB / "
+        f"{args.nccl_busbw_gbs:g} GB/s (assumed NCCL bus bandwidth) = {ring * 1e3:.3f} ms/step"
+    )
+    for step_ms in args.gpu_step_ms:
+        t = step_ms / 1e3
+        projected = t / (t / gpus + ring)
+        figures["projection"]["speedups"][step_ms] = projected
+        print(
+            f"    a {step_ms:g} ms step on one GPU: {projected:.2f}x on {gpus} "
+            f"(efficiency {projected / gpus:.2f})"
+        )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(figures, f, indent=2)
+    return 0 if efficiency >= TARGET_EFFICIENCY or args.quick else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
