@@ -11,9 +11,12 @@ runners' rows):
    design costs: the batch through Ray's object store, the ranks' gradient all-reduce every
    step, and the synchronized copy pulled back after the update. Samples learned per second
    = batch x epochs / time per update; the speed-up is the group's over one learner's.
-2. **All-reduce time**: one gloo all-reduce of the model's flattened gradient between two
+2. **This machine's ceiling**: ``--learners`` single learners training at once in processes
+   of their own, with no communication at all. Cores that share caches, memory bandwidth and
+   clocks slow each other down; the speed-up these reach is the most any group can reach here.
+3. **All-reduce time**: one gloo all-reduce of the model's flattened gradient between two
    processes on this machine, as every gradient step of a two-learner group takes it.
-3. **Projection to 8 GPUs**: a ring all-reduce moves 2 (n - 1) / n of the gradient's bytes
+4. **Projection to 8 GPUs**: a ring all-reduce moves 2 (n - 1) / n of the gradient's bytes
    through each GPU's links; at NCCL's bus bandwidth B (``--nccl-busbw-gbs``, an assumption
    the table states) a step's all-reduce takes 2 (n - 1) / n x bytes / B. With a step's
    compute time t on one GPU, n data-parallel GPUs take t / n + all-reduce per step: the
@@ -73,15 +76,19 @@ def config(args: argparse.Namespace, learners: int) -> PPOConfig:
     )
 
 
-def time_updates(learner, batch: RolloutBatch, repeats: int) -> float:
-    """Median seconds per ``update`` (one warm-up update first)."""
-    learner.update(batch, 1e-4, 0.2, 0.0)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+def time_updates(learners: list, batch: RolloutBatch, repeats: int) -> list[float]:
+    """Median seconds per ``update`` of each of ``learners``, timed in turn (one update of
+    each per round, after a warm-up round), so that all of them see the machine of the same
+    moments: its speed drifts by tens of percent over minutes."""
+    for learner in learners:
         learner.update(batch, 1e-4, 0.2, 0.0)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    times: list[list[float]] = [[] for _ in learners]
+    for _ in range(repeats):
+        for learner, own in zip(learners, times, strict=True):
+            start = time.perf_counter()
+            learner.update(batch, 1e-4, 0.2, 0.0)
+            own.append(time.perf_counter() - start)
+    return [statistics.median(own) for own in times]
 
 
 def parameters(args: argparse.Namespace) -> int:
@@ -122,6 +129,31 @@ def all_reduce_seconds(numel: int, repeats: int) -> float:
     return seconds
 
 
+def _independent_rank(rank: int, args: argparse.Namespace, out: str) -> None:
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    learner = PPOLearner(config(args, 1), *SPACES)
+    (seconds,) = time_updates([learner], fixed_batch(args.batch), args.repeats)
+    with open(f"{out}.{rank}", "w") as f:
+        json.dump(seconds, f)
+
+
+def independent_seconds(args: argparse.Namespace, processes: int) -> float:
+    """Seconds per update of one learner while ``processes`` such learners run at once in
+    processes of their own, with no communication: what the machine itself allows a group
+    (its cores share caches, memory bandwidth and clocks), the ceiling of its speed-up."""
+    out = f"/tmp/shoal-independent-{os.getpid()}"
+    mp.start_processes(
+        _independent_rank, args=(args, out), nprocs=processes, join=True, start_method="fork"
+    )
+    times = []
+    for rank in range(processes):
+        with open(f"{out}.{rank}") as f:
+            times.append(float(json.load(f)))
+        os.remove(f"{out}.{rank}")
+    return statistics.median(times)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hidden", type=int, nargs="+", default=[1024, 1024])
@@ -148,17 +180,21 @@ def main() -> int:
     steps = args.epochs * -(-args.batch // args.minibatch)
 
     torch.manual_seed(0)
-    single = time_updates(PPOLearner(config(args, 1), *SPACES), batch, args.repeats)
+    one = PPOLearner(config(args, 1), *SPACES)
     rw = require_ray()
     rw.connect(None, num_cpus=max(os.cpu_count() or 1, args.learners))
     torch.manual_seed(0)
     group = LearnerGroup(PPOLearner, config(args, args.learners), *SPACES)
     try:
-        grouped = time_updates(group, batch, args.repeats)
+        single, grouped = time_updates([one, group], batch, args.repeats)
     finally:
         group.close()
         rw.shutdown()
     reduce_s = all_reduce_seconds(numel, max(10, 4 * args.repeats))
+    # The ceiling beside one learner alone, measured again right before it.
+    (alone,) = time_updates([PPOLearner(config(args, 1), *SPACES)], batch, args.repeats)
+    independent = independent_seconds(args, args.learners)
+    ceiling = args.learners * alone / independent
 
     samples = args.batch * args.epochs
     speedup = single / grouped
@@ -171,6 +207,7 @@ def main() -> int:
         "group": {"learners": args.learners, "s_per_update": grouped,
                   "samples_per_s": samples / grouped},
         "speedup": speedup, "efficiency": efficiency,
+        "independent": {"s_per_update": independent, "alone_s": alone, "speedup": ceiling},
         "all_reduce_ms": reduce_s * 1e3,
         "all_reduce_share_of_step": reduce_s / (grouped / steps),
         "cpus": os.cpu_count(),
@@ -184,6 +221,13 @@ def main() -> int:
     print(f"  {args.learners} learners: {grouped * 1e3:8.1f} ms/update  "
           f"{samples / grouped:10,.0f} samples/s  speed-up {speedup:.2f}x "
           f"(efficiency {efficiency:.2f}, target >= {TARGET_EFFICIENCY})")  # fmt: skip
+    print(
+        f"  {args.learners} independent learners at once, no communication (this machine's "
+        f"ceiling): {independent * 1e3:.1f} ms/update each against {alone * 1e3:.1f} alone, "
+        f"{ceiling:.2f}x one learner's "
+        f"samples/s (efficiency {ceiling / args.learners:.2f}); the group reaches "
+        f"{speedup / ceiling:.0%} of it"
+    )
     print(
         f"  gloo all-reduce of the gradient, 2 processes: {reduce_s * 1e3:.2f} ms "
         f"({figures['all_reduce_share_of_step']:.0%} of a group's gradient step)"
