@@ -50,49 +50,45 @@ def assert_same(a, b):
         assert torch.equal(a[key], b[key]), key
 
 
-def test_a_killed_learner_restarts_the_group_and_nothing_is_lost():
+def run(algo, iterations, kill_at=None, save_at=None):
+    """``iterations`` iterations; rank 1 killed before iteration ``kill_at``; the state (as a
+    checkpoint holds it) and the torch generator taken after ``save_at`` of them."""
+    saved = None
+    try:
+        for i in range(iterations):
+            if i == kill_at:
+                algo.learner.kill(1)
+            metrics = algo.train_iteration()
+            if i + 1 == save_at:
+                # as a checkpoint holds them: copies (the state holds views of live tensors)
+                saved = copy.deepcopy(algo.state_dict()), rng_state()
+        return weights(algo), metrics, saved
+    finally:
+        algo.close()
+
+
+def test_a_killed_learner_and_a_resume_end_where_the_undisturbed_run_does():
     """Rank 1 dies before the third update: the group is rebuilt from the weights, optimizer
-    state and generator state synchronized after the second, and runs the third update again:
-    the run ends with the weights of a run nobody killed."""
-    runs = []
-    for kill in (False, True):
-        algo = build("ppo")
-        try:
-            for i in range(4):
-                if kill and i == 2:
-                    algo.learner.kill(1)
-                metrics = algo.train_iteration()
-            runs.append((weights(algo), metrics))
-        finally:
-            algo.close()
-    (clean, clean_metrics), (killed, killed_metrics) = runs
+    state and generator state synchronized after the second, and runs the third update again.
+    A run resumed from the state after the second update goes on exactly as well. Both end
+    with the weights of the run nobody disturbed."""
+    clean, clean_metrics, (state, rng) = run(build("ppo"), 4, save_at=2)
+    killed, killed_metrics, _ = run(build("ppo"), 4, kill_at=2)
     assert_same(clean, killed)
     assert "perf/learner_restarts" not in clean_metrics
     assert killed_metrics["perf/learner_restarts"] == 1
+    resumed = build("ppo")
+    assert resumed.load_state_dict(state)
+    set_rng_state(rng)
+    assert_same(run(resumed, 2)[0], clean)
 
 
-@pytest.mark.parametrize("name", ["ppo", "a2c"])
-def test_a_learner_group_resumes_exactly(name):
-    first = build(name)
-    try:
-        for _ in range(2):
-            first.train_iteration()
-        # as a checkpoint holds them: copies (the state holds views of the live tensors)
-        state, rng = copy.deepcopy(first.state_dict()), rng_state()
-        for _ in range(2):
-            first.train_iteration()
-        expected = weights(first)
-    finally:
-        first.close()
-    resumed = build(name)
-    try:
-        assert resumed.load_state_dict(state)
-        set_rng_state(rng)
-        for _ in range(2):
-            resumed.train_iteration()
-        assert_same(weights(resumed), expected)
-    finally:
-        resumed.close()
+def test_an_a2c_learner_group_resumes_exactly():
+    expected, _, (state, rng) = run(build("a2c"), 4, save_at=2)
+    resumed = build("a2c")
+    assert resumed.load_state_dict(state)
+    set_rng_state(rng)
+    assert_same(run(resumed, 2)[0], expected)
 
 
 def test_runners_and_learners_train_together_and_resume_from_a_checkpoint(tmp_path):
