@@ -11,12 +11,14 @@ runners' rows):
    design costs: the batch through Ray's object store, the ranks' gradient all-reduce every
    step, and the synchronized copy pulled back after the update. Samples learned per second
    = batch x epochs / time per update; the speed-up is the group's over one learner's.
-2. **This machine's ceiling**: ``--learners`` single learners training at once in processes
+2. **The split without Ray**: the group's arithmetic (`SplitStep` on every rank, the
+   all-reduces) in forked gloo processes, none of Ray's hand-offs or background processes.
+3. **This machine's ceiling**: ``--learners`` single learners training at once in processes
    of their own, with no communication at all. Cores that share caches, memory bandwidth and
    clocks slow each other down; the speed-up these reach is the most any group can reach here.
-3. **All-reduce time**: one gloo all-reduce of the model's flattened gradient between two
+4. **All-reduce time**: one gloo all-reduce of the model's flattened gradient between two
    processes on this machine, as every gradient step of a two-learner group takes it.
-4. **Projection to 8 GPUs**: a ring all-reduce moves 2 (n - 1) / n of the gradient's bytes
+5. **Projection to 8 GPUs**: a ring all-reduce moves 2 (n - 1) / n of the gradient's bytes
    through each GPU's links; at NCCL's bus bandwidth B (``--nccl-busbw-gbs``, an assumption
    the table states) a step's all-reduce takes 2 (n - 1) / n x bytes / B. With a step's
    compute time t on one GPU, n data-parallel GPUs take t / n + all-reduce per step: the
@@ -41,7 +43,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from shoal.algos.cores.learner_group import LearnerGroup
+from shoal.algos.cores.learner_group import LearnerGroup, SplitStep
 from shoal.algos.cores.rollout_batch import RolloutBatch
 from shoal.algos.policy_gradient.ppo import PPOConfig, PPOLearner
 from shoal.config import EnvConfig, ModelConfig, RunConfig
@@ -154,6 +156,42 @@ def independent_seconds(args: argparse.Namespace, processes: int) -> float:
     return statistics.median(times)
 
 
+def _split_rank(rank: int, args: argparse.Namespace, port: int, out: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=args.learners,
+        timeout=timedelta(seconds=300),
+    )  # fmt: skip
+    try:
+        torch.manual_seed(0)
+        learner = PPOLearner(config(args, 1), *SPACES)
+        learner.step = SplitStep(learner, rank, args.learners)
+        (seconds,) = time_updates([learner], fixed_batch(args.batch), args.repeats)
+        if rank == 0:
+            with open(out, "w") as f:
+                json.dump(seconds, f)
+    finally:
+        dist.destroy_process_group()
+
+
+def split_without_ray_seconds(args: argparse.Namespace) -> float:
+    """Seconds per update of the group's split (`SplitStep` on every rank) in forked gloo
+    processes, without Ray: the same arithmetic and all-reduces, none of Ray's hand-offs or
+    background processes."""
+    out = f"/tmp/shoal-split-{os.getpid()}.json"
+    mp.start_processes(
+        _split_rank,
+        args=(args, free_port(), out),
+        nprocs=args.learners,
+        join=True,
+        start_method="fork",
+    )
+    with open(out) as f:
+        seconds = float(json.load(f))
+    os.remove(out)
+    return seconds
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hidden", type=int, nargs="+", default=[1024, 1024])
@@ -191,6 +229,7 @@ def main() -> int:
         group.close()
         rw.shutdown()
     reduce_s = all_reduce_seconds(numel, max(10, 4 * args.repeats))
+    split = split_without_ray_seconds(args)
     # The ceiling beside one learner alone, measured again right before it.
     (alone,) = time_updates([PPOLearner(config(args, 1), *SPACES)], batch, args.repeats)
     independent = independent_seconds(args, args.learners)
@@ -207,6 +246,7 @@ def main() -> int:
         "group": {"learners": args.learners, "s_per_update": grouped,
                   "samples_per_s": samples / grouped},
         "speedup": speedup, "efficiency": efficiency,
+        "split_without_ray": {"s_per_update": split, "speedup_over_alone": None},
         "independent": {"s_per_update": independent, "alone_s": alone, "speedup": ceiling},
         "all_reduce_ms": reduce_s * 1e3,
         "all_reduce_share_of_step": reduce_s / (grouped / steps),
@@ -221,6 +261,11 @@ def main() -> int:
     print(f"  {args.learners} learners: {grouped * 1e3:8.1f} ms/update  "
           f"{samples / grouped:10,.0f} samples/s  speed-up {speedup:.2f}x "
           f"(efficiency {efficiency:.2f}, target >= {TARGET_EFFICIENCY})")  # fmt: skip
+    figures["split_without_ray"]["speedup_over_alone"] = alone / split
+    print(
+        f"  the same split in forked gloo processes, without Ray: {split * 1e3:.1f} ms/update, "
+        f"{alone / split:.2f}x one learner alone (measured beside it)"
+    )
     print(
         f"  {args.learners} independent learners at once, no communication (this machine's "
         f"ceiling): {independent * 1e3:.1f} ms/update each against {alone * 1e3:.1f} alone, "
