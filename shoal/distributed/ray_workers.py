@@ -132,6 +132,10 @@ def node_ip() -> str:
     return ray.util.get_node_ip_address()
 
 
+class WorkerFailed(DistributedError):
+    """A worker of a pool called in lockstep (`WorkerPool.lockstep`) failed."""
+
+
 class WorkerPool:
     """N Ray actors of ``cls``; worker ``i`` is built as ``cls(*make_args(i))``.
 
@@ -216,6 +220,24 @@ class WorkerPool:
             except WORKER_FAILURES as exc:
                 self.restart(i, exc)
                 results.append(self.call_one(i, method, *args(i)))
+        return results
+
+    def lockstep(self, method: str, *args: Any) -> list[Any]:
+        """``method`` on every worker at once, results in worker order, failing at the first
+        worker that fails with a `WorkerFailed` naming it, without waiting for the others
+        (in a collective they would wait for it) and without restarting anything: workers in
+        lockstep (a process group) cannot take a fresh one in."""
+        pending = {self.submit(i, method, *args): i for i in range(len(self.workers))}
+        results: list[Any] = [None] * len(pending)
+        while pending:
+            ref = wait_first(pending)
+            i = pending.pop(ref)
+            try:
+                results[i] = ray.get(ref)
+            except WORKER_FAILURES as exc:
+                raise WorkerFailed(
+                    f"{self.name} {i} failed during {method} ({type(exc).__name__})"
+                ) from exc
         return results
 
     def tell_all(self, method: str, *args: Any) -> None:

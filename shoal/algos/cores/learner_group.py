@@ -228,20 +228,8 @@ class LearnerGroup:
 
     def _lockstep(self, method: str, *args: Any) -> list[Any]:
         """``method`` on every rank, results in rank order, failing at the first rank that
-        fails (the others then wait in a collective for it)."""
-        rw = self._rw
-        pending = {self.pool.submit(r, method, *args): r for r in range(self.size)}
-        results: list[Any] = [None] * self.size
-        while pending:
-            ref = rw.wait_first(pending)
-            rank = pending.pop(ref)
-            try:
-                results[rank] = rw.get(ref)
-            except rw.WORKER_FAILURES as exc:
-                raise DistributedError(
-                    f"learner {rank} of the group failed during {method} ({type(exc).__name__})"
-                ) from exc
-        return results
+        fails (`WorkerPool.lockstep`: a `DistributedError` naming it)."""
+        return list(self.pool.lockstep(method, *args))
 
     def nodes(self) -> list[str]:
         """The Ray node each rank is placed on, in rank order."""

@@ -274,7 +274,7 @@ class DDPPO:
             DDPPOLearner,
             lambda r: (rank_config, r),
             n,
-            name="ddppo learner",
+            name="learner",
             max_restarts=0,
             num_gpus=gpus,
         )
@@ -311,23 +311,14 @@ class DDPPO:
 
     def _lockstep(self, method: str, *args: Any) -> list[Any]:
         """``method`` on every rank, results in rank order, failing at the first rank that
-        fails: the others then wait in a collective for it (`WorkerPool.call_all` would wait
-        for them first, up to `shoal.distributed.collective.COLLECTIVE_TIMEOUT`)."""
-        rw = self._rw
-        pending = {self.pool.submit(r, method, *args): r for r in range(len(self.pool))}
-        results: list[Any] = [None] * len(pending)
-        while pending:
-            ref = rw.wait_first(pending)
-            rank = pending.pop(ref)
-            try:
-                results[rank] = rw.get(ref)
-            except rw.WORKER_FAILURES as exc:
-                raise DistributedError(
-                    f"DD-PPO learner {rank} failed during {method} ({type(exc).__name__}); the "
-                    "learners train in lockstep and cannot go on without it. Resume the run "
-                    "from its last checkpoint"
-                ) from exc
-        return results
+        fails (`WorkerPool.lockstep`)."""
+        try:
+            return self.pool.lockstep(method, *args)
+        except DistributedError as exc:
+            raise DistributedError(
+                f"DD-PPO {exc}; the learners train in lockstep and cannot go on without it. "
+                "Resume the run from its last checkpoint"
+            ) from exc
 
     def policy(self) -> ActorPolicy:
         self.model.load_state_dict(self.pool.call_one(0, "get_weights"))
