@@ -39,6 +39,11 @@ class InProcessPool:
     def call_each(self, method: str, args: Callable[[int], tuple]) -> list[Any]:
         return [self.call_one(i, method, *args(i)) for i in range(len(self.workers))]
 
+    def lockstep(self, method: str, *args: Any) -> list[Any]:
+        """As `WorkerPool.lockstep`: ``method`` on every worker, results in worker order (in
+        turn here, so a collective between these workers needs only one of them)."""
+        return self.call_all(method, *args)
+
     def tell_all(self, method: str, *args: Any) -> None:
         self.call_all(method, *args)
 
