@@ -1,6 +1,6 @@
-"""Recording which config fields a run's code reads (for ``tests/test_config_usage.py``), and
-Ray's worker API in this process, so that the distributed algorithms' workers read their
-settings where the recording sees them."""
+"""Recording which config fields a run's code reads (for ``tests/test_config_usage.py``). The
+distributed algorithms run there on Ray's stand-in in this process (`in_process_ray`), so that
+their workers read their settings where the recording sees them."""
 
 from __future__ import annotations
 
@@ -9,11 +9,10 @@ import copy
 import dataclasses
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import shoal.config
-from shoal.distributed.in_process import InProcessPool
 
 CONFIG_DIR = os.path.dirname(shoal.config.__file__)
 NOT_USE = (CONFIG_DIR, dataclasses.__file__, copy.__file__)
@@ -76,62 +75,3 @@ def unread(config: Any, reads: set[tuple[str, str]]) -> list[str]:
     """The dotted fields of ``config`` that no recorded read reached."""
     return [path for path, (cls, name) in field_paths(config).items()
             if (cls.__name__, name) not in reads]  # fmt: skip
-
-
-class _Ref:
-    """A finished call: its result, or the exception it raised."""
-
-    def __init__(self, call: Callable[[], Any]):
-        try:
-            self.value, self.error = call(), None
-        except Exception as exc:  # raised again where the result is taken
-            self.value, self.error = None, exc
-
-
-class RefPool(InProcessPool):
-    """shoal's in-process pool with Ray's ``submit``: a call run when it is made, its result
-    (or exception) held in a reference that `get` reads."""
-
-    def submit(self, i: int, method: str, *args: Any) -> _Ref:
-        args = tuple(a.value if isinstance(a, _Ref) else a for a in args)
-        return _Ref(lambda: getattr(self.workers[i], method)(*args))
-
-    def call_one(self, i: int, method: str, *args: Any) -> Any:
-        return get(self.submit(i, method, *args))
-
-
-def get(ref: Any) -> Any:
-    if not isinstance(ref, _Ref):
-        return ref
-    if ref.error is not None:
-        raise ref.error
-    return ref.value
-
-
-class InProcessRay:
-    """The functions of `shoal.distributed.ray_workers` that the algorithms call, in this
-    process."""
-
-    WORKER_FAILURES: tuple[type[BaseException], ...] = ()
-    WorkerPool = RefPool.build
-    get = staticmethod(get)
-
-    @staticmethod
-    def connect(address: str | None = None, num_cpus: int | None = None) -> None:
-        return None
-
-    @staticmethod
-    def put(value: Any) -> Any:
-        return value
-
-    @staticmethod
-    def wait_first(refs: Any) -> Any:
-        return next(iter(refs))
-
-    @staticmethod
-    def gpu_share(device: str, learners: int) -> float:
-        return 0.0
-
-    @staticmethod
-    def node_ip() -> str:
-        return "127.0.0.1"

@@ -85,7 +85,8 @@ def missing_extras(names) -> list[str]:
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (``make test`` runs one worker per core) the tests of
     ``tests/distributed`` (and any other user of the local Ray) run in the same worker, so the
-    session starts one Ray, not one per worker. The traffic simulators' tests that start
+    session starts one Ray, not one per worker; those on Ray's stand-in in this process
+    (``in_process_ray``) run in any worker. The traffic simulators' tests that start
     processes of their own (SUMO, SMARTS) join that group, so they never load the cores under
     a timing-dependent Ray learning test.
 
@@ -93,8 +94,9 @@ def pytest_collection_modifyitems(config, items):
     is skipped, saying what to install (``make test`` installs every extra)."""
     distributed = Path(__file__).parent / "distributed"
     for item in items:
-        uses_ray = "ray_session" in getattr(item, "fixturenames", ())
-        if uses_ray or distributed in item.path.parents:
+        fixtures = getattr(item, "fixturenames", ())
+        uses_ray = "ray_session" in fixtures
+        if uses_ray or (distributed in item.path.parents and "in_process_ray" not in fixtures):
             item.add_marker(pytest.mark.xdist_group("ray"))
         names = [n for mark in item.iter_markers("extra") for n in mark.args]
         missing = missing_extras(names)
@@ -120,6 +122,16 @@ def ray_session():
     workers.connect(None, num_cpus=2)
     yield workers
     workers.shutdown()
+
+
+@pytest.fixture
+def in_process_ray(monkeypatch):
+    """Ray's worker API in this process for the whole test (``tests/in_process_ray.py``): a
+    distributed algorithm's logic, bit for bit what it does on Ray with its results taken in
+    turn, without an actor's start-up."""
+    from in_process_ray import use_in_process_ray
+
+    use_in_process_ray(monkeypatch)
 
 
 def pytest_addoption(parser):

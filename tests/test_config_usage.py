@@ -6,11 +6,11 @@ spaces call for it. Declared fields other than the last kind are refused when se
 field declared unused must really go unread."""
 
 import dataclasses
-import importlib
 import typing
 
 import pytest
-from config_reads import InProcessRay, config_classes, recording, unread
+from config_reads import config_classes, recording, unread
+from in_process_ray import use_in_process_ray
 
 import shoal
 from shoal.config import is_nested, replace
@@ -90,11 +90,6 @@ SMOKE: dict[str, dict[str, typing.Any]] = {
                "run.total_steps": 128},
     "mcts": {"env.num_envs": 2, "search.num_simulations": 4, "rollout_steps": 4},
 }  # fmt: skip
-RAY_MODULES = ("shoal.distributed", "shoal.algos.value.apex", "shoal.collect.ray",
-               "shoal.algos.multi_agent.distributed_maddpg", "shoal.algos.policy_gradient.ddppo",
-               "shoal.algos.policy_gradient.a3c")  # fmt: skip
-
-
 EXTRA = {"alphazero": "openspiel", "cmaes": "cma", **{n: "offline" for n in ("bc", "cql",
          "iql-offline", "td3-bc")}}  # fmt: skip
 NAMES = [pytest.param(n, marks=pytest.mark.extra(EXTRA[n])) if n in EXTRA else n
@@ -140,8 +135,7 @@ def smoke_config(name: str, tmp_path, dataset_dir=None) -> typing.Any:
 def test_every_field_is_read_or_declared(name, tmp_path, monkeypatch, request):
     spec = ALGORITHMS[name]
     dataset_dir = request.getfixturevalue("dataset") if spec.prepare is not None else None
-    for module in RAY_MODULES:
-        monkeypatch.setattr(importlib.import_module(module), "require_ray", InProcessRay)
+    use_in_process_ray(monkeypatch)
     config, _ = smoke_config(name, tmp_path, dataset_dir)
     built: list[typing.Any] = []
     keeping = dataclasses.replace(

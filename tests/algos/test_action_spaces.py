@@ -73,13 +73,22 @@ def test_value_based_and_off_policy_learners_name_what_works(tmp_path):
         )
 
 
-@pytest.mark.parametrize("algo", ["a3c", "ddppo"])
-def test_the_ray_learners_train_on_composite_actions(algo, ray_session, tmp_path):
-    """A3C and DD-PPO (Ray workers) on Dict actions (of Discrete and MultiDiscrete parts), as
-    `shoal list` states; their learners are PPO's and A2C's, tested on every kind above."""
-    for kind in ("dict",):
-        result = shoal.train(algo, env=ENV, seed=0, total_steps=256,
-                             run_dir=str(tmp_path / kind), **{"env.kwargs": {"kind": kind},
-                             "env.num_envs": 4, "run.eval_every_steps": 256,
-                             "run.eval_episodes": 4, **QUIET})  # fmt: skip
-        assert np.isfinite(result.eval_return)
+def train_on_dict_actions(algo, tmp_path):
+    result = shoal.train(algo, env=ENV, seed=0, total_steps=256, run_dir=str(tmp_path / "dict"),
+                         **{"env.kwargs": {"kind": "dict"}, "env.num_envs": 4,
+                            "run.eval_every_steps": 256, "run.eval_episodes": 4,
+                            **QUIET})  # fmt: skip
+    assert np.isfinite(result.eval_return)
+
+
+def test_a3c_trains_on_composite_actions(in_process_ray, tmp_path):
+    """A3C (its gradient workers on Ray's stand-in in this process) on Dict actions (of
+    Discrete and MultiDiscrete parts), as `shoal list` states; its learner is A2C's, tested
+    on every kind above."""
+    train_on_dict_actions("a3c", tmp_path)
+
+
+def test_ddppo_trains_on_composite_actions(ray_session, tmp_path):
+    """DD-PPO (Ray workers, whose gradients meet in an all-reduce) on Dict actions; its
+    learner is PPO's, tested on every kind above."""
+    train_on_dict_actions("ddppo", tmp_path)

@@ -1,12 +1,14 @@
 """Ape-X: the exploration ladder, actor-side priorities and n-step cutting, replay shards,
-config checks, and both variants end to end on a local Ray (smoke, checkpoints, crashes,
-NaN losses, learning CartPole)."""
+config checks, and both variants end to end: on Ray's stand-in in this process (smoke,
+checkpoints, resume, NaN losses), and on a local Ray (the run the stand-in's, crashes,
+learning CartPole and Pendulum)."""
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from state_helpers import assert_resume_goes_on, assert_seeded_runs_identical
+from in_process_ray import assert_ray_run_is_the_in_process_run
+from state_helpers import assert_resume_goes_on
 from torch import nn
 
 import shoal
@@ -276,7 +278,7 @@ def test_config_needs_ray_actors_and_no_normalization():
     assert shoal.registry.get_algorithm("apex-dqn").default_config().run.runners == 2
 
 
-def test_apex_dqn_smoke_checkpoint_and_resume(ray_session, tmp_path):
+def test_apex_dqn_smoke_checkpoint_and_resume(in_process_ray, tmp_path):
     seen = []
     result = shoal.train(
         "apex-dqn",
@@ -296,7 +298,7 @@ def test_apex_dqn_smoke_checkpoint_and_resume(ray_session, tmp_path):
     assert assert_resume_goes_on(result.run_dir, 6 * 64).iterations == 6
 
 
-def test_apex_ddpg_smoke_checkpoint_and_resume(ray_session, tmp_path):
+def test_apex_ddpg_smoke_checkpoint_and_resume(in_process_ray, tmp_path):
     seen = []
     result = shoal.train(
         "apex-ddpg",
@@ -318,12 +320,16 @@ def test_apex_ddpg_smoke_checkpoint_and_resume(ray_session, tmp_path):
     ("algo", "overrides"),
     [("apex-dqn", SMALL), ("apex-ddpg", small("ddpg", replay_shards=1, **{"env.num_envs": 1}))],
 )
-def test_results_in_turn_make_runs_of_one_seed_identical(ray_session, tmp_path, algo, overrides):
-    """Actor and replay batches taken in request order: actors, 2 shards and the learner run
-    at once, yet two runs of one seed end in the same state, bit for bit, having logged the
-    same metrics."""
+def test_results_in_turn_make_the_ray_run_the_in_process_one(
+    ray_session, tmp_path, monkeypatch, algo, overrides
+):
+    """Actor and replay batches taken in request order: actors, shards and the learner run
+    at once on Ray, yet the run ends in the state, bit for bit, and logs the metrics of the
+    same seed's run with its workers called one after another in this process."""
     overrides = {**overrides, "results_in_turn": True}
-    rows = assert_seeded_runs_identical(tmp_path, algo, 4 * 64, seed=3, **overrides)
+    _, rows = assert_ray_run_is_the_in_process_run(
+        tmp_path, monkeypatch, algo, 4 * 64, seed=3, **overrides
+    )
     assert rows[-1]["train/grad_steps"] > 0
 
 
@@ -350,7 +356,7 @@ def test_crashed_actor_and_shard_restart_and_training_goes_on(ray_session):
         algo.close()
 
 
-def test_nan_loss_raises_naming_the_loss(ray_session):
+def test_nan_loss_raises_naming_the_loss(in_process_ray):
     algo = Apex(replace(ApexDQNConfig(), **SMALL))
     try:
         with torch.no_grad():

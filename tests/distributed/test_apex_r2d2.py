@@ -1,9 +1,11 @@
 """R2D2 on Ape-X's machinery: sequence shards, actors that cut and score sequences with the
-epsilon ladder, and apex-r2d2 end to end on a local Ray (smoke, checkpoint, deployed policy)."""
+epsilon ladder, and apex-r2d2 end to end on a local Ray (smoke, checkpoint, deployed policy;
+the run of Ray's stand-in in this process, which resumes it)."""
 
 import numpy as np
 import pytest
 import torch
+from in_process_ray import assert_ray_run_is_the_in_process_run
 from state_helpers import assert_resume_goes_on
 
 import shoal
@@ -86,13 +88,14 @@ def test_config_checks():
         ApexR2D2Config(run=RunConfig(runners=0))
 
 
-def test_apex_r2d2_smoke_checkpoint_policy_and_resume(ray_session, tmp_path):
-    seen = []
-    result = shoal.train(
-        "apex-r2d2", env="shoal/RepeatFirst-v0", run_dir=str(tmp_path / "run"),
-        total_steps=4 * 64, on_iteration=lambda step, metrics: seen.append(metrics), **SMALL,
+def test_apex_r2d2_smoke_checkpoint_policy_and_resume(ray_session, tmp_path, monkeypatch):
+    """On Ray with results taken in turn, the run of the stand-in in this process (which
+    then resumes it)."""
+    on_ray, seen = assert_ray_run_is_the_in_process_run(
+        tmp_path, monkeypatch, "apex-r2d2", 4 * 64, env="shoal/RepeatFirst-v0",
+        results_in_turn=True, **SMALL,
     )  # fmt: skip
-    assert result.env_steps >= 4 * 64 and result.iterations == 4
+    assert on_ray.env_steps >= 4 * 64 and on_ray.iterations == 4
     last = seen[-1]
     # Which iterations hold learner steps depends on how actors and learner interleave; the
     # throttle (training_intensity) guarantees some by the end, each with a finite loss.
@@ -100,12 +103,12 @@ def test_apex_r2d2_smoke_checkpoint_policy_and_resume(ray_session, tmp_path):
     assert last["train/grad_steps"] > 0 and learned and np.isfinite(learned).all()
     assert last["train/epsilon_mean"] == pytest.approx((0.4 + 0.4**8) / 2)
     assert last["train/replay_size"] > 0
-    saved = load_checkpoint(result.run_dir).state["algorithm"]
+    saved = load_checkpoint(on_ray.run_dir).state["algorithm"]
     assert saved["learner"]["grad_steps"] == last["train/grad_steps"]
-    policy = shoal.load(result.run_dir)
+    policy = shoal.load(on_ray.run_dir)
     actions = policy.act(np.zeros((3, 4), np.float32), episode_start=[True] * 3)
     assert actions.shape == (3,)
-    assert_resume_goes_on(result.run_dir, 8 * 64)
+    assert_resume_goes_on(on_ray.run_dir, 8 * 64)
 
 
 def test_r2d2_samples_with_ray_runners(ray_session, tmp_path):

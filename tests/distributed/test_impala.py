@@ -6,7 +6,8 @@ import collections
 import gymnasium as gym
 import pytest
 import torch
-from state_helpers import assert_seeded_runs_identical, assert_states_equal, metric_rows
+from in_process_ray import assert_ray_run_is_the_in_process_run
+from state_helpers import assert_states_equal, metric_rows
 
 import shoal
 from shoal.algos.policy_gradient.impala import IMPALA, IMPALAConfig, IMPALALearner
@@ -220,9 +221,10 @@ def test_nan_loss_names_the_loss(tmp_path, monkeypatch):
         shoal.train("impala", seed=0, total_steps=ROLLOUT_STEPS, run_dir=str(tmp_path), **small())
 
 
-def test_ray_runners_smoke_and_resume(ray_session, tmp_path):
-    """Two Ray runners streaming rollouts: the learner trains on each as it arrives, logs the
-    policy lag, checkpoints, and a resumed run continues from the checkpoint."""
+def test_ray_runners_smoke_and_resume(in_process_ray, tmp_path):
+    """Two runners (Ray's stand-in) streaming rollouts: the learner trains on each as it
+    arrives, logs the policy lag, checkpoints, and a resumed run continues from the
+    checkpoint."""
     seen = []
     overrides = small(**{"run.runners": 2, "run.checkpoint_every_steps": 2 * ROLLOUT_STEPS})
     result = shoal.train(
@@ -246,12 +248,15 @@ def test_ray_runners_smoke_and_resume(ray_session, tmp_path):
     assert state["counters"]["updates"] == 6
 
 
-def test_results_in_turn_make_runs_of_one_seed_identical(ray_session, tmp_path):
-    """Rollouts taken in turn from 2 runners with 2 sample requests each in flight: the
-    rollouts are stale, yet two runs of one seed end in the same state, bit for bit (weights,
-    optimizer, the runners' envs), having logged the same metrics."""
+def test_results_in_turn_make_the_ray_run_the_in_process_one(ray_session, tmp_path, monkeypatch):
+    """Rollouts taken in turn from 2 Ray runners with 2 sample requests each in flight: the
+    rollouts are stale, yet the run ends in the state (weights, optimizer, the runners'
+    envs), bit for bit, and logs the metrics of the same seed's run with its runners called
+    one after another in this process."""
     overrides = small(**{"run.runners": 2, "results_in_turn": True})
-    rows = assert_seeded_runs_identical(tmp_path, "impala", 12 * ROLLOUT_STEPS, **overrides)
+    _, rows = assert_ray_run_is_the_in_process_run(
+        tmp_path, monkeypatch, "impala", 12 * ROLLOUT_STEPS, **overrides
+    )
     assert len(rows) == 12
     assert max(row["train/policy_lag"] for row in rows) >= 2
 

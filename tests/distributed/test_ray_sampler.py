@@ -308,9 +308,11 @@ def test_missing_ray_gets_a_clear_message(monkeypatch):
         require_ray()
 
 
-def test_ppo_with_ray_runners_resumes_exactly(tmp_path, small_ppo, iteration_steps):
-    """N steps + resume + M steps = N + M steps straight, with 2 Ray runners: each runner's
-    envs and torch generator are in the checkpoint."""
+def test_ppo_with_ray_runners_resumes_exactly(tmp_path, small_ppo, iteration_steps, monkeypatch):
+    """N + M steps straight on 2 Ray runners = N steps + resume + M steps, each runner's envs
+    and torch generator in the checkpoint (the second run on Ray's stand-in in this process,
+    which is the same run: the runners are called in turn either way)."""
+    from in_process_ray import use_in_process_ray
     from state_helpers import assert_states_equal
 
     from shoal.train.checkpoint import load_checkpoint
@@ -319,9 +321,10 @@ def test_ppo_with_ray_runners_resumes_exactly(tmp_path, small_ppo, iteration_ste
     overrides = small_ppo(**{"run.runners": 2, "run.checkpoint_every_steps": per_iteration})
     first, total = 2 * per_iteration, 3 * per_iteration
     run_a, run_b = str(tmp_path / "a"), str(tmp_path / "b")
+    straight = shoal.train("ppo", seed=4, total_steps=total, run_dir=run_b, **overrides)
+    use_in_process_ray(monkeypatch)
     part = shoal.train("ppo", seed=4, total_steps=first, run_dir=run_a, **overrides)
     resumed = shoal.train(resume=part.run_dir, total_steps=total)
-    straight = shoal.train("ppo", seed=4, total_steps=total, run_dir=run_b, **overrides)
     assert resumed.env_steps == straight.env_steps == total
     got, want = load_checkpoint(resumed.run_dir).state, load_checkpoint(straight.run_dir).state
     assert_states_equal(got["algorithm"], want["algorithm"])

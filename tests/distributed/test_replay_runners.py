@@ -1,7 +1,7 @@
 """The replay learners on Ray runners (`shoal.algos.cores.off_policy.ReplayAlgorithm` with
 ``run.runners``): one synchronous runner is the in-process run, several store their envs side
-by side and keep the updates per env step, sampling ahead is exact, a killed runner is
-replaced and the episodes it lost are cut from the replay."""
+by side and keep the updates per env step (on Ray's stand-in in this process), sampling ahead
+is exact, a killed runner is replaced and the episodes it lost are cut from the replay."""
 
 import copy
 
@@ -13,8 +13,6 @@ import shoal
 from shoal.collect.evaluate import evaluate
 from shoal.core.seeding import rng_state, set_rng_state
 from shoal.registry import ALGORITHMS
-
-pytestmark = pytest.mark.usefixtures("ray_session")
 
 SMALL = {
     "replay.learning_starts": 32,
@@ -54,7 +52,7 @@ def assert_same(a, b):
 
 
 @pytest.mark.parametrize("name", ["sac", "dqn"])
-def test_one_synchronous_runner_is_the_in_process_run(name):
+def test_one_synchronous_runner_is_the_in_process_run(name, ray_session):
     """The in-process runner draws its actions from a torch stream of its own, seeded as Ray
     runner 0 seeds its process: the same seed gives the same run either way."""
     runs = []
@@ -74,7 +72,7 @@ def test_one_synchronous_runner_is_the_in_process_run(name):
 
 
 @pytest.mark.parametrize("name", ["dqn", "qrdqn", "rem", "ddpg", "td3", "sac", "d4pg"])
-def test_runners_store_their_envs_side_by_side_and_keep_updates_per_env_step(name):
+def test_runners_store_their_envs_side_by_side_and_keep_updates_per_env_step(name, in_process_ray):
     algo = build(name, **{"run.runners": 2})
     try:
         assert algo.replay.num_envs == 4  # 2 runners x env.num_envs 2
@@ -87,9 +85,11 @@ def test_runners_store_their_envs_side_by_side_and_keep_updates_per_env_step(nam
         algo.close()
 
 
-def test_sampling_ahead_is_exact_and_logs_its_lag():
+def test_sampling_ahead_is_exact_and_logs_its_lag(ray_session):
     """Rollout n acts with the weights of iteration n - max_lag, counted, not timed: two runs
-    of one seed are identical, and so is a run resumed from a checkpoint taken mid-run."""
+    of one seed are identical, and so is a run resumed from a checkpoint taken mid-run. (On
+    Ray both times: the rollouts sampled ahead come from a thread, which Ray's stand-in in
+    this process cannot keep apart from the learner's random draws.)"""
     settings = {"run.runners": 2, "replay.max_lag": 2, "replay.save": True}
     first = build("sac", **settings)
     try:
@@ -117,7 +117,7 @@ def test_sampling_ahead_is_exact_and_logs_its_lag():
         resumed.close()
 
 
-def test_a_killed_runner_is_replaced_and_the_episodes_it_lost_are_cut():
+def test_a_killed_runner_is_replaced_and_the_episodes_it_lost_are_cut(ray_session):
     algo = build("dqn", **{"run.runners": 2, "replay.n_step": 3})
     try:
         train(algo, 4)
@@ -139,7 +139,7 @@ def test_a_killed_runner_is_replaced_and_the_episodes_it_lost_are_cut():
 
 
 @pytest.mark.learning
-def test_sac_sampling_ahead_on_a_runner_swings_pendulum_up(tmp_path):
+def test_sac_sampling_ahead_on_a_runner_swings_pendulum_up(ray_session, tmp_path):
     """The tuned SAC example with its envs on one Ray runner, sampling one iteration ahead
     of learning: it reaches the example's target (-200; random play scores about -1,230)."""
     result = shoal.train(
