@@ -6,10 +6,9 @@ clear error that keeps the previous checkpoint and the metrics."""
 import errno
 import json
 import signal
-import subprocess
-import sys
 import time
 
+import checkpoint_savers
 import numpy as np
 import pytest
 import torch
@@ -18,20 +17,12 @@ import shoal
 from shoal.core.errors import CheckpointError, ShoalError
 from shoal.train.checkpoint import load_checkpoint, save_checkpoint
 
+PROCESSES = checkpoint_savers.processes()
+"""The savers' processes: forks of a server that imported them once."""
+
 SMALL = {"env.num_envs": 4, "num_steps": 16, "minibatch_size": 32, "num_epochs": 1,
          "run.eval_every_steps": 0, "run.console": False, "run.tensorboard": False,
          "run.checkpoint_every_steps": 64, "run.keep_checkpoints": 3}  # fmt: skip
-
-SAVER = """
-import pathlib, sys, numpy as np
-from shoal.train.checkpoint import save_checkpoint
-run, big = sys.argv[1], np.random.default_rng(0).normal(size=(400_000,))  # about 3 MB a save
-latest = pathlib.Path(run, "checkpoints", "latest")
-step = int(latest.read_text().removeprefix("step_")) if latest.exists() else 0
-while True:
-    step += 1
-    save_checkpoint(run, step, "ppo", {"step": step}, {"step": step, "big": big + step}, keep=2)
-"""
 
 
 def test_a_save_killed_at_random_points_leaves_a_loadable_checkpoint(tmp_path):
@@ -44,13 +35,14 @@ def test_a_save_killed_at_random_points_leaves_a_loadable_checkpoint(tmp_path):
     for _ in range(12):
         latest = run / "checkpoints" / "latest"
         before = latest.read_text() if latest.exists() else None
-        saver = subprocess.Popen([sys.executable, "-c", SAVER, str(run)])
+        saver = PROCESSES.Process(target=checkpoint_savers.save_back_to_back, args=(str(run),))
+        saver.start()
         deadline = time.time() + 60
         while (not latest.exists() or latest.read_text() == before) and time.time() < deadline:
             time.sleep(0.005)  # until this process has saved once
         time.sleep(float(rng.uniform(0.0, 0.3)))  # somewhere inside a save, most often
-        saver.send_signal(signal.SIGKILL)
-        saver.wait()
+        saver.kill()
+        saver.join()
         mid_write += bool(list((run / "checkpoints").glob(".tmp-*")))  # cut inside a save
         checkpoint = load_checkpoint(run)
         step = checkpoint.state["step"]
@@ -62,28 +54,6 @@ def test_a_save_killed_at_random_points_leaves_a_loadable_checkpoint(tmp_path):
     assert mid_write >= 1, mid_write  # some landed inside saves (the next test hits each step)
 
 
-KILLED_AT = """
-import os, shutil, signal, sys, numpy as np
-from shoal.train.checkpoint import save_checkpoint
-run, at = sys.argv[1], int(sys.argv[2])
-big = np.random.default_rng(0).normal(size=(1000,))
-save_checkpoint(run, 1, "ppo", {"step": 1}, {"step": 1, "big": big + 1}, keep=2)
-save_checkpoint(run, 2, "ppo", {"step": 2}, {"step": 2, "big": big + 2}, keep=2)
-calls = 0
-def killing(step):  # counts the save's steps that touch the disk, and dies before step `at`
-    def call(*args, **kwargs):
-        global calls
-        calls += 1
-        if calls == at:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return step(*args, **kwargs)
-    return call
-os.fsync, os.replace, shutil.rmtree = (killing(os.fsync), killing(os.replace),
-                                       killing(shutil.rmtree))
-save_checkpoint(run, 3, "ppo", {"step": 3}, {"step": 3, "big": big + 3}, keep=2)
-"""
-
-
 def test_a_save_killed_before_each_of_its_disk_steps_leaves_a_loadable_checkpoint(tmp_path):
     """The same, deterministically: the third save is killed before its first, second, ...
     fsync, rename or removal, until it runs through; each time the run loads a whole save
@@ -92,7 +62,10 @@ def test_a_save_killed_before_each_of_its_disk_steps_leaves_a_loadable_checkpoin
     while True:
         at += 1
         run = tmp_path / f"run{at}"
-        saver = subprocess.run([sys.executable, "-c", KILLED_AT, str(run), str(at)], timeout=120)
+        saver = PROCESSES.Process(target=checkpoint_savers.save_three_killed_at,
+                                  args=(str(run), at))  # fmt: skip
+        saver.start()
+        saver.join(timeout=120)
         checkpoint = load_checkpoint(run)
         step = checkpoint.state["step"]
         assert step in (2, 3) and checkpoint.config == {"step": step}
@@ -103,9 +76,9 @@ def test_a_save_killed_before_each_of_its_disk_steps_leaves_a_loadable_checkpoin
         assert not list((run / "checkpoints").glob(".tmp-*"))
         assert load_checkpoint(run).state["step"] == 4
         outcomes.append(step)
-        if saver.returncode == 0:
+        if saver.exitcode == 0:
             break
-        assert saver.returncode == -signal.SIGKILL, saver.returncode
+        assert saver.exitcode == -signal.SIGKILL, saver.exitcode
     assert at >= 8  # fsyncs of three files and two directories, the rename, latest, pruning
     assert outcomes[0] == 2 and outcomes[-1] == 3  # killed early: the old one; late: the new
 
