@@ -1,6 +1,7 @@
 """A replay learner and a learner group on a real multi-node Ray cluster losing a node, a runner
 and a learner (run as a script by ``tests/test_cluster_faults.py``, in a process of its own: a
-process joins one Ray, and the other tests share a local one).
+process joins one Ray, and the other tests share a local one). Besides: a run that sets no
+cluster address starts a Ray of its own while this cluster runs on the machine.
 
 The cluster is a head without CPUs (it holds no runner) and worker nodes as separate raylets
 (`ray.cluster_utils.Cluster`). DQN samples one iteration ahead on 2 runners, both on the first
@@ -13,6 +14,7 @@ the same weights. Prints one JSON line of what happened."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 
 import numpy as np
@@ -23,10 +25,23 @@ from ray.cluster_utils import Cluster
 from shoal.registry import ALGORITHMS
 
 
+def local_ray_apart(address: str) -> bool:
+    """Whether a run without ``run.ray_address``, started while this cluster runs on the
+    machine (which Ray finds, as it finds one started with `ray start`), starts a Ray of its
+    own instead of failing to join this one."""
+    code = ("from shoal.distributed.ray_workers import connect; connect(None, num_cpus=1); "
+            "import ray; print(ray.get_runtime_context().gcs_address)")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    lines = done.stdout.strip().splitlines()
+    return done.returncode == 0 and bool(lines) and lines[-1] != address
+
+
 def main() -> int:
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
     first = cluster.add_node(num_cpus=2)
     cluster.wait_for_nodes()
+    report: dict = {"local_ray_apart": local_ray_apart(cluster.address)}
     spec = ALGORITHMS["dqn"]
     config = spec.default_config(**{
         "env.id": "CartPole-v1", "env.num_envs": 2, "rollout_steps": 4,
@@ -36,7 +51,6 @@ def main() -> int:
     })  # fmt: skip
     torch.manual_seed(0)
     algo = spec.algorithm_cls(config)
-    report: dict = {}
     try:
         for _ in range(4):
             algo.train_iteration()

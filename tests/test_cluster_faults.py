@@ -24,6 +24,9 @@ def test_a_lost_node_a_killed_runner_and_a_killed_learner_lose_nothing():
     )
     assert done.returncode == 0, done.stderr[-4000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
+    # With the cluster up (Ray finds it, as one started with `ray start`), a run without
+    # run.ray_address started a local Ray of its own instead of failing to join it.
+    assert report["local_ray_apart"], report
     # Both runners died with their node and were rebuilt on the new one; then one more.
     assert report["restarts_after_node_loss"] == 2, report
     assert report["restarts"] == 3, report

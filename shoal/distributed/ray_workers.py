@@ -47,7 +47,10 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> None:
         saved = {name: os.environ.get(name) for name in thread_vars}
         os.environ.update(thread_vars)
         try:
+            # "local": a Ray of its own, even where one started with `ray start` runs on this
+            # machine (Ray would join that one, whose CPUs cannot be set, and fail).
             ray.init(
+                address="local",
                 num_cpus=num_cpus or os.cpu_count(),
                 include_dashboard=False,
                 configure_logging=False,
