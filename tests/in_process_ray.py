@@ -93,9 +93,9 @@ class RefPool(InProcessPool):
     (or exception) held in a reference that `get` reads. Each worker keeps its own global
     random state, and sees copies, as in its own process."""
 
-    def __init__(self, workers: list[Any], states: list[_OwnRandomState] | None = None):
+    def __init__(self, workers: list[Any], states: list[_OwnRandomState]):
         super().__init__(workers)
-        self.states = states or [_OwnRandomState() for _ in workers]
+        self.states = states
 
     @classmethod
     def build(
@@ -178,10 +178,6 @@ class InProcessRay:
     @staticmethod
     def node_ip() -> str:
         return "127.0.0.1"
-
-    @staticmethod
-    def available_cpus() -> float:
-        return 2.0
 
 
 def use_in_process_ray(monkeypatch: Any) -> None:

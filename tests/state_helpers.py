@@ -63,18 +63,3 @@ def assert_resume_goes_on(run_dir, total_steps):
     assert again.env_steps >= total_steps
     assert resumed[0]["train/grad_steps"] >= saved and resumed[-1]["train/grad_steps"] > saved
     return again
-
-
-def assert_seeded_runs_identical(tmp_path, algo, total_steps, seed=5, **overrides):
-    """Train ``algo`` twice with one seed: both runs must end in the same state, bit for bit,
-    having logged the same metrics (timing aside). Returns the first run's metric rows."""
-    runs = []
-    for k in range(2):
-        run_dir = str(tmp_path / f"run{k}")
-        result = shoal.train(algo, seed=seed, total_steps=total_steps, run_dir=run_dir, **overrides)
-        runs.append(result.run_dir)
-    first, second = (load_checkpoint(run).state["algorithm"] for run in runs)
-    assert_states_equal(first, second)
-    rows = metric_rows(runs[0])
-    assert rows == metric_rows(runs[1])
-    return rows
