@@ -25,6 +25,11 @@ runners' rows):
    projected speed-up is t / (t / n + all-reduce), shown for the step times given by
    ``--gpu-step-ms``.
 
+6. **A replay learner's group**: SAC's learner, ``--replay-updates`` updates on a fixed replay
+   batch of ``--replay-batch`` rows then the weights pulled back for the samplers (as an
+   iteration does), one learner against a `ReplayLearnerGroup` of ``--learners`` whose every
+   batch is split among them.
+
 Each figure is the median of ``--repeats`` measurements. Usage:
 ``python benchmarks/learners.py [--hidden 1024 1024] [--quick]``.
 """
@@ -43,12 +48,16 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from shoal.algos.cores.learner_group import LearnerGroup, SplitStep
+from shoal.algos.continuous.sac import SACLearner
+from shoal.algos.cores.group_shares import SplitStep
+from shoal.algos.cores.learner_group import LearnerGroup, ReplayLearnerGroup
 from shoal.algos.cores.rollout_batch import RolloutBatch
 from shoal.algos.policy_gradient.ppo import PPOConfig, PPOLearner
 from shoal.config import EnvConfig, ModelConfig, RunConfig
+from shoal.core.types import ReplayBatch
 from shoal.distributed import require_ray
 from shoal.distributed.collective import free_port
+from shoal.registry import ALGORITHMS
 
 OBS, ACTIONS = 17, 6  # HalfCheetah-v5's observation and action sizes
 SPACES = (gym.spaces.Box(-10.0, 10.0, (OBS,)), gym.spaces.Box(-1.0, 1.0, (ACTIONS,)))
@@ -90,6 +99,44 @@ def time_updates(learners: list, batch: RolloutBatch, repeats: int) -> list[floa
             start = time.perf_counter()
             learner.update(batch, 1e-4, 0.2, 0.0)
             own.append(time.perf_counter() - start)
+    return [statistics.median(own) for own in times]
+
+
+def replay_batch(size: int) -> ReplayBatch:
+    g = torch.Generator().manual_seed(0)
+    return ReplayBatch(
+        obs=torch.randn(size, OBS, generator=g),
+        actions=torch.rand(size, ACTIONS, generator=g) * 2 - 1,
+        rewards=torch.randn(size, 1, generator=g),
+        steps=torch.ones(size, dtype=torch.int64),
+        terminated=torch.zeros(size, dtype=torch.bool),
+        next_obs=torch.randn(size, OBS, generator=g),
+        next_action_mask=None,
+        weights=torch.ones(size),
+        indices=torch.arange(size).numpy(),
+    )
+
+
+def sac_config(args: argparse.Namespace, learners: int):
+    return ALGORITHMS["sac"].default_config(**{
+        "run.learners": learners, "run.torch_threads": 1, "run.device": "cpu",
+        "env.id": "HalfCheetah-v5", "model.hidden": tuple(args.hidden),
+        "replay.batch_size": args.replay_batch,
+    })  # fmt: skip
+
+
+def time_replay_updates(learners: list, batch: ReplayBatch, updates: int, repeats: int):
+    """Median seconds per update of each of ``learners`` over rounds of ``updates`` updates
+    and one pull of the weights, timed in turn (as `time_updates`)."""
+    times: list[list[float]] = [[] for _ in learners]
+    for warm_up in (True, *([False] * repeats)):
+        for learner, own in zip(learners, times, strict=True):
+            start = time.perf_counter()
+            for _ in range(updates):
+                learner.update(batch)
+            learner.get_weights()
+            if not warm_up:
+                own.append((time.perf_counter() - start) / updates)
     return [statistics.median(own) for own in times]
 
 
@@ -200,6 +247,8 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--learners", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--replay-batch", type=int, default=1024)
+    parser.add_argument("--replay-updates", type=int, default=8)
     parser.add_argument(
         "--nccl-busbw-gbs",
         type=float,
@@ -212,6 +261,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.quick:
         args.hidden, args.batch, args.minibatch, args.repeats = [64], 512, 128, 1
+        args.replay_batch, args.replay_updates = 128, 2
     torch.set_num_threads(1)
     batch = fixed_batch(args.batch)
     numel = parameters(args)
@@ -227,6 +277,17 @@ def main() -> int:
         single, grouped = time_updates([one, group], batch, args.repeats)
     finally:
         group.close()
+    torch.manual_seed(0)
+    sac_one = SACLearner(sac_config(args, 1), *SPACES)
+    torch.manual_seed(0)
+    sac_group = ReplayLearnerGroup(SACLearner, sac_config(args, args.learners), *SPACES)
+    try:
+        sac_single, sac_grouped = time_replay_updates(
+            [sac_one, sac_group], replay_batch(args.replay_batch), args.replay_updates,
+            args.repeats,
+        )  # fmt: skip
+    finally:
+        sac_group.close()
         rw.shutdown()
     reduce_s = all_reduce_seconds(numel, max(10, 4 * args.repeats))
     split = split_without_ray_seconds(args)
@@ -251,6 +312,9 @@ def main() -> int:
         "all_reduce_ms": reduce_s * 1e3,
         "all_reduce_share_of_step": reduce_s / (grouped / steps),
         "cpus": os.cpu_count(),
+        "sac": {"batch": args.replay_batch, "updates_per_pull": args.replay_updates,
+                "one_learner_s_per_update": sac_single, "group_s_per_update": sac_grouped,
+                "speedup": sac_single / sac_grouped},
     }  # fmt: skip
     print(
         f"PPO learner update, MLP {args.hidden} ({numel:,} parameters, "
@@ -276,6 +340,11 @@ def main() -> int:
     print(
         f"  gloo all-reduce of the gradient, 2 processes: {reduce_s * 1e3:.2f} ms "
         f"({figures['all_reduce_share_of_step']:.0%} of a group's gradient step)"
+    )
+    print(
+        f"  SAC learner update, batch {args.replay_batch} (a {args.replay_updates}-update pull "
+        f"of the weights each): 1 learner {sac_single * 1e3:.1f} ms/update, {args.learners} "
+        f"learners {sac_grouped * 1e3:.1f} ms/update, speed-up {sac_single / sac_grouped:.2f}x"
     )
     gpus = 8
     ring = 2 * (gpus - 1) / gpus * numel * 4 / (args.nccl_busbw_gbs * 1e9)

@@ -85,8 +85,8 @@ def missing_extras(names) -> list[str]:
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (``make test`` runs one worker per core) the tests of
     ``tests/distributed`` (and any other user of the local Ray) run in the same worker, so the
-    session starts one Ray, not one per worker; those on Ray's stand-in in this process
-    (``in_process_ray``) run in any worker. The traffic simulators' tests that start
+    session starts one Ray, not one per worker; those on Ray's stand-ins (``in_process_ray``,
+    ``forked_learners``) run in any worker. The traffic simulators' tests that start
     processes of their own (SUMO, SMARTS) join that group, so they never load the cores under
     a timing-dependent Ray learning test.
 
@@ -96,7 +96,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
         uses_ray = "ray_session" in fixtures
-        if uses_ray or (distributed in item.path.parents and "in_process_ray" not in fixtures):
+        stand_in = "in_process_ray" in fixtures or "forked_learners" in fixtures
+        if uses_ray or (distributed in item.path.parents and not stand_in):
             item.add_marker(pytest.mark.xdist_group("ray"))
         names = [n for mark in item.iter_markers("extra") for n in mark.args]
         missing = missing_extras(names)
@@ -122,6 +123,16 @@ def ray_session():
     workers.connect(None, num_cpus=2)
     yield workers
     workers.shutdown()
+
+
+@pytest.fixture
+def forked_learners(monkeypatch):
+    """Learner groups' and DD-PPO's ranks forked from the test process, called as Ray calls
+    them (``tests/forked_ray.py``): their collectives and restarts without an actor's
+    start-up."""
+    from forked_ray import use_forked_learners
+
+    use_forked_learners(monkeypatch)
 
 
 @pytest.fixture

@@ -39,7 +39,7 @@ RAY_MODULES = (
     "shoal.algos.multi_agent.distributed_maddpg",
     "shoal.algos.policy_gradient.ddppo",
     "shoal.algos.policy_gradient.a3c",
-    "shoal.algos.cores.learner_group",
+    "shoal.algos.cores.rank_group",
 )
 """The modules holding `shoal.distributed.require_ray` under their own name (the others
 import it from `shoal.distributed` when they call it)."""

@@ -92,7 +92,7 @@ COVERAGE: dict[str, tuple[str, ...]] = {
                  "test_in_process_resume_is_exact", "test_learns_cartpole_with_two_workers"),
     "ddppo": named("distributed/test_ddppo.py",
                    "test_ray_learners_stay_identical_and_a_lost_learner_stops_the_run",
-                   "test_ray_resume_is_exact", "test_learns_cartpole_with_two_learners"),
+                   "test_resume_is_exact", "test_learns_cartpole_with_two_learners"),
     "appo": named("algos/test_appo.py", "test_ray_runners_sample_ahead", "test_resume_is_exact",
                   "test_appo_solves_cartpole"),
     "r2d2": named("algos/test_r2d2.py", "test_smoke", "test_resume_is_exact")

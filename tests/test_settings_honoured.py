@@ -47,8 +47,10 @@ def test_algorithms_without_runners_refuse_them(name):
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
 def test_every_algorithm_runs_a_learner_group_or_refuses_one_by_name(name):
     """``run.learners 2`` on every registered algorithm: the ones that declare learner groups
-    accept it (tests/distributed/test_learner_group.py trains them), every other one refuses
-    it before anything is built, saying why (no gradients, or no groups yet)."""
+    accept it (tests/distributed/test_learner_group.py trains PPO's, A2C's, APPO's, IMPALA's,
+    DQN's, SAC's and CQL's groups; tests/algos/test_*_group_step.py compare each one's update with
+    one learner's), and a replay learner's needs a batch to split; every other one refuses it
+    before anything is built, saying why (no gradients, or no groups yet)."""
     spec = ALGORITHMS[name]
     try:
         config = spec.default_config(**{"run.learners": 2})
@@ -58,6 +60,9 @@ def test_every_algorithm_runs_a_learner_group_or_refuses_one_by_name(name):
     if spec.learner_groups:
         check_runtime(spec, config)
         assert spec.scaling()["learners"] == "run.learners"
+        if hasattr(config, "replay"):  # one row for each of 2 learners at least, or refused
+            with pytest.raises(ConfigError, match=r"learners = 2 is invalid: must be <= replay"):
+                spec.algorithm_cls(replace(config, **{"replay.batch_size": 1}))
         return
     why = "has no gradient steps to split" if not spec.gradients else "has no learner groups yet"
     with pytest.raises(ConfigError, match=rf"run.learners = 2: {name} {why}"):

@@ -84,6 +84,19 @@ def agree_finite(losses: Mapping[str, torch.Tensor], who: str = "a learner") -> 
         raise NaNLossError(f"{where} on {who}; weights left unchanged")
 
 
+def global_mean(values: torch.Tensor) -> torch.Tensor:
+    """The mean of ``values`` over every rank's rows where this process is a rank of a
+    data-parallel learner (a process group is up), else their mean; without gradient. A
+    statistic of the whole batch that a loss takes (TD3+BC's mean |Q|) then stays the whole
+    batch's when the batch is split among the ranks."""
+    values = values.detach()
+    if not dist.is_initialized():
+        return values.mean()
+    total = torch.stack([values.sum(), torch.tensor(float(values.numel()), device=values.device)])
+    dist.all_reduce(total, op=dist.ReduceOp.SUM)
+    return total[0] / total[1]
+
+
 def smallest(value: int) -> int:
     """The smallest of every rank's ``value``."""
     size = torch.tensor([value])

@@ -131,7 +131,11 @@ def lagrange_loss(log_weight: Tensor, penalty: Tensor, threshold: float) -> Tens
 
 
 def td3_bc_actor_loss(
-    q: Tensor, policy_actions: Tensor, data_actions: Tensor, alpha: float
+    q: Tensor,
+    policy_actions: Tensor,
+    data_actions: Tensor,
+    alpha: float,
+    mean_abs_q: Tensor | None = None,
 ) -> Tensor:
     """TD3+BC's actor loss (Fujimoto and Gu 2021, "A minimalist approach to offline
     reinforcement learning", eq. 3): ``-lambda mean Q(s, pi(s)) + mean ||pi(s) - a||^2``
@@ -142,6 +146,10 @@ def td3_bc_actor_loss(
         q: ``[N]`` the first critic at the policy's actions.
         policy_actions, data_actions: ``[N, d]`` unit-box actions.
         alpha: the paper's ``alpha`` (2.5).
+        mean_abs_q: the batch's ``mean |Q|`` when ``q`` holds only some of its rows (a
+            learner group's rank; default: ``q``'s own).
     """
-    scale = alpha / q.abs().mean().detach().clamp_min(1e-6)
+    if mean_abs_q is None:
+        mean_abs_q = q.abs().mean()
+    scale = alpha / mean_abs_q.detach().clamp_min(1e-6)
     return -scale * q.mean() + (policy_actions - data_actions).square().mean()

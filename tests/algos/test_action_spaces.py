@@ -88,7 +88,7 @@ def test_a3c_trains_on_composite_actions(in_process_ray, tmp_path):
     train_on_dict_actions("a3c", tmp_path)
 
 
-def test_ddppo_trains_on_composite_actions(ray_session, tmp_path):
-    """DD-PPO (Ray workers, whose gradients meet in an all-reduce) on Dict actions; its
-    learner is PPO's, tested on every kind above."""
+def test_ddppo_trains_on_composite_actions(forked_learners, tmp_path):
+    """DD-PPO (workers whose gradients meet in an all-reduce; forked from the test here,
+    tests/forked_ray.py) on Dict actions; its learner is PPO's, tested on every kind above."""
     train_on_dict_actions("ddppo", tmp_path)

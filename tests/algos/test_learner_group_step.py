@@ -1,4 +1,4 @@
-"""A learner group's gradient step (`shoal.algos.cores.learner_group.SplitStep`): two gloo
+"""A learner group's gradient step (`shoal.algos.cores.group_shares.SplitStep`): two gloo
 processes, each backpropagating its share of every minibatch, take the update one learner
 takes on the whole minibatch. No Ray: the ranks are forked processes over localhost."""
 
@@ -10,11 +10,13 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from shoal.algos.cores.learner_group import SplitStep, share
+from shoal.algos.cores.group_shares import ColumnShare, SplitStep, columns_of, share
 from shoal.algos.cores.rollout_batch import RolloutBatch
 from shoal.algos.policy_gradient.a2c import A2CConfig, A2CLearner
+from shoal.algos.policy_gradient.impala import IMPALAConfig, IMPALALearner
 from shoal.algos.policy_gradient.ppo import PPOConfig, PPOLearner
 from shoal.config import EnvConfig, ModelConfig, OptimConfig
+from shoal.core.types import Rollout
 from shoal.distributed.collective import free_port
 
 N = 45  # samples in the batch: minibatches of 15, split 7 / 8 between the ranks
@@ -115,3 +117,80 @@ def test_shares_cover_the_rows_once():
             assert parts[0].start == 0 and parts[-1].stop == size
             assert all(a.stop == b.start for a, b in zip(parts, parts[1:], strict=False))
             assert max(p.stop - p.start for p in parts) - min(p.stop - p.start for p in parts) <= 1
+
+
+T, B = 6, 5  # IMPALA's time-major batch: 6 steps of 5 envs, columns split 2 / 3
+
+
+def fixed_rollout():
+    """A time-major batch with autoreset steps (invalid: the ranks' shares of the valid steps
+    are not their shares of the columns), terminations and truncations."""
+    g = torch.Generator().manual_seed(5)
+    valid = torch.ones(T, B, dtype=torch.bool)
+    valid[2, 0] = valid[4, 0] = valid[3, 1] = False  # three of them in the first rank's columns
+    return Rollout(
+        obs=torch.randn(T, B, 4, generator=g),
+        actions=torch.randint(0, 3, (T, B), generator=g),
+        log_probs=torch.log(torch.full((T, B), 1 / 3)) + 0.3 * torch.randn(T, B, generator=g),
+        values=torch.randn(T, B, generator=g),
+        rewards=torch.randn(T, B, generator=g),
+        terminated=torch.rand(T, B, generator=g) < 0.15,
+        truncated=torch.rand(T, B, generator=g) < 0.1,
+        valid=valid,
+        last_values=torch.randn(B, generator=g),
+    )
+
+
+def make_impala():
+    config = IMPALAConfig(
+        env=EnvConfig(num_envs=B), model=ModelConfig(hidden=(16,), backend="torch"),
+        optim=OptimConfig(lr=0.01, max_grad_norm=0.5), num_steps=T,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    return IMPALALearner(config, *SPACES)
+
+
+def _impala_rank(rank, port, out_dir):
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+        timeout=timedelta(seconds=60),
+    )  # fmt: skip
+    try:
+        learner = make_impala()
+        split = ColumnShare(learner, rank, 2)
+        rows = [split.update((fixed_rollout(), 0.01)) for _ in range(2)]
+        torch.save({"state": learner.state_dict(), "rows": rows}, f"{out_dir}/{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_impala_learners_take_the_update_of_one(tmp_path):
+    """Each rank takes its env columns (V-trace runs along each column's time axis); the
+    gradients, weighted by the ranks' shares of the valid steps (12 - 3 = 9 and 18 of 27),
+    sum to the whole batch's: both ranks end with the weights and optimizer state of one
+    learner after the same two updates, and their weighted metrics are its metrics."""
+    args = (free_port(), str(tmp_path))
+    mp.start_processes(_impala_rank, args=args, nprocs=2, join=True, start_method="fork")
+    ranks = [torch.load(tmp_path / f"{r}.pt", weights_only=False) for r in range(2)]
+    single = make_impala()
+    rows = [single.update(fixed_rollout(), 0.01) for _ in range(2)]
+    for key, tensor in single.model.state_dict().items():
+        got = [rank["state"]["model"][key] for rank in ranks]
+        assert torch.equal(got[0], got[1]), key
+        torch.testing.assert_close(got[0], tensor, rtol=1e-5, atol=1e-6)
+    initial = next(make_impala().model.parameters())
+    assert not torch.equal(initial, next(single.model.parameters()))
+    (w0, first), (w1, second) = (rank["rows"][0] for rank in ranks)
+    assert (w0, w1) == (9 / 27, 18 / 27)
+    for key in ("loss/policy", "loss/value", "train/rho_mean"):
+        assert w0 * first[key] + w1 * second[key] == pytest.approx(rows[0][key], rel=1e-4), key
+
+
+def test_a_rollout_is_cut_into_env_columns_field_by_field():
+    rollout = fixed_rollout()._replace(obs={"a": torch.zeros(T, B, 2)}, last_obs=torch.ones(B, 3))
+    part = columns_of(rollout, share(B, 1, 2))
+    assert part.obs["a"].shape == (T, 3, 2) and part.last_obs.shape == (3, 3)
+    assert torch.equal(part.rewards, rollout.rewards[:, 2:])
+    assert torch.equal(part.last_values, rollout.last_values[2:])
+    assert part.step_states is None

@@ -234,9 +234,10 @@ def test_ray_learners_stay_identical_and_a_lost_learner_stops_the_run(ray_sessio
         algo.close()
 
 
-def test_ray_resume_is_exact(ray_session, tmp_path):
+def test_resume_is_exact(forked_learners, tmp_path):
     """Synchronous and seeded per rank, DD-PPO is deterministic: a resumed run (learner
-    state, each rank's envs and torch generator restored) repeats the straight one."""
+    state, each rank's envs and torch generator restored) repeats the straight one. (Its
+    ranks forked from the test, tests/forked_ray.py; on Ray: the lost-learner test above.)"""
     total = 4 * ITERATION_STEPS
     overrides = small(**{"ppo.optim.lr_schedule": "linear", "ppo.optim.anneal_steps": total})
     run_a, run_b = str(tmp_path / "a"), str(tmp_path / "b")
@@ -257,7 +258,7 @@ def test_tuned_example_builds():
 
 
 @pytest.mark.learning
-def test_learns_cartpole_with_two_learners(ray_session, tmp_path):
+def test_learns_cartpole_with_two_learners(forked_learners, tmp_path):
     """The tuned example with 2 learners, seed 0, reaches an evaluation mean of 475 on
     CartPole-v1 (49k-98k env steps on seeds 0-2, about 1 s of training)."""
     result = shoal.train(

@@ -97,6 +97,14 @@ def test_td3_bc_actor_loss_normalizes_q_by_hand():
     assert q.grad.tolist() == pytest.approx([-scale / 2, -scale / 2])
 
 
+def test_td3_bc_actor_loss_takes_the_whole_batchs_mean_abs_q_when_given():
+    """A learner group's rank holds some rows of the batch: its lambda is the batch's."""
+    q = torch.tensor([2.0, -4.0])
+    pi = torch.zeros(2, 2)
+    given = td3_bc_actor_loss(q, pi, pi, 2.5, mean_abs_q=torch.tensor(5.0))
+    assert given.item() == pytest.approx(-(2.5 / 5.0) * (-1.0))
+
+
 def test_behaviour_cloning_loss_by_hand():
     logits = torch.tensor([[0.0, 0.0], [math.log(3.0), 0.0]])
     actions = torch.tensor([0, 0])

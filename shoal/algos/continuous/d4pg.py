@@ -114,6 +114,7 @@ SPECS = (
         "D4PG: DDPG with a categorical (C51) critic and n-step returns",
         "Box (bounded)",
         runners=True,
+        learner_groups=True,
     ),
 )
 """The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

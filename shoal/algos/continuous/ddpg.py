@@ -97,6 +97,7 @@ SPECS = (
         "DDPG: deterministic actor, Q critic, target networks, Gaussian or OU exploration",
         "Box (bounded)",
         runners=True,
+        learner_groups=True,
     ),
 )
 """The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

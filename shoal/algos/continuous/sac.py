@@ -224,6 +224,7 @@ SPECS = (
         "Soft Actor-Critic with automatic entropy tuning; discrete-action variant",
         "Box (bounded), Discrete",
         runners=True,
+        learner_groups=True,
     ),
 )
 """The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

@@ -134,6 +134,7 @@ SPECS = (
         "TD3: DDPG with twin critics, delayed policy updates and target policy smoothing",
         "Box (bounded)",
         runners=True,
+        learner_groups=True,
     ),
 )
 """The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

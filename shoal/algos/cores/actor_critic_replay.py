@@ -11,7 +11,7 @@ from the pure losses of `shoal.losses.actor_critic`. The act-store-learn iterati
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Literal, TypeVar
 
@@ -158,6 +158,9 @@ class ActorCriticCore(Generic[ActorT]):
             list(self.target_critic.parameters()),
             self.critic_params,
         )
+        self.minimize = minimize
+        """The gradient step, a part: a learner group's rank swaps in one that all-reduces
+        (`shoal.algos.cores.group_shares.SharedMinimize`)."""
         self._actor_pairs: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None
         if self.target_actor is not None:
             self._actor_pairs = (list(self.target_actor.parameters()), self.actor_params)
@@ -184,7 +187,7 @@ class ActorCriticCore(Generic[ActorT]):
         """One optimizer step on the sum of ``losses`` (a non-finite one is refused by name);
         actor and critic gradients are clipped each to ``optim.max_grad_norm``."""
         total = sum(losses.values())
-        minimize(
+        self.minimize(
             {**losses, "total": total},
             self.optimizer,
             self.config.optim.max_grad_norm,
@@ -251,6 +254,15 @@ class ActorCriticLearner(Generic[ActorT]):
     @property
     def policy_network(self) -> nn.Module:
         return self.core.actor
+
+    @property
+    def minimize(self) -> Callable[..., Any]:
+        """The core's gradient step (a learner group's rank swaps it)."""
+        return self.core.minimize
+
+    @minimize.setter
+    def minimize(self, step: Callable[..., Any]) -> None:
+        self.core.minimize = step
 
     def set_random_actions(self, on: bool) -> None:
         self.core.set_random_actions(on)

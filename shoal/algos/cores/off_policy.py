@@ -14,6 +14,10 @@ stored as one vector step of ``runners x env.num_envs`` envs, and the iteration 
 in-process. With ``replay.max_lag`` k >= 1 a sampler thread (`shoal.collect.ahead`) samples
 rollout n with the weights of iteration n - k while the learner trains on the replay, exactly
 as many iterations behind whatever the timing.
+
+With ``run.learners`` N > 1 the learner is a group of N data-parallel copies on Ray
+(`shoal.algos.cores.learner_group.ReplayLearnerGroup`): each replay batch is split among them
+and the result is one update on the whole batch.
 """
 
 from __future__ import annotations
@@ -27,9 +31,11 @@ import gymnasium as gym
 import torch
 from torch import nn
 
+from shoal.algos.cores.learner_group import ReplayLearnerGroup
 from shoal.collect import EnvRunner, make_sampler
 from shoal.collect.ahead import AheadSampler
 from shoal.config import EnvConfig, ModelConfig, OptimConfig, ReplayConfig, RunConfig
+from shoal.config.checks import check
 from shoal.core.seeding import derive_seed
 from shoal.core.types import ReplayBatch
 from shoal.data.frame_replay import stack_size
@@ -208,6 +214,9 @@ class ReplayAlgorithm:
         exploration: Exploration = random_start,
         frame_replay: bool = False,
     ):
+        batch = config.replay.batch_size
+        split = f"must be <= replay.batch_size ({batch}): each batch is split among the learners"
+        check(config.run, "learners", config.run.learners <= batch, split)
         self.exploration = exploration
         self.config = config
         self.sampler = make_sampler(
@@ -219,7 +228,11 @@ class ReplayAlgorithm:
             own_stream=True,  # one synchronous Ray runner is then the in-process run
         )
         spaces = self.sampler.observation_space, self.sampler.action_space
-        self.learner = learner_fn(config, *spaces)
+        try:
+            self.learner = self._build_learner(learner_fn, config, spaces)
+        except BaseException:
+            self.sampler.close()  # its envs (and Ray runners) go with the failed start
+            raise
         num_envs = self.sampler.num_envs
         masked = self.sampler.action_masked
         frame_stack = stack_size(spaces[0]) if frame_replay else None
@@ -242,6 +255,17 @@ class ReplayAlgorithm:
         if config.replay.max_lag > 0:
             self.ahead = AheadSampler(self.sampler, config.replay.max_lag)
             self._explore_and_publish()
+
+    @staticmethod
+    def _build_learner(
+        learner_fn: Callable[[Any, gym.Space, gym.Space], ReplayLearner],
+        config: Any,
+        spaces: tuple[gym.Space, gym.Space],
+    ) -> ReplayLearner:
+        """The learner, or with ``run.learners`` > 1 a group of them splitting each batch."""
+        if config.run.learners == 1:
+            return learner_fn(config, *spaces)
+        return ReplayLearnerGroup(learner_fn, config, *spaces)
 
     def _explore_and_publish(self) -> None:
         """Set the exploration of the coming rollouts; sampling ahead, publish the weights
@@ -283,7 +307,10 @@ class ReplayAlgorithm:
 
     def _learn(self) -> dict[str, float]:
         runners = self.sampler.num_runners
-        return learn_from_replay(self.config, self.replay, self.learner, self.env_steps, runners)
+        metrics = learn_from_replay(self.config, self.replay, self.learner, self.env_steps, runners)
+        if isinstance(self.learner, ReplayLearnerGroup) and self.learner.restarts:
+            metrics["perf/learner_restarts"] = self.learner.restarts
+        return metrics
 
     def _stop_sampling(self) -> None:
         """Park the sampler thread between two rollouts (its envs can then be read)."""
@@ -340,3 +367,5 @@ class ReplayAlgorithm:
         if self.ahead is not None:
             self.ahead.close()
         self.sampler.close()
+        if isinstance(self.learner, ReplayLearnerGroup):  # its Ray actors and placement group
+            self.learner.close()

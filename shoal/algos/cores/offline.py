@@ -15,6 +15,7 @@ vector steps, adds them to the replay that holds the whole dataset, and learns, 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -23,6 +24,7 @@ import gymnasium as gym
 from torch import nn
 
 from shoal.algos.cores.actor_critic_replay import ActorCriticReplayConfig
+from shoal.algos.cores.learner_group import ReplayLearnerGroup
 from shoal.algos.cores.off_policy import RandomStartLearner, learn_from_replay, replay_runner
 from shoal.collect import LocalSampler
 from shoal.config import (
@@ -178,6 +180,9 @@ class OfflineAlgorithm:
         learner_fn: Callable[[Any, gym.Space, gym.Space], RandomStartLearner],
         model_fn: Callable[[Any, gym.Space, gym.Space], nn.Module],
     ):
+        learners, batch = config.run.learners, config.replay.batch_size
+        split = f"must be <= replay.batch_size ({batch}): each batch is split among the learners"
+        check(config.run, "learners", learners <= batch, split)
         self.config = config
         self.dataset = dataset = read_dataset(config.dataset)
         if config.env.id != FROM_DATASET and needs_env(config):
@@ -186,7 +191,9 @@ class OfflineAlgorithm:
         self.obs_stats = None
         if config.normalize_obs and dataset.normalizes():
             self.obs_stats = dataset.obs_stats()
-        self.learner = learner_fn(config, *self.deploy_spaces)
+        # run.learners > 1: data-parallel copies on Ray, each batch split among them.
+        make = learner_fn if learners == 1 else functools.partial(ReplayLearnerGroup, learner_fn)
+        self.learner = make(config, *self.deploy_spaces)
         self.learner.set_random_actions(False)
         self.model_fn = model_fn
         self.sampler: LocalSampler | None = None
@@ -208,9 +215,15 @@ class OfflineAlgorithm:
     def train_iteration(self) -> dict[str, float]:
         if self.config.online:
             return self._online_iteration()
-        metrics = learn_from_replay(self.config, self.replay, self.learner, self.env_steps)
+        metrics = self._learn()
         self.env_steps += self.config.replay.gradient_steps
         self.iteration += 1
+        return metrics
+
+    def _learn(self) -> dict[str, float]:
+        metrics = learn_from_replay(self.config, self.replay, self.learner, self.env_steps)
+        if isinstance(self.learner, ReplayLearnerGroup) and self.learner.restarts:
+            metrics["perf/learner_restarts"] = self.learner.restarts
         return metrics
 
     def _online_iteration(self) -> dict[str, float]:
@@ -222,7 +235,7 @@ class OfflineAlgorithm:
         self.replay.extend(*rollout.transitions())
         self.env_steps += rollout.rewards.numel()
         self.iteration += 1
-        metrics = learn_from_replay(self.config, self.replay, self.learner, self.env_steps)
+        metrics = self._learn()
         metrics.update(episodes.metrics())
         return metrics
 
@@ -303,3 +316,5 @@ class OfflineAlgorithm:
     def close(self) -> None:
         if self.sampler is not None:
             self.sampler.close()
+        if isinstance(self.learner, ReplayLearnerGroup):  # its Ray actors and placement group
+            self.learner.close()

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from functools import partial
 from typing import Any, Generic, TypeVar
 
 import gymnasium as gym
 import torch
 
 from shoal.algos.cores.checks import masked_config
-from shoal.algos.cores.learner_group import LearnerGroup
+from shoal.algos.cores.learner_group import LearnerGroup, ReplayLearnerGroup
 from shoal.collect import make_sampler
 from shoal.core.device import (
     check_precision,
@@ -111,6 +110,9 @@ class OnPolicyCore:
         name: the algorithm's name, for errors.
         takes_action_masks: whether its learner restricts the policy to the legal actions in
             the rollouts (an env that reports masks is refused otherwise).
+        group: ``group(learner_cls, config, obs_space, action_space)`` builds the learner
+            group of ``run.learners`` > 1 (`shoal.algos.cores.learner_group`): PPO's
+            minibatches split, IMPALA's env columns, R2D2's sequences.
     """
 
     def __init__(
@@ -120,6 +122,7 @@ class OnPolicyCore:
         build_model: Callable[[Any, gym.Space, gym.Space], Any],
         name: str,
         takes_action_masks: bool = True,
+        group: Callable[..., Any] = LearnerGroup,
     ):
         self.config = config
         # Reward normalization scales by the std of returns discounted with the algorithm's gamma.
@@ -136,8 +139,11 @@ class OnPolicyCore:
             if sampler.action_masked:  # also multi-agent envs whose observations carry masks
                 config = masked_config(config, name, takes_action_masks)
             # run.learners > 1: the same learner, data-parallel over a group of Ray actors.
-            make = learner_cls if config.run.learners == 1 else partial(LearnerGroup, learner_cls)
-            self.learner = make(config, sampler.observation_space, sampler.action_space)
+            spaces = sampler.observation_space, sampler.action_space
+            if config.run.learners == 1:
+                self.learner = learner_cls(config, *spaces)
+            else:
+                self.learner = group(learner_cls, config, *spaces)
         except BaseException:
             sampler.close()  # its envs (and Ray runners) go with the failed start
             raise
@@ -227,7 +233,7 @@ class OnPolicyCore:
 
     def close(self) -> None:
         self.sampler.close()
-        if isinstance(self.learner, LearnerGroup):  # its Ray actors and placement group
+        if isinstance(self.learner, (LearnerGroup, ReplayLearnerGroup)):  # its Ray actors
             self.learner.close()
 
 

@@ -65,6 +65,9 @@ class BCLearner:
             self.actor.parameters(), "adamw", config.actor_lr or config.optim.lr,
             config.optim.eps, config.optim.weight_decay,
         )  # fmt: skip
+        self.minimize = minimize
+        """The gradient step, a part: a learner group's rank swaps in one that all-reduces
+        (`shoal.algos.cores.group_shares.SharedMinimize`)."""
         self.grad_steps = 0
 
     def update(self, batch: ReplayBatch) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
@@ -75,7 +78,7 @@ class BCLearner:
         else:
             prediction, actions = actor(batch.obs), actor.scaler.to_unit(batch.actions)
         loss = behaviour_cloning_loss(prediction, actions, self.discrete)
-        minimize({"policy": loss}, self.optimizer, self.config.optim.max_grad_norm)
+        self.minimize({"policy": loss}, self.optimizer, self.config.optim.max_grad_norm)
         self.grad_steps += 1
         return {"loss/policy": loss.detach()}, batch.weights  # no priorities: uniform replay
 
@@ -119,6 +122,7 @@ SPECS = (
         counts=offline_core.counts,
         own_spaces=True,
         extra_evaluation=True,
+        learner_groups=True,
     ),
 )
 """The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

@@ -24,6 +24,7 @@ from shoal.algos.cores.offline import OfflineAlgorithm, OfflineConfig
 from shoal.algos.spec import AlgorithmSpec
 from shoal.config import NoiseConfig, check_positive
 from shoal.core.errors import UnsupportedSpaceError
+from shoal.distributed.collective import global_mean
 from shoal.losses.offline import td3_bc_actor_loss
 
 
@@ -56,7 +57,9 @@ def td3_bc_learner(config: TD3BCConfig, obs_space: gym.Space, action_space: gym.
 
 
 def _objective(q, policy_actions, data_actions, alpha):
-    return td3_bc_actor_loss(q, policy_actions, data_actions, alpha)
+    # Over the whole batch also where a learner group's rank holds only some of its rows.
+    mean_abs_q = global_mean(q.abs())
+    return td3_bc_actor_loss(q, policy_actions, data_actions, alpha, mean_abs_q)
 
 
 class TD3BC(OfflineAlgorithm):
@@ -76,6 +79,7 @@ SPECS = (
         counts=offline_core.counts,
         own_spaces=True,
         extra_evaluation=True,
+        learner_groups=True,
     ),
 )
 """The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

@@ -175,10 +175,14 @@ class APPO:
         self.core = OnPolicyCore(self.config, PPOLearner, ppo_module.build_model, "APPO")
         self.core.publish = self.publish_weights
         self.core.broadcast(set_temperature=True)
-        if config.max_lag > 0:
+        self.own_generator = config.max_lag > 0 and config.run.learners == 1
+        """The minibatch order drawn from a generator of the learner's own, apart from the
+        sampler thread's draws (a learner group's ranks draw in processes of their own)."""
+        if self.own_generator:
             self.learner.generator = torch.Generator().manual_seed(
                 derive_seed(config.run.seed, "appo-minibatches")
             )
+        if config.max_lag > 0:
             self.ahead = AheadSampler(self.sampler, config.max_lag)
             self.ahead.publish(self.iteration, self.learner.get_weights())
 
@@ -233,6 +237,7 @@ class APPO:
         state = {**self.core.state_dict(), "kl_coeff": self.kl_coeff}
         if self.ahead is not None:
             state["ahead"] = self.ahead.get_state()
+        if self.own_generator:
             state["minibatch_rng"] = self.learner.generator.get_state()
         return state
 
@@ -240,6 +245,7 @@ class APPO:
         self.kl_coeff = state["kl_coeff"]
         if self.ahead is not None:
             self.ahead.set_state(state["ahead"])
+        if self.own_generator and "minibatch_rng" in state:  # (not a group's checkpoint)
             self.learner.generator.set_state(state["minibatch_rng"])
         return self.core.load_state_dict(state)  # publishes the restored weights' version
 
@@ -259,6 +265,7 @@ SPECS = (
         "Discrete, Box, MultiDiscrete, MultiBinary, Tuple, Dict",
         backends=NUMPY_BACKENDS,
         runners=True,
+        learner_groups=True,
     ),
 )
 """The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

@@ -31,6 +31,8 @@ import gymnasium as gym
 import torch
 
 from shoal.algos.cores.checks import check_no_masks
+from shoal.algos.cores.group_shares import ColumnShare
+from shoal.algos.cores.learner_group import LearnerGroup
 from shoal.algos.cores.metrics import mean_metrics, step_metrics
 from shoal.algos.cores.on_policy import ModelLearner, OnPolicyCore, held
 from shoal.algos.spec import AlgorithmSpec
@@ -147,6 +149,9 @@ class IMPALAConfig:
         check(model, "lstm_hidden", model.lstm_hidden is None, unsupported)
         check(model, "temperature_min", model.temperature_min is None, unsupported)
         check_no_masks(self, "IMPALA")
+        columns = self.env.num_envs * self.rollouts_per_batch  # a learner group splits them
+        split = f"must be <= the {columns} env columns of a train batch (each learner takes some)"
+        check(self.run, "learners", self.run.learners <= columns, split)
 
     @property
     def rollouts_per_batch(self) -> int:
@@ -176,6 +181,9 @@ class IMPALALearner(ModelLearner[ActorCritic | RecurrentActorCritic]):
         model = build_model(config, obs_space, action_space)
         self.setup(config, model, functools.partial(make_optimizer, config))
         self.objective = a2c_objective(config.vf_loss_coeff, config.entropy_coeff)
+        self.minimize = minimize
+        """The gradient step, a part: a learner group's rank swaps in one that all-reduces
+        (`shoal.algos.cores.group_shares.SharedMinimize`)."""
 
     def losses(self, rollout: Rollout) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
         """The loss terms (``total`` last) and V-trace diagnostics of one rollout batch."""
@@ -217,7 +225,7 @@ class IMPALALearner(ModelLearner[ActorCritic | RecurrentActorCritic]):
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         losses, metrics = self.losses(to_device(rollout, self.device))
-        minimize(losses, self.optimizer, self.config.optim.max_grad_norm, scaler=self.scaler)
+        self.minimize(losses, self.optimizer, self.config.optim.max_grad_norm, scaler=self.scaler)
         metrics.update(mean_metrics([step_metrics(losses, {})]))
         return metrics
 
@@ -240,8 +248,10 @@ class IMPALA:
         self.asynchronous = config.run.runners > 0
         self.config = config
         self.core = OnPolicyCore(
-            self.config, IMPALALearner, build_model, "IMPALA", takes_action_masks=False
-        )
+            self.config, IMPALALearner, build_model, "IMPALA", takes_action_masks=False,
+            # run.learners > 1: each learner takes env columns of the batch
+            group=functools.partial(LearnerGroup, share_cls=ColumnShare),
+        )  # fmt: skip
         self.core.publish = self.publish_weights
         self.core.broadcast(set_temperature=True)
         self._replay = collections.deque[Rollout](maxlen=config.replay_buffer_num_slots)
@@ -404,6 +414,7 @@ SPECS = (
         "IMPALA: asynchronous actor-learner with V-trace off-policy correction (Ray runners)",
         "Discrete, Box, MultiDiscrete, MultiBinary, Tuple, Dict",
         runners=True,
+        learner_groups=True,
     ),
 )
 """The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

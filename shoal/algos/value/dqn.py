@@ -175,6 +175,9 @@ class DQNLearner:
             self.parameters, "adamw", optim.lr, optim.eps, optim.weight_decay
         )
         self.scaler = grad_scaler(config.model.precision, self.device)
+        self.minimize = minimize
+        """The gradient step, a part: a learner group's rank swaps in one that all-reduces
+        (`shoal.algos.cores.group_shares.SharedMinimize`)."""
         self.grad_steps = 0
 
     def update(self, batch: ReplayBatch) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
@@ -197,7 +200,7 @@ class DQNLearner:
         loss, priorities = self.kind.loss(
             out_taken, next_target, next_online, returns, discounts, batch
         )
-        minimize({"td": loss}, self.optimizer, cfg.optim.max_grad_norm, scaler=self.scaler)
+        self.minimize({"td": loss}, self.optimizer, cfg.optim.max_grad_norm, scaler=self.scaler)
         self.grad_steps += 1
         if self.grad_steps % cfg.target_update_every == 0:
             self._update_target()
@@ -270,6 +273,7 @@ SPECS = (
         "DQN with switches for every Rainbow part (double, dueling, n-step, PER, noisy, C51)",
         "Discrete",
         runners=True,
+        learner_groups=True,
     ),
     AlgorithmSpec(
         "qrdqn",
@@ -280,6 +284,7 @@ SPECS = (
         "Discrete",
         {"value_head": "quantile"},
         runners=True,
+        learner_groups=True,
     ),
     AlgorithmSpec(
         "rem",
@@ -290,6 +295,7 @@ SPECS = (
         "Discrete",
         {"value_head": "rem"},
         runners=True,
+        learner_groups=True,
     ),
 )
 """The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

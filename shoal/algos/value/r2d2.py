@@ -22,6 +22,7 @@ inputs to the LSTM (the previous action and reward) are left out.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -29,6 +30,8 @@ import gymnasium as gym
 import torch
 
 from shoal.algos.cores.checks import check_no_masks
+from shoal.algos.cores.group_shares import SequenceShare
+from shoal.algos.cores.learner_group import ReplayLearnerGroup
 from shoal.algos.cores.metrics import mean_metrics
 from shoal.algos.cores.on_policy import OnPolicyCore, held
 from shoal.algos.spec import AlgorithmSpec
@@ -138,6 +141,9 @@ class R2D2Config:
             "R2D2's Q-network is recurrent: set the LSTM's width",
         )
         check(self.model, "backend", self.model.backend != "numpy", "R2D2 trains through torch")
+        batch = self.replay.batch_size  # a learner group splits each batch's sequences
+        split = f"must be <= replay.batch_size ({batch}): each batch is split among the learners"
+        check(self.run, "learners", self.run.learners <= batch, split)
         check_no_masks(self, "R2D2")
 
 
@@ -203,11 +209,18 @@ class R2D2Learner:
         self.optimizer = build_optimizer(
             self.parameters, "adamw", optim.lr, optim.eps, optim.weight_decay
         )
+        self.minimize = minimize
+        """The gradient step, a part: a learner group's rank swaps in one that all-reduces
+        (`shoal.algos.cores.group_shares.SharedMinimize`)."""
         self.grad_steps = 0
 
     @property
     def policy_network(self) -> RecurrentQNetwork:
         return self.model
+
+    def set_exploration(self, epsilon: float) -> None:
+        """The actors' epsilon, a buffer of the weights they get."""
+        self.model.epsilon.fill_(epsilon)
 
     def update(self, batch: SequenceBatch) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """One gradient step on replayed sequences; returns metrics and their new
@@ -218,7 +231,7 @@ class R2D2Learner:
         weights = batch.weights.to(self.device)
         count = valid.sum().clamp(min=1)
         loss = (weights.unsqueeze(0) * 0.5 * td.square() * valid).sum() / count
-        norm = minimize({"td": loss}, self.optimizer, cfg.optim.max_grad_norm)
+        norm = self.minimize({"td": loss}, self.optimizer, cfg.optim.max_grad_norm)
         self.grad_steps += 1
         if self.grad_steps % cfg.target_update_every == 0:
             soft_update(list(self.target.parameters()), self.parameters, 1.0)
@@ -263,8 +276,10 @@ class R2D2:
     def __init__(self, config: R2D2Config):
         self.config = config
         self.core = OnPolicyCore(
-            self.config, R2D2Learner, build_model, "R2D2", takes_action_masks=False
-        )
+            self.config, R2D2Learner, build_model, "R2D2", takes_action_masks=False,
+            # run.learners > 1: each learner takes some of every batch's sequences
+            group=functools.partial(ReplayLearnerGroup, share_cls=SequenceShare),
+        )  # fmt: skip
         self.core.broadcast(set_temperature=True)
         rows = self.sampler.num_envs * self.sampler.agents_per_env
         self.builder = SequenceBuilder(rows, config.burn_in, config.length, config.period)
@@ -280,7 +295,7 @@ class R2D2:
         cfg = self.config
         progress = self.env_steps / cfg.exploration_steps
         epsilon = linear(cfg.epsilon_start, cfg.epsilon_end, progress)
-        self.learner.model.epsilon.fill_(epsilon)
+        self.learner.set_exploration(epsilon)
         self.core.publish(self.learner.get_weights())
         return {"train/epsilon": epsilon}
 
@@ -334,6 +349,7 @@ SPECS = (
         "R2D2: recurrent replay DQN (LSTM, burn-in, stored state, h-rescaled n-step double Q)",
         "Discrete",
         runners=True,
+        learner_groups=True,
     ),
 )
 """The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

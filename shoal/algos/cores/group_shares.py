@@ -1,0 +1,217 @@
+"""How a rank of a learner group (`shoal.algos.cores.learner_group`) takes its share of an
+update, with no Ray in sight: the cut of a batch (`share`, `rows_of`, `columns_of`) and the
+part each kind of learner swaps in to take it.
+
+- `RolloutShare` (PPO, A2C, APPO): the learner's unchanged ``update`` on the whole rollout;
+  each minibatch is split inside its gradient step, a `SplitStep`.
+- `ReplayShare` (the replay and offline learners): the learner's ``update`` on the rank's
+  rows of a replay batch, through its gradient-step part swapped for a `SharedMinimize`.
+- `ColumnShare` (IMPALA): the learner's ``update`` on the rank's env columns of a time-major
+  batch, through a `SharedMinimize` weighted by its share of the valid steps.
+- `SequenceShare` (R2D2): the learner's ``update`` on the rank's sequences of a batch,
+  weighted by its share of their valid steps after the burn-in.
+
+Every split gives the update one learner takes on the whole batch (to float rounding, tested
+for each learner), because the losses are means over the rows and the gradients are summed
+over the ranks weighted by their shares (`shoal.distributed.collective.average_gradients`).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from shoal.algos.cores.rollout_batch import RolloutBatch
+from shoal.core.device import to_device
+from shoal.core.types import Rollout
+from shoal.distributed.collective import agree_finite, average_gradients
+from shoal.fast.backend import TorchStep
+from shoal.losses.objectives import Objective, standardize
+from shoal.optim import minimize
+
+
+def share(size: int, rank: int, world_size: int) -> slice:
+    """Rank ``rank``'s contiguous share of ``size`` rows: sizes differ by at most one."""
+    return slice(size * rank // world_size, size * (rank + 1) // world_size)
+
+
+class SplitStep:
+    """A learner's gradient step as rank ``rank`` of ``world_size`` takes it: on its share of
+    the minibatch, the ranks agreeing that the losses are finite, the gradients summed over
+    the ranks weighted by their shares (then clipped and applied, as `TorchStep` does).
+
+    Returns this rank's losses and diagnostics (means over its share); the driver averages
+    the ranks' metrics."""
+
+    def __init__(self, learner: Any, rank: int, world_size: int):
+        self.rank, self.world_size = rank, world_size
+        self.weight = 1.0 / world_size
+        who = f"learner {rank} of the group"
+        self.step = TorchStep(
+            learner.model,
+            learner.scaler,
+            before_minimize=lambda losses: agree_finite(losses, who),
+            before_clip=lambda: average_gradients(learner.parameters, self.weight),
+        )
+
+    def __call__(
+        self,
+        objective: Objective,
+        batch: RolloutBatch,
+        optimizer: torch.optim.Optimizer,
+        max_grad_norm: float | None,
+        outputs: tuple | None = None,
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        if outputs is not None:
+            raise ValueError("a learner group splits feed-forward minibatches only")
+        if objective.normalize_advantages:  # over the whole minibatch, as one learner does
+            batch = batch._replace(advantages=standardize(batch.advantages))
+            objective = copy.copy(objective)
+            objective.normalize_advantages = False
+        size = batch.obs.shape[0]
+        rows = share(size, self.rank, self.world_size)
+        self.weight = (rows.stop - rows.start) / size
+        return self.step(objective, batch.map(lambda x: x[rows]), optimizer, max_grad_norm)
+
+
+def rows_of(batch: Any, rows: slice) -> Any:
+    """``batch`` (a NamedTuple of ``[N, ...]`` tensors and arrays, dicts of them for composite
+    observations, None where a field is absent) cut to ``rows``."""
+    if isinstance(batch, (torch.Tensor, np.ndarray)):
+        return batch[rows]
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
+        return type(batch)(*(rows_of(v, rows) for v in batch))
+    if isinstance(batch, dict):
+        return {k: rows_of(v, rows) for k, v in batch.items()}
+    return batch
+
+
+class SharedMinimize:
+    """`shoal.optim.minimize` as rank ``rank`` of ``world_size`` takes it on its share of a
+    replay batch: the ranks agree the losses are finite, then every gradient of the optimizer
+    is replaced by the sum over the ranks weighted by their shares (``weight``, set per batch)
+    before it is clipped and applied. The losses are means over the rank's rows, so the sum
+    is the gradient of the whole batch's mean loss. A replay learner holds its gradient step
+    as the part ``minimize``; a rank swaps this one in."""
+
+    def __init__(self, rank: int, world_size: int):
+        self.who = f"learner {rank} of the group"
+        self.weight = 1.0 / world_size
+
+    def __call__(
+        self,
+        losses: dict[str, torch.Tensor],
+        optimizer: torch.optim.Optimizer,
+        max_grad_norm: float | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        agree_finite(losses, self.who)
+        parameters = [p for group in optimizer.param_groups for p in group["params"]]
+        return minimize(
+            losses,
+            optimizer,
+            max_grad_norm,
+            before_clip=lambda: average_gradients(parameters, self.weight),
+            **kwargs,
+        )
+
+
+class RolloutShare:
+    """How an on-policy rank takes an update: the learner's ``update(*args)`` on the whole
+    rollout, each minibatch split by its `SplitStep`."""
+
+    def __init__(self, learner: Any, rank: int, world_size: int):
+        self.learner = learner
+        learner.step = SplitStep(learner, rank, world_size)
+
+    def update(self, args: tuple) -> Any:
+        return self.learner.update(*args)
+
+
+def by_rows(learner: Any, batch: Any, rows: slice) -> float:
+    """``rows``' share of a replay batch whose losses are means over its rows."""
+    return (rows.stop - rows.start) / len(batch.indices)
+
+
+def by_valid_steps(learner: Any, batch: Any, rows: slice) -> float:
+    """``rows``' share of the valid steps after the burn-in of a batch of sequences (R2D2's
+    loss is a mean over them)."""
+    valid = batch.fields["valid"][:, learner.config.burn_in :]
+    return float(valid[rows].sum()) / max(1, int(valid.sum()))
+
+
+class ReplayShare:
+    """How a replay rank takes an update: first the calls the driver made on its copy since
+    (the exploration settings), then the learner's ``update`` on the rank's rows of the batch
+    through a `SharedMinimize` weighted by ``weigh(learner, batch, rows)``: `by_rows`, or
+    R2D2's `by_valid_steps` (`SequenceShare`: each sequence's burn-in and targets are its own).
+    Returns ``(share, metrics, priorities)`` on the host."""
+
+    def __init__(
+        self,
+        learner: Any,
+        rank: int,
+        world_size: int,
+        weigh: Callable[[Any, Any, slice], float] = by_rows,
+    ):
+        self.learner, self.rank, self.world_size, self.weigh = learner, rank, world_size, weigh
+        self.minimize = learner.minimize = SharedMinimize(rank, world_size)
+
+    def update(self, args: tuple) -> tuple[float, dict[str, torch.Tensor], torch.Tensor]:
+        batch, calls = args
+        for method, call_args in calls:
+            getattr(self.learner, method)(*call_args)
+        rows = share(len(batch.indices), self.rank, self.world_size)
+        self.minimize.weight = self.weigh(self.learner, batch, rows)
+        stats, priorities = self.learner.update(rows_of(batch, rows))
+        host = torch.device("cpu")
+        return self.minimize.weight, to_device(stats, host), priorities.detach().to(host)
+
+
+SequenceShare = functools.partial(ReplayShare, weigh=by_valid_steps)
+"""R2D2's rank: its rows of a batch of sequences, weighted `by_valid_steps`."""
+
+
+ENV_MAJOR = ("last_values", "policy_state", "last_obs")
+"""A rollout's fields whose axis 0 is the env's; the others are time-major, ``[T, B, ...]``
+(as `shoal.collect.ray.concat_rollouts` joins them)."""
+
+
+def columns_of(rollout: Rollout, columns: slice) -> Rollout:
+    """A time-major ``rollout`` cut to the env columns ``columns``."""
+
+    def cut(value: Any, axis: int) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, dict):  # composite observations
+            return {k: cut(v, axis) for k, v in value.items()}
+        return value[columns] if axis == 0 else value[:, columns]
+
+    return type(rollout)(
+        *(cut(getattr(rollout, f), 0 if f in ENV_MAJOR else 1) for f in rollout._fields)
+    )
+
+
+class ColumnShare:
+    """How an IMPALA rank takes an update: the learner's ``update(rollout, lr)`` on its
+    contiguous env columns of the time-major batch (V-trace runs along each column's time
+    axis, so a column's targets are those of the whole batch), through a `SharedMinimize`
+    weighted by the rank's share of the valid steps (the losses are means over them).
+    Returns ``(share, metrics)``."""
+
+    def __init__(self, learner: Any, rank: int, world_size: int):
+        self.learner, self.rank, self.world_size = learner, rank, world_size
+        self.minimize = learner.minimize = SharedMinimize(rank, world_size)
+
+    def update(self, args: tuple) -> tuple[float, dict[str, float]]:
+        rollout, *rest = args
+        columns = share(rollout.rewards.shape[1], self.rank, self.world_size)
+        valid = rollout.valid
+        self.minimize.weight = float(valid[:, columns].sum()) / max(1, int(valid.sum()))
+        metrics = self.learner.update(columns_of(rollout, columns), *rest)
+        return self.minimize.weight, metrics

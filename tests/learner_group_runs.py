@@ -1,0 +1,126 @@
+"""Small runs of learner groups (``run.learners`` > 1) for the tests on Ray
+(tests/distributed/test_learner_group.py) and on forked ranks (tests/algos/test_learner_groups.py):
+the settings, an algorithm seeded as the training loop seeds it, iterations with a kill or a
+saved state on the way, and the offline bandit."""
+
+import copy
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from shoal.core.seeding import rng_state
+from shoal.data.offline import Episode, write_dataset
+from shoal.registry import ALGORITHMS
+
+SMALL = {
+    "env.id": "CartPole-v1",
+    "env.num_envs": 4,
+    "num_steps": 16,
+    "model.hidden": (16,),
+    "run.learners": 2,
+    "run.seed": 3,
+}
+PPO = {"minibatch_size": 32, "num_epochs": 2}
+QUIET = {
+    "run.eval_every_steps": 0,
+    "run.console": False,
+    "run.tensorboard": False,
+}
+
+
+DQN = {
+    "env.num_envs": 2,
+    "rollout_steps": 4,
+    "model.hidden": (32,),
+    "replay.batch_size": 16,
+    "replay.learning_starts": 8,
+    "replay.gradient_steps": 4,
+    "replay.prioritized": "proportional",
+    "replay.n_step": 2,
+    "target_update_every": 5,
+    "replay.save": True,
+}
+"""Four updates per iteration; priorities written back from the group's."""
+
+
+R2D2 = {"num_steps": 8, "burn_in": 2, "length": 4, "period": 2, "model.lstm_hidden": 8,
+        "replay.batch_size": 8, "replay.learning_starts": 8, "replay.gradient_steps": 2,
+        "replay.save": True}  # fmt: skip
+"""Sequences learned from the second iteration on, two updates each."""
+APPO = {"ppo.num_steps": 16, "ppo.model.hidden": (16,), "ppo.minibatch_size": 32,
+        "ppo.num_epochs": 2}  # fmt: skip
+"""PPO's settings of APPO's learner (its sampler thread runs one rollout ahead)."""
+
+
+def build(name="ppo", **settings):
+    """The algorithm seeded as the training loop seeds it."""
+    spec = ALGORITHMS[name]
+    extra = {"ppo": PPO, "dqn": DQN, "appo": APPO, "r2d2": R2D2}.get(name, {})
+    own = {"dqn": ("num_steps",), "appo": ("num_steps", "model.hidden")}.get(name, ())
+    small = {k: v for k, v in SMALL.items() if k not in own}
+    config = spec.default_config(**{**small, **extra, **settings})
+    torch.manual_seed(11)
+    return spec.algorithm_cls(config)
+
+
+def weights(algo):
+    return {k: v.clone() for k, v in algo.learner.get_weights().items()}
+
+
+def assert_same(a, b):
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+def run(algo, iterations, kill_at=None, save_at=None):
+    """``iterations`` iterations; rank 1 killed before iteration ``kill_at``; the state (as a
+    checkpoint holds it) and the torch generator taken after ``save_at`` of them."""
+    saved = None
+    try:
+        for i in range(iterations):
+            if i == kill_at:
+                algo.learner.kill(1)
+            metrics = algo.train_iteration()
+            if i + 1 == save_at:
+                # as a checkpoint holds them: copies (the state holds views of live tensors)
+                saved = copy.deepcopy(algo.state_dict()), rng_state()
+        return weights(algo), metrics, saved
+    finally:
+        algo.close()
+
+
+def kill_during(algo, update, rank=1):
+    """Kill rank ``rank`` just before the group's ``update``-th update (counted from now)."""
+    group, calls = algo.learner, 0
+    original = group.update
+
+    def killing(batch):
+        nonlocal calls
+        calls += 1
+        if calls == update:
+            group.kill(rank)
+        return original(batch)
+
+    group.update = killing
+
+
+def bandit(directory, size=3000):
+    """One-step episodes of uniformly random actions: action 1 pays 1 where obs[0] > 0,
+    action 0 elsewhere (tests/algos/test_offline.py's bandit)."""
+    rng = np.random.default_rng(0)
+    obs = rng.uniform(-1, 1, (size, 2, 4)).astype(np.float32)
+    right = (obs[:, 0, 0] > 0).astype(np.int64)
+    actions = rng.integers(0, 2, size)
+    episodes = [Episode(o, a[None], np.float32([a == r]), np.array([True]), np.array([False]))
+                for o, a, r in zip(obs, actions, right, strict=True)]  # fmt: skip
+    write_dataset(directory, episodes, gym.spaces.Box(-1, 1, (4,), np.float32),
+                  gym.spaces.Discrete(2), {"id": "bandit"})  # fmt: skip
+    return str(directory)
+
+
+CQL_GROUP = {
+    "run.learners": 2, "run.eval_every_steps": 0, "model.hidden": (32, 32),
+    "replay.batch_size": 64, "optim.lr": 1e-3, "actor_lr": 1e-3, "conservative_weight": 1.0,
+}  # fmt: skip
