@@ -48,6 +48,11 @@ R2D2 = {"num_steps": 8, "burn_in": 2, "length": 4, "period": 2, "model.lstm_hidd
         "replay.batch_size": 8, "replay.learning_starts": 8, "replay.gradient_steps": 2,
         "replay.save": True}  # fmt: skip
 """Sequences learned from the second iteration on, two updates each."""
+QMIX = {"env.id": "shoal/two-step-v0", "env.num_envs": 8, "rollout_steps": 2,
+        "replay.batch_size": 4, "replay.learning_starts": 4, "replay.buffer_size": 64,
+        "replay.gradient_steps": 2, "target_update_every": 3, "rnn_hidden": 8,
+        "mixing_embed_dim": 4, "replay.save": True}  # fmt: skip
+"""Episodes learned from the first iteration on, two updates each."""
 APPO = {"ppo.num_steps": 16, "ppo.model.hidden": (16,), "ppo.minibatch_size": 32,
         "ppo.num_epochs": 2}  # fmt: skip
 """PPO's settings of APPO's learner (its sampler thread runs one rollout ahead)."""
@@ -56,8 +61,9 @@ APPO = {"ppo.num_steps": 16, "ppo.model.hidden": (16,), "ppo.minibatch_size": 32
 def build(name="ppo", **settings):
     """The algorithm seeded as the training loop seeds it."""
     spec = ALGORITHMS[name]
-    extra = {"ppo": PPO, "dqn": DQN, "appo": APPO, "r2d2": R2D2}.get(name, {})
-    own = {"dqn": ("num_steps",), "appo": ("num_steps", "model.hidden")}.get(name, ())
+    extra = {"ppo": PPO, "dqn": DQN, "appo": APPO, "r2d2": R2D2, "qmix": QMIX}.get(name, {})
+    own = {"dqn": ("num_steps",), "appo": ("num_steps", "model.hidden"),
+           "qmix": ("env.id", "num_steps")}.get(name, ())  # fmt: skip
     small = {k: v for k, v in SMALL.items() if k not in own}
     config = spec.default_config(**{**small, **extra, **settings})
     torch.manual_seed(11)
@@ -65,7 +71,10 @@ def build(name="ppo", **settings):
 
 
 def weights(algo):
-    return {k: v.clone() for k, v in algo.learner.get_weights().items()}
+    learner = algo.learner
+    if hasattr(learner, "online"):  # QMIX's networks
+        return {k: v.clone() for k, v in learner.online.state_dict().items()}
+    return {k: v.clone() for k, v in learner.get_weights().items()}
 
 
 def assert_same(a, b):

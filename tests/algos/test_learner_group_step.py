@@ -14,6 +14,7 @@ from shoal.algos.cores.group_shares import ColumnShare, SplitStep, columns_of, s
 from shoal.algos.cores.rollout_batch import RolloutBatch
 from shoal.algos.policy_gradient.a2c import A2CConfig, A2CLearner
 from shoal.algos.policy_gradient.impala import IMPALAConfig, IMPALALearner
+from shoal.algos.policy_gradient.pg import PGBatch, PGConfig, PGLearner, PGShare
 from shoal.algos.policy_gradient.ppo import PPOConfig, PPOLearner
 from shoal.config import EnvConfig, ModelConfig, OptimConfig
 from shoal.core.types import Rollout
@@ -194,3 +195,60 @@ def test_a_rollout_is_cut_into_env_columns_field_by_field():
     assert torch.equal(part.rewards, rollout.rewards[:, 2:])
     assert torch.equal(part.last_values, rollout.last_values[2:])
     assert part.step_states is None
+
+
+def pg_batch(size):
+    g = torch.Generator().manual_seed(11)
+    return PGBatch(
+        obs=torch.randn(size, 4, generator=g),
+        actions=torch.randint(0, 3, (size,), generator=g),
+        returns=3.0 + torch.randn(size, generator=g),  # standardizing them matters
+    )
+
+
+def make_pg():
+    config = PGConfig(
+        env=EnvConfig(num_envs=5), model=ModelConfig(hidden=(16,), backend="torch"),
+        optim=OptimConfig(lr=0.01, max_grad_norm=0.5), num_steps=9, ent_coef=0.01,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    return PGLearner(config, *SPACES)
+
+
+def _pg_rank(rank, size, port, out_dir):
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+        timeout=timedelta(seconds=60),
+    )  # fmt: skip
+    try:
+        learner = make_pg()
+        split = PGShare(learner, rank, 2)
+        rows = [split.update((pg_batch(size), 0.01)) for _ in range(2)]
+        torch.save({"state": learner.state_dict(), "rows": rows}, f"{out_dir}/{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("size", [13, 1, 0])
+def test_two_reinforce_learners_take_the_update_of_one(size, tmp_path):
+    """REINFORCE's ranks take the whole batch's baseline-subtracted, standardized advantages,
+    then their rows (6 and 7 of 13); a batch of one sample leaves rank 0 without rows (it
+    joins at weight 0), and a batch of none (no episode ended) takes no step anywhere."""
+    args = (size, free_port(), str(tmp_path))
+    mp.start_processes(_pg_rank, args=args, nprocs=2, join=True, start_method="fork")
+    ranks = [torch.load(tmp_path / f"{r}.pt", weights_only=False) for r in range(2)]
+    single = make_pg()
+    rows = [single.update(pg_batch(size), 0.01) for _ in range(2)]
+    for key, tensor in single.model.state_dict().items():
+        got = [rank["state"]["model"][key] for rank in ranks]
+        assert torch.equal(got[0], got[1]), key
+        torch.testing.assert_close(got[0], tensor, rtol=1e-5, atol=1e-6)
+    moved = not torch.equal(next(make_pg().model.parameters()), next(single.model.parameters()))
+    assert moved == (size > 0)
+    (w0, first), (w1, second) = (rank["rows"][0] for rank in ranks)
+    assert (w0, w1) == {13: (6 / 13, 7 / 13), 1: (0.0, 1.0), 0: (0.5, 0.5)}[size]
+    assert first["train/samples"] == second["train/samples"] == size
+    for key in ("loss/policy", "loss/value", "loss/entropy", "train/return_mean"):
+        if size:
+            assert w0 * first[key] + w1 * second[key] == pytest.approx(rows[0][key], rel=1e-4)

@@ -2,8 +2,8 @@
 (tests/forked_ray.py) instead of started as Ray actors: the groups' logic as it runs on Ray,
 without an actor's start-up. PPO's group loses a rank and takes the update again from the
 synchronized state; a replay learner's group loses one between two synchronizations and
-relearns the batches since; A2C's, APPO's, R2D2's and an offline group
-resume exactly; CQL and PPO learn with two learners. (On Ray itself:
+relearns the batches since; A2C's, REINFORCE's, APPO's, R2D2's, QMIX's and an offline
+group resume exactly; CQL, PPO and QMIX learn with two learners. (On Ray itself:
 tests/distributed/test_learner_group.py and tests/test_cluster_faults.py.)"""
 
 import numpy as np
@@ -54,10 +54,12 @@ def test_a_replay_group_rebuilt_mid_iteration_and_a_resume_end_where_the_undistu
     assert_same(run(resumed, 3)[0], clean)
 
 
-@pytest.mark.parametrize("name", ["a2c", "appo", "r2d2"])
-def test_a2c_appo_and_r2d2_learner_groups_resume_exactly(name):
-    """A2C's group; APPO's, whose sampler thread acts one update behind the group; R2D2's,
-    whose learners split each batch of sequences and whose epsilon reaches them with it."""
+@pytest.mark.parametrize("name", ["a2c", "pg", "appo", "r2d2", "qmix"])
+def test_a2c_pg_appo_r2d2_and_qmix_learner_groups_resume_exactly(name):
+    """A2C's group; REINFORCE's, whose batches of complete episodes vary in size; APPO's,
+    whose sampler thread acts one update behind the group; R2D2's, whose learners split each
+    batch of sequences and whose epsilon reaches them with it; QMIX's, whose learners split
+    each batch of episodes and whose acting copy is synchronized every iteration."""
     expected, _, (state, rng) = run(build(name), 4, save_at=2)
     resumed = build(name)
     assert resumed.load_state_dict(state)
@@ -109,3 +111,16 @@ def test_ppo_learns_cartpole_with_two_learners(tmp_path):
     metrics = evaluate(policy, env, seed=2024)
     env.close()
     assert metrics["eval/return"] >= 400, metrics
+
+
+@pytest.mark.learning
+def test_qmix_learns_the_two_step_game_with_two_learners(tmp_path):
+    """The two-step game of tests/algos/test_qmix_learning.py with two learners splitting
+    each batch's episodes: QMIX earns the optimal 8 on each of three seeds (an untrained
+    greedy team reaches it by chance about one time in eight)."""
+    from test_qmix_learning import TWO_STEP  # noqa: PLC0415  (the single learner's settings)
+
+    returns = [shoal.train("qmix", run_dir=str(tmp_path / f"s{seed}"), total_steps=12288,
+                           seed=seed, **TWO_STEP, **{"run.learners": 2}).eval_return
+               for seed in range(3)]  # fmt: skip
+    assert returns == [8.0, 8.0, 8.0], returns

@@ -152,20 +152,20 @@ class ReplayLearnerGroup:
 
     def __init__(
         self,
-        learner_cls: Callable[[Any, gym.Space, gym.Space], Any],
+        learner_cls: Callable[..., Any],
         config: Any,
-        obs_space: gym.Space,
-        action_space: gym.Space,
+        *spaces: Any,
         share_cls: Callable[[Any, int, int], Any] = ReplayShare,
     ):
-        self.local = learner_cls(config, obs_space, action_space)
+        """``spaces``: what ``learner_cls`` takes after the config (``obs_space,
+        action_space``; QMIX's learner its input and action sizes)."""
+        self.local = learner_cls(config, *spaces)
         self.rng = group_rng(config.run.seed)
         self.grad_steps = self.local.grad_steps
         self.calls: list[tuple[str, tuple]] = []
         """Calls made on the copy since the last batch left: the ranks make them first."""
         self.backlog: list[Any] = []
         """The batches (object references) learned since the copy was synchronized."""
-        spaces = (obs_space, action_space)
         self.ranks = RankGroup(learner_cls, share_cls, config, spaces, self._state)
 
     def _state(self) -> dict[str, Any]:
@@ -185,6 +185,12 @@ class ReplayLearnerGroup:
         if len(self.backlog) >= SYNC_EVERY:
             self._synchronize()
         return stats, priorities
+
+    def synchronized(self) -> Any:
+        """The copy `local`, synchronized with the ranks (the learner an algorithm reads its
+        networks from)."""
+        self._synchronize()
+        return self.local
 
     def _synchronize(self) -> None:
         """The copy takes rank 0's state; the calls not yet sent are made on it again."""

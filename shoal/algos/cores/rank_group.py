@@ -13,7 +13,6 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-import gymnasium as gym
 import torch
 
 from shoal.core.device import to_device
@@ -78,10 +77,10 @@ class RankGroup:
 
     def __init__(
         self,
-        learner_cls: Callable[[Any, gym.Space, gym.Space], Any],
+        learner_cls: Callable[..., Any],
         share_cls: Callable[[Any, int, int], Any],
         config: Any,
-        spaces: tuple[gym.Space, gym.Space],
+        spaces: tuple[Any, ...],
         state: Callable[[], dict[str, Any]],
     ):
         run = config.run

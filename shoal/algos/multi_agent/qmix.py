@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from shoal.algos.multi_agent.qmix_acting import AgentInputs, QMIXActing
+from shoal.algos.multi_agent.qmix_group import QMIXLearnerGroup
 from shoal.algos.spec import AlgorithmSpec
 from shoal.collect.multi_agent import FixedGroups, MultiAgentRunner
 from shoal.config import (
@@ -148,6 +149,8 @@ class QMIXConfig:
         )
         check(replay, "n_step", replay.n_step == 1, "qmix/vdn/iql learn one-step targets: use 1")
         check(replay, "prioritized", replay.prioritized == "none", "qmix/vdn/iql need 'none'")
+        split = f"must be <= replay.batch_size ({replay.batch_size}): each batch's episodes are "
+        check(self.run, "learners", self.run.learners <= replay.batch_size, split + "split")
         env = self.env
         check(env, "normalize_obs", not env.normalize_obs, "not supported by qmix/vdn/iql")
         check(env, "normalize_reward", not env.normalize_reward, "not supported by qmix/vdn/iql")
@@ -209,6 +212,16 @@ class QMIXLearner:
             self.parameters, config.optimizer, optim.lr, optim.eps, alpha=config.optim_alpha
         )
         self.num_actions, self.grad_steps = num_actions, 0
+        self.minimize = minimize
+        """The gradient step, a part: a learner group's rank swaps in one that all-reduces
+        (`shoal.algos.cores.group_shares.SharedMinimize`)."""
+
+    def loss_mask(self, batch: EpisodeBatch) -> torch.Tensor:
+        """What the TD loss averages over: the real transitions ``[T, B]``, and for IQL (no
+        mixer) the agents that acted on them ``[T, B, N]``."""
+        if self.online.mixer is not None:
+            return batch.filled
+        return batch.filled.unsqueeze(-1) & batch.active
 
     def update(self, batch: EpisodeBatch, inputs: torch.Tensor) -> dict[str, torch.Tensor]:
         """One gradient step; ``inputs`` ``[T + 1, B, N, in_dim]`` are the agent inputs."""
@@ -226,16 +239,16 @@ class QMIXLearner:
             q_tot = mixer(q_taken, batch.state[:-1])
             with torch.no_grad():
                 next_tot = target_mixer(next_values, batch.state[1:])
-            rewards, valid = batch.rewards.mean(-1), batch.filled
+            rewards = batch.rewards.mean(-1)
         else:  # IQL: one TD error per active agent
             q_tot, next_tot = q_taken, next_values
             rewards = batch.rewards
             if cfg.iql_reward == "team":
                 rewards = rewards.mean(-1, keepdim=True).expand_as(q_taken)
-            valid = batch.filled.unsqueeze(-1) & batch.active
+        valid = self.loss_mask(batch)
         targets = td_targets(rewards, batch.terminated, next_tot, cfg.gamma)
         loss, metrics = masked_td_loss(q_tot, targets, valid)
-        minimize({"td": loss}, self.optimizer, cfg.optim.max_grad_norm)
+        self.minimize({"td": loss}, self.optimizer, cfg.optim.max_grad_norm)
         self.grad_steps += 1
         if self.grad_steps % cfg.target_update_every == 0:
             soft_update(list(self.target.parameters()), self.parameters, 1.0)
@@ -305,7 +318,12 @@ class QMIX:
         )
         in_dim = self.agent_inputs.size
         state_dim = 0 if env.state_space is None else int(np.prod(shape_of(env.state_space)))
-        self.learner = QMIXLearner(cfg, in_dim, self.num_actions, self.n_agents, state_dim)
+        sizes = (in_dim, self.num_actions, self.n_agents, state_dim)
+        self.learner: QMIXLearner | QMIXLearnerGroup
+        if cfg.run.learners == 1:
+            self.learner = QMIXLearner(cfg, *sizes)
+        else:  # each batch's episodes split among data-parallel copies on Ray actors
+            self.learner = QMIXLearnerGroup(QMIXLearner, cfg, *sizes)
         mask_dim = self.num_actions if getattr(env, "action_mask", None) is not None else None
         self.replay = EpisodeReplay(
             cfg.replay.buffer_size,
@@ -318,9 +336,9 @@ class QMIX:
         )
         self.builder = EpisodeBuilder(cfg.env.num_envs, self.replay, self.group)
         # Acting runs on the CPU: the learner's agent network there, a copy synchronized
-        # every iteration where the learner computes elsewhere.
+        # every iteration where the learner computes elsewhere (a GPU, a learner group).
         agent = self.learner.online.agent
-        self.on_cpu = self.learner.device.type == "cpu"
+        self.on_cpu = isinstance(self.learner, QMIXLearner) and self.learner.device.type == "cpu"
         acting_agent = agent if self.on_cpu else uncompiled_copy(agent).requires_grad_(False)
         opponents = FixedGroups(cfg.env.opponents, env.groups, cfg.run.seed)
         self.acting = QMIXActing(
@@ -417,6 +435,8 @@ class QMIX:
 
     def close(self) -> None:
         self.runner.close()
+        if isinstance(self.learner, QMIXLearnerGroup):  # its Ray actors and placement group
+            self.learner.close()
 
 
 # Value decomposition for cooperative teams: one learner, three mixers.
@@ -428,6 +448,7 @@ SPECS = (
         build_model,
         "QMIX: recurrent agents, monotonic hypernetwork mixer on the global state",
         "Discrete (multi-agent envs)",
+        learner_groups=True,
     ),
     AlgorithmSpec(
         "vdn",
@@ -437,6 +458,7 @@ SPECS = (
         "VDN: recurrent agents, team Q-value as the sum of the agents' Q-values",
         "Discrete (multi-agent envs)",
         {"mixer": "vdn"},
+        learner_groups=True,
     ),
     AlgorithmSpec(
         "iql",
@@ -446,6 +468,7 @@ SPECS = (
         "IQL: independent recurrent Q-learners with shared weights, no mixer",
         "Discrete (multi-agent envs)",
         {"mixer": "none"},
+        learner_groups=True,
     ),
 )
 """The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

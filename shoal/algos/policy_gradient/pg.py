@@ -15,13 +15,17 @@ the cut, as the episode's score is defined by it, rather than bootstrapping a cr
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
 import gymnasium as gym
 import torch
 
-from shoal.algos.cores.checks import check_no_masks
+from shoal.algos.cores.checks import check_learner_group, check_no_masks
+from shoal.algos.cores.group_shares import SharedMinimize, rows_of, share
+from shoal.algos.cores.learner_group import LearnerGroup
 from shoal.algos.cores.metrics import mean_metrics, step_metrics
 from shoal.algos.cores.on_policy import ModelLearner, OnPolicyCore, held
 from shoal.algos.spec import AlgorithmSpec
@@ -70,6 +74,8 @@ class PGConfig:
         check(self, "vf_coef", self.vf_coef >= 0, "must be >= 0")
         check(self, "ent_coef", self.ent_coef >= 0, "must be >= 0")
         check_no_masks(self, "REINFORCE")
+        rollout = self.num_steps * self.env.num_envs * max(1, self.run.runners)
+        check_learner_group(self, "REINFORCE", rollout)
 
 
 class EpisodeCarry(NamedTuple):
@@ -85,11 +91,13 @@ class EpisodeCarry(NamedTuple):
 
 
 class PGBatch(NamedTuple):
-    """Flat ``[N, ...]`` samples: valid transitions whose episode is complete."""
+    """Flat ``[N, ...]`` samples: valid transitions whose episode is complete. ``advantages``
+    is None but in a learner group's rank, which takes them from the whole batch (`PGShare`)."""
 
     obs: torch.Tensor
     actions: torch.Tensor
     returns: torch.Tensor
+    advantages: torch.Tensor | None = None
 
 
 def build_model(config: PGConfig, obs_space: gym.Space, action_space: gym.Space) -> ActorCritic:
@@ -129,20 +137,30 @@ def make_batch(
     return batch, next_carry
 
 
+def advantages_of(config: PGConfig, returns: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """``[N]`` advantages of a batch: its returns, less the baseline's (detached) ``values``
+    with ``config.baseline``, standardized over the batch with ``normalize_advantages``."""
+    advantages = returns - values.detach() if config.baseline else returns
+    return standardize(advantages) if config.normalize_advantages else advantages
+
+
 class PGLearner(ModelLearner[ActorCritic | RecurrentActorCritic]):
     """Owns the policy (and baseline) network and its optimizer; one gradient step per batch."""
 
     def __init__(self, config: PGConfig, obs_space: gym.Space, action_space: gym.Space):
         self.config = config
         self.setup(config, build_model(config, obs_space, action_space))
+        self.minimize: Callable[..., Any] = minimize
+        """The gradient step, a part: a learner group's rank swaps in one that all-reduces
+        (`shoal.algos.cores.group_shares.SharedMinimize`)."""
 
     def losses(self, batch: PGBatch) -> dict[str, torch.Tensor]:
         """The loss terms of one batch, ``total`` last."""
         cfg = self.config
         dist, values = self.model(batch.obs)
-        advantages = batch.returns - values.detach() if cfg.baseline else batch.returns
-        if cfg.normalize_advantages:
-            advantages = standardize(advantages)
+        advantages = batch.advantages
+        if advantages is None:
+            advantages = advantages_of(cfg, batch.returns, values)
         losses = {
             "policy": policy_gradient_loss(dist.log_prob(batch.actions), advantages),
             "entropy": entropy_loss(dist.entropy()),
@@ -162,10 +180,41 @@ class PGLearner(ModelLearner[ActorCritic | RecurrentActorCritic]):
             group["lr"] = lr
         batch = to_device(batch, self.device)
         losses = self.losses(batch)
-        minimize(losses, self.optimizer, self.config.optim.max_grad_norm, scaler=self.scaler)
+        self.minimize(losses, self.optimizer, self.config.optim.max_grad_norm, scaler=self.scaler)
         metrics.update(mean_metrics([step_metrics(losses, {})]))
         metrics["train/return_mean"] = batch.returns.mean().item()
         return metrics
+
+
+class PGShare:
+    """How a REINFORCE rank of a learner group (`shoal.algos.cores.learner_group`) takes an
+    update: the advantages of the whole batch first (standardizing them needs all of it, as
+    one learner does), then the learner's ``update`` on the rank's contiguous rows through a
+    `SharedMinimize` weighted by its share of the rows (the losses are means over them).
+    A batch of complete episodes may hold fewer samples than there are ranks: a rank left
+    without rows computes on the whole batch at weight 0, so it still joins the all-reduce
+    and adds nothing. Returns ``(share, metrics)``; ``train/samples`` is the whole batch's."""
+
+    def __init__(self, learner: PGLearner, rank: int, world_size: int):
+        self.learner, self.rank, self.world_size = learner, rank, world_size
+        self.minimize = learner.minimize = SharedMinimize(rank, world_size)
+
+    def update(self, args: tuple[PGBatch, float]) -> tuple[float, dict[str, float]]:
+        batch, lr = args
+        learner, size = self.learner, batch.returns.numel()
+        if size == 0:  # every rank returns before a gradient step
+            return 1.0 / self.world_size, learner.update(batch, lr)
+        batch = to_device(batch, learner.device)
+        with torch.no_grad():
+            values = learner.model(batch.obs)[1]
+        batch = batch._replace(advantages=advantages_of(learner.config, batch.returns, values))
+        rows = share(size, self.rank, self.world_size)
+        self.minimize.weight = (rows.stop - rows.start) / size
+        if rows.stop == rows.start:
+            rows = slice(0, size)
+        metrics = learner.update(rows_of(batch, rows), lr)
+        metrics["train/samples"] = size
+        return self.minimize.weight, metrics
 
 
 class PG:
@@ -180,7 +229,12 @@ class PG:
         self.carry: EpisodeCarry | None = None
         self.config = config
         self.core = OnPolicyCore(
-            self.config, PGLearner, build_model, "PG", takes_action_masks=False
+            self.config,
+            PGLearner,
+            build_model,
+            "PG",
+            takes_action_masks=False,
+            group=functools.partial(LearnerGroup, share_cls=PGShare),
         )
         self.core.broadcast(set_temperature=True)
 
@@ -220,6 +274,7 @@ SPECS = (
         "REINFORCE: vanilla policy gradient on full-episode returns, optional learned baseline",
         "Discrete, Box, MultiDiscrete, MultiBinary, Tuple, Dict",
         runners=True,
+        learner_groups=True,
     ),
 )
 """The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""
