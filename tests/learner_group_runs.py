@@ -53,6 +53,10 @@ QMIX = {"env.id": "shoal/two-step-v0", "env.num_envs": 8, "rollout_steps": 2,
         "replay.gradient_steps": 2, "target_update_every": 3, "rnn_hidden": 8,
         "mixing_embed_dim": 4, "replay.save": True}  # fmt: skip
 """Episodes learned from the first iteration on, two updates each."""
+MADDPG = {"env.id": "shoal/spread-v0", "rollout_steps": 2, "replay.gradient_steps": 2,
+          "replay.batch_size": 16, "replay.learning_starts": 8, "replay.buffer_size": 400,
+          "replay.save": True}  # fmt: skip
+"""Joint steps learned from the second iteration on, two updates each."""
 APPO = {"ppo.num_steps": 16, "ppo.model.hidden": (16,), "ppo.minibatch_size": 32,
         "ppo.num_epochs": 2}  # fmt: skip
 """PPO's settings of APPO's learner (its sampler thread runs one rollout ahead)."""
@@ -61,9 +65,11 @@ APPO = {"ppo.num_steps": 16, "ppo.model.hidden": (16,), "ppo.minibatch_size": 32
 def build(name="ppo", **settings):
     """The algorithm seeded as the training loop seeds it."""
     spec = ALGORITHMS[name]
-    extra = {"ppo": PPO, "dqn": DQN, "appo": APPO, "r2d2": R2D2, "qmix": QMIX}.get(name, {})
+    extra = {"ppo": PPO, "dqn": DQN, "appo": APPO, "r2d2": R2D2, "qmix": QMIX,
+             "maddpg": MADDPG}.get(name, {})  # fmt: skip
+    multi_agent = ("env.id", "num_steps")
     own = {"dqn": ("num_steps",), "appo": ("num_steps", "model.hidden"),
-           "qmix": ("env.id", "num_steps")}.get(name, ())  # fmt: skip
+           "qmix": multi_agent, "maddpg": multi_agent}.get(name, ())  # fmt: skip
     small = {k: v for k, v in SMALL.items() if k not in own}
     config = spec.default_config(**{**small, **extra, **settings})
     torch.manual_seed(11)

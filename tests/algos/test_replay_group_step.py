@@ -24,6 +24,7 @@ from shoal.algos.continuous.ddpg import DDPGLearner
 from shoal.algos.continuous.sac import SACLearner
 from shoal.algos.continuous.td3 import TD3Learner
 from shoal.algos.cores.group_shares import ReplayShare, SequenceShare, rows_of, share
+from shoal.algos.multi_agent.maddpg import MADDPG, MADDPGLearner, maddpg_groups, state_dim
 from shoal.algos.offline.bc import BCLearner
 from shoal.algos.offline.cql import cql_learner
 from shoal.algos.offline.iql import IQLLearner
@@ -248,6 +249,77 @@ def test_two_r2d2_learners_take_the_update_of_one(tmp_path):
     for step, (stats, priorities) in enumerate(rows):
         (w0, stats0, p0), (w1, stats1, p1) = (rank["results"][step] for rank in ranks)
         assert w0 + w1 == pytest.approx(1.0)
+        torch.testing.assert_close(torch.cat([p0, p1]), priorities.detach(), rtol=1e-5, atol=1e-6)
+        for key, value in stats.items():
+            weighted = w0 * stats0[key] + w1 * stats1[key]
+            assert float(weighted) == pytest.approx(float(value), rel=1e-4, abs=1e-6), key
+
+
+def maddpg_batches(continuous):
+    """MADDPG's config, agent groups and three batches of 16 joint steps from its replay after
+    a few rollouts of the particles' spread task (three agents, random actions so far)."""
+    settings = {
+        "env.num_envs": 4, "rollout_steps": 4, "model.hidden": (16,),
+        "replay.batch_size": 16, "replay.learning_starts": 10_000, "replay.n_step": 2,
+        "replay.prioritized": "proportional", "env.kwargs": {"continuous": continuous},
+    }  # fmt: skip
+    config = shoal.build_config("maddpg", seed=0, **settings)
+    algo = MADDPG(config)
+    try:
+        for _ in range(3):
+            algo.train_iteration()
+        groups = maddpg_groups(algo.runner.env)
+        batches = [algo.replay.sample(16, 0.6) for _ in range(UPDATES)]
+        return config, groups, state_dim(algo.runner.env), batches
+    finally:
+        algo.close()
+
+
+def make_maddpg(config, groups, dim):
+    torch.manual_seed(0)
+    return MADDPGLearner(config, groups, dim)
+
+
+def _maddpg_rank(rank, port, out_dir, made, batches):
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+        timeout=timedelta(seconds=60),
+    )  # fmt: skip
+    try:
+        learner = make_maddpg(*made)
+        split = ReplayShare(learner, rank, 2)
+        torch.manual_seed(7)
+        results = [split.update((batch, [])) for batch in batches]
+        torch.save({"state": learner.state_dict(), "results": results}, f"{out_dir}/{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_maddpg_learners_take_the_update_of_one(tmp_path):
+    """MADDPG with continuous actions (deterministic actors: no noise in the update) on joint
+    steps of three agents: ranks of 8 joint steps each end with one learner's actors, critics,
+    targets and optimizer states, and give its priorities and metrics. (Discrete actions draw
+    Gumbel noise per row, which each rank draws for its own rows.)"""
+    config, groups, dim, batches = maddpg_batches(continuous=True)
+    made = (config, groups, dim)
+    args = (free_port(), str(tmp_path), made, batches)
+    mp.start_processes(_maddpg_rank, args=args, nprocs=2, join=True, start_method="fork")
+    ranks = [torch.load(tmp_path / f"{r}.pt", weights_only=False) for r in range(2)]
+    single = make_maddpg(*made)
+    torch.manual_seed(7)
+    rows = [single.update(batch) for batch in batches]
+    expected = dict(_tensors(single.state_dict()))
+    got = [dict(_tensors(rank["state"])) for rank in ranks]
+    assert expected.keys() == got[0].keys()
+    for key, tensor in expected.items():
+        assert torch.equal(got[0][key], got[1][key]), key
+        torch.testing.assert_close(got[0][key], tensor, rtol=1e-5, atol=1e-6, msg=key)
+    initial = dict(_tensors(make_maddpg(*made).state_dict()))
+    assert sum(not torch.equal(initial[k], v) for k, v in expected.items() if k in initial) >= 2
+    for step, (stats, priorities) in enumerate(rows):
+        (w0, stats0, p0), (w1, stats1, p1) = (rank["results"][step] for rank in ranks)
+        assert (w0, w1) == (0.5, 0.5)
         torch.testing.assert_close(torch.cat([p0, p1]), priorities.detach(), rtol=1e-5, atol=1e-6)
         for key, value in stats.items():
             weighted = w0 * stats0[key] + w1 * stats1[key]

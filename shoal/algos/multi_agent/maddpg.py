@@ -42,6 +42,7 @@ from shoal.algos.cores.actor_critic_replay import (
     ActorCriticLearner,
     ActorCriticReplayConfig,
 )
+from shoal.algos.cores.learner_group import ReplayLearnerGroup
 from shoal.algos.cores.off_policy import learn_from_replay
 from shoal.algos.multi_agent.joint_replay import JointLayout, make_replay
 from shoal.algos.spec import AlgorithmSpec
@@ -125,6 +126,9 @@ class MADDPGConfig(ActorCriticReplayConfig):
         check(self, "gumbel_temperature", self.gumbel_temperature > 0, "must be > 0")
         check(self, "actor_reg", self.actor_reg >= 0, "must be >= 0")
         check_multi_agent_learner(self, "MADDPG")
+        batch = self.replay.batch_size
+        split = f"must be <= replay.batch_size ({batch}): each batch is split among the learners"
+        check(self.run, "learners", self.run.learners <= batch, split)
 
 
 def state_dim(env: MultiAgentVectorEnv) -> int | None:
@@ -293,11 +297,15 @@ class MADDPG:
         if config.critic_input == "state" and dim is None:
             env.close()
             raise ConfigError("critic_input is 'state' but this env provides no global state")
-        self.learner = MADDPGLearner(config, groups, dim)
+        self.learner: MADDPGLearner | ReplayLearnerGroup
+        if config.run.learners == 1:
+            self.learner = MADDPGLearner(config, groups, dim)
+        else:  # each replay batch split among data-parallel copies on Ray actors
+            self.learner = ReplayLearnerGroup(MADDPGLearner, config, groups, dim)
         self.joint = len(groups) > 1
         """Several groups: evaluation and deployment act on every group at once."""
         # Acting runs on the CPU with a copy of the weights, whatever the learner's device.
-        self.acting = uncompiled_copy(self.learner.core.actor).requires_grad_(False)
+        self.acting = uncompiled_copy(self._actors()).requires_grad_(False)
         self.runner = MultiAgentRunner(
             env,
             MADDPGActing(self.acting),
@@ -306,7 +314,7 @@ class MADDPG:
         )
         seed = derive_seed(config.run.seed, "replay", 0)
         self.replay = make_replay(
-            config.replay, config.env.num_envs, self.learner.layout, seed, self.learner.device
+            config.replay, config.env.num_envs, self._local().layout, seed, self.learner.device
         )
         self.env_steps = 0
         self.iteration = 0
@@ -323,10 +331,18 @@ class MADDPG:
         metrics.update(rollout.episodes.metrics())
         return metrics
 
+    def _local(self) -> MADDPGLearner:
+        """The learner, or a group's synchronized copy of it."""
+        learner = self.learner
+        return learner.synchronized() if isinstance(learner, ReplayLearnerGroup) else learner
+
+    def _actors(self) -> JointActors:
+        return self._local().core.actor
+
     def _collect(self) -> MultiAgentRollout:
         """A rollout with the acting actors, stored in replay."""
         rollout = self.runner.sample()
-        self.replay.extend(*self.learner.layout.steps(rollout))
+        self.replay.extend(*self._local().layout.steps(rollout))
         self.env_steps += rollout.num_steps * rollout.num_envs
         return rollout
 
@@ -334,7 +350,7 @@ class MADDPG:
         return learn_from_replay(self.config, self.replay, self.learner, self.env_steps)
 
     def policy(self) -> ActorPolicy | JointPolicy:
-        return deployed_policy(self.learner.core.actor)
+        return deployed_policy(self._actors())
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -342,7 +358,7 @@ class MADDPG:
             "runner": self.runner.get_state(),
             "replay": self.replay.state_dict() if self.config.replay.save else None,
             "policy": {
-                "model": deployable(self.learner.core.actor).state_dict(),
+                "model": deployable(self._actors()).state_dict(),
                 "obs_stats": None,
             },
             "counters": {"env_steps": self.env_steps, "iteration": self.iteration},
@@ -364,6 +380,8 @@ class MADDPG:
 
     def close(self) -> None:
         self.runner.close()
+        if isinstance(self.learner, ReplayLearnerGroup):  # its Ray actors and placement group
+            self.learner.close()
 
 
 SPECS = (
@@ -375,6 +393,7 @@ SPECS = (
         "MADDPG: decentralized actors, centralized critics, Gumbel-softmax, prioritized replay",
         "Discrete, Box (multi-agent envs)",
         acts_jointly=True,
+        learner_groups=True,
     ),
 )
 """The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""
