@@ -57,6 +57,8 @@ MADDPG = {"env.id": "shoal/spread-v0", "rollout_steps": 2, "replay.gradient_step
           "replay.batch_size": 16, "replay.learning_starts": 8, "replay.buffer_size": 400,
           "replay.save": True}  # fmt: skip
 """Joint steps learned from the second iteration on, two updates each."""
+ACER = {"replay.learning_starts": 64, "replay.replay_ratio": 2.0, "replay.save": True}
+"""Replayed segments from the second iteration on (Poisson draws of them)."""
 APPO = {"ppo.num_steps": 16, "ppo.model.hidden": (16,), "ppo.minibatch_size": 32,
         "ppo.num_epochs": 2}  # fmt: skip
 """PPO's settings of APPO's learner (its sampler thread runs one rollout ahead)."""
@@ -66,7 +68,7 @@ def build(name="ppo", **settings):
     """The algorithm seeded as the training loop seeds it."""
     spec = ALGORITHMS[name]
     extra = {"ppo": PPO, "dqn": DQN, "appo": APPO, "r2d2": R2D2, "qmix": QMIX,
-             "maddpg": MADDPG}.get(name, {})  # fmt: skip
+             "maddpg": MADDPG, "acer": ACER}.get(name, {})  # fmt: skip
     multi_agent = ("env.id", "num_steps")
     own = {"dqn": ("num_steps",), "appo": ("num_steps", "model.hidden"),
            "qmix": multi_agent, "maddpg": multi_agent}.get(name, ())  # fmt: skip

@@ -38,7 +38,7 @@ def test_segments_end_with_the_observation_after_the_rollout():
     algorithm = ACER(build_config("acer", seed=0, **small()))
     try:
         rollout, _ = algorithm.core.sample()
-        segment = acer.segment_of(rollout, algorithm.learner.behaviour(rollout.obs))
+        segment = acer.segment_of(rollout, acer.behaviour_of(algorithm.learner, rollout.obs))
         assert segment["obs"].shape[0] == 9
         # Behaviour statistics are the acting policy's: its log-probs of the actions taken.
         dist = algorithm.learner.model.distribution_of(segment["behaviour"].flatten(0, 1))

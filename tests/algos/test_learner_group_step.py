@@ -12,7 +12,9 @@ import torch.multiprocessing as mp
 
 from shoal.algos.cores.group_shares import ColumnShare, SplitStep, columns_of, share
 from shoal.algos.cores.rollout_batch import RolloutBatch
+from shoal.algos.policy_gradient import acer
 from shoal.algos.policy_gradient.a2c import A2CConfig, A2CLearner
+from shoal.algos.policy_gradient.acer import ACERConfig, ACERLearner
 from shoal.algos.policy_gradient.impala import IMPALAConfig, IMPALALearner
 from shoal.algos.policy_gradient.pg import PGBatch, PGConfig, PGLearner, PGShare
 from shoal.algos.policy_gradient.ppo import PPOConfig, PPOLearner
@@ -252,3 +254,64 @@ def test_two_reinforce_learners_take_the_update_of_one(size, tmp_path):
     for key in ("loss/policy", "loss/value", "loss/entropy", "train/return_mean"):
         if size:
             assert w0 * first[key] + w1 * second[key] == pytest.approx(rows[0][key], rel=1e-4)
+
+
+def acer_segment():
+    """IMPALA's time-major batch as an ACER segment, behaviour statistics from a policy
+    perturbed away from the learner's (importance weights that differ from 1)."""
+    rollout = fixed_rollout()._replace(last_obs=torch.randn(B, 4, generator=torch.Generator()))
+    behaviour = make_acer().model
+    with torch.no_grad():
+        for p in behaviour.parameters():
+            p.add_(0.1 * torch.randn(p.shape, generator=torch.Generator().manual_seed(2)))
+    return acer.segment_of(rollout, acer.behaviour_statistics(behaviour, rollout.obs))
+
+
+def make_acer():
+    config = ACERConfig(
+        env=EnvConfig(num_envs=B), model=ModelConfig(hidden=(16,), backend="torch"),
+        optim=OptimConfig(lr=0.01, max_grad_norm=0.5), num_steps=T, delta=0.05,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    return ACERLearner(config, *SPACES)
+
+
+def _acer_rank(rank, port, out_dir, segment):
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+        timeout=timedelta(seconds=60),
+    )  # fmt: skip
+    try:
+        learner = make_acer()
+        split = ColumnShare(learner, rank, 2)
+        rows = [split.update((segment, 0.01)) for _ in range(2)]
+        torch.save({"state": learner.state_dict(), "rows": rows}, f"{out_dir}/{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_acer_learners_take_the_update_of_one(tmp_path):
+    """ACER's ranks take env columns of a segment (Retrace runs along each column's time axis;
+    the trust-region projection, binding at delta 0.05, is per step): both end with one
+    learner's network, average network and optimizer state, and their weighted metrics are
+    its metrics."""
+    segment = acer_segment()
+    args = (free_port(), str(tmp_path), segment)
+    mp.start_processes(_acer_rank, args=args, nprocs=2, join=True, start_method="fork")
+    ranks = [torch.load(tmp_path / f"{r}.pt", weights_only=False) for r in range(2)]
+    single = make_acer()
+    rows = [single.update(segment, 0.01) for _ in range(2)]
+    for part in ("model", "average"):
+        for key, tensor in single.state_dict()[part].items():
+            got = [rank["state"][part][key] for rank in ranks]
+            assert torch.equal(got[0], got[1]), (part, key)
+            torch.testing.assert_close(got[0], tensor, rtol=1e-5, atol=1e-6)
+    assert not torch.equal(next(make_acer().model.parameters()), next(single.model.parameters()))
+    (w0, first), (w1, second) = (rank["rows"][0] for rank in ranks)
+    assert (w0, w1) == (9 / 27, 18 / 27)
+    for key in ("loss/policy", "loss/critic", "train/rho_mean", "train/kl_average"):
+        weighted = float(w0 * first[key] + w1 * second[key])
+        assert weighted == pytest.approx(float(rows[0][key]), rel=1e-4, abs=1e-7), key
+    # The second update's policy has left the average one: the trust region is in play.
+    assert float(rows[1]["train/kl_average"]) > 0

@@ -2,8 +2,8 @@
 (tests/forked_ray.py) instead of started as Ray actors: the groups' logic as it runs on Ray,
 without an actor's start-up. PPO's group loses a rank and takes the update again from the
 synchronized state; a replay learner's group loses one between two synchronizations and
-relearns the batches since; A2C's, REINFORCE's, APPO's, R2D2's, QMIX's, MADDPG's and an
-offline group resume exactly; CQL, PPO and QMIX learn with two learners. (On Ray itself:
+relearns the batches since; A2C's, REINFORCE's, ACER's, APPO's, R2D2's, QMIX's, MADDPG's
+and an offline group resume exactly; CQL, PPO and QMIX learn with two learners. (On Ray itself:
 tests/distributed/test_learner_group.py and tests/test_cluster_faults.py.)"""
 
 import numpy as np
@@ -54,9 +54,10 @@ def test_a_replay_group_rebuilt_mid_iteration_and_a_resume_end_where_the_undistu
     assert_same(run(resumed, 3)[0], clean)
 
 
-@pytest.mark.parametrize("name", ["a2c", "pg", "appo", "r2d2", "qmix", "maddpg"])
+@pytest.mark.parametrize("name", ["a2c", "pg", "acer", "appo", "r2d2", "qmix", "maddpg"])
 def test_learner_groups_resume_exactly(name):
-    """A2C's group; REINFORCE's, whose batches of complete episodes vary in size; APPO's,
+    """A2C's group; REINFORCE's, whose batches of complete episodes vary in size; ACER's,
+    whose learners split the env columns of on-policy and replayed segments; APPO's,
     whose sampler thread acts one update behind the group; R2D2's, whose learners split each
     batch of sequences and whose epsilon reaches them with it; QMIX's, whose learners split
     each batch of episodes and whose acting copy is synchronized every iteration; MADDPG's,

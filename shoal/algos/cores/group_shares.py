@@ -6,8 +6,8 @@ part each kind of learner swaps in to take it.
   each minibatch is split inside its gradient step, a `SplitStep`.
 - `ReplayShare` (the replay and offline learners): the learner's ``update`` on the rank's
   rows of a replay batch, through its gradient-step part swapped for a `SharedMinimize`.
-- `ColumnShare` (IMPALA): the learner's ``update`` on the rank's env columns of a time-major
-  batch, through a `SharedMinimize` weighted by its share of the valid steps.
+- `ColumnShare` (IMPALA, ACER): the learner's ``update`` on the rank's env columns of a
+  time-major batch, through a `SharedMinimize` weighted by its share of the valid steps.
 - `SequenceShare` (R2D2): the learner's ``update`` on the rank's sequences of a batch,
   weighted by its share of their valid steps after the burn-in.
 
@@ -182,8 +182,9 @@ ENV_MAJOR = ("last_values", "policy_state", "last_obs")
 (as `shoal.collect.ray.concat_rollouts` joins them)."""
 
 
-def columns_of(rollout: Rollout, columns: slice) -> Rollout:
-    """A time-major ``rollout`` cut to the env columns ``columns``."""
+def columns_of(rollout: Rollout | dict[str, Any], columns: slice) -> Any:
+    """A time-major ``rollout`` cut to the env columns ``columns``; a dict of time-major
+    tensors (ACER's segments) likewise."""
 
     def cut(value: Any, axis: int) -> Any:
         if value is None:
@@ -192,26 +193,28 @@ def columns_of(rollout: Rollout, columns: slice) -> Rollout:
             return {k: cut(v, axis) for k, v in value.items()}
         return value[columns] if axis == 0 else value[:, columns]
 
+    if isinstance(rollout, dict):
+        return {k: cut(v, 1) for k, v in rollout.items()}
     return type(rollout)(
         *(cut(getattr(rollout, f), 0 if f in ENV_MAJOR else 1) for f in rollout._fields)
     )
 
 
 class ColumnShare:
-    """How an IMPALA rank takes an update: the learner's ``update(rollout, lr)`` on its
-    contiguous env columns of the time-major batch (V-trace runs along each column's time
-    axis, so a column's targets are those of the whole batch), through a `SharedMinimize`
-    weighted by the rank's share of the valid steps (the losses are means over them).
-    Returns ``(share, metrics)``."""
+    """How an IMPALA (or ACER) rank takes an update: the learner's ``update(rollout, lr)`` on
+    its contiguous env columns of the time-major batch (V-trace and Retrace run along each
+    column's time axis, so a column's targets are those of the whole batch), through a
+    `SharedMinimize` weighted by the rank's share of the valid steps (the losses are means
+    over them). Returns ``(share, metrics)``, the metrics on the host."""
 
     def __init__(self, learner: Any, rank: int, world_size: int):
         self.learner, self.rank, self.world_size = learner, rank, world_size
         self.minimize = learner.minimize = SharedMinimize(rank, world_size)
 
-    def update(self, args: tuple) -> tuple[float, dict[str, float]]:
+    def update(self, args: tuple) -> tuple[float, dict[str, Any]]:
         rollout, *rest = args
-        columns = share(rollout.rewards.shape[1], self.rank, self.world_size)
-        valid = rollout.valid
+        valid = rollout["valid"] if isinstance(rollout, dict) else rollout.valid
+        columns = share(valid.shape[1], self.rank, self.world_size)
         self.minimize.weight = float(valid[:, columns].sum()) / max(1, int(valid.sum()))
         metrics = self.learner.update(columns_of(rollout, columns), *rest)
-        return self.minimize.weight, metrics
+        return self.minimize.weight, to_device(metrics, torch.device("cpu"))

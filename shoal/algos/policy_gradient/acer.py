@@ -23,6 +23,7 @@ decay 0.99, RMSProp 7e-4, gradient norm 10).
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -30,7 +31,9 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from shoal.algos.cores.checks import check_no_masks
+from shoal.algos.cores.checks import check_learner_group, check_no_masks
+from shoal.algos.cores.group_shares import ColumnShare
+from shoal.algos.cores.learner_group import LearnerGroup
 from shoal.algos.cores.metrics import mean_metrics
 from shoal.algos.cores.on_policy import ModelLearner, OnPolicyCore, held
 from shoal.algos.spec import AlgorithmSpec
@@ -134,6 +137,10 @@ class ACERConfig:
         )
         check(self.model, "backend", self.model.backend != "numpy", "ACER trains through torch")
         check_no_masks(self, "ACER")
+        columns = self.env.num_envs * max(1, self.run.runners)
+        split = f"must be <= the {columns} env columns of each segment: they are split among them"
+        check(self.run, "learners", self.run.learners <= columns, split)
+        check_learner_group(self, "ACER", columns * self.num_steps)
 
 
 def build_model(config: ACERConfig, obs_space: gym.Space, action_space: gym.Space) -> ACERNetwork:
@@ -144,6 +151,12 @@ def behaviour_statistics(model: ACERNetwork, obs: torch.Tensor) -> torch.Tensor:
     """``[T, B, P]`` the statistics ``phi`` of the policy that acted on ``obs [T, B, ...]``."""
     with torch.no_grad():
         return model.policy_params(model.features(obs.flatten(0, 1))).unflatten(0, obs.shape[:2])
+
+
+def behaviour_of(learner: Any, obs: torch.Tensor) -> torch.Tensor:
+    """`behaviour_statistics` of ``learner``'s network (or a learner group's synchronized
+    copy), on the host."""
+    return behaviour_statistics(learner.model, obs.to(learner.device)).cpu()
 
 
 def segment_of(rollout: Rollout, behaviour: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -177,9 +190,9 @@ class ACERLearner(ModelLearner[ACERNetwork]):
         )
         self.setup(config, model, make_optimizer)
         self.average = frozen_copy(self.model)
-
-    def behaviour(self, obs: torch.Tensor) -> torch.Tensor:
-        return behaviour_statistics(self.model, obs.to(self.device)).cpu()
+        self.minimize: Callable[..., Any] = minimize
+        """The gradient step, a part: a learner group's rank swaps in one that all-reduces
+        (`shoal.algos.cores.group_shares.SharedMinimize`)."""
 
     def losses(self, segment: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict]:
         """The loss terms of one segment (``total`` last) and diagnostics; see the module
@@ -291,7 +304,7 @@ class ACERLearner(ModelLearner[ACERNetwork]):
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         losses, stats = self.losses(to_device(segment, self.device))
-        norm = minimize(losses, self.optimizer, self.config.optim.max_grad_norm)
+        norm = self.minimize(losses, self.optimizer, self.config.optim.max_grad_norm)
         decay = self.config.average_decay
         soft_update(list(self.average.parameters()), self.parameters, 1.0 - decay)
         row = {f"loss/{name}": value.detach() for name, value in losses.items()}
@@ -319,7 +332,12 @@ class ACER:
     def __init__(self, config: ACERConfig):
         self.config = config
         self.core = OnPolicyCore(
-            self.config, ACERLearner, build_model, "ACER", takes_action_masks=False
+            self.config,
+            ACERLearner,
+            build_model,
+            "ACER",
+            takes_action_masks=False,
+            group=functools.partial(LearnerGroup, share_cls=ColumnShare),
         )
         self.core.broadcast(set_temperature=True)
         segment_steps = config.num_steps * self.sampler.num_envs * self.sampler.agents_per_env
@@ -333,7 +351,7 @@ class ACER:
         cfg = self.config
         lr = scheduled(cfg.optim.lr_schedule, cfg.optim.lr, self.core.progress())
         rollout, episodes = self.core.sample()
-        segment = segment_of(rollout, self.learner.behaviour(rollout.obs))
+        segment = segment_of(rollout, behaviour_of(self.learner, rollout.obs))
         rows = [self.learner.update(segment, lr)]
         self.replay.add(segment)
         stored = len(self.replay) * segment["actions"].numel()
@@ -375,6 +393,7 @@ SPECS = (
         "ACER: actor-critic with experience replay (Retrace, truncated IS, trust region)",
         "Discrete, Box",
         runners=True,
+        learner_groups=True,
     ),
 )
 """The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""
