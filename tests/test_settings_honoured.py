@@ -60,7 +60,11 @@ def test_every_algorithm_runs_a_learner_group_or_refuses_one_by_name(name):
     if spec.learner_groups:
         check_runtime(spec, config)
         assert spec.scaling()["learners"] == "run.learners"
-        if hasattr(config, "replay"):  # one row for each of 2 learners at least, or refused
+        if name == "acer":  # its segments' env columns are split: one each at least
+            columns = r"learners = 2 is invalid: must be <= the 1 env columns"
+            with pytest.raises(ConfigError, match=columns):
+                spec.algorithm_cls(replace(config, **{"env.num_envs": 1}))
+        elif hasattr(config, "replay"):  # one row for each of 2 learners at least, or refused
             with pytest.raises(ConfigError, match=r"learners = 2 is invalid: must be <= replay"):
                 spec.algorithm_cls(replace(config, **{"replay.batch_size": 1}))
         return
