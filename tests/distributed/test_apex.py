@@ -28,6 +28,7 @@ from shoal.core.errors import ConfigError, NaNLossError
 from shoal.core.types import ReplayBatch
 from shoal.data.replay_shard import ReplayShard
 from shoal.losses.value_kinds import ExpectedQ
+from shoal.train.checkpoint import load_checkpoint
 
 QUIET = {
     "run.eval_every_steps": 0,
@@ -314,6 +315,32 @@ def test_apex_ddpg_smoke_checkpoint_and_resume(in_process_ray, tmp_path):
     action = shoal.load(result.run_dir).act(np.zeros((2, 3), np.float32))
     assert action.shape == (2, 1) and (np.abs(action) <= 2.0).all()
     assert_resume_goes_on(result.run_dir, 6 * 64)
+
+
+@pytest.mark.parametrize(
+    ("algo", "overrides"),
+    [("apex-dqn", SMALL),
+     ("apex-ddpg", small("ddpg", replay_shards=1, rollout_steps=16, **{"env.num_envs": 1}))],
+)  # fmt: skip
+def test_a_learner_group_trains_on_the_shards_batches_and_resumes(
+    in_process_ray, forked_learners, tmp_path, algo, overrides
+):
+    """``run.learners 2``: the learner is a group of two (forked) ranks, each taking half of
+    every batch the shards send; the priorities go back to the shards, the actors get the
+    group's weights (DDPG's critic too), and the run resumes from the group's checkpoint."""
+    seen = []
+    result = shoal.train(
+        algo,
+        run_dir=str(tmp_path / "run"),
+        total_steps=3 * 64,
+        on_iteration=lambda step, metrics: seen.append(metrics),
+        **{**overrides, "run.learners": 2},
+    )
+    last = seen[-1]
+    assert last["train/grad_steps"] > 0
+    assert all(np.isfinite(v) for k, v in last.items() if k.startswith("loss/"))
+    assert "group_rng" in load_checkpoint(result.run_dir).state["algorithm"]["learner"]
+    assert assert_resume_goes_on(result.run_dir, 6 * 64).iterations == 6
 
 
 @pytest.mark.parametrize(

@@ -111,6 +111,19 @@ def test_apex_r2d2_smoke_checkpoint_policy_and_resume(ray_session, tmp_path, mon
     assert_resume_goes_on(on_ray.run_dir, 8 * 64)
 
 
+def test_a_learner_group_takes_the_shards_sequences(in_process_ray, forked_learners, tmp_path):
+    """``run.learners 2``: two (forked) ranks split every batch of sequences from the shards
+    (`SequenceShare`); the run learns, checkpoints the group and resumes."""
+    seen = []
+    result = shoal.train("apex-r2d2", env="shoal/RepeatFirst-v0", run_dir=str(tmp_path / "r"),
+                         total_steps=4 * 64, on_iteration=lambda step, m: seen.append(m),
+                         **{**SMALL, "run.learners": 2})  # fmt: skip
+    learned = [m["loss/td"] for m in seen if "loss/td" in m]
+    assert seen[-1]["train/grad_steps"] > 0 and learned and np.isfinite(learned).all()
+    assert "group_rng" in load_checkpoint(result.run_dir).state["algorithm"]["learner"]
+    assert_resume_goes_on(result.run_dir, 8 * 64)
+
+
 def test_r2d2_samples_with_ray_runners(ray_session, tmp_path):
     # Plain r2d2 with run.runners: synchronous Ray runners, whose rollouts (with the states
     # before each step) are joined along the env axis and cut into sequences per env.

@@ -12,7 +12,9 @@ shard, and pushes its weights to the actors every ``weight_sync_every`` steps. T
 networks, losses and exploration noise are DQN's and DDPG's own (`shoal.algos.value.dqn`,
 `shoal.algos.continuous.ddpg`). ``training_intensity`` (not in the paper, whose learner had a GPU to
 itself) holds the ratio of replayed transitions to env steps where actors and learner share
-a few cores.
+a few cores. With ``run.learners`` N > 1 the learner is a group of N data-parallel copies
+on Ray actors (`shoal.algos.cores.learner_group.ReplayLearnerGroup`), each taking its rows (or
+sequences) of every batch the shards send.
 
 Ray is reached only through `shoal.distributed`. A killed actor restarts with its seeds and
 gets the latest weights; a killed shard restarts empty. The seed fixes every actor's env and
@@ -31,6 +33,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from shoal.algos.cores.group_shares import ReplayShare, SequenceShare
+from shoal.algos.cores.learner_group import ReplayLearnerGroup
 from shoal.algos.spec import AlgorithmSpec
 from shoal.algos.value.apex_actor import (
     ApexActor,
@@ -49,6 +53,7 @@ from shoal.algos.value.apex_config import (
     variant,
 )
 from shoal.collect.ray import concat_episodes
+from shoal.config import check
 from shoal.core.device import to_host
 from shoal.core.seeding import derive_seed
 from shoal.core.types import ReplayBatch
@@ -100,6 +105,9 @@ class Apex:
         self.parts = variant(config)
         self.replay = self.parts.inner.replay
         run = config.run
+        batch = self.replay.batch_size
+        split = f"must be <= replay.batch_size ({batch}): each batch is split among the learners"
+        check(run, "learners", run.learners <= batch, split)
         # One env here first: an unknown env id or an unsupported action space fails now,
         # with its own message, not as actors failing and restarting in a loop.
         probe = make_env(dataclasses.replace(config.env, num_envs=1))
@@ -107,7 +115,13 @@ class Apex:
         mask = probe.action_mask
         self._mask_dim = None if mask is None else int(as_discrete(probe.action_space).n)
         probe.close()
-        self.learner = self.parts.learner_fn(self.parts.inner, *self._spaces)
+        inner, learner_fn = self.parts.inner, self.parts.learner_fn
+        self.learner: Any
+        if run.learners == 1:
+            self.learner = learner_fn(inner, *self._spaces)
+        else:  # each replay batch split among data-parallel copies on Ray actors
+            share = SequenceShare if isinstance(config, ApexR2D2Config) else ReplayShare
+            self.learner = ReplayLearnerGroup(learner_fn, inner, *self._spaces, share_cls=share)
         self._rw = rw = require_ray()
         rw.connect(
             run.ray_address,
@@ -265,7 +279,9 @@ class Apex:
     def _acting_weights(self) -> dict[str, Any]:
         """Host copies of the acting network (and DDPG's critic, for its priorities)."""
         if isinstance(self.config, ApexDDPGConfig):
-            core = self.learner.core
+            learner = self.learner
+            local = learner.synchronized() if isinstance(learner, ReplayLearnerGroup) else learner
+            core = local.core
             return {
                 "model": to_host(core.actor.state_dict()),
                 "critic": to_host(core.critic.state_dict()),
@@ -323,6 +339,8 @@ class Apex:
         self._pending.clear()
         self.actors.close()
         self.shards.close()
+        if isinstance(self.learner, ReplayLearnerGroup):  # its Ray actors and placement group
+            self.learner.close()
 
 
 SPECS = (
@@ -335,6 +353,7 @@ SPECS = (
         "double DQN",
         "Discrete",
         runners=True,
+        learner_groups=True,
     ),
     AlgorithmSpec(
         "apex-ddpg",
@@ -344,6 +363,7 @@ SPECS = (
         "Ape-X DPG: Ray actors with per-actor noise, sharded prioritized replay, n-step DDPG",
         "Box (bounded)",
         runners=True,
+        learner_groups=True,
     ),
     AlgorithmSpec(
         "apex-r2d2",
@@ -353,6 +373,7 @@ SPECS = (
         "Distributed R2D2: recurrent Ray actors with the epsilon ladder, sharded sequence replay",
         "Discrete",
         runners=True,
+        learner_groups=True,
     ),
 )
 """The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""
