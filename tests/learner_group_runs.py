@@ -57,6 +57,12 @@ MADDPG = {"env.id": "shoal/spread-v0", "rollout_steps": 2, "replay.gradient_step
           "replay.batch_size": 16, "replay.learning_starts": 8, "replay.buffer_size": 400,
           "replay.save": True}  # fmt: skip
 """Joint steps learned from the second iteration on, two updates each."""
+CTEDD = {"env.id": "shoal/cn-v1-v0", "rollout_steps": 2, "replay.gradient_steps": 2,
+         "replay.batch_size": 16, "replay.learning_starts": 8, "replay.buffer_size": 400,
+         "global_hidden": (8,), "local_hidden": (8,), "distill_every": 16,
+         "distill_batch_size": 8, "distill_repeats": 2, "replay.save": True}  # fmt: skip
+"""Stage 1 from the second iteration on (an exploration update and two updates each), a
+distillation round every other iteration."""
 ACER = {"replay.learning_starts": 64, "replay.replay_ratio": 2.0, "replay.save": True}
 """Replayed segments from the second iteration on (Poisson draws of them)."""
 APPO = {"ppo.num_steps": 16, "ppo.model.hidden": (16,), "ppo.minibatch_size": 32,
@@ -68,10 +74,10 @@ def build(name="ppo", **settings):
     """The algorithm seeded as the training loop seeds it."""
     spec = ALGORITHMS[name]
     extra = {"ppo": PPO, "dqn": DQN, "appo": APPO, "r2d2": R2D2, "qmix": QMIX,
-             "maddpg": MADDPG, "acer": ACER}.get(name, {})  # fmt: skip
+             "maddpg": MADDPG, "acer": ACER, "ctedd": CTEDD}.get(name, {})  # fmt: skip
     multi_agent = ("env.id", "num_steps")
-    own = {"dqn": ("num_steps",), "appo": ("num_steps", "model.hidden"),
-           "qmix": multi_agent, "maddpg": multi_agent}.get(name, ())  # fmt: skip
+    own = {"dqn": ("num_steps",), "appo": ("num_steps", "model.hidden"), "qmix": multi_agent,
+           "maddpg": multi_agent, "ctedd": multi_agent}.get(name, ())  # fmt: skip
     small = {k: v for k, v in SMALL.items() if k not in own}
     config = spec.default_config(**{**small, **extra, **settings})
     torch.manual_seed(11)
@@ -82,7 +88,21 @@ def weights(algo):
     learner = algo.learner
     if hasattr(learner, "online"):  # QMIX's networks
         return {k: v.clone() for k, v in learner.online.state_dict().items()}
+    if hasattr(algo, "students"):  # CTEDD's: the global policies, scales, critics, students
+        student = algo.students[algo.config.message_dim]
+        state = {**algo.learner.state_dict(), "students": student.state_dict()}
+        state.pop("group_rng", None)  # a group's, not the learner's
+        return {k: v.clone() for k, v in flat_tensors(state)}
     return {k: v.clone() for k, v in learner.get_weights().items()}
+
+
+def flat_tensors(state, prefix=""):
+    """The tensors of a nested state dict by dotted key (optimizer state included)."""
+    if isinstance(state, torch.Tensor):
+        yield prefix, state
+    elif isinstance(state, dict):
+        for k, v in state.items():
+            yield from flat_tensors(v, f"{prefix}.{k}" if prefix else str(k))
 
 
 def assert_same(a, b):

@@ -8,6 +8,7 @@ tests/distributed/test_learner_group.py and tests/test_cluster_faults.py.)"""
 
 import numpy as np
 import pytest
+import torch
 from learner_group_runs import CQL_GROUP, assert_same, bandit, build, kill_during, run
 from state_helpers import assert_states_equal, metric_rows
 
@@ -54,14 +55,15 @@ def test_a_replay_group_rebuilt_mid_iteration_and_a_resume_end_where_the_undistu
     assert_same(run(resumed, 3)[0], clean)
 
 
-@pytest.mark.parametrize("name", ["a2c", "pg", "acer", "appo", "r2d2", "qmix", "maddpg"])
+@pytest.mark.parametrize("name", ["a2c", "pg", "acer", "appo", "r2d2", "qmix", "maddpg", "ctedd"])
 def test_learner_groups_resume_exactly(name):
     """A2C's group; REINFORCE's, whose batches of complete episodes vary in size; ACER's,
     whose learners split the env columns of on-policy and replayed segments; APPO's,
     whose sampler thread acts one update behind the group; R2D2's, whose learners split each
     batch of sequences and whose epsilon reaches them with it; QMIX's, whose learners split
     each batch of episodes and whose acting copy is synchronized every iteration; MADDPG's,
-    whose learners split each batch of joint steps (discrete actions: Gumbel noise)."""
+    whose learners split each batch of joint steps (discrete actions: Gumbel noise); CTEDD's,
+    whose learners also take each exploration update whole."""
     expected, _, (state, rng) = run(build(name), 4, save_at=2)
     resumed = build(name)
     assert resumed.load_state_dict(state)
@@ -126,3 +128,18 @@ def test_qmix_learns_the_two_step_game_with_two_learners(tmp_path):
                            seed=seed, **TWO_STEP, **{"run.learners": 2}).eval_return
                for seed in range(3)]  # fmt: skip
     assert returns == [8.0, 8.0, 8.0], returns
+
+
+def test_ctedd_with_two_learners_trains_as_one_learner_does():
+    """CTEDD's group against one learner, same seed, four iterations: stage 1's updates split
+    among the learners, the exploration updates each learner takes whole (a call), and
+    the distillation from the synchronized copy end where the single learner does (to float
+    rounding, compounded over 6 updates, 3 exploration updates and 2 distillation rounds)."""
+    group, group_metrics, _ = run(build("ctedd"), 4)
+    single, single_metrics, _ = run(build("ctedd", **{"run.learners": 1}), 4)
+    assert group.keys() == single.keys()
+    for key, tensor in single.items():
+        torch.testing.assert_close(group[key], tensor, rtol=1e-4, atol=1e-5, msg=key)
+    assert "loss/exploration" in group_metrics and "distill/rows" in single_metrics
+    for key, value in single_metrics.items():
+        assert group_metrics[key] == pytest.approx(value, rel=1e-3, abs=1e-5), key

@@ -162,14 +162,17 @@ class ReplayShare:
         self.learner, self.rank, self.world_size, self.weigh = learner, rank, world_size, weigh
         self.minimize = learner.minimize = SharedMinimize(rank, world_size)
 
-    def update(self, args: tuple) -> tuple[float, dict[str, torch.Tensor], torch.Tensor]:
+    def update(self, args: tuple) -> Any:
+        """``(batch, calls)``; a batch of None makes the calls alone and returns the last
+        one's result (`shoal.algos.cores.learner_group.ReplayLearnerGroup.call`)."""
         batch, calls = args
-        for method, call_args in calls:
-            getattr(self.learner, method)(*call_args)
+        results = [getattr(self.learner, method)(*call_args) for method, call_args in calls]
+        host = torch.device("cpu")
+        if batch is None:
+            return to_device(results[-1], host)
         rows = share(len(batch.indices), self.rank, self.world_size)
         self.minimize.weight = self.weigh(self.learner, batch, rows)
         stats, priorities = self.learner.update(rows_of(batch, rows))
-        host = torch.device("cpu")
         return self.minimize.weight, to_device(stats, host), priorities.detach().to(host)
 
 

@@ -186,6 +186,19 @@ class ReplayLearnerGroup:
             self._synchronize()
         return stats, priorities
 
+    def call(self, method: str, *args: Any) -> Any:
+        """``method(*args)`` of the learner on every rank now, on the same arguments, and rank
+        0's result: a step each rank takes alike, whole (CTEDD's exploration update, small and
+        normalized over all its samples), so the ranks stay equal without an all-reduce. The
+        copy takes it at the next synchronization; a rebuilt group makes the call again with
+        the batches since."""
+        ref = self.ranks.rw.put((None, [*self.calls, (method, args)]))
+        self.calls = []
+        results = self.ranks.updates(ref, since=lambda: list(self.backlog))
+        raise_nan_losses(results)
+        self.backlog.append(ref)
+        return results[0]
+
     def synchronized(self) -> Any:
         """The copy `local`, synchronized with the ranks (the learner an algorithm reads its
         networks from)."""

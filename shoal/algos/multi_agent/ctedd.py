@@ -48,6 +48,7 @@ from shoal.algos.cores.actor_critic_replay import (
     ActorCriticLearner,
     ActorCriticReplayConfig,
 )
+from shoal.algos.cores.learner_group import ReplayLearnerGroup
 from shoal.algos.cores.off_policy import learn_from_replay, make_priorities
 from shoal.algos.multi_agent.ctedd_acting import CTEDDActing, Team
 from shoal.algos.multi_agent.distillation import Student, chronological_rows, distill_round
@@ -180,6 +181,9 @@ class CTEDDConfig(ActorCriticReplayConfig):
         )
         check(self, "alpha_end", self.alpha_end >= 0, "must be >= 0")
         check(self, "alpha_start", self.alpha_start >= 0, "must be >= 0")
+        batch = self.replay.batch_size
+        split = f"must be <= replay.batch_size ({batch}): each batch is split among the learners"
+        check(self.run, "learners", self.run.learners <= batch, split)
         if self.alpha_anneal_steps is not None:
             check_positive(self, "alpha_anneal_steps")
         if self.env.kwargs.get("message_dim", 0):
@@ -333,7 +337,12 @@ class CTEDD:
                 f"CTEDD's global policies read a global state; {config.env.id} has none"
             )
         self.state_dim = int(shape_of(self.env.state_space)[0])
-        self.learner = CTEDDLearner(config, n, self.action_dim, self.state_dim, n * self.obs_dim)
+        sizes = (n, self.action_dim, self.state_dim, n * self.obs_dim)
+        self.learner: CTEDDLearner | ReplayLearnerGroup
+        if config.run.learners == 1:
+            self.learner = CTEDDLearner(config, *sizes)
+        else:  # each replay batch split among data-parallel copies on Ray actors
+            self.learner = ReplayLearnerGroup(CTEDDLearner, config, *sizes)
         dims = (config.message_dim, *config.extra_message_dims)
         device, compiled = self.learner.device, config.run.compile
         self.students = {
@@ -356,8 +365,8 @@ class CTEDD:
             device=device,
         )
         opponents = FixedGroups(config.env.opponents, self.env.groups, config.run.seed)
-        learner = self.learner
-        self.acting = CTEDDActing(learner.core.actor, learner.scale, self.group.name, opponents)
+        local = self._local()
+        self.acting = CTEDDActing(local.core.actor, local.scale, self.group.name, opponents)
         self.runner = MultiAgentRunner(
             self.env, self.acting, config.rollout_steps, derive_seed(config.run.seed, "env", 0)
         )
@@ -376,8 +385,14 @@ class CTEDD:
         share = min(1.0, self.env_steps / horizon)
         return cfg.alpha_start + (cfg.alpha_end - cfg.alpha_start) * share
 
+    def _local(self) -> CTEDDLearner:
+        """The learner, or a group's synchronized copy of it."""
+        learner = self.learner
+        return learner.synchronized() if isinstance(learner, ReplayLearnerGroup) else learner
+
     def _collect(self) -> tuple[MultiAgentEpisodes, torch.Tensor, torch.Tensor]:
-        self.acting.set_weights(self.learner.core.actor, self.learner.scale)
+        local = self._local()
+        self.acting.set_weights(local.core.actor, local.scale)
         rollout = self.runner.sample()
         name = self.group.name
         actions = rollout.actions[name].astype(np.float32)
@@ -396,7 +411,12 @@ class CTEDD:
             # Eq. (5) first: the samples' log-likelihoods are those of the policy that drew
             # them only while the deterministic parts have not moved yet (footnote 1).
             if learning and len(states):
-                metrics.update(self.learner.exploration_update(states, sampled, self.alpha()))
+                args = (states, sampled, self.alpha())
+                learner = self.learner
+                if isinstance(learner, ReplayLearnerGroup):  # every learner takes it whole
+                    metrics.update(learner.call("exploration_update", *args))
+                else:
+                    metrics.update(learner.exploration_update(*args))
             metrics.update(self._learn())
         if self.env_steps >= self.next_distill or self.env_steps >= cfg.run.total_steps:
             metrics.update(self.distill())
@@ -418,7 +438,7 @@ class CTEDD:
         rows = torch.as_tensor(chronological_rows(self.replay, written)).to(self.learner.device)
         obs = rows[:, : n * self.obs_dim].reshape(-1, n, self.obs_dim)
         with torch.no_grad():
-            teacher = self.learner.core.actor(rows[:, n * self.obs_dim :])
+            teacher = self._local().core.actor(rows[:, n * self.obs_dim :])
         self.distill_rounds += 1
         metrics: dict[str, float] = {"distill/rows": float(len(rows))}
         metrics.update(
@@ -435,7 +455,7 @@ class CTEDD:
 
     def evaluate_global(self, episodes: int | None = None, seed: int = 0) -> float:
         """CTEDD-G: mean per-agent return of the deterministic global policies (on states)."""
-        actor = uncompiled_copy(self.learner.core.actor)
+        actor = uncompiled_copy(self._local().core.actor)
         return self.evaluate_team(lambda obs, state: actor(state), episodes, seed)
 
     def evaluate_local(
@@ -506,6 +526,8 @@ class CTEDD:
         self.runner.close()
         if self._eval_env is not None:
             self._eval_env.close()
+        if isinstance(self.learner, ReplayLearnerGroup):  # its Ray actors and placement group
+            self.learner.close()
 
 
 SPECS = (
@@ -517,6 +539,7 @@ SPECS = (
         "CTEDD: global policies with learned exploration, distilled into message-passing "
         "local ones",
         "Box (multi-agent envs with a global state)",
+        learner_groups=True,
     ),
 )
 """The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""
