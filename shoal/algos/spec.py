@@ -47,6 +47,9 @@ class AlgorithmSpec:
     gradients: bool = True
     """It learns by gradient steps (False: tabular updates, evolution, planning), which a
     learner group would split; for the refusal's words."""
+    one_learner: str = ""
+    """Why a gradient learner without ``learner_groups`` keeps one learner, in the words of
+    the refusal of ``run.learners`` > 1 ("" : it has none yet)."""
     deploys_search: bool = False
     """Its deployed policy (``shoal.load``) searches at every step, a program around its
     network rather than one network: ``shoal export`` refuses it."""

@@ -142,6 +142,11 @@ class AlgorithmSpec(Protocol):
         """Whether it learns by gradient steps (False: tabular, evolution, planning)."""
         ...
 
+    @property
+    def one_learner(self) -> str:
+        """Why a gradient learner without learner groups keeps one ("": none yet)."""
+        ...
+
     def scaling(self) -> dict[str, str | None]:
         """The settings it scales out with: ``runners``, ``sampling ahead``, ``learners``."""
         ...

@@ -87,7 +87,7 @@ def check_runtime(spec: AlgorithmSpec, config: Any, new: bool = True) -> None:
         why = (
             "has no gradient steps to split among learners"
             if not spec.gradients
-            else "has no learner groups yet"
+            else spec.one_learner or "has no learner groups yet"
         )
         own = spec.scaling()["learners"]
         instead = f"; for several learners set {own}" if own else ""

@@ -378,6 +378,8 @@ SPECS = (
         "AlphaZero: self-play with batched MCTS on a game's rules, policy-value network, arena",
         "Discrete (two-player turn-based games)",
         runners=True,
+        one_learner="has no learner groups yet (it scales its self-play on Ray runners; the "
+        "network trains in the driver)",
         match_report=evaluate_run,
         own_spaces=True,
     ),

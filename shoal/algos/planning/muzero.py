@@ -424,6 +424,8 @@ SPECS = (
         "MuZero: search in a learned model, unrolled dynamics, two-hot values, prioritized replay",
         "Discrete",
         runners=True,
+        one_learner="has no learner groups yet (it scales its self-play on Ray runners; the "
+        "network trains in the driver)",
         match_report=evaluate_run,
         deploys_search=True,
         own_spaces=True,

@@ -380,6 +380,8 @@ SPECS = (
         "A3C: asynchronous advantage actor-critic, gradients from Ray workers applied on arrival",
         "Discrete, Box, MultiDiscrete, MultiBinary, Tuple, Dict",
         runners=True,
+        one_learner="applies its runners' gradients one by one as they arrive (asynchronous by "
+        "design); for data-parallel learners train a2c or ppo",
     ),
 )
 """The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

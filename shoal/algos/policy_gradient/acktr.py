@@ -215,6 +215,7 @@ SPECS = (
         "ACKTR: A2C with K-FAC natural-gradient steps in a KL trust region",
         "Discrete, Box, MultiDiscrete, MultiBinary, Tuple, Dict",
         runners=True,
+        one_learner="has no learner groups yet (its K-FAC curvature statistics are one learner's)",
     ),
 )
 """The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

@@ -273,6 +273,8 @@ SPECS = (
         "Trust Region Policy Optimization (conjugate-gradient natural step, KL line search, GAE)",
         "Discrete, Box, MultiDiscrete, MultiBinary, Tuple, Dict",
         runners=True,
+        one_learner="has no learner groups yet (its natural-gradient step, conjugate gradient "
+        "on the Fisher matrix and a line search, runs in one learner)",
     ),
 )
 """The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""
