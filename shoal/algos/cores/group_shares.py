@@ -11,6 +11,10 @@ part each kind of learner swaps in to take it.
 - `SequenceShare` (R2D2): the learner's ``update`` on the rank's sequences of a batch,
   weighted by its share of their valid steps after the burn-in.
 
+A split that belongs to one algorithm lives beside it: REINFORCE's `PGShare` (the whole
+batch's advantages first, `shoal.algos.policy_gradient.pg`) and QMIX's `EpisodeShare`
+(episodes, `shoal.algos.multi_agent.qmix_group`).
+
 Every split gives the update one learner takes on the whole batch (to float rounding, tested
 for each learner), because the losses are means over the rows and the gradients are summed
 over the ranks weighted by their shares (`shoal.distributed.collective.average_gradients`).
