@@ -2,13 +2,10 @@
 processes, each backpropagating its share of every minibatch, take the update one learner
 takes on the whole minibatch. No Ray: the ranks are forked processes over localhost."""
 
-from datetime import timedelta
-
 import gymnasium as gym
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
+from gloo_ranks import on_two_ranks
 
 from shoal.algos.cores.group_shares import ColumnShare, SplitStep, columns_of, share
 from shoal.algos.cores.rollout_batch import RolloutBatch
@@ -20,7 +17,6 @@ from shoal.algos.policy_gradient.pg import PGBatch, PGConfig, PGLearner, PGShare
 from shoal.algos.policy_gradient.ppo import PPOConfig, PPOLearner
 from shoal.config import EnvConfig, ModelConfig, OptimConfig
 from shoal.core.types import Rollout
-from shoal.distributed.collective import free_port
 
 N = 45  # samples in the batch: minibatches of 15, split 7 / 8 between the ranks
 SPACES = (gym.spaces.Box(-1.0, 1.0, (4,)), gym.spaces.Discrete(3))
@@ -68,20 +64,11 @@ def update(learner, name):
     return rows
 
 
-def _rank_main(rank, name, port, out_dir):
-    torch.set_num_threads(1)
-    # A short timeout: a rank that fails must not leave the other waiting.
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
-        timeout=timedelta(seconds=60),
-    )  # fmt: skip
-    try:
-        learner = make_learner(name)
-        learner.step = SplitStep(learner, rank, 2)
-        rows = update(learner, name)
-        torch.save({"weights": learner.model.state_dict(), "rows": rows}, f"{out_dir}/{rank}.pt")
-    finally:
-        dist.destroy_process_group()
+def _split_steps(rank, name):
+    learner = make_learner(name)
+    learner.step = SplitStep(learner, rank, 2)
+    rows = update(learner, name)
+    return {"weights": learner.model.state_dict(), "rows": rows}
 
 
 @pytest.mark.parametrize("name", ["ppo", "a2c"])
@@ -90,10 +77,7 @@ def test_two_learners_take_the_update_of_one(name, tmp_path):
     the whole batch (float tolerance: the sums are grouped differently), with unequal shares
     (7 and 8 of 15), advantages standardized over the whole minibatch, clipping after the
     all-reduce; the ranks' loss metrics average to the single learner's."""
-    # fork: the children start with shoal already imported (spawning re-imports it, seconds).
-    args = (name, free_port(), str(tmp_path))
-    mp.start_processes(_rank_main, args=args, nprocs=2, join=True, start_method="fork")
-    ranks = [torch.load(tmp_path / f"{r}.pt", weights_only=False) for r in range(2)]
+    ranks = on_two_ranks(_split_steps, tmp_path, name)
     single = make_learner(name)
     rows = update(single, name)
     for key, tensor in single.model.state_dict().items():
@@ -153,19 +137,11 @@ def make_impala():
     return IMPALALearner(config, *SPACES)
 
 
-def _impala_rank(rank, port, out_dir):
-    torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
-        timeout=timedelta(seconds=60),
-    )  # fmt: skip
-    try:
-        learner = make_impala()
-        split = ColumnShare(learner, rank, 2)
-        rows = [split.update((fixed_rollout(), 0.01)) for _ in range(2)]
-        torch.save({"state": learner.state_dict(), "rows": rows}, f"{out_dir}/{rank}.pt")
-    finally:
-        dist.destroy_process_group()
+def _impala_rank(rank):
+    learner = make_impala()
+    split = ColumnShare(learner, rank, 2)
+    rows = [split.update((fixed_rollout(), 0.01)) for _ in range(2)]
+    return {"state": learner.state_dict(), "rows": rows}
 
 
 def test_two_impala_learners_take_the_update_of_one(tmp_path):
@@ -173,9 +149,7 @@ def test_two_impala_learners_take_the_update_of_one(tmp_path):
     gradients, weighted by the ranks' shares of the valid steps (12 - 3 = 9 and 18 of 27),
     sum to the whole batch's: both ranks end with the weights and optimizer state of one
     learner after the same two updates, and their weighted metrics are its metrics."""
-    args = (free_port(), str(tmp_path))
-    mp.start_processes(_impala_rank, args=args, nprocs=2, join=True, start_method="fork")
-    ranks = [torch.load(tmp_path / f"{r}.pt", weights_only=False) for r in range(2)]
+    ranks = on_two_ranks(_impala_rank, tmp_path)
     single = make_impala()
     rows = [single.update(fixed_rollout(), 0.01) for _ in range(2)]
     for key, tensor in single.model.state_dict().items():
@@ -217,19 +191,11 @@ def make_pg():
     return PGLearner(config, *SPACES)
 
 
-def _pg_rank(rank, size, port, out_dir):
-    torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
-        timeout=timedelta(seconds=60),
-    )  # fmt: skip
-    try:
-        learner = make_pg()
-        split = PGShare(learner, rank, 2)
-        rows = [split.update((pg_batch(size), 0.01)) for _ in range(2)]
-        torch.save({"state": learner.state_dict(), "rows": rows}, f"{out_dir}/{rank}.pt")
-    finally:
-        dist.destroy_process_group()
+def _pg_rank(rank, size):
+    learner = make_pg()
+    split = PGShare(learner, rank, 2)
+    rows = [split.update((pg_batch(size), 0.01)) for _ in range(2)]
+    return {"state": learner.state_dict(), "rows": rows}
 
 
 @pytest.mark.parametrize("size", [13, 1, 0])
@@ -237,9 +203,7 @@ def test_two_reinforce_learners_take_the_update_of_one(size, tmp_path):
     """REINFORCE's ranks take the whole batch's baseline-subtracted, standardized advantages,
     then their rows (6 and 7 of 13); a batch of one sample leaves rank 0 without rows (it
     joins at weight 0), and a batch of none (no episode ended) takes no step anywhere."""
-    args = (size, free_port(), str(tmp_path))
-    mp.start_processes(_pg_rank, args=args, nprocs=2, join=True, start_method="fork")
-    ranks = [torch.load(tmp_path / f"{r}.pt", weights_only=False) for r in range(2)]
+    ranks = on_two_ranks(_pg_rank, tmp_path, size)
     single = make_pg()
     rows = [single.update(pg_batch(size), 0.01) for _ in range(2)]
     for key, tensor in single.model.state_dict().items():
@@ -276,19 +240,11 @@ def make_acer():
     return ACERLearner(config, *SPACES)
 
 
-def _acer_rank(rank, port, out_dir, segment):
-    torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
-        timeout=timedelta(seconds=60),
-    )  # fmt: skip
-    try:
-        learner = make_acer()
-        split = ColumnShare(learner, rank, 2)
-        rows = [split.update((segment, 0.01)) for _ in range(2)]
-        torch.save({"state": learner.state_dict(), "rows": rows}, f"{out_dir}/{rank}.pt")
-    finally:
-        dist.destroy_process_group()
+def _acer_rank(rank, segment):
+    learner = make_acer()
+    split = ColumnShare(learner, rank, 2)
+    rows = [split.update((segment, 0.01)) for _ in range(2)]
+    return {"state": learner.state_dict(), "rows": rows}
 
 
 def test_two_acer_learners_take_the_update_of_one(tmp_path):
@@ -297,9 +253,7 @@ def test_two_acer_learners_take_the_update_of_one(tmp_path):
     learner's network, average network and optimizer state, and their weighted metrics are
     its metrics."""
     segment = acer_segment()
-    args = (free_port(), str(tmp_path), segment)
-    mp.start_processes(_acer_rank, args=args, nprocs=2, join=True, start_method="fork")
-    ranks = [torch.load(tmp_path / f"{r}.pt", weights_only=False) for r in range(2)]
+    ranks = on_two_ranks(_acer_rank, tmp_path, segment)
     single = make_acer()
     rows = [single.update(segment, 0.01) for _ in range(2)]
     for part in ("model", "average"):

@@ -2,20 +2,16 @@
 gloo processes, each updating on its episodes of the batch with the gradients all-reduced,
 take the update one learner takes on the whole batch. No Ray: the ranks are forked."""
 
-from datetime import timedelta
-
 import numpy as np
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
+from gloo_ranks import on_two_ranks
 
 from shoal.algos.cores.group_shares import share
 from shoal.algos.multi_agent.qmix import QMIXConfig, QMIXLearner
 from shoal.algos.multi_agent.qmix_group import EpisodeShare, episodes_of
 from shoal.config import OptimConfig
 from shoal.data.episode_replay import EpisodeBatch
-from shoal.distributed.collective import free_port
 
 T, B, N, A, IN, S = 5, 7, 3, 4, 6, 5  # steps, episodes (3 and 4 per rank), agents, actions
 UPDATES = 3
@@ -59,19 +55,11 @@ def make_learner(mixer):
     return QMIXLearner(config, IN, A, N, S)
 
 
-def _rank(rank, mixer, port, out_dir):
-    torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
-        timeout=timedelta(seconds=60),
-    )  # fmt: skip
-    try:
-        learner = make_learner(mixer)
-        split = EpisodeShare(learner, rank, 2)
-        rows = [split.update(((fixed_batch(), inputs()), [])) for _ in range(UPDATES)]
-        torch.save({"state": learner.state_dict(), "rows": rows}, f"{out_dir}/{rank}.pt")
-    finally:
-        dist.destroy_process_group()
+def _rank(rank, mixer):
+    learner = make_learner(mixer)
+    split = EpisodeShare(learner, rank, 2)
+    rows = [split.update(((fixed_batch(), inputs()), [])) for _ in range(UPDATES)]
+    return {"state": learner.state_dict(), "rows": rows}
 
 
 @pytest.mark.parametrize("mixer", ["qmix", "vdn", "none"])
@@ -79,9 +67,7 @@ def test_two_learners_take_the_update_of_one(mixer, tmp_path):
     """Both ranks end with one learner's online and target networks and optimizer state after
     three updates (a hard target update after the second); each rank's weight is its share of
     the loss's transitions, and the weighted metrics are the single learner's."""
-    args = (mixer, free_port(), str(tmp_path))
-    mp.start_processes(_rank, args=args, nprocs=2, join=True, start_method="fork")
-    ranks = [torch.load(tmp_path / f"{r}.pt", weights_only=False) for r in range(2)]
+    ranks = on_two_ranks(_rank, tmp_path, mixer)
     single = make_learner(mixer)
     rows = [single.update(fixed_batch(), inputs()) for _ in range(UPDATES)]
     for part in ("online", "target"):

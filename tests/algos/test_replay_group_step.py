@@ -9,14 +9,11 @@ one learner's in distribution, not to the bit. Their comparison here draws no no
 (`without_noise`), which leaves every other part of their updates (three or four losses in one
 step, clipping per network, the temperature, CQL's Lagrange multiplier) to be compared exactly."""
 
-from datetime import timedelta
-
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
+from gloo_ranks import on_two_ranks
 
 import shoal
 from shoal.algos.continuous.d4pg import D4PGLearner
@@ -32,7 +29,6 @@ from shoal.algos.offline.td3_bc import td3_bc_learner
 from shoal.algos.value.dqn import DQNLearner
 from shoal.algos.value.r2d2 import R2D2, R2D2Learner
 from shoal.core.types import ReplayBatch
-from shoal.distributed.collective import free_port
 from shoal.registry import ALGORITHMS
 
 N = 45  # rows in each batch: 22 and 23 for the two ranks
@@ -118,22 +114,14 @@ def update(learner, case):
     return [learner.update(batch) for batch in fixed_batches(CASES[case][1])]
 
 
-def _rank_main(rank, case, port, out_dir):
-    torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
-        timeout=timedelta(seconds=60),
-    )  # fmt: skip
-    try:
-        if case in NOISY:
-            without_noise(lambda module, name, f: setattr(module, name, f))
-        learner = make_learner(case)
-        ranks_share = ReplayShare(learner, rank, 2)
-        torch.manual_seed(7)
-        results = [ranks_share.update((b, [])) for b in fixed_batches(CASES[case][1])]
-        torch.save({"state": learner.state_dict(), "results": results}, f"{out_dir}/{rank}.pt")
-    finally:
-        dist.destroy_process_group()
+def _replay_rank(rank, case):
+    if case in NOISY:
+        without_noise(lambda module, name, f: setattr(module, name, f))
+    learner = make_learner(case)
+    ranks_share = ReplayShare(learner, rank, 2)
+    torch.manual_seed(7)
+    results = [ranks_share.update((b, [])) for b in fixed_batches(CASES[case][1])]
+    return {"state": learner.state_dict(), "results": results}
 
 
 def _tensors(state, prefix=""):
@@ -150,9 +138,7 @@ def test_two_learners_take_the_update_of_one(case, tmp_path, monkeypatch):
     """Both ranks end with the single learner's weights, targets and optimizer state (float
     tolerance: sums are grouped differently); their priorities, joined in rank order, are
     the single learner's, and their metrics weighted by their shares are its metrics."""
-    args = (case, free_port(), str(tmp_path))
-    mp.start_processes(_rank_main, args=args, nprocs=2, join=True, start_method="fork")
-    ranks = [torch.load(tmp_path / f"{r}.pt", weights_only=False) for r in range(2)]
+    ranks = on_two_ranks(_replay_rank, tmp_path, case)
     if case in NOISY:
         without_noise(monkeypatch.setattr)
     single = make_learner(case)
@@ -212,19 +198,11 @@ def make_r2d2(config, spaces):
     return R2D2Learner(config, *spaces)
 
 
-def _r2d2_rank(rank, port, out_dir, config, spaces, batches):
-    torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
-        timeout=timedelta(seconds=60),
-    )  # fmt: skip
-    try:
-        learner = make_r2d2(config, spaces)
-        split = SequenceShare(learner, rank, 2)
-        results = [split.update((batch, [("set_exploration", (0.3,))])) for batch in batches]
-        torch.save({"state": learner.state_dict(), "results": results}, f"{out_dir}/{rank}.pt")
-    finally:
-        dist.destroy_process_group()
+def _r2d2_rank(rank, config, spaces, batches):
+    learner = make_r2d2(config, spaces)
+    split = SequenceShare(learner, rank, 2)
+    results = [split.update((batch, [("set_exploration", (0.3,))])) for batch in batches]
+    return {"state": learner.state_dict(), "results": results}
 
 
 def test_two_r2d2_learners_take_the_update_of_one(tmp_path):
@@ -232,9 +210,7 @@ def test_two_r2d2_learners_take_the_update_of_one(tmp_path):
     they end with one learner's recurrent network, target and optimizer state, and give its
     sequence priorities and metrics (weighted by their shares of the valid steps)."""
     config, spaces, batches = r2d2_batches()
-    args = (free_port(), str(tmp_path), config, spaces, batches)
-    mp.start_processes(_r2d2_rank, args=args, nprocs=2, join=True, start_method="fork")
-    ranks = [torch.load(tmp_path / f"{r}.pt", weights_only=False) for r in range(2)]
+    ranks = on_two_ranks(_r2d2_rank, tmp_path, config, spaces, batches)
     single = make_r2d2(config, spaces)
     single.set_exploration(0.3)
     rows = [single.update(batch) for batch in batches]
@@ -280,20 +256,12 @@ def make_maddpg(config, groups, dim):
     return MADDPGLearner(config, groups, dim)
 
 
-def _maddpg_rank(rank, port, out_dir, made, batches):
-    torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
-        timeout=timedelta(seconds=60),
-    )  # fmt: skip
-    try:
-        learner = make_maddpg(*made)
-        split = ReplayShare(learner, rank, 2)
-        torch.manual_seed(7)
-        results = [split.update((batch, [])) for batch in batches]
-        torch.save({"state": learner.state_dict(), "results": results}, f"{out_dir}/{rank}.pt")
-    finally:
-        dist.destroy_process_group()
+def _maddpg_rank(rank, made, batches):
+    learner = make_maddpg(*made)
+    split = ReplayShare(learner, rank, 2)
+    torch.manual_seed(7)
+    results = [split.update((batch, [])) for batch in batches]
+    return {"state": learner.state_dict(), "results": results}
 
 
 def test_two_maddpg_learners_take_the_update_of_one(tmp_path):
@@ -303,9 +271,7 @@ def test_two_maddpg_learners_take_the_update_of_one(tmp_path):
     Gumbel noise per row, which each rank draws for its own rows.)"""
     config, groups, dim, batches = maddpg_batches(continuous=True)
     made = (config, groups, dim)
-    args = (free_port(), str(tmp_path), made, batches)
-    mp.start_processes(_maddpg_rank, args=args, nprocs=2, join=True, start_method="fork")
-    ranks = [torch.load(tmp_path / f"{r}.pt", weights_only=False) for r in range(2)]
+    ranks = on_two_ranks(_maddpg_rank, tmp_path, made, batches)
     single = make_maddpg(*made)
     torch.manual_seed(7)
     rows = [single.update(batch) for batch in batches]
