@@ -36,6 +36,7 @@ RAY_MODULES = (
     "shoal.distributed",
     "shoal.algos.value.apex",
     "shoal.collect.ray",
+    "shoal.collect.multi_agent_ray",
     "shoal.algos.multi_agent.distributed_maddpg",
     "shoal.algos.policy_gradient.ddppo",
     "shoal.algos.policy_gradient.a3c",

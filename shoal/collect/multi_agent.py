@@ -253,8 +253,20 @@ class MultiAgentRunner:
             episodes=MultiAgentEpisodes.from_steps(self.groups, steps),
         )
 
+    num_runners = 1
+    last_restarted: tuple[int, ...] = ()
+    """In-process: no runner is ever rebuilt (`shoal.collect.multi_agent_ray`'s sampler's)."""
+
+    def restarted_envs(self) -> list[int]:
+        """The envs whose runner was rebuilt during the last `sample`: none here."""
+        return []
+
     def set_weights(self, weights: Any) -> None:
         self.acting.set_weights(weights)
+
+    def set_acting(self, name: str, value: Any) -> None:
+        """Set attribute ``name`` of the acting side (QMIX's epsilon)."""
+        setattr(self.acting, name, value)
 
     def get_state(self) -> dict[str, Any]:
         """Env state (None when the env cannot save it), the pending observations and the

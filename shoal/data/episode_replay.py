@@ -211,6 +211,20 @@ class EpisodeBuilder:
         self._clear(rows)
         self._first(rows, obs[self.group], state, None if mask is None else mask[self.group])
 
+    def restart(
+        self,
+        envs: list[int] | np.ndarray,
+        obs: dict[str, np.ndarray],
+        state: np.ndarray | None,
+        mask: dict | None = None,
+    ) -> None:
+        """Drop the unfinished episodes of ``envs`` and begin theirs again from ``obs``,
+        ``state`` and ``mask`` (of every env, as `start` takes them): their runner was rebuilt
+        and reset them, and the steps its old actor took since the last rollout were lost."""
+        rows = np.asarray(envs, np.int64)
+        self._clear(rows)
+        self._first(rows, obs[self.group], state, None if mask is None else mask[self.group])
+
     def add(self, actions: np.ndarray, step: MultiAgentStep) -> int:
         """Record one vector step taken with ``actions`` ``[B, N]``; returns the number of
         episodes (or cut pieces) written to the replay."""

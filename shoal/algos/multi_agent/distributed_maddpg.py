@@ -55,17 +55,16 @@ from shoal.algos.cores.off_policy import learn_from_replay
 from shoal.algos.multi_agent import maddpg
 from shoal.algos.multi_agent.joint_replay import JointLayout, ReplaySteps, make_replay
 from shoal.algos.multi_agent.maddpg import (
-    MADDPGActing,
     MADDPGConfig,
     MADDPGLearner,
-    build_actors,
+    build_runner,
     deployable,
     deployed_policy,
     maddpg_groups,
     state_dim,
 )
 from shoal.algos.spec import AlgorithmSpec
-from shoal.collect.multi_agent import MultiAgentEpisodes, MultiAgentRunner
+from shoal.collect.multi_agent import MultiAgentEpisodes
 from shoal.config import (
     EnvConfig,
     RunConfig,
@@ -155,11 +154,9 @@ class Collector:
         if torch_seed is not None:  # exploration noise draws from the process's generator
             torch.manual_seed(torch_seed)
         self.config = config
-        env = make_multi_agent_env(config.env)
-        self.acting = build_actors(config, maddpg_groups(env)).requires_grad_(False)
-        self.layout = JointLayout(self.acting, state_dim(env), config.critic_input)
-        seed = derive_seed(config.run.seed, "env", index)
-        self.runner = MultiAgentRunner(env, MADDPGActing(self.acting), config.rollout_steps, seed)
+        self.runner = build_runner(config, index)
+        self.acting = self.runner.acting.actors
+        self.layout = JointLayout(self.acting, state_dim(self.runner.env), config.critic_input)
 
     def collect(self, weights: dict[str, torch.Tensor]) -> Collected:
         """``rollout_steps`` vector steps with ``weights`` (random actions when they say so)."""

@@ -20,15 +20,19 @@ are one batched network (or one shared network within the group), and an update 
 backward pass and one fused Adam step (`ActorCriticCore`). Losses are logged per group as
 ``loss/<group>/critic`` and ``loss/<group>/actor`` when there are several.
 
-Collection is the `shoal.collect.multi_agent.MultiAgentRunner`'s. Samples are whole env
-steps: every agent's observation (plus the global state when the critics use it) flattened
-into one replay row per env, the joint action, and one reward per agent (`ReplayBuffer`'s
+Collection is the `shoal.collect.multi_agent.MultiAgentRunner`'s, in-process or, with
+``run.runners`` N > 0, on N Ray actors (`shoal.collect.multi_agent_ray`) whose rollouts are
+joined along the env axis; an iteration then takes ``N x gradient_steps`` gradient steps, so
+that updates per env step stay what they are in-process. Samples are whole env steps:
+every agent's observation (plus the global state when the critics use it) flattened into
+one replay row per env, the joint action, and one reward per agent (`ReplayBuffer`'s
 ``reward_shape``); agents share their episodes (the particle worlds and PettingZoo's MPE).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -47,6 +51,7 @@ from shoal.algos.cores.off_policy import learn_from_replay
 from shoal.algos.multi_agent.joint_replay import JointLayout, make_replay
 from shoal.algos.spec import AlgorithmSpec
 from shoal.collect.multi_agent import JointObs, MultiAgentRollout, MultiAgentRunner
+from shoal.collect.multi_agent_ray import MultiAgentSampler, runners_for
 from shoal.config import (
     EnvConfig,
     ModelConfig,
@@ -168,6 +173,15 @@ def build_actors(config: MADDPGConfig, groups: list[AgentGroup]) -> JointActors:
     return JointActors(
         groups, config.model, config.noise, config.share_parameters, config.gumbel_temperature
     )
+
+
+def build_runner(config: MADDPGConfig, index: int) -> MultiAgentRunner:
+    """Runner ``index``: its own env, seeded as env ``index`` of the run, and a copy of the
+    actors to act with (their weights come with every `MultiAgentRunner.set_weights`)."""
+    env = make_multi_agent_env(config.env)
+    actors = build_actors(config, maddpg_groups(env)).requires_grad_(False)
+    seed = derive_seed(config.run.seed, "env", index)
+    return MultiAgentRunner(env, MADDPGActing(actors), config.rollout_steps, seed)
 
 
 def build_model(config: MADDPGConfig, obs_space: gym.Space, action_space: gym.Space):
@@ -304,17 +318,18 @@ class MADDPG:
             self.learner = ReplayLearnerGroup(MADDPGLearner, config, groups, dim)
         self.joint = len(groups) > 1
         """Several groups: evaluation and deployment act on every group at once."""
-        # Acting runs on the CPU with a copy of the weights, whatever the learner's device.
-        self.acting = uncompiled_copy(self._actors()).requires_grad_(False)
-        self.runner = MultiAgentRunner(
-            env,
-            MADDPGActing(self.acting),
-            config.rollout_steps,
-            seed=derive_seed(config.run.seed, "env", 0),
-        )
+        self.runner: MultiAgentRunner | MultiAgentSampler
+        if config.run.runners == 0:
+            # Acting runs on the CPU with a copy of the weights, whatever the learner's device.
+            acting = uncompiled_copy(self._actors()).requires_grad_(False)
+            seed = derive_seed(config.run.seed, "env", 0)
+            self.runner = MultiAgentRunner(env, MADDPGActing(acting), config.rollout_steps, seed)
+        else:  # the runners build their own envs
+            env.close()
+            self.runner = runners_for(functools.partial(build_runner, config), config.run)
         seed = derive_seed(config.run.seed, "replay", 0)
         self.replay = make_replay(
-            config.replay, config.env.num_envs, self._local().layout, seed, self.learner.device
+            config.replay, self.runner.num_envs, self._local().layout, seed, self.learner.device
         )
         self.env_steps = 0
         self.iteration = 0
@@ -342,12 +357,15 @@ class MADDPG:
     def _collect(self) -> MultiAgentRollout:
         """A rollout with the acting actors, stored in replay."""
         rollout = self.runner.sample()
+        # A rebuilt runner's envs began new episodes: the steps in between were lost.
+        self.replay.cut_episodes(self.runner.restarted_envs())
         self.replay.extend(*self._local().layout.steps(rollout))
         self.env_steps += rollout.num_steps * rollout.num_envs
         return rollout
 
     def _learn(self) -> dict[str, float]:
-        return learn_from_replay(self.config, self.replay, self.learner, self.env_steps)
+        rollouts = self.runner.num_runners
+        return learn_from_replay(self.config, self.replay, self.learner, self.env_steps, rollouts)
 
     def policy(self) -> ActorPolicy | JointPolicy:
         return deployed_policy(self._actors())
@@ -393,6 +411,7 @@ SPECS = (
         "MADDPG: decentralized actors, centralized critics, Gumbel-softmax, prioritized replay",
         "Discrete, Box (multi-agent envs)",
         acts_jointly=True,
+        runners=True,
         learner_groups=True,
     ),
 )

@@ -16,6 +16,7 @@ policy (`RecurrentQPolicy`) acts on the rows of `shoal.envs.agents_as_batch.Agen
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -24,10 +25,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from shoal.algos.multi_agent.qmix_acting import AgentInputs, QMIXActing
+from shoal.algos.multi_agent.qmix_acting import agent_inputs, build_acting, build_runner, team_group
 from shoal.algos.multi_agent.qmix_group import QMIXLearnerGroup
 from shoal.algos.spec import AlgorithmSpec
-from shoal.collect.multi_agent import FixedGroups, MultiAgentRunner
+from shoal.collect.multi_agent import MultiAgentRunner
+from shoal.collect.multi_agent_ray import MultiAgentSampler, runners_for
 from shoal.config import (
     REPLAY_RENAMES,
     EnvConfig,
@@ -43,12 +45,11 @@ from shoal.config import (
 )
 from shoal.config.usage import CONSTANT_LR, IN_STEP, Gate
 from shoal.core.device import check_precision, resolve_device, to_device
-from shoal.core.errors import ConfigError, UnsupportedSpaceError
+from shoal.core.errors import UnsupportedSpaceError
 from shoal.core.seeding import derive_seed
 from shoal.data.episode_replay import EpisodeBatch, EpisodeBuilder, EpisodeReplay
 from shoal.envs.make import make_multi_agent_env
-from shoal.envs.multi_agent import MultiAgentVectorEnv
-from shoal.envs.shapes import as_discrete, shape_of
+from shoal.envs.shapes import shape_of
 from shoal.fast.backend import place, uncompiled_copy
 from shoal.losses.value_decomposition import double_q_next_values, masked_td_loss, td_targets
 from shoal.nn.mixers import QMixer, RecurrentAgent, RecurrentQPolicy, VDNMixer
@@ -271,87 +272,55 @@ class QMIXLearner:
         self.grad_steps = int(state["grad_steps"])
 
 
-def _group(env: MultiAgentVectorEnv, config: QMIXConfig) -> str:
-    """The cooperative team QMIX trains: the env's only group without a fixed policy."""
-    names = list(env.groups)
-    team = [name for name in names if name not in config.env.opponents]
-    group = config.env.group or (team[0] if len(team) == 1 else None)
-    if group is None or group not in team or len(team) != 1:
-        guess = config.env.group if config.env.group in names else names[0]
-        spec = " ".join(f"{name} random" for name in names if name != guess)
-        raise ConfigError(
-            f"env.group {config.env.group!r}: qmix/vdn/iql train one cooperative team, and "
-            f"this env has groups {names}; choose the team with env.group and give the "
-            f"others a fixed policy (--env.group {guess} --env.opponents {spec}, or a "
-            "scripted module:Class), or train every group with mappo, ippo or maddpg"
-        )
-    learners = env.groups[group]
-    if not isinstance(learners.action_space, gym.spaces.Discrete):
-        raise UnsupportedSpaceError(
-            f"qmix/vdn/iql need Discrete actions, got {learners.action_space}"
-        )
-    if not isinstance(learners.observation_space, gym.spaces.Box):
-        raise UnsupportedSpaceError(
-            f"qmix/vdn/iql need Box observations, not {learners.observation_space}"
-        )
-    if config.mixer == "qmix" and env.state_space is None:
-        raise ConfigError("mixer = 'qmix' needs an env with a global state; use vdn or none")
-    return group
-
-
 class QMIX:
     """One iteration: act epsilon-greedily for ``rollout_steps`` vector steps (a
-    `MultiAgentRunner`), store finished episodes, then take ``gradient_steps`` gradient steps
+    `MultiAgentRunner`, in-process or on ``run.runners`` Ray actors whose envs are joined
+    along the env axis), store finished episodes, then take ``gradient_steps`` gradient steps
     on batches of whole episodes. ``env_steps`` counts world steps (one per env per vector
     step), not agent steps."""
 
     def __init__(self, config: QMIXConfig):
         self.config = cfg = config
         env = make_multi_agent_env(cfg.env)
-        self.group = _group(env, cfg)
-        spec = env.groups[self.group]
-        self.agents, self.n_agents = spec.agents, spec.size
-        self.num_actions = int(as_discrete(spec.action_space).n)
-        self.obs_shape = shape_of(spec.observation_space)
-        self.agent_inputs = AgentInputs(
-            self.obs_shape, self.n_agents, self.num_actions, cfg.env.agent_id, cfg.last_action
-        )
-        in_dim = self.agent_inputs.size
+        self.group = team_group(env, cfg)
+        self.agent_inputs = inputs = agent_inputs(cfg, env, self.group)
+        n_agents, num_actions = inputs.n_agents, inputs.num_actions
         state_dim = 0 if env.state_space is None else int(np.prod(shape_of(env.state_space)))
-        sizes = (in_dim, self.num_actions, self.n_agents, state_dim)
+        sizes = (inputs.size, num_actions, n_agents, state_dim)
         self.learner: QMIXLearner | QMIXLearnerGroup
         if cfg.run.learners == 1:
             self.learner = QMIXLearner(cfg, *sizes)
         else:  # each batch's episodes split among data-parallel copies on Ray actors
             self.learner = QMIXLearnerGroup(QMIXLearner, cfg, *sizes)
-        mask_dim = self.num_actions if getattr(env, "action_mask", None) is not None else None
+        mask_dim = num_actions if getattr(env, "action_mask", None) is not None else None
         self.replay = EpisodeReplay(
             cfg.replay.buffer_size,
             cfg.episode_limit,
-            self.n_agents,
-            self.obs_shape,
+            n_agents,
+            inputs.obs_shape,
             state_dim,
             mask_dim,
             seed=derive_seed(cfg.run.seed, "replay", 0),
         )
-        self.builder = EpisodeBuilder(cfg.env.num_envs, self.replay, self.group)
-        # Acting runs on the CPU: the learner's agent network there, a copy synchronized
-        # every iteration where the learner computes elsewhere (a GPU, a learner group).
+        # Acting runs on the CPU: in-process, the learner's agent network there, or a copy
+        # synchronized every iteration where the learner computes elsewhere (a GPU, a learner
+        # group); on Ray runners (``run.runners``), each runner's copy, synchronized so.
         agent = self.learner.online.agent
-        self.on_cpu = isinstance(self.learner, QMIXLearner) and self.learner.device.type == "cpu"
-        acting_agent = agent if self.on_cpu else uncompiled_copy(agent).requires_grad_(False)
-        opponents = FixedGroups(cfg.env.opponents, env.groups, cfg.run.seed)
-        self.acting = QMIXActing(
-            acting_agent,
-            self.agent_inputs,
-            self.group,
-            cfg.epsilon_start,
-            derive_seed(cfg.run.seed, "explore", 0),
-            opponents,
+        self.on_cpu = (
+            isinstance(self.learner, QMIXLearner)
+            and self.learner.device.type == "cpu"
+            and cfg.run.runners == 0
         )
-        self.runner = MultiAgentRunner(
-            env, self.acting, cfg.rollout_steps, derive_seed(cfg.run.seed, "env", 0)
-        )
+        self.runner: MultiAgentRunner | MultiAgentSampler
+        if cfg.run.runners == 0:
+            acting_agent = agent if self.on_cpu else uncompiled_copy(agent).requires_grad_(False)
+            acting = build_acting(cfg, env, self.group, acting_agent, 0)
+            seed = derive_seed(cfg.run.seed, "env", 0)
+            self.runner = MultiAgentRunner(env, acting, cfg.rollout_steps, seed)
+        else:  # the runners build their own envs
+            env.close()
+            self.runner = runners_for(functools.partial(build_runner, cfg), cfg.run)
+        self.builder = EpisodeBuilder(self.runner.num_envs, self.replay, self.group)
         self._start_episodes()
         self.env_steps = 0
         self.iteration = 0
@@ -367,10 +336,15 @@ class QMIX:
 
     def train_iteration(self) -> dict[str, float]:
         cfg = self.config
-        self.acting.epsilon = epsilon = self.epsilon()
+        epsilon = self.epsilon()
+        self.runner.set_acting("epsilon", epsilon)
         if not self.on_cpu:
             self.runner.set_weights(self.learner.online.agent.state_dict())
         rollout = self.runner.sample()
+        restarted = self.runner.restarted_envs()
+        if restarted:  # a rebuilt runner's envs began new episodes: the unfinished ones go
+            first = rollout.view(0)
+            self.builder.restart(restarted, first.obs, first.state, first.action_mask)
         for t in range(rollout.num_steps):
             self.builder.add(rollout.actions[self.group][t], rollout.step(t))
         self.env_steps += rollout.num_steps * rollout.num_envs
@@ -448,6 +422,7 @@ SPECS = (
         build_model,
         "QMIX: recurrent agents, monotonic hypernetwork mixer on the global state",
         "Discrete (multi-agent envs)",
+        runners=True,
         learner_groups=True,
     ),
     AlgorithmSpec(
@@ -458,6 +433,7 @@ SPECS = (
         "VDN: recurrent agents, team Q-value as the sum of the agents' Q-values",
         "Discrete (multi-agent envs)",
         {"mixer": "vdn"},
+        runners=True,
         learner_groups=True,
     ),
     AlgorithmSpec(
@@ -468,6 +444,7 @@ SPECS = (
         "IQL: independent recurrent Q-learners with shared weights, no mixer",
         "Discrete (multi-agent envs)",
         {"mixer": "none"},
+        runners=True,
         learner_groups=True,
     ),
 )

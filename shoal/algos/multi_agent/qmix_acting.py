@@ -1,18 +1,23 @@
 """QMIX's acting parts (`shoal.algos.multi_agent.qmix`): the agent network's inputs, built
 one way for acting, learning and the deployed policy, and the epsilon-greedy acting side of
-the `MultiAgentRunner`."""
+the `MultiAgentRunner`; the team it trains, and a runner built in a Ray actor's process."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 from torch.nn import functional as F
 
-from shoal.collect.multi_agent import FixedGroups, JointObs
-from shoal.envs.multi_agent import MultiAgentStep
+from shoal.collect.multi_agent import FixedGroups, JointObs, MultiAgentRunner
+from shoal.core.errors import ConfigError, UnsupportedSpaceError
+from shoal.core.seeding import derive_seed
+from shoal.envs.make import make_multi_agent_env
+from shoal.envs.multi_agent import MultiAgentStep, MultiAgentVectorEnv
+from shoal.envs.shapes import as_discrete, shape_of
 from shoal.losses.q_learning import masked_argmax
 from shoal.nn.mixers import RecurrentAgent
 
@@ -120,3 +125,68 @@ class QMIXActing:
         self.last_actions = np.asarray(state["last_actions"], np.int64).copy()
         self.rng.bit_generator.state = state["rng"]
         self.opponents.set_state(state.get("opponents", {}))
+
+
+def team_group(env: MultiAgentVectorEnv, config: Any) -> str:
+    """The cooperative team QMIX trains: the env's only group without a fixed policy."""
+    names = list(env.groups)
+    team = [name for name in names if name not in config.env.opponents]
+    group = config.env.group or (team[0] if len(team) == 1 else None)
+    if group is None or group not in team or len(team) != 1:
+        guess = config.env.group if config.env.group in names else names[0]
+        spec = " ".join(f"{name} random" for name in names if name != guess)
+        raise ConfigError(
+            f"env.group {config.env.group!r}: qmix/vdn/iql train one cooperative team, and "
+            f"this env has groups {names}; choose the team with env.group and give the "
+            f"others a fixed policy (--env.group {guess} --env.opponents {spec}, or a "
+            "scripted module:Class), or train every group with mappo, ippo or maddpg"
+        )
+    learners = env.groups[group]
+    if not isinstance(learners.action_space, gym.spaces.Discrete):
+        raise UnsupportedSpaceError(
+            f"qmix/vdn/iql need Discrete actions, got {learners.action_space}"
+        )
+    if not isinstance(learners.observation_space, gym.spaces.Box):
+        raise UnsupportedSpaceError(
+            f"qmix/vdn/iql need Box observations, not {learners.observation_space}"
+        )
+    if config.mixer == "qmix" and env.state_space is None:
+        raise ConfigError("mixer = 'qmix' needs an env with a global state; use vdn or none")
+    return group
+
+
+def agent_inputs(config: Any, env: MultiAgentVectorEnv, group: str) -> AgentInputs:
+    """The agent network's inputs for ``group`` of ``env`` under ``config`` (a `QMIXConfig`)."""
+    spec = env.groups[group]
+    num_actions = int(as_discrete(spec.action_space).n)
+    obs_shape = shape_of(spec.observation_space)
+    return AgentInputs(obs_shape, spec.size, num_actions, config.env.agent_id, config.last_action)
+
+
+def build_acting(
+    config: Any, env: MultiAgentVectorEnv, group: str, agent: RecurrentAgent, index: int
+) -> QMIXActing:
+    """Runner ``index``'s acting side with ``agent``: its exploration seeded
+    ``derive_seed(run.seed, "explore", index)``, the fixed groups' policies seeded from
+    ``run.seed`` on runner 0 (the in-process runner) and from a seed of their own elsewhere."""
+    seed = config.run.seed
+    opponents_seed = seed if index == 0 else derive_seed(seed, "opponents", index)
+    opponents = FixedGroups(config.env.opponents, env.groups, opponents_seed)
+    inputs = agent_inputs(config, env, group)
+    explore = derive_seed(seed, "explore", index)
+    return QMIXActing(agent, inputs, group, config.epsilon_start, explore, opponents)
+
+
+def build_runner(config: Any, index: int) -> MultiAgentRunner:
+    """Runner ``index`` of a run on Ray runners: its own env, seeded as env ``index`` of the
+    run, and its own copy of the agent network (weights from every ``set_weights``)."""
+    env = make_multi_agent_env(config.env)
+    group = team_group(env, config)
+    inputs = agent_inputs(config, env, group)
+    model = config.model
+    agent = RecurrentAgent(
+        inputs.size, model.hidden, config.rnn_hidden, inputs.num_actions, model.activation
+    ).requires_grad_(False)
+    acting = build_acting(config, env, group, agent, index)
+    seed = derive_seed(config.run.seed, "env", index)
+    return MultiAgentRunner(env, acting, config.rollout_steps, seed)
