@@ -76,9 +76,9 @@ def test_every_algorithm_runs_a_learner_group_or_refuses_one_by_name(name):
         check_runtime(spec, config)
 
 
-def test_a_replay_learner_with_runners_stops_before_building_a_run(tmp_path):
-    with pytest.raises(ConfigError, match="run.runners = 4: ctedd"):
-        shoal.train("ctedd", run_dir=str(tmp_path / "r"), **QUIET, **{"run.runners": 4})
+def test_runners_refused_stop_before_building_a_run(tmp_path):
+    with pytest.raises(ConfigError, match="run.runners = 4: q-learning"):
+        shoal.train("q-learning", run_dir=str(tmp_path / "r"), **QUIET, **{"run.runners": 4})
     assert not (tmp_path / "r").exists()
 
 

@@ -343,6 +343,14 @@ class FixedGroups:
             if hasattr(player, "reset"):
                 player.reset(derive_seed(seed, "opponent", index))
 
+    @classmethod
+    def for_runner(
+        cls, specs: Mapping[str, str], groups: Mapping[str, AgentGroup], seed: int, index: int
+    ) -> FixedGroups:
+        """Runner ``index``'s fixed groups: seeded from the run's ``seed`` on runner 0 (the
+        in-process runner) and from a seed of their own on the others."""
+        return cls(specs, groups, seed if index == 0 else derive_seed(seed, "opponents", index))
+
     def __len__(self) -> int:
         return len(self.players)
 

@@ -1,4 +1,4 @@
-"""MultiAgentSampler: the `MultiAgentRunner` of MADDPG and QMIX/VDN/IQL as N Ray actors.
+"""MultiAgentSampler: the `MultiAgentRunner` of MADDPG, QMIX/VDN/IQL and CTEDD as N Ray actors.
 
 Runner ``i`` is built in its actor's process by ``build(i)`` (its env, seeded as the
 in-process runner ``i`` would be, and the learner's acting side) with the process's torch
@@ -49,8 +49,12 @@ class RemoteRunner:
     def view(self) -> JointObs:
         return self.runner.view
 
-    def sample(self) -> MultiAgentRollout:
-        return self.runner.sample()
+    def sample(self) -> tuple[MultiAgentRollout, Any]:
+        """The rollout, and what the acting side kept of it (``acting.drain()``, where it
+        has one: CTEDD's states and samples), or None."""
+        rollout = self.runner.sample()
+        drain = getattr(self.runner.acting, "drain", None)
+        return rollout, None if drain is None else drain()
 
     def set_weights(self, weights: Any) -> None:
         self.runner.set_weights(weights)
@@ -95,6 +99,10 @@ class MultiAgentSampler:
         self._weights: Any = None
         self._acting: dict[str, Any] = {}
         """Acting settings (`set_acting`), given again to a rebuilt runner."""
+        self.drained: tuple[torch.Tensor, ...] | None = None
+        """What the runners' acting sides kept of the last `sample` (``acting.drain()``,
+        tensors joined in runner order), where they keep something: CTEDD's states and
+        samples for its exploration update."""
         self._restarted: set[int] = set()
         self.last_restarted: tuple[int, ...] = ()
         """The runners rebuilt since the `sample` before the last one, up to its end (module
@@ -149,7 +157,9 @@ class MultiAgentSampler:
         parts = self.pool.call_all("sample")
         self.last_restarted = tuple(sorted(self._restarted))
         self._restarted.clear()
-        return concat_rollouts(parts)
+        kept = [k for _, k in parts]
+        self.drained = None if kept[0] is None else tuple(map(torch.cat, zip(*kept, strict=True)))
+        return concat_rollouts([r for r, _ in parts])
 
     def restarted_envs(self) -> list[int]:
         """The envs of the runners in `last_restarted` (joined env indices)."""

@@ -110,7 +110,7 @@ def test_one_learner_updates_as_maddpg(prioritized):
     for k in range(5):
         reference.learner.set_random_actions(reference.env_steps < inner.replay.learning_starts)
         weights = reference.learner.get_weights()
-        reference.acting.load_state_dict(weights)
+        reference.runner.set_weights(weights)
         torch.manual_seed(10 + k)
         reference._collect()
         torch.manual_seed(10 + k)

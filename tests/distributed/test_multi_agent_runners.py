@@ -38,6 +38,15 @@ SETTINGS = {
         "mixing_embed_dim": 4,
     },
 }
+SETTINGS["ctedd"] = {
+    **SETTINGS["maddpg"],
+    "env.id": "shoal/cn-v1-v0",
+    "global_hidden": (8,),
+    "local_hidden": (8,),
+    "distill_every": 16,
+    "distill_batch_size": 8,
+    "distill_repeats": 2,
+}
 SETTINGS["vdn"] = {k: v for k, v in SETTINGS["qmix"].items() if k != "mixing_embed_dim"}
 
 
@@ -54,8 +63,12 @@ def train(algo, iterations):
 
 
 def learned(algo):
-    """What the run learned and stored: the learner's and the replay's state."""
-    return copy.deepcopy({"learner": algo.learner.state_dict(), "replay": algo.replay.state_dict()})
+    """What the run learned and stored: the learner's and the replay's state (and CTEDD's
+    distilled local policies)."""
+    state = {"learner": algo.learner.state_dict(), "replay": algo.replay.state_dict()}
+    if hasattr(algo, "students"):
+        state["students"] = {m: s.state_dict() for m, s in algo.students.items()}
+    return copy.deepcopy(state)
 
 
 @pytest.mark.parametrize("name", ["qmix", "vdn"])
@@ -77,14 +90,14 @@ def test_one_synchronous_runner_is_the_in_process_run(name, in_process_ray):
     assert local_metrics == ray_metrics
 
 
-@pytest.mark.parametrize("name", ["maddpg", "qmix"])
+@pytest.mark.parametrize("name", ["maddpg", "qmix", "ctedd"])
 def test_runners_store_their_envs_side_by_side_and_keep_updates_per_env_step(name, in_process_ray):
     algo = build(name, **{"run.runners": 2})
     try:
         assert algo.runner.num_envs == 2 * SETTINGS[name]["env.num_envs"]
         metrics = train(algo, 6)
         assert algo.env_steps == 6 * 2 * algo.runner.num_envs
-        if name == "maddpg":
+        if name in ("maddpg", "ctedd"):
             assert algo.replay.num_envs == 4
             # gradient_steps 2 per rollout of env.num_envs envs: 4 per iteration of 2
             # runners, from the first iteration past learning_starts (8 env steps: the second)
@@ -98,9 +111,10 @@ def test_runners_store_their_envs_side_by_side_and_keep_updates_per_env_step(nam
         algo.close()
 
 
-@pytest.mark.parametrize("name", ["maddpg", "qmix"])
+@pytest.mark.parametrize("name", ["maddpg", "qmix", "ctedd"])
 def test_a_run_on_runners_resumes_exactly(name, in_process_ray):
-    """The runners' envs, exploration and torch generators go into the checkpoint."""
+    """The runners' envs, exploration and torch generators go into the checkpoint (CTEDD:
+    its exploration update takes the states and samples every runner kept)."""
     settings = {"run.runners": 2, "replay.save": True}
     first = build(name, **settings)
     try:

@@ -36,6 +36,7 @@ the shared evaluation (`shoal.collect.evaluate.evaluate_joint`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -48,7 +49,13 @@ from shoal.algos.cores.actor_critic_replay import (
 )
 from shoal.algos.cores.learner_group import ReplayLearnerGroup
 from shoal.algos.cores.off_policy import learn_from_replay, make_priorities
-from shoal.algos.multi_agent.ctedd_acting import CTEDDActing, Team
+from shoal.algos.multi_agent.ctedd_acting import (
+    CTEDDActing,
+    Team,
+    acting_weights,
+    build_runner,
+    team_of,
+)
 from shoal.algos.multi_agent.ctedd_learner import CTEDDLearner
 from shoal.algos.multi_agent.distillation import Student, chronological_rows, distill_round
 from shoal.algos.multi_agent.joint_replay import replay_steps
@@ -59,6 +66,7 @@ from shoal.collect.multi_agent import (
     MultiAgentEpisodes,
     MultiAgentRunner,
 )
+from shoal.collect.multi_agent_ray import MultiAgentSampler, runners_for
 from shoal.config import (
     EnvConfig,
     ModelConfig,
@@ -187,28 +195,6 @@ class CTEDDConfig(ActorCriticReplayConfig):
             )
 
 
-def _group(env: MultiAgentVectorEnv, opponents: dict[str, str] | None = None) -> AgentGroup:
-    """The cooperative team CTEDD trains: the env's one group without a fixed policy
-    (``env.opponents``)."""
-    if env.state_space is None:
-        raise ConfigError("CTEDD trains one agent group of an env with a global state")
-    team = [g for g in env.groups.values() if g.name not in (opponents or {})]
-    if len(team) != 1:
-        others = " ".join(f"{g} random" for g in list(env.groups)[1:])
-        raise ConfigError(
-            f"CTEDD trains one cooperative team; this env has groups {list(env.groups)}: give "
-            f"the others a fixed policy (--env.opponents {others}, or a scripted "
-            "module:Class), or train every group with maddpg, mappo or ippo"
-        )
-    group = team[0]
-    space = group.action_space
-    if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
-        raise ConfigError(
-            f"CTEDD needs continuous (1-D Box) actions, got {space}: set env.kwargs continuous"
-        )
-    return group
-
-
 def build_local(config: CTEDDConfig, group: AgentGroup, message_dim: int) -> LocalPolicies:
     obs_dim, action_dim = shape_of(group.observation_space)[0], shape_of(group.action_space)[0]
     return LocalPolicies(obs_dim, action_dim, group.size, message_dim, config.local_hidden)
@@ -218,7 +204,7 @@ def build_model(config: CTEDDConfig, obs_space: gym.Space, action_space: gym.Spa
     """The deployable local policies (``message_dim``) for `shoal.load`."""
     probe = make_multi_agent_env(dataclasses.replace(config.env, num_envs=1))
     try:
-        group = _group(probe, config.env.opponents)
+        group = team_of(probe, config.env.opponents)
     finally:
         probe.close()
     return build_local(config, group, config.message_dim)
@@ -232,8 +218,10 @@ class CTEDD:
     def __init__(self, config: CTEDDConfig):
         self.config = config
         self.env = make_multi_agent_env(config.env)
-        self.group = _group(self.env, config.env.opponents)
-        n, num_envs = self.group.size, self.env.num_envs
+        self.group = team_of(self.env, config.env.opponents)
+        # Each runner (on Ray) steps env.num_envs envs of its own
+        num_envs = self.env.num_envs * max(1, config.run.runners)
+        n = self.group.size
         self.obs_dim = shape_of(self.group.observation_space)[0]
         self.action_dim = shape_of(self.group.action_space)[0]
         if self.env.state_space is None:
@@ -268,12 +256,16 @@ class CTEDD:
             reward_shape=(n,),
             device=device,
         )
-        opponents = FixedGroups(config.env.opponents, self.env.groups, config.run.seed)
-        local = self._local()
-        self.acting = CTEDDActing(local.core.actor, local.scale, self.group.name, opponents)
-        self.runner = MultiAgentRunner(
-            self.env, self.acting, config.rollout_steps, derive_seed(config.run.seed, "env", 0)
-        )
+        self.runner: MultiAgentRunner | MultiAgentSampler
+        if config.run.runners == 0:
+            opponents = FixedGroups(config.env.opponents, self.env.groups, config.run.seed)
+            local = self._local()
+            self.acting = CTEDDActing(local.core.actor, local.scale, self.group.name, opponents)
+            seed = derive_seed(config.run.seed, "env", 0)
+            self.runner = MultiAgentRunner(self.env, self.acting, config.rollout_steps, seed)
+        else:  # the runners build their own envs
+            self.env.close()
+            self.runner = runners_for(functools.partial(build_runner, config), config.run)
         self.env_steps = 0
         self.iteration = 0
         self.next_distill = config.distill_every
@@ -296,13 +288,21 @@ class CTEDD:
 
     def _collect(self) -> tuple[MultiAgentEpisodes, torch.Tensor, torch.Tensor]:
         local = self._local()
-        self.acting.set_weights(local.core.actor, local.scale)
+        self.runner.set_weights(acting_weights(local.core.actor, local.scale))
         rollout = self.runner.sample()
         name = self.group.name
         actions = rollout.actions[name].astype(np.float32)
+        # A rebuilt runner's envs began new episodes: the steps in between were lost.
+        self.replay.cut_episodes(self.runner.restarted_envs())
         self.replay.extend(*replay_steps(rollout, actions, with_state=True, groups=[name]))
         self.env_steps += rollout.num_steps * rollout.num_envs
-        return (rollout.episodes, *self.acting.drain())
+        runner = self.runner
+        if isinstance(runner, MultiAgentSampler):
+            assert runner.drained is not None  # CTEDDActing keeps its states and samples
+            states, sampled = runner.drained
+        else:
+            states, sampled = self.acting.drain()
+        return rollout.episodes, states, sampled
 
     def train_iteration(self) -> dict[str, float]:
         cfg = self.config
@@ -329,8 +329,10 @@ class CTEDD:
         return metrics
 
     def _learn(self) -> dict[str, float]:
-        """MADDPG's replay-sampling loop (prioritized replay's beta annealing included)."""
-        return learn_from_replay(self.config, self.replay, self.learner, self.env_steps)
+        """MADDPG's replay-sampling loop (prioritized replay's beta annealing included), its
+        ``gradient_steps`` per runner's rollout."""
+        rollouts = self.runner.num_runners
+        return learn_from_replay(self.config, self.replay, self.learner, self.env_steps, rollouts)
 
     # --- stage 2 ------------------------------------------------------------------------------
 
@@ -338,7 +340,7 @@ class CTEDD:
         """One chronological distillation round of every local policy (Eq. (6),
         `shoal.algos.multi_agent.distillation`), then the evaluations when asked."""
         cfg, n = self.config, self.group.size
-        written = self.env_steps // self.env.num_envs  # one replay row per vector step
+        written = self.env_steps // self.replay.num_envs  # one replay row per vector step
         rows = torch.as_tensor(chronological_rows(self.replay, written)).to(self.learner.device)
         obs = rows[:, : n * self.obs_dim].reshape(-1, n, self.obs_dim)
         with torch.no_grad():
@@ -443,6 +445,7 @@ SPECS = (
         "CTEDD: global policies with learned exploration, distilled into message-passing "
         "local ones",
         "Box (multi-agent envs with a global state)",
+        runners=True,
         learner_groups=True,
     ),
 )

@@ -7,15 +7,44 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
 
-from shoal.collect.multi_agent import JointObs
-from shoal.core.errors import ShoalError
-from shoal.envs.multi_agent import MultiAgentStep
+from shoal.collect.multi_agent import FixedGroups, JointObs, MultiAgentRunner
+from shoal.core.errors import ConfigError, ShoalError
+from shoal.core.seeding import derive_seed
+from shoal.envs.make import make_multi_agent_env
+from shoal.envs.multi_agent import AgentGroup, MultiAgentStep, MultiAgentVectorEnv
+from shoal.envs.shapes import shape_of
 from shoal.fast.backend import uncompiled_copy
 from shoal.nn.local_policies import ExplorationScale, GlobalActor
+
+
+def global_actor(config: Any, num_agents: int, action_dim: int, state_dim: int) -> GlobalActor:
+    """The global policies on the ``state_dim`` global state (``config``: a
+    `shoal.algos.multi_agent.ctedd.CTEDDConfig`)."""
+    cfg = config
+    return GlobalActor(state_dim, action_dim, num_agents, cfg.global_hidden, cfg.local_hidden)
+
+
+def exploration_scale(config: Any, actor: GlobalActor) -> ExplorationScale:
+    """The exploration scales of ``actor``'s policies, on its features."""
+    cfg = config
+    return ExplorationScale(
+        actor.feature_dim, actor.action_dim, actor.num_agents, cfg.local_hidden,
+        cfg.sigma_min, cfg.sigma_max, cfg.sigma_init,
+    )  # fmt: skip
+
+
+def acting_weights(actor: GlobalActor, scale: ExplorationScale) -> dict[str, Any]:
+    """What `CTEDDActing.set_weights` takes: the policies' and the scales' weights, on the
+    CPU where acting runs."""
+    return {
+        "actor": {k: v.detach().cpu() for k, v in actor.state_dict().items()},
+        "scale": {k: v.detach().cpu() for k, v in scale.state_dict().items()},
+    }
 
 
 class CTEDDActing:
@@ -33,12 +62,13 @@ class CTEDDActing:
         self.sampled: list[torch.Tensor] = []
         self._pending: tuple[torch.Tensor, torch.Tensor] | None = None
 
-    def set_weights(self, actor: GlobalActor, scale: ExplorationScale) -> None:
-        """The learner's current global policies (and its random-action switch)."""
+    def set_weights(self, weights: dict[str, dict[str, torch.Tensor]]) -> None:
+        """The learner's current global policies (and its random-action switch), as
+        `acting_weights` gives them."""
         with torch.no_grad():
-            for copy, source in ((self.actor, actor), (self.scale, scale)):
-                own, theirs = copy.state_dict(keep_vars=True), source.state_dict(keep_vars=True)
-                torch._foreach_copy_(list(own.values()), [theirs[k].detach() for k in own])
+            for name, copy in (("actor", self.actor), ("scale", self.scale)):
+                own, theirs = copy.state_dict(keep_vars=True), weights[name]
+                torch._foreach_copy_(list(own.values()), [theirs[k] for k in own])
 
     @torch.inference_mode()
     def act(self, view: JointObs) -> dict[str, np.ndarray]:
@@ -99,3 +129,39 @@ class Team(nn.Module):
         if state is None:
             raise ShoalError(f"team {self.team!r} acts on the env's global state: pass state=")
         return {self.team: self.act(obs[self.team].float(), state)}
+
+
+def team_of(env: MultiAgentVectorEnv, opponents: dict[str, str] | None = None) -> AgentGroup:
+    """The cooperative team CTEDD trains: the env's one group without a fixed policy
+    (``env.opponents``)."""
+    if env.state_space is None:
+        raise ConfigError("CTEDD trains one agent group of an env with a global state")
+    team = [g for g in env.groups.values() if g.name not in (opponents or {})]
+    if len(team) != 1:
+        others = " ".join(f"{g} random" for g in list(env.groups)[1:])
+        raise ConfigError(
+            f"CTEDD trains one cooperative team; this env has groups {list(env.groups)}: give "
+            f"the others a fixed policy (--env.opponents {others}, or a scripted "
+            "module:Class), or train every group with maddpg, mappo or ippo"
+        )
+    group = team[0]
+    space = group.action_space
+    if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
+        raise ConfigError(
+            f"CTEDD needs continuous (1-D Box) actions, got {space}: set env.kwargs continuous"
+        )
+    return group
+
+
+def build_runner(config: Any, index: int) -> MultiAgentRunner:
+    """Runner ``index`` of a run on Ray runners: its own env, seeded as env ``index`` of the
+    run, and its own copies of the global policies (weights from every ``set_weights``)."""
+    env = make_multi_agent_env(config.env)
+    group = team_of(env, config.env.opponents)
+    assert env.state_space is not None  # team_of refuses an env without one
+    state_dim = int(shape_of(env.state_space)[0])
+    actor = global_actor(config, group.size, shape_of(group.action_space)[0], state_dim)
+    seed = config.run.seed
+    opponents = FixedGroups.for_runner(config.env.opponents, env.groups, seed, index)
+    acting = CTEDDActing(actor, exploration_scale(config, actor), group.name, opponents)
+    return MultiAgentRunner(env, acting, config.rollout_steps, derive_seed(seed, "env", index))

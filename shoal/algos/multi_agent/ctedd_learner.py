@@ -11,12 +11,13 @@ import numpy as np
 import torch
 
 from shoal.algos.cores.actor_critic_replay import ActorCriticCore, ActorCriticLearner
+from shoal.algos.multi_agent.ctedd_acting import exploration_scale, global_actor
 from shoal.core.types import ReplayBatch
 from shoal.fast.backend import place
 from shoal.losses.actor_critic import deterministic_actor_loss, ensemble_td_loss
 from shoal.losses.distillation import exploration_scale_loss
 from shoal.nn.critics import CriticEnsemble, critic_inputs, own_action_inputs
-from shoal.nn.local_policies import ExplorationScale, GlobalActor
+from shoal.nn.local_policies import GlobalActor
 from shoal.optim import build_optimizer, minimize
 
 
@@ -31,14 +32,11 @@ class CTEDDLearner(ActorCriticLearner[GlobalActor]):
         self.offset = offset
         """Where the state starts in a replay row (after the joint observations)."""
         n, self.num_agents, self.action_dim = num_agents, num_agents, action_dim
-        actor = GlobalActor(state_dim, action_dim, n, config.global_hidden, config.local_hidden)
+        actor = global_actor(config, n, action_dim, state_dim)
         space = gym.spaces.Box(-np.inf, np.inf, (state_dim,), np.float32)
         critic = CriticEnsemble(space, n * action_dim, 1, config.model, members=n)
         self.core = ActorCriticCore(config, actor, critic, target_actor=True)
-        scale = ExplorationScale(
-            actor.feature_dim, action_dim, n, config.local_hidden,
-            config.sigma_min, config.sigma_max, config.sigma_init,
-        )  # fmt: skip
+        scale = exploration_scale(config, actor)
         self.scale = place(scale, self.device, config.run.compile)
         self.scale_optimizer = build_optimizer(
             self.scale.parameters(), "adam", config.exploration_lr, eps=1e-8

@@ -127,8 +127,9 @@ class DistributedMADDPGConfig:
         check_block(self, "maddpg")  # MADDPG's own checks, with the real env (buffer_size, ...)
 
     def learner_config(self) -> MADDPGConfig:
-        """The `MADDPGConfig` of collectors and learners: ``maddpg`` with ``run`` and ``env``."""
-        return unnest(self.maddpg, run=self.run, env=self.env)
+        """The `MADDPGConfig` of collectors and learners: ``maddpg`` with ``run`` and ``env``,
+        with ``run.runners`` 0: each collector is a Ray actor and samples in its own process."""
+        return unnest(self.maddpg, run=dataclasses.replace(self.run, runners=0), env=self.env)
 
 
 def build_model(config: DistributedMADDPGConfig, obs_space: gym.Space, action_space: gym.Space):

@@ -170,8 +170,7 @@ def build_acting(
     ``derive_seed(run.seed, "explore", index)``, the fixed groups' policies seeded from
     ``run.seed`` on runner 0 (the in-process runner) and from a seed of their own elsewhere."""
     seed = config.run.seed
-    opponents_seed = seed if index == 0 else derive_seed(seed, "opponents", index)
-    opponents = FixedGroups(config.env.opponents, env.groups, opponents_seed)
+    opponents = FixedGroups.for_runner(config.env.opponents, env.groups, seed, index)
     inputs = agent_inputs(config, env, group)
     explore = derive_seed(seed, "explore", index)
     return QMIXActing(agent, inputs, group, config.epsilon_start, explore, opponents)
