@@ -40,6 +40,9 @@ class AlgorithmSpec:
     runners: bool = False
     """It samples on Ray actors when ``run.runners`` > 0; the training loop refuses
     ``run.runners`` > 0 for an algorithm without this (it would sample in-process)."""
+    no_runners: str = ""
+    """Why an algorithm without ``runners`` has none, in the words of the refusal of
+    ``run.runners`` > 0 ("": it samples in the learner's process, with no runners yet)."""
     learner_groups: bool = False
     """Its learner runs as a data-parallel group when ``run.learners`` > 1
     (`shoal.algos.cores.learner_group`); the training loop refuses ``run.learners`` > 1 for

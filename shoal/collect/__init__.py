@@ -20,6 +20,7 @@ def make_sampler(
     run: RunConfig,
     acting: str = "auto",
     own_stream: bool = False,
+    obs_stats: dict[str, Any] | None = None,
 ) -> Any:
     """`LocalSampler` when ``run.runners`` is 0, else a `RaySampler` with that many runners.
     Runner ``i`` seeds its envs with ``derive_seed(run.seed, "env", i)``, as the local runner
@@ -29,7 +30,7 @@ def make_sampler(
     in-process run (the replay learners); without it, it draws from the process's generator
     with the learner (the on-policy learners, whose seeded results and learning checks were
     measured so). ``acting`` is the ``model.backend`` the runners act with; ``run.compile``
-    compiles their networks."""
+    compiles their networks; ``obs_stats``: frozen normalizer statistics (`EnvRunner`)."""
     if run.runners == 0:
         runner = EnvRunner(
             env_config,
@@ -39,6 +40,7 @@ def make_sampler(
             acting=acting,
             compiled=run.compile,
             own_torch_seed=derive_seed(run.seed, "runner-torch", 0) if own_stream else None,
+            obs_stats=obs_stats,
         )
         return LocalSampler(runner)
     from shoal.collect.ray import RaySampler
@@ -54,4 +56,5 @@ def make_sampler(
         max_restarts=run.max_worker_restarts,
         acting=acting,
         compiled=run.compile,
+        obs_stats=obs_stats,
     )

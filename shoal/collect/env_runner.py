@@ -46,9 +46,12 @@ class EnvRunner:
         acting: str = "auto",
         compiled: bool = False,
         own_torch_seed: int | None = None,
+        obs_stats: dict[str, Any] | None = None,
     ):
         """``acting``: the ``model.backend`` the runner acts with (`shoal.fast.backend.actor`);
-        ``compiled``: compile the acting network's forward (``run.compile``).
+        ``compiled``: compile the acting network's forward (``run.compile``); ``obs_stats``:
+        frozen statistics for the observation normalizer (``env.normalize_obs``), which then
+        never updates them (an offline learner's dataset's, online).
 
         Random draws (the actions sampled): ``torch_seed`` seeds the process's torch
         generator, which a runner in its own process (a Ray actor) owns. ``own_torch_seed``
@@ -70,6 +73,8 @@ class EnvRunner:
             self._own_rng = torch.Generator().manual_seed(own_torch_seed).get_state()
         with self._torch_stream():
             self.env = make_env(env_config)
+            if obs_stats is not None:
+                freeze_obs_stats(self.env, obs_stats)
             # An nn.Module; recurrent ones add initial_state/step/step_value, exploring ones
             # exploration_state: members by kind, hence Any.
             model: Any = model_fn(self.env.observation_space, self.env.action_space)
@@ -310,3 +315,13 @@ def _tensor(x: torch.Tensor | np.ndarray) -> torch.Tensor:
 
 def _concat(parts: list[np.ndarray], dtype: type = np.float64) -> np.ndarray:
     return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype)
+
+
+def freeze_obs_stats(env: Any, stats: dict[str, Any]) -> None:
+    """Standardize ``env``'s observations with ``stats``, frozen (its `NormalizeObservation`
+    stops updating them)."""
+    wrapper = find_wrapper(env, NormalizeObservation)
+    if wrapper is None:
+        raise ConfigError("frozen observation statistics need env.normalize_obs")
+    wrapper.stats.load_state_dict(stats)
+    wrapper.training = False

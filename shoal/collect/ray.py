@@ -46,9 +46,12 @@ class RaySampler:
         max_restarts: int = 100,
         acting: str = "auto",
         compiled: bool = False,
+        obs_stats: dict[str, Any] | None = None,
     ):
-        """``acting`` and ``compiled``: how each runner acts (`EnvRunner`)."""
-        if (env_config.normalize_obs or env_config.normalize_reward) and len(seeds) > 1:
+        """``acting``, ``compiled`` and ``obs_stats`` (frozen normalizer statistics): how
+        each runner acts and observes (`EnvRunner`)."""
+        running = env_config.normalize_reward or (env_config.normalize_obs and obs_stats is None)
+        if running and len(seeds) > 1:
             raise ConfigError(
                 "env.normalize_obs / env.normalize_reward: with run.runners > 1 each runner "
                 "would normalize with its own statistics; this is not supported yet. Use "
@@ -69,7 +72,17 @@ class RaySampler:
         replay cuts those episodes, `shoal.data.replay.ReplayBuffer.cut_episodes`)."""
         self.pool = workers.WorkerPool(
             EnvRunner,
-            lambda i: (env_config, model_fn, num_steps, seeds[i], torch_seeds[i], acting, compiled),
+            lambda i: (
+                env_config,
+                model_fn,
+                num_steps,
+                seeds[i],
+                torch_seeds[i],
+                acting,
+                compiled,
+                None,
+                obs_stats,
+            ),  # fmt: skip
             len(seeds),
             name="sampler",
             max_restarts=max_restarts,

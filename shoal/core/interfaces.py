@@ -143,6 +143,12 @@ class AlgorithmSpec(Protocol):
         ...
 
     @property
+    def no_runners(self) -> str:
+        """Why an algorithm without runners has none ("": it samples in-process, no runners
+        yet)."""
+        ...
+
+    @property
     def one_learner(self) -> str:
         """Why a gradient learner without learner groups keeps one ("": none yet)."""
         ...

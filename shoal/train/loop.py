@@ -79,9 +79,9 @@ def check_runtime(spec: AlgorithmSpec, config: Any, new: bool = True) -> None:
     if new:
         check_usage(config, spec.default_config(), spec.name)
     if config.run.runners > 0 and not spec.runners:
+        why = spec.no_runners or "samples in the learner's process (it has no Ray runners yet)"
         raise ConfigError(
-            f"run.runners = {config.run.runners}: {spec.name} samples in the learner's process "
-            "(it has no Ray runners yet); set run.runners 0"
+            f"run.runners = {config.run.runners}: {spec.name} {why}; set run.runners 0"
         )
     if config.run.learners > 1 and not spec.learner_groups:
         why = (

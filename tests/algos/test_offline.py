@@ -149,6 +149,36 @@ def test_resume_is_exact(algo, pendulum_random, tmp_path):
     assert metric_rows(resumed.run_dir) == metric_rows(straight.run_dir)
 
 
+@pytest.mark.parametrize("algo", ["iql-offline", "cql"])
+def test_online_on_ray_runners_keeps_the_datasets_statistics_and_resumes_exactly(
+    algo, pendulum_random, tmp_path, in_process_ray
+):
+    """Online on two runners (Ray's stand-in in this process): their envs, side by side in
+    the replay, standardize observations with the dataset's frozen statistics (several
+    runners' own statistics are refused), and a resumed run is the straight one."""
+    overrides = small(algo, **{"run.checkpoint_every_steps": 48, "run.runners": 2,
+                               "env.num_envs": 2, "rollout_steps": 4, "online": True,
+                               "replay.save": True})  # fmt: skip
+    data = str(pendulum_random)
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    part = shoal.train(algo, dataset=data, seed=3, total_steps=48, run_dir=a, quiet=True,
+                       **overrides)  # fmt: skip
+    resumed = shoal.train(resume=part.run_dir, total_steps=96, quiet=True)
+    straight = shoal.train(algo, dataset=data, seed=3, total_steps=96, run_dir=b,
+                           quiet=True, **overrides)  # fmt: skip
+    got = load_checkpoint(resumed.run_dir).state["algorithm"]
+    want = load_checkpoint(straight.run_dir).state["algorithm"]
+    assert_states_equal(got, want)
+    assert metric_rows(resumed.run_dir) == metric_rows(straight.run_dir)
+    assert len(want["sampler"]["runners"]) == 2 and want["counters"]["env_steps"] == 96
+    # each iteration: 2 runners x 2 envs x 4 steps, and 2 x gradient_steps updates
+    assert metric_rows(straight.run_dir)[-1]["train/grad_steps"] == 6 * 2
+    stats = read_dataset(data).obs_stats()
+    for runner in want["sampler"]["runners"]:  # the normalizers the runners' envs observe by
+        assert_states_equal(runner["env"]["stats"], stats)
+    assert_states_equal(want["policy"]["obs_stats"], stats)
+
+
 @pytest.mark.parametrize("algo", LEARNERS)
 def test_nan_in_the_data_stops_with_a_clear_error(algo, tmp_path):
     obs = np.zeros((11, 3), np.float32)

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from shoal.algos.cores.learner_group import ReplayLearnerGroup
-from shoal.collect import EnvRunner, make_sampler
+from shoal.collect import make_sampler
 from shoal.collect.ahead import AheadSampler
 from shoal.config import EnvConfig, ModelConfig, OptimConfig, ReplayConfig, RunConfig
 from shoal.config.checks import check
@@ -159,24 +159,6 @@ def learn_from_replay(
     if prioritized:
         metrics["train/beta"] = beta
     return metrics
-
-
-def replay_runner(
-    config: Any,
-    model_fn: Callable[[Any, gym.Space, gym.Space], nn.Module],
-    env: EnvConfig,
-    seed: int,
-) -> EnvRunner:
-    """The env runner of a replay learner: ``env``'s envs acting with ``model_fn``'s network
-    for ``config.rollout_steps`` vector steps per sample."""
-    return EnvRunner(
-        env,
-        lambda obs_space, action_space: model_fn(config, obs_space, action_space),
-        config.rollout_steps,
-        seed=seed,
-        acting=config.model.backend,
-        compiled=config.run.compile,
-    )
 
 
 def random_start(learner: Any, config: Any, env_steps: int) -> dict[str, float]:

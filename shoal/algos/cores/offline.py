@@ -9,7 +9,9 @@ as d3rlpy and CORL count offline training. The env is built for evaluation only.
 Online (``online``, usually ``shoal train --resume RUN --online --run.total-steps N``): the
 learner continues from its offline weights; each iteration acts for ``rollout_steps``
 vector steps, adds them to the replay that holds the whole dataset, and learns, as
-`shoal.algos.cores.off_policy.ReplayAlgorithm` does; progress then adds env steps.
+`shoal.algos.cores.off_policy.ReplayAlgorithm` does, in-process or on ``run.runners`` Ray
+runners (each stepping ``env.num_envs`` envs; ``replay.gradient_steps`` per runner's rollout);
+progress then adds env steps.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ from torch import nn
 
 from shoal.algos.cores.actor_critic_replay import ActorCriticReplayConfig
 from shoal.algos.cores.learner_group import ReplayLearnerGroup
-from shoal.algos.cores.off_policy import RandomStartLearner, learn_from_replay, replay_runner
-from shoal.collect import LocalSampler
+from shoal.algos.cores.off_policy import RandomStartLearner, learn_from_replay
+from shoal.collect import make_sampler
 from shoal.config import (
     EnvConfig,
     OptimConfig,
@@ -41,8 +43,6 @@ from shoal.core.errors import ConfigError, DatasetError
 from shoal.core.seeding import derive_seed
 from shoal.data.offline import OfflineDataset, dataset_env, read_dataset
 from shoal.envs import make_env
-from shoal.envs.base import find_wrapper
-from shoal.envs.normalize import NormalizeObservation
 from shoal.fast.backend import uncompiled_copy
 from shoal.nn.policy import ActorPolicy
 
@@ -89,10 +89,10 @@ class OfflineConfig(ActorCriticReplayConfig):
     ONLINE: ClassVar[bool] = True
     """Whether the learner can continue online (behaviour cloning cannot)."""
 
-    GATES: ClassVar[dict[str, Gate]] = {
+    GATES: ClassVar[dict[str, Gate | None]] = {
         name: Gate("online", bool, "online (--online)")
         for name in ("replay.buffer_size", "replay.save", "replay.learning_starts",
-                     "rollout_steps")
+                     "rollout_steps", "run.runners")
     }  # fmt: skip
 
     def __post_init__(self) -> None:
@@ -196,8 +196,10 @@ class OfflineAlgorithm:
         self.learner = make(config, *self.deploy_spaces)
         self.learner.set_random_actions(False)
         self.model_fn = model_fn
-        self.sampler: LocalSampler | None = None
-        num_envs = config.env.num_envs if config.online else 1
+        self.sampler: Any = None
+        """Online: the in-process sampler, or a `shoal.collect.ray.RaySampler`."""
+        # Online, each of run.runners Ray runners (or the in-process one) steps env.num_envs envs
+        num_envs = config.env.num_envs * max(1, config.run.runners) if config.online else 1
         self.replay = dataset.to_replay(
             num_envs,
             extra_capacity=config.replay.buffer_size if config.online else 0,
@@ -220,8 +222,10 @@ class OfflineAlgorithm:
         self.iteration += 1
         return metrics
 
-    def _learn(self) -> dict[str, float]:
-        metrics = learn_from_replay(self.config, self.replay, self.learner, self.env_steps)
+    def _learn(self, rollouts: int = 1) -> dict[str, float]:
+        """``rollouts x replay.gradient_steps`` updates (online: one rollout per runner)."""
+        config, learner = self.config, self.learner
+        metrics = learn_from_replay(config, self.replay, learner, self.env_steps, rollouts)
         if isinstance(self.learner, ReplayLearnerGroup) and self.learner.restarts:
             metrics["perf/learner_restarts"] = self.learner.restarts
         return metrics
@@ -229,28 +233,34 @@ class OfflineAlgorithm:
     def _online_iteration(self) -> dict[str, float]:
         sampler = self.sampler
         if sampler is None:
-            sampler = self._go_online(derive_seed(self.config.run.seed, "env", 0))
+            sampler = self._go_online()
         sampler.set_weights(self.learner.get_weights())
         rollout, episodes = sampler.sample()
+        if sampler.last_restarted:  # their old actors' last steps were lost: cut those episodes
+            per_runner = sampler.envs_per_runner
+            self.replay.cut_episodes([i * per_runner + e for i in sampler.last_restarted
+                                      for e in range(per_runner)])  # fmt: skip
         self.replay.extend(*rollout.transitions())
         self.env_steps += rollout.rewards.numel()
         self.iteration += 1
-        metrics = self._learn()
+        metrics = self._learn(sampler.num_runners)
         metrics.update(episodes.metrics())
         return metrics
 
-    def _go_online(self, seed: int) -> LocalSampler:
-        """Build the sampler: its env standardizes observations with the dataset's frozen
-        statistics, as the learner saw them."""
+    def _go_online(self) -> Any:
+        """Build the sampler, in-process or on ``run.runners`` Ray runners: its envs
+        standardize observations with the dataset's frozen statistics, as the learner saw
+        them."""
         config = self.config
         env_config = dataclasses.replace(config.env, normalize_obs=self.obs_stats is not None)
-        runner = replay_runner(config, self.model_fn, env_config, seed)
-        wrapper = find_wrapper(runner.env, NormalizeObservation)
-        if wrapper is not None:
-            wrapper.stats.load_state_dict(self.obs_stats)
-            wrapper.training = False
-            runner.obs = runner.env.reset(seed=seed)  # observed again with the dataset's stats
-        self.sampler = LocalSampler(runner)
+        self.sampler = make_sampler(
+            env_config,
+            functools.partial(self.model_fn, config),
+            config.rollout_steps,
+            config.run,
+            acting=config.model.backend,
+            obs_stats=self.obs_stats,
+        )
         return self.sampler
 
     # --- deploy and checkpoint ------------------------------------------------------------
@@ -309,7 +319,7 @@ class OfflineAlgorithm:
         else:
             self.replay.set_rng_state(state["replay_rng"])
         fallback = derive_seed(self.config.run.seed, "env-restart", self.iteration)
-        sampler = self._go_online(fallback)
+        sampler = self._go_online()
         sampler.set_weights(self.learner.get_weights())
         return sampler.set_state(state["sampler"], fallback)
 

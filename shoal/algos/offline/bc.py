@@ -20,7 +20,7 @@ from shoal.algos.cores import offline as offline_core
 from shoal.algos.cores.offline import OfflineAlgorithm, OfflineConfig
 from shoal.algos.spec import AlgorithmSpec
 from shoal.config import NoiseConfig
-from shoal.config.usage import IN_STEP, NO_COMPILE, NO_LR_SCHEDULE, NO_LSTM
+from shoal.config.usage import IN_STEP, NO_COMPILE, NO_LR_SCHEDULE, NO_LSTM, Gate
 from shoal.core.device import check_precision, resolve_device, to_device, to_host
 from shoal.core.types import ReplayBatch
 from shoal.fast.backend import place
@@ -35,6 +35,10 @@ class BCConfig(OfflineConfig):
     critic's settings go unused)."""
 
     ONLINE: ClassVar[bool] = False
+    GATES: ClassVar[dict[str, Gate | None]] = {
+        **OfflineConfig.GATES,
+        "run.runners": None,  # never online: refused by name (its spec's no_runners)
+    }
     UNUSED: ClassVar[dict[str, str]] = {
         **NO_COMPILE,
         **NO_LR_SCHEDULE,
@@ -122,6 +126,7 @@ SPECS = (
         counts=offline_core.counts,
         own_spaces=True,
         extra_evaluation=True,
+        no_runners="learns from its dataset only, never acting in an env",
         learner_groups=True,
     ),
 )

@@ -151,6 +151,7 @@ SPECS = (
         counts=offline_core.counts,
         own_spaces=True,
         extra_evaluation=True,
+        runners=True,
         learner_groups=True,
     ),
 )

@@ -23,6 +23,7 @@ from shoal.algos.cores import offline as offline_core
 from shoal.algos.cores.offline import OfflineAlgorithm, OfflineConfig
 from shoal.algos.spec import AlgorithmSpec
 from shoal.config import NoiseConfig, check_positive
+from shoal.config.usage import Gate
 from shoal.core.errors import UnsupportedSpaceError
 from shoal.distributed.collective import global_mean
 from shoal.losses.offline import td3_bc_actor_loss
@@ -40,6 +41,10 @@ class TD3BCConfig(OfflineConfig, TD3Config):
     """Exploration noise (used online only; TD3+BC learns offline)."""
 
     ONLINE: ClassVar[bool] = False
+    GATES: ClassVar[dict[str, Gate | None]] = {
+        **OfflineConfig.GATES,
+        "run.runners": None,  # never online: refused by name (its spec's no_runners)
+    }
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -79,6 +84,7 @@ SPECS = (
         counts=offline_core.counts,
         own_spaces=True,
         extra_evaluation=True,
+        no_runners="learns from its dataset only, never acting in an env",
         learner_groups=True,
     ),
 )
