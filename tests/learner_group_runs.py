@@ -65,6 +65,8 @@ CTEDD = {"env.id": "shoal/cn-v1-v0", "rollout_steps": 2, "replay.gradient_steps"
 distillation round every other iteration."""
 ACER = {"replay.learning_starts": 64, "replay.replay_ratio": 2.0, "replay.save": True}
 """Replayed segments from the second iteration on (Poisson draws of them)."""
+TRPO = {"vf_minibatch_size": 24, "vf_epochs": 2}
+"""Value regression minibatches of 24 of the 64 steps (the last one 16)."""
 APPO = {"ppo.num_steps": 16, "ppo.model.hidden": (16,), "ppo.minibatch_size": 32,
         "ppo.num_epochs": 2}  # fmt: skip
 """PPO's settings of APPO's learner (its sampler thread runs one rollout ahead)."""
@@ -73,7 +75,7 @@ APPO = {"ppo.num_steps": 16, "ppo.model.hidden": (16,), "ppo.minibatch_size": 32
 def build(name="ppo", **settings):
     """The algorithm seeded as the training loop seeds it."""
     spec = ALGORITHMS[name]
-    extra = {"ppo": PPO, "dqn": DQN, "appo": APPO, "r2d2": R2D2, "qmix": QMIX,
+    extra = {"ppo": PPO, "dqn": DQN, "appo": APPO, "r2d2": R2D2, "qmix": QMIX, "trpo": TRPO,
              "maddpg": MADDPG, "acer": ACER, "ctedd": CTEDD}.get(name, {})  # fmt: skip
     multi_agent = ("env.id", "num_steps")
     own = {"dqn": ("num_steps",), "appo": ("num_steps", "model.hidden"), "qmix": multi_agent,

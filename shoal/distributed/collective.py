@@ -97,6 +97,16 @@ def global_mean(values: torch.Tensor) -> torch.Tensor:
     return total[0] / total[1]
 
 
+def weighted_sum(value: torch.Tensor, weight: float) -> torch.Tensor:
+    """``sum_r weight_r * value_r`` over the ranks, without gradient: with ``value`` a mean
+    over rank r's rows and ``weight`` its share of them, the mean over the whole batch (a
+    scalar, or a vector such as a gradient or a Fisher-vector product). Every rank gets the
+    same result, so decisions taken on it (a line search's) agree."""
+    total = (value.detach() * weight).reshape(-1)
+    dist.all_reduce(total, op=dist.ReduceOp.SUM)
+    return total.reshape(value.shape)
+
+
 def smallest(value: int) -> int:
     """The smallest of every rank's ``value``."""
     size = torch.tensor([value])

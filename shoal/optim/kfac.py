@@ -36,9 +36,9 @@ and call `step`.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -147,6 +147,10 @@ def kronecker_factors(layer: Layer, inputs: Tensor, grad: Tensor) -> tuple[Tenso
     return a.transpose(1, 2) @ a / a.shape[1], g.transpose(1, 2) @ g / samples
 
 
+def _itself(factor: Tensor) -> Tensor:
+    return factor
+
+
 class KFAC(torch.optim.Optimizer):
     """K-FAC with ACKTR's KL-clipped momentum step; see the module docstring.
 
@@ -189,6 +193,10 @@ class KFAC(torch.optim.Optimizer):
         super().__init__(list(model.parameters()), defaults)
         self._records: dict[int, list[list[Tensor | None]]] = {}
         self.last_scale = 1.0
+        self.reduce: Callable[[Tensor], Tensor] = _itself
+        """The whole batch's factor from one over the samples seen, a part: itself, or, on a
+        rank of a learner group that sees some of the batch, the weighted sum over the ranks
+        (`shoal.algos.cores.group_shares.RankRows.mean`)."""
 
     def _record(self, index: int, inputs: Tensor, output: Tensor) -> None:
         """Keep one call's inputs; its output gradient fills the same slot in the backward."""
@@ -256,8 +264,8 @@ class KFAC(torch.optim.Optimizer):
                 kronecker_factors(layer, inputs, out_grad * samples)
                 for inputs, out_grad in slots
             ]
-            factor_a = sum(f[0] for f in factors) / len(factors)
-            factor_g = sum(f[1] for f in factors) / len(factors)
+            factor_a = self.reduce(cast(Tensor, sum(f[0] for f in factors) / len(factors)))
+            factor_g = self.reduce(cast(Tensor, sum(f[1] for f in factors) / len(factors)))
             state = self.state[layer.weight]
             if "A" not in state:
                 state["A"], state["G"] = factor_a, factor_g

@@ -92,3 +92,35 @@ def test_config_refusals(kwargs, match):
 def test_kfac_settings_are_checked():
     with pytest.raises(ConfigError, match="damping"):
         shoal.api.build_config("acktr", **{"kfac.damping": 0.0})
+
+
+def test_a_gaussian_policys_mean_head_gets_its_fisher_factor():
+    """The Fisher statistics are taken at actions sampled as constants: a Gaussian's sample
+    (``mean + std * eps``) left on the graph made its log-likelihood's gradient through the
+    mean vanish, and the mean head's output factor G was zero (its steps then went
+    unpreconditioned, scaled by 1 / damping). Hand check of one row: the score of a unit
+    Gaussian at ``a`` with respect to its mean is ``a - mean``."""
+    import gymnasium as gym
+    import torch
+
+    from shoal.algos.policy_gradient.acktr import ACKTRLearner, fisher_loss
+
+    config = ACKTRConfig(model=ModelConfig(hidden=(8,), backend="torch"))
+    torch.manual_seed(0)
+    box = gym.spaces.Box(-1.0, 1.0, (2,))
+    learner = ACKTRLearner(config, gym.spaces.Box(-1.0, 1.0, (3,)), box)
+    obs = torch.randn(32, 3)
+    with learner.kfac.record():
+        dist, values = learner.model(obs)
+    learner.kfac.accumulate(fisher_loss(dist, values, 1.0))
+    head = next(layer for layer in learner.kfac.layers if layer.name == "policy_head.mean")
+    factor_g = learner.kfac.state[head.weight]["G"]
+    assert factor_g.abs().max() > 0.1  # about the identity for log_std 0
+    torch.manual_seed(1)
+    mean = torch.zeros(1, 2, requires_grad=True)
+    unit = type(dist)(mean, torch.zeros(2))
+    torch.manual_seed(1)
+    (grad,) = torch.autograd.grad(fisher_loss(unit, torch.zeros(1), 0.0), mean)
+    torch.manual_seed(1)
+    drawn = torch.randn(1, 2)  # the sample fisher_loss drew: mean 0 + 1 * eps
+    torch.testing.assert_close(grad, drawn)

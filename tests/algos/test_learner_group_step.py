@@ -6,15 +6,18 @@ import gymnasium as gym
 import pytest
 import torch
 from gloo_ranks import on_two_ranks
+from learner_group_runs import flat_tensors
 
 from shoal.algos.cores.group_shares import ColumnShare, SplitStep, columns_of, share
 from shoal.algos.cores.rollout_batch import RolloutBatch
 from shoal.algos.policy_gradient import acer
 from shoal.algos.policy_gradient.a2c import A2CConfig, A2CLearner
 from shoal.algos.policy_gradient.acer import ACERConfig, ACERLearner
+from shoal.algos.policy_gradient.acktr import ACKTRConfig, ACKTRLearner, ACKTRShare
 from shoal.algos.policy_gradient.impala import IMPALAConfig, IMPALALearner
 from shoal.algos.policy_gradient.pg import PGBatch, PGConfig, PGLearner, PGShare
 from shoal.algos.policy_gradient.ppo import PPOConfig, PPOLearner
+from shoal.algos.policy_gradient.trpo import TRPOConfig, TRPOLearner, TRPOShare
 from shoal.config import EnvConfig, ModelConfig, OptimConfig
 from shoal.core.types import Rollout
 
@@ -269,3 +272,114 @@ def test_two_acer_learners_take_the_update_of_one(tmp_path):
         assert weighted == pytest.approx(float(rows[0][key]), rel=1e-4, abs=1e-7), key
     # The second update's policy has left the average one: the trust region is in play.
     assert float(rows[1]["train/kl_average"]) > 0
+
+
+def make_trpo(action_space):
+    """TRPO with a value regression of 2 epochs of minibatches of 15 (split 7 / 8) and the
+    last minibatch of 1 sample (46 rows: one rank computes on it at weight 0)."""
+    config = TRPOConfig(
+        env=EnvConfig(num_envs=5), model=ModelConfig(hidden=(16,), backend="torch"),
+        num_steps=10, vf_minibatch_size=15, vf_epochs=2, max_kl=0.05,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    return TRPOLearner(config, SPACES[0], action_space)
+
+
+def trpo_batch(action_space):
+    """46 rows; actions of ``action_space``, behaviour log-probabilities near the initial
+    policy's (so the line search's trust region binds as in training)."""
+    g = torch.Generator().manual_seed(5)
+    size = 46
+    obs = torch.randn(size, 4, generator=g)
+    if isinstance(action_space, gym.spaces.Discrete):
+        actions = torch.randint(0, 3, (size,), generator=g)
+    else:
+        actions = torch.randn(size, 2, generator=g)
+    with torch.no_grad():
+        log_probs = make_trpo(action_space).model.distribution(obs, None).log_prob(actions)
+    return RolloutBatch(
+        obs=obs,
+        actions=actions,
+        log_probs=log_probs + 0.1 * torch.randn(size, generator=g),
+        values=torch.randn(size, generator=g),
+        advantages=2.0 + torch.randn(size, generator=g),
+        returns=torch.randn(size, generator=g),
+    )
+
+
+TRPO_SPACES = {"discrete": SPACES[1], "box": gym.spaces.Box(-1.0, 1.0, (2,))}
+
+
+def _trpo_rank(rank, kind):
+    learner = make_trpo(TRPO_SPACES[kind])
+    split = TRPOShare(learner, rank, 2)
+    torch.manual_seed(7)  # the value regression's minibatch orders
+    rows = [split.update((trpo_batch(TRPO_SPACES[kind]),)) for _ in range(2)]
+    return {"state": learner.state_dict(), "rows": rows}
+
+
+@pytest.mark.parametrize("kind", ["discrete", "box"])
+def test_two_trpo_learners_take_the_natural_gradient_step_of_one(kind, tmp_path):
+    """Each rank's gradient, Fisher-vector products and line-search KL and gain are its rows'
+    (23 and 23 of 46), all-reduced before conjugate gradient and the line search use them:
+    both ranks take one learner's step (a Gaussian policy's too), and its value regression."""
+    ranks = on_two_ranks(_trpo_rank, tmp_path, kind)
+    space = TRPO_SPACES[kind]
+    single = make_trpo(space)
+    torch.manual_seed(7)
+    rows = [single.update(trpo_batch(space)) for _ in range(2)]
+    for key, tensor in single.state_dict()["model"].items():
+        got = [rank["state"]["model"][key] for rank in ranks]
+        assert torch.equal(got[0], got[1]), key
+        torch.testing.assert_close(got[0], tensor, rtol=1e-4, atol=1e-5)
+    assert not torch.equal(next(make_trpo(space).model.parameters()),
+                           next(single.model.parameters()))  # fmt: skip
+    for r, row in enumerate(rows):
+        assert row["train/step_fraction"] > 0  # a step was taken, not refused
+        for rank in ranks:  # every metric is the whole batch's, on every rank
+            for key, value in row.items():
+                assert rank["rows"][r][key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+
+
+def make_acktr(action_space):
+    config = ACKTRConfig(
+        env=EnvConfig(num_envs=5), model=ModelConfig(hidden=(16,), backend="torch"),
+        num_steps=9, normalize_advantages=True,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    return ACKTRLearner(config, SPACES[0], action_space)
+
+
+def _acktr_rank(rank, kind):
+    space = TRPO_SPACES[kind]
+    learner = make_acktr(space)
+    split = ACKTRShare(learner, rank, 2)
+    torch.manual_seed(7)  # the Fisher draws
+    rows = [split.update((trpo_batch(space), 0.25)) for _ in range(2)]
+    return {"state": learner.state_dict(), "rows": rows}
+
+
+@pytest.mark.parametrize("kind", ["discrete", "box"])
+def test_two_acktr_learners_take_the_kfac_step_of_one(kind, tmp_path):
+    """Each rank's Kronecker factors and gradients are its rows' (23 and 23 of 46) at the
+    Fisher draws one learner takes on the whole batch, all-reduced: both ranks take one
+    learner's natural-gradient step, twice (the second with running factors and momentum),
+    and its trust-region scale; advantages standardized over the whole rollout."""
+    ranks = on_two_ranks(_acktr_rank, tmp_path, kind)
+    space = TRPO_SPACES[kind]
+    single = make_acktr(space)
+    torch.manual_seed(7)
+    rows = [single.update(trpo_batch(space), 0.25) for _ in range(2)]
+    state = single.state_dict()
+    for key, tensor in flat_tensors(state):
+        got = [dict(flat_tensors(rank["state"]))[key] for rank in ranks]
+        assert torch.equal(got[0], got[1]), key
+        if key.rsplit(".", 1)[-1] in ("QA", "QG"):  # eigenvectors: signs are arbitrary
+            continue
+        torch.testing.assert_close(got[0], tensor, rtol=1e-4, atol=1e-5, msg=key)
+    assert not torch.equal(next(make_acktr(space).model.parameters()),
+                           next(single.model.parameters()))  # fmt: skip
+    (w0, first), (w1, second) = (rank["rows"][1] for rank in ranks)
+    assert (w0, w1) == (0.5, 0.5)
+    for key in ("loss/policy", "loss/value", "train/trust_region_scale"):
+        assert w0 * first[key] + w1 * second[key] == pytest.approx(rows[1][key], rel=1e-4), key

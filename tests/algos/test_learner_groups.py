@@ -55,7 +55,9 @@ def test_a_replay_group_rebuilt_mid_iteration_and_a_resume_end_where_the_undistu
     assert_same(run(resumed, 3)[0], clean)
 
 
-@pytest.mark.parametrize("name", ["a2c", "pg", "acer", "appo", "r2d2", "qmix", "maddpg", "ctedd"])
+@pytest.mark.parametrize(
+    "name", ["a2c", "pg", "acer", "appo", "r2d2", "qmix", "maddpg", "ctedd", "trpo", "acktr"]
+)
 def test_learner_groups_resume_exactly(name):
     """A2C's group; REINFORCE's, whose batches of complete episodes vary in size; ACER's,
     whose learners split the env columns of on-policy and replayed segments; APPO's,
@@ -63,7 +65,8 @@ def test_learner_groups_resume_exactly(name):
     batch of sequences and whose epsilon reaches them with it; QMIX's, whose learners split
     each batch of episodes and whose acting copy is synchronized every iteration; MADDPG's,
     whose learners split each batch of joint steps (discrete actions: Gumbel noise); CTEDD's,
-    whose learners also take each exploration update whole."""
+    whose learners also take each exploration update whole; TRPO's, whose learners all-reduce
+    every Fisher-vector product; ACKTR's, whose learners all-reduce the Kronecker factors."""
     expected, _, (state, rng) = run(build(name), 4, save_at=2)
     resumed = build(name)
     assert resumed.load_state_dict(state)

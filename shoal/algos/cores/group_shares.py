@@ -33,7 +33,7 @@ import torch
 from shoal.algos.cores.rollout_batch import RolloutBatch
 from shoal.core.device import to_device
 from shoal.core.types import Rollout
-from shoal.distributed.collective import agree_finite, average_gradients
+from shoal.distributed.collective import agree_finite, average_gradients, weighted_sum
 from shoal.fast.backend import TorchStep
 from shoal.losses.objectives import Objective, standardize
 from shoal.optim import minimize
@@ -84,15 +84,29 @@ class SplitStep:
 
 
 def rows_of(batch: Any, rows: slice) -> Any:
-    """``batch`` (a NamedTuple of ``[N, ...]`` tensors and arrays, dicts of them for composite
-    observations, None where a field is absent) cut to ``rows``."""
+    """``batch`` (a NamedTuple of ``[N, ...]`` tensors and arrays, dicts and tuples of them
+    for composite observations and actions, None where a field is absent) cut to ``rows``."""
     if isinstance(batch, (torch.Tensor, np.ndarray)):
         return batch[rows]
     if isinstance(batch, tuple) and hasattr(batch, "_fields"):
         return type(batch)(*(rows_of(v, rows) for v in batch))
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(rows_of(v, rows) for v in batch)
     if isinstance(batch, dict):
         return {k: rows_of(v, rows) for k, v in batch.items()}
     return batch
+
+
+def size_of(batch: Any) -> int:
+    """The rows of ``batch`` (as `rows_of` takes it): a tensor's or array's first axis, a
+    batch's actions', a tuple's or dict's first member's."""
+    if isinstance(batch, (torch.Tensor, np.ndarray)):
+        return int(batch.shape[0])
+    if hasattr(batch, "actions"):
+        return size_of(batch.actions)
+    if isinstance(batch, dict):
+        return size_of(next(iter(batch.values())))
+    return size_of(batch[0])
 
 
 class SharedMinimize:
@@ -123,6 +137,48 @@ class SharedMinimize:
             before_clip=lambda: average_gradients(parameters, self.weight),
             **kwargs,
         )
+
+
+class WholeBatch:
+    """How one learner takes a batch whose means it needs at several points of an update
+    (TRPO's gradient, Fisher-vector products and line search): all of it. A learner group's
+    rank swaps in `RankRows`."""
+
+    weight = 1.0
+    minimize = staticmethod(minimize)
+
+    def rows(self, batch: Any) -> Any:
+        return batch
+
+    def mean(self, value: torch.Tensor) -> torch.Tensor:
+        """The whole batch's mean, from a mean over the rows `rows` gave: itself."""
+        return value
+
+
+class RankRows:
+    """How rank ``rank`` of ``world_size`` takes such a batch: its contiguous rows of every
+    batch or minibatch `rows` is given (a NamedTuple of row-major fields, a tensor of
+    indices, anything `rows_of` cuts), and the whole's means as sums over the ranks of their
+    means weighted by their shares (`shoal.distributed.collective.weighted_sum`); its
+    gradient steps go through a `SharedMinimize` weighted so. A batch with fewer rows than
+    ranks leaves a rank without rows: it computes on the whole at weight 0, so it still
+    joins every collective and adds nothing."""
+
+    def __init__(self, rank: int, world_size: int):
+        self.rank, self.world_size = rank, world_size
+        self.minimize = SharedMinimize(rank, world_size)
+        self.weight = 1.0 / world_size
+
+    def rows(self, batch: Any) -> Any:
+        size = size_of(batch)
+        rows = share(size, self.rank, self.world_size)
+        self.weight = self.minimize.weight = (rows.stop - rows.start) / max(1, size)
+        if rows.stop == rows.start:
+            rows = slice(0, size)
+        return rows_of(batch, rows)
+
+    def mean(self, value: torch.Tensor) -> torch.Tensor:
+        return weighted_sum(value, self.weight)
 
 
 class RolloutShare:

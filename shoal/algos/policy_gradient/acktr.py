@@ -14,6 +14,8 @@ Recurrent models are refused: K-FAC has no factors for an LSTM.
 
 from __future__ import annotations
 
+import copy
+import functools
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -21,6 +23,8 @@ import gymnasium as gym
 import torch
 
 from shoal.algos.cores.checks import check_no_masks
+from shoal.algos.cores.group_shares import RankRows, WholeBatch
+from shoal.algos.cores.learner_group import LearnerGroup
 from shoal.algos.cores.metrics import mean_metrics, step_metrics
 from shoal.algos.cores.on_policy import ModelLearner, OnPolicyCore, held
 from shoal.algos.cores.rollout_batch import RolloutBatch, make_batch
@@ -28,8 +32,9 @@ from shoal.algos.spec import AlgorithmSpec
 from shoal.config import EnvConfig, ModelConfig, OptimConfig, RunConfig, check, check_positive
 from shoal.config.usage import OWN_GAMMA
 from shoal.core.device import to_device
+from shoal.distributed.collective import agree_finite, average_gradients
 from shoal.fast.backend import TorchStep, evaluate_objective
-from shoal.losses.objectives import a2c_objective
+from shoal.losses.objectives import a2c_objective, standardize
 from shoal.nn import ActorCritic, RecurrentActorCritic, build_actor_critic
 from shoal.nn.distributions import Distribution
 from shoal.nn.policy import ActorPolicy
@@ -123,12 +128,23 @@ def build_model(
     return build_actor_critic(obs_space, action_space, config.model)  # K-FAC refuses LSTMs
 
 
-def fisher_loss(dist: Distribution, values: torch.Tensor, vf_coef: float) -> torch.Tensor:
-    """The batch mean of the model's log-likelihood of outputs drawn from itself: the policy's
-    at a sampled action, the critic's as a unit-variance Gaussian around its own (detached)
-    value. Its gradients give the true Fisher's Kronecker factors (`shoal.optim.kfac`)."""
-    actions = dist.sample()
-    noisy_values = values.detach() + torch.randn_like(values)
+def fisher_draws(dist: Distribution, values: torch.Tensor) -> tuple[Any, torch.Tensor]:
+    """The outputs the Fisher statistics are taken at: an action sampled from the policy and
+    a unit-variance Gaussian draw around the critic's (detached) value, per row; constants
+    (a Gaussian's sample is ``mean + std * eps``: left on the graph, its log-likelihood's
+    gradient through the mean would vanish, and with it the mean head's Fisher factor)."""
+    with torch.no_grad():
+        return dist.sample(), values.detach() + torch.randn_like(values)
+
+
+def fisher_loss(
+    dist: Distribution, values: torch.Tensor, vf_coef: float, draws: tuple | None = None
+) -> torch.Tensor:
+    """The batch mean of the model's log-likelihood of outputs drawn from itself (``draws``,
+    else drawn here, `fisher_draws`): the policy's at the sampled action, the critic's as a
+    unit-variance Gaussian. Its gradients give the true Fisher's Kronecker factors
+    (`shoal.optim.kfac`)."""
+    actions, noisy_values = fisher_draws(dist, values) if draws is None else draws
     value_log_likelihood = -0.5 * (values - noisy_values).pow(2)
     return dist.log_prob(actions).mean() + vf_coef * value_log_likelihood.mean()
 
@@ -152,6 +168,9 @@ class ACKTRLearner(ModelLearner[ActorCritic | RecurrentActorCritic]):
         self.kfac = self.optimizer
         self.step = TorchStep(self.model, self.scaler)
         self.objective = a2c_objective(config.vf_coef, config.ent_coef, config.normalize_advantages)
+        self.part: WholeBatch | RankRows = WholeBatch()
+        """How it takes a batch, a part: all of it, or a learner group's rank's rows, the
+        Kronecker factors and gradients all-reduced (`ACKTRShare`)."""
 
     def losses(self, batch: RolloutBatch) -> dict[str, torch.Tensor]:
         """The objective's loss terms on a batch through autograd, ``total`` last (no step)."""
@@ -159,16 +178,53 @@ class ACKTRLearner(ModelLearner[ActorCritic | RecurrentActorCritic]):
 
     def update(self, batch: RolloutBatch, lr: float) -> dict[str, float]:
         self.optimizer.param_groups[0]["lr"] = lr
-        batch = to_device(batch, self.device)
+        whole = to_device(batch, self.device)
+        batch = self.part.rows(whole)
         with self.kfac.record():
             dist, values = self.model(batch.obs)
-        self.kfac.accumulate(fisher_loss(dist, values, self.config.kfac.vf_fisher_coef))
+        draws = None  # one learner draws them from its outputs
+        if batch is not whole:  # a rank: the whole batch's draws (one learner's), its rows'
+            with torch.no_grad():
+                draws = self.part.rows(fisher_draws(*self.model(whole.obs)))
+        self.kfac.accumulate(fisher_loss(dist, values, self.config.kfac.vf_fisher_coef, draws))
         max_norm = self.config.optim.max_grad_norm
         losses, stats = self.step(self.objective, batch, self.optimizer, max_norm, (dist, values))
         metrics = mean_metrics([step_metrics(losses, stats)])
         metrics["train/lr"] = lr
         metrics["train/trust_region_scale"] = self.kfac.last_scale
         return metrics
+
+
+class ACKTRShare:
+    """How an ACKTR rank of a learner group (`shoal.algos.cores.learner_group`) takes an
+    update: its contiguous rows of the rollout (advantages standardized over the whole of it
+    first, where asked), at the Fisher draws one learner takes on the whole (drawn from a
+    forward pass over it, without gradient); the Kronecker factors of its rows and its
+    gradients are summed over the ranks weighted by their shares (one all-reduce per factor,
+    one for the gradients), so every rank takes one learner's natural-gradient step.
+    Returns ``(share, metrics)``."""
+
+    def __init__(self, learner: ACKTRLearner, rank: int, world_size: int):
+        self.learner = learner
+        part = learner.part = RankRows(rank, world_size)
+        learner.kfac.reduce = part.mean
+        who = f"learner {rank} of the group"
+        learner.step = TorchStep(
+            learner.model,
+            learner.scaler,
+            before_minimize=lambda losses: agree_finite(losses, who),
+            before_clip=lambda: average_gradients(learner.parameters, part.weight),
+        )
+        self.normalize = learner.objective.normalize_advantages
+        learner.objective = copy.copy(learner.objective)
+        learner.objective.normalize_advantages = False  # done over the whole rollout here
+
+    def update(self, args: tuple[RolloutBatch, float]) -> tuple[float, dict[str, float]]:
+        batch, lr = args
+        if self.normalize:
+            batch = batch._replace(advantages=standardize(batch.advantages))
+        metrics = self.learner.update(batch, lr)
+        return self.learner.part.weight, metrics
 
 
 class ACKTR:
@@ -182,7 +238,12 @@ class ACKTR:
     def __init__(self, config: ACKTRConfig):
         self.config = config
         self.core = OnPolicyCore(
-            self.config, ACKTRLearner, build_model, "ACKTR", takes_action_masks=False
+            self.config,
+            ACKTRLearner,
+            build_model,
+            "ACKTR",
+            takes_action_masks=False,
+            group=functools.partial(LearnerGroup, share_cls=ACKTRShare),
         )
         self.core.broadcast(set_temperature=True)
 
@@ -215,7 +276,7 @@ SPECS = (
         "ACKTR: A2C with K-FAC natural-gradient steps in a KL trust region",
         "Discrete, Box, MultiDiscrete, MultiBinary, Tuple, Dict",
         runners=True,
-        one_learner="has no learner groups yet (its K-FAC curvature statistics are one learner's)",
+        learner_groups=True,
     ),
 )
 """The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""

@@ -11,12 +11,16 @@ al. 2016, arXiv:1506.02438, which TRPO implementations follow).
 from __future__ import annotations
 
 import copy
+import functools
+import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import gymnasium as gym
 import torch
 
+from shoal.algos.cores.group_shares import RankRows, WholeBatch
+from shoal.algos.cores.learner_group import LearnerGroup
 from shoal.algos.cores.on_policy import ModelLearner, OnPolicyCore, held
 from shoal.algos.cores.rollout_batch import RolloutBatch, make_batch
 from shoal.algos.spec import AlgorithmSpec
@@ -35,7 +39,7 @@ from shoal.losses import (
 )
 from shoal.nn import ActorCritic
 from shoal.nn.policy import ActorPolicy
-from shoal.optim import build_optimizer, minimize
+from shoal.optim import build_optimizer
 
 
 @dataclass(frozen=True)
@@ -135,6 +139,9 @@ class TRPOLearner(ModelLearner[ActorCritic]):
         self.policy_params = body + list(self.model.policy_head.parameters())
         self.value_params = body + list(self.model.value_head.parameters())
         self.vf_optimizer = build_optimizer(self.value_params, "adam", config.vf_lr, eps=1e-5)
+        self.part: WholeBatch | RankRows = WholeBatch()
+        """How it takes a batch, a part: all of it, or a learner group's rank's rows, the
+        whole batch's means all-reduced (`TRPOShare`)."""
 
     def update(self, batch: RolloutBatch) -> dict[str, float]:
         batch = to_device(batch, self.device)
@@ -147,21 +154,32 @@ class TRPOLearner(ModelLearner[ActorCritic]):
         return (torch.exp(dist.log_prob(batch.actions) - batch.log_probs) * advantages).mean()
 
     def update_policy(self, batch: RolloutBatch) -> dict[str, float]:
+        """The natural-gradient step. Every mean over the batch (the surrogate, its gradient,
+        the Fisher-vector products, the line search's KL and gain) is ``mean`` of one over
+        the rows taken: the whole batch's, in a learner group too."""
         cfg = self.config
-        advantages = batch.advantages
-        if cfg.normalize_advantages:
+        if cfg.normalize_advantages:  # over the whole batch, before a rank takes its rows
+            advantages = batch.advantages
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+            batch = batch._replace(advantages=advantages)
+        batch = self.part.rows(batch)
+        mean = self.part.mean
         # Action dimensions: the columns of an action ([N] for Discrete: one).
         dims = batch.actions[0].numel() if cfg.kl_per_action_dim else 1
         dist = self.model.distribution(batch.obs, batch.action_mask)  # masked where given
         with torch.no_grad():
             old_dist = _frozen(self.model.distribution(batch.obs, batch.action_mask))
-        surrogate = self._surrogate(dist, batch, advantages)
+        surrogate = self._surrogate(dist, batch, batch.advantages)
         kl = old_dist.kl(dist).mean() / dims
-        if not torch.isfinite(surrogate):
-            raise NaNLossError(f"loss/policy became {surrogate.item()}; weights left unchanged")
-        g = flat_grad(surrogate, self.policy_params, retain_graph=True)
-        fvp = fisher_vector_product(kl, self.policy_params, cfg.cg_damping)
+        before = mean(surrogate).item()
+        if not math.isfinite(before):  # the same on every rank of a group: all stop
+            raise NaNLossError(f"loss/policy became {before}; weights left unchanged")
+        g = mean(flat_grad(surrogate, self.policy_params, retain_graph=True))
+        local_fvp = fisher_vector_product(kl, self.policy_params, cfg.cg_damping)
+
+        def fvp(vector: torch.Tensor) -> torch.Tensor:
+            return mean(local_fvp(vector))
+
         step_dir = conjugate_gradient(fvp, g, cfg.cg_iters, cfg.cg_residual_tol)
         shs = 0.5 * (step_dir @ fvp(step_dir))
         if not torch.isfinite(shs):
@@ -171,15 +189,14 @@ class TRPOLearner(ModelLearner[ActorCritic]):
         full_step = step_dir * torch.sqrt(cfg.max_kl / shs) if shs > 0 else step_dir
         expected = g @ full_step
         old_params = flat_concat(self.policy_params).detach()
-        before = surrogate.item()
         accepted, step_kl, improvement = 0.0, 0.0, 0.0
         with torch.no_grad():
             for i in range(cfg.line_search_steps if shs > 0 else 0):
                 fraction = 0.5**i
                 set_flat_params(self.policy_params, old_params + fraction * full_step)
                 new_dist = self.model.distribution(batch.obs, batch.action_mask)
-                new_kl = old_dist.kl(new_dist).mean().item() / dims
-                gain = self._surrogate(new_dist, batch, advantages).item() - before
+                new_kl = mean(old_dist.kl(new_dist).mean()).item() / dims
+                gain = mean(self._surrogate(new_dist, batch, batch.advantages)).item() - before
                 # Sampled KL, not the quadratic model, must hold: the model can be far off.
                 if new_kl <= cfg.max_kl and gain > 0:
                     accepted, step_kl, improvement = fraction, new_kl, gain
@@ -192,7 +209,7 @@ class TRPOLearner(ModelLearner[ActorCritic]):
             "train/step_fraction": accepted,
             "train/improvement": improvement,
             "train/expected_improvement": expected.item(),
-            "train/entropy": dist.entropy().mean().item(),
+            "train/entropy": mean(dist.entropy().mean()).item(),
         }
 
     def update_value(self, batch: RolloutBatch) -> dict[str, float]:
@@ -202,10 +219,10 @@ class TRPOLearner(ModelLearner[ActorCritic]):
         for _ in range(cfg.vf_epochs):
             permutation = torch.randperm(n).to(self.device)
             for start in range(0, n, cfg.vf_minibatch_size):
-                idx = permutation[start : start + cfg.vf_minibatch_size]
+                idx = self.part.rows(permutation[start : start + cfg.vf_minibatch_size])
                 loss = value_loss(self.model.value(batch.obs[idx]), batch.returns[idx])
-                minimize({"value": loss}, self.vf_optimizer, cfg.vf_max_grad_norm)
-                losses.append(loss.detach())
+                self.part.minimize({"value": loss}, self.vf_optimizer, cfg.vf_max_grad_norm)
+                losses.append(self.part.mean(loss.detach()))
         return {"loss/value": torch.stack(losses).mean().item(), "train/vf_lr": cfg.vf_lr}
 
     def state_dict(self) -> dict[str, Any]:
@@ -232,6 +249,23 @@ def _frozen(dist: Any) -> Any:
     return frozen
 
 
+class TRPOShare:
+    """How a TRPO rank of a learner group (`shoal.algos.cores.learner_group`) takes an
+    update: the learner's unchanged ``update`` on the whole batch, through its part swapped
+    for `RankRows`. Each rank computes the surrogate, its gradient and the Fisher-vector
+    products on its rows; every one of them is all-reduced, weighted by the rank's share,
+    before conjugate gradient and the line search use it (one all-reduce per Fisher-vector
+    product), so every rank takes the step one learner takes; the value regression splits
+    each minibatch (`SharedMinimize`)."""
+
+    def __init__(self, learner: TRPOLearner, rank: int, world_size: int):
+        self.learner = learner
+        learner.part = RankRows(rank, world_size)
+
+    def update(self, args: tuple) -> dict[str, float]:
+        return self.learner.update(*args)
+
+
 class TRPO:
     """One TRPO iteration: sample a rollout, estimate advantages, update, broadcast weights."""
 
@@ -242,7 +276,8 @@ class TRPO:
 
     def __init__(self, config: TRPOConfig):
         self.config = config
-        self.core = OnPolicyCore(self.config, TRPOLearner, build_model, "TRPO")
+        group = functools.partial(LearnerGroup, share_cls=TRPOShare)
+        self.core = OnPolicyCore(self.config, TRPOLearner, build_model, "TRPO", group=group)
         self.core.broadcast(set_temperature=True)
 
     def train_iteration(self) -> dict[str, float]:
@@ -273,8 +308,7 @@ SPECS = (
         "Trust Region Policy Optimization (conjugate-gradient natural step, KL line search, GAE)",
         "Discrete, Box, MultiDiscrete, MultiBinary, Tuple, Dict",
         runners=True,
-        one_learner="has no learner groups yet (its natural-gradient step, conjugate gradient "
-        "on the Fisher matrix and a line search, runs in one learner)",
+        learner_groups=True,
     ),
 )
 """The names this module registers (`shoal.algos.spec`, `shoal.registry`)."""
