@@ -67,6 +67,14 @@ ACER = {"replay.learning_starts": 64, "replay.replay_ratio": 2.0, "replay.save":
 """Replayed segments from the second iteration on (Poisson draws of them)."""
 TRPO = {"vf_minibatch_size": 24, "vf_epochs": 2}
 """Value regression minibatches of 24 of the 64 steps (the last one 16)."""
+ALPHAZERO = {"env.id": "openspiel:tic_tac_toe", "search.num_simulations": 4,
+             "moves_per_iteration": 4, "min_replay": 16, "batch_size": 16,
+             "updates_per_iteration": 2, "channels": 8, "eval_every": 0}  # fmt: skip
+MUZERO = {"search.num_simulations": 4, "steps_per_iteration": 4, "min_replay": 16,
+          "batch_size": 16, "updates_per_iteration": 2, "unroll_steps": 3, "n_step": 5,
+          "latent": 8, "eval_every": 0}  # fmt: skip
+"""Self-play of tic-tac-toe games and CartPole episodes; two updates an iteration once the
+replay holds 16 positions."""
 APPO = {"ppo.num_steps": 16, "ppo.model.hidden": (16,), "ppo.minibatch_size": 32,
         "ppo.num_epochs": 2}  # fmt: skip
 """PPO's settings of APPO's learner (its sampler thread runs one rollout ahead)."""
@@ -76,10 +84,12 @@ def build(name="ppo", **settings):
     """The algorithm seeded as the training loop seeds it."""
     spec = ALGORITHMS[name]
     extra = {"ppo": PPO, "dqn": DQN, "appo": APPO, "r2d2": R2D2, "qmix": QMIX, "trpo": TRPO,
-             "maddpg": MADDPG, "acer": ACER, "ctedd": CTEDD}.get(name, {})  # fmt: skip
+             "maddpg": MADDPG, "acer": ACER, "ctedd": CTEDD, "alphazero": ALPHAZERO,
+             "muzero": MUZERO}.get(name, {})  # fmt: skip
     multi_agent = ("env.id", "num_steps")
     own = {"dqn": ("num_steps",), "appo": ("num_steps", "model.hidden"), "qmix": multi_agent,
-           "maddpg": multi_agent, "ctedd": multi_agent}.get(name, ())  # fmt: skip
+           "maddpg": multi_agent, "ctedd": multi_agent, "alphazero": multi_agent,
+           "muzero": ("num_steps",)}.get(name, ())  # fmt: skip
     small = {k: v for k, v in SMALL.items() if k not in own}
     config = spec.default_config(**{**small, **extra, **settings})
     torch.manual_seed(11)

@@ -143,6 +143,6 @@ def test_the_learning_rate_follows_its_schedule():
     algo = AlphaZero(config)
     for _ in range(3):
         algo.train_iteration()
-    lr = algo.optimizer.param_groups[0]["lr"]
+    lr = algo.learner.optimizer.param_groups[0]["lr"]
     want = config.optim.lr * (1 - 48 / 64)  # set before the updates, after the moves
     assert algo.env_steps == 48 and abs(lr - want) < 1e-12

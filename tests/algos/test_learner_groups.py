@@ -56,7 +56,21 @@ def test_a_replay_group_rebuilt_mid_iteration_and_a_resume_end_where_the_undistu
 
 
 @pytest.mark.parametrize(
-    "name", ["a2c", "pg", "acer", "appo", "r2d2", "qmix", "maddpg", "ctedd", "trpo", "acktr"]
+    "name",
+    [
+        "a2c",
+        "pg",
+        "acer",
+        "appo",
+        "r2d2",
+        "qmix",
+        "maddpg",
+        "ctedd",
+        "trpo",
+        "acktr",
+        "alphazero",
+        "muzero",
+    ],  # fmt: skip
 )
 def test_learner_groups_resume_exactly(name):
     """A2C's group; REINFORCE's, whose batches of complete episodes vary in size; ACER's,
@@ -66,7 +80,9 @@ def test_learner_groups_resume_exactly(name):
     each batch of episodes and whose acting copy is synchronized every iteration; MADDPG's,
     whose learners split each batch of joint steps (discrete actions: Gumbel noise); CTEDD's,
     whose learners also take each exploration update whole; TRPO's, whose learners all-reduce
-    every Fisher-vector product; ACKTR's, whose learners all-reduce the Kronecker factors."""
+    every Fisher-vector product; ACKTR's, whose learners all-reduce the Kronecker factors;
+    AlphaZero's and MuZero's, whose learners split each batch of positions or unrolls while
+    self-play goes on in the driver's process."""
     expected, _, (state, rng) = run(build(name), 4, save_at=2)
     resumed = build(name)
     assert resumed.load_state_dict(state)

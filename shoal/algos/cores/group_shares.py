@@ -193,9 +193,16 @@ class RolloutShare:
         return self.learner.update(*args)
 
 
+def batch_rows(batch: Any) -> int:
+    """The rows of a replay batch: its sampled indices', or `size_of`'s (AlphaZero's
+    positions)."""
+    indices = getattr(batch, "indices", None)
+    return size_of(batch) if indices is None else len(indices)
+
+
 def by_rows(learner: Any, batch: Any, rows: slice) -> float:
     """``rows``' share of a replay batch whose losses are means over its rows."""
-    return (rows.stop - rows.start) / len(batch.indices)
+    return (rows.stop - rows.start) / batch_rows(batch)
 
 
 def by_valid_steps(learner: Any, batch: Any, rows: slice) -> float:
@@ -210,7 +217,8 @@ class ReplayShare:
     (the exploration settings), then the learner's ``update`` on the rank's rows of the batch
     through a `SharedMinimize` weighted by ``weigh(learner, batch, rows)``: `by_rows`, or
     R2D2's `by_valid_steps` (`SequenceShare`: each sequence's burn-in and targets are its own).
-    Returns ``(share, metrics, priorities)`` on the host."""
+    Returns ``(share, metrics, priorities)`` on the host (priorities None from a learner
+    that has none)."""
 
     def __init__(
         self,
@@ -218,8 +226,11 @@ class ReplayShare:
         rank: int,
         world_size: int,
         weigh: Callable[[Any, Any, slice], float] = by_rows,
+        cut: Callable[[Any, slice], Any] = rows_of,
     ):
         self.learner, self.rank, self.world_size, self.weigh = learner, rank, world_size, weigh
+        self.cut = cut
+        """How a batch is cut to the rank's rows (MuZero's unrolls: `unroll_rows`)."""
         self.minimize = learner.minimize = SharedMinimize(rank, world_size)
 
     def update(self, args: tuple) -> Any:
@@ -230,10 +241,12 @@ class ReplayShare:
         host = torch.device("cpu")
         if batch is None:
             return to_device(results[-1], host)
-        rows = share(len(batch.indices), self.rank, self.world_size)
+        rows = share(batch_rows(batch), self.rank, self.world_size)
         self.minimize.weight = self.weigh(self.learner, batch, rows)
-        stats, priorities = self.learner.update(rows_of(batch, rows))
-        return self.minimize.weight, to_device(stats, host), priorities.detach().to(host)
+        stats, priorities = self.learner.update(self.cut(batch, rows))
+        if priorities is not None:  # a learner without prioritized replay has none
+            priorities = priorities.detach().to(host)
+        return self.minimize.weight, to_device(stats, host), priorities
 
 
 SequenceShare = functools.partial(ReplayShare, weigh=by_valid_steps)

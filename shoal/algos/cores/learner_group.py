@@ -171,9 +171,9 @@ class ReplayLearnerGroup:
     def _state(self) -> dict[str, Any]:
         return {"learner": self.local.state_dict(), "rng": self.rng}
 
-    def update(self, batch: Any) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    def update(self, batch: Any) -> tuple[dict[str, torch.Tensor], Any]:
         """One update of the group on ``batch``: the metrics (means over the batch) and the
-        new priorities ``[N]``."""
+        new priorities ``[N]`` (None from a learner that has none: AlphaZero's)."""
         ref = self.ranks.rw.put((batch, self.calls))
         self.calls = []
         results = self.ranks.updates(ref, since=lambda: list(self.backlog))
@@ -181,7 +181,8 @@ class ReplayLearnerGroup:
         self.backlog.append(ref)
         self.grad_steps += 1
         stats = {k: sum(w * r[k] for w, r, _ in results) for k in results[0][1]}
-        priorities = torch.cat([p for _, _, p in results])
+        parts = [p for _, _, p in results]
+        priorities = None if parts[0] is None else torch.cat(parts)
         if len(self.backlog) >= SYNC_EVERY:
             self._synchronize()
         return stats, priorities
@@ -223,6 +224,11 @@ class ReplayLearnerGroup:
     def set_exploration(self, *args: float) -> None:
         """DQN's (and R2D2's) exploration, on the copy and, with the next batch, the ranks."""
         self._call("set_exploration", *args)
+
+    def set_lr(self, lr: float) -> None:
+        """A learning-rate schedule's value (AlphaZero's, MuZero's), on the copy and, with
+        the next batch, the ranks."""
+        self._call("set_lr", lr)
 
     def set_random_actions(self, on: bool) -> None:
         """The actor-critics' random-action switch, on the copy and on the ranks."""

@@ -34,6 +34,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from shoal.algos.cores.learner_group import ReplayLearnerGroup
+from shoal.algos.planning.learners import AlphaZeroLearner, group_learner
 from shoal.algos.spec import AlgorithmSpec
 from shoal.collect.search_play import SearchSelfPlay, self_play_pool
 from shoal.config import (
@@ -48,12 +50,10 @@ from shoal.config import (
 from shoal.config.usage import NO_COMPILE, NO_LSTM, Gate
 from shoal.core.device import resolve_device
 from shoal.core.seeding import derive_seed
-from shoal.data.positions import PositionReplay, Positions
+from shoal.data.positions import PositionReplay
 from shoal.envs.games import Game, make_game
-from shoal.losses.search import alphazero_loss
 from shoal.nn.policy import ActorPolicy
 from shoal.nn.policy_value import PolicyValueNet
-from shoal.optim import build_optimizer, minimize
 from shoal.optim.schedules import scheduled
 from shoal.search import MCTSConfig
 from shoal.search.arena import (
@@ -173,17 +173,23 @@ class AlphaZero:
         obs_space = gym.spaces.Box(-np.inf, np.inf, game.observation_shape, np.float32)
         self.deploy_spaces = (obs_space, gym.spaces.Discrete(game.num_actions))
         """The deployed network's observation and action spaces (for `shoal.load`)."""
-        self.net = build_model(cfg, *self.deploy_spaces).to(self.device)
+        self.learner: AlphaZeroLearner | ReplayLearnerGroup
+        if cfg.run.learners == 1:
+            self.learner = AlphaZeroLearner(cfg, build_model(cfg, *self.deploy_spaces))
+        else:  # each batch of positions split among data-parallel copies on Ray actors
+            self.learner = group_learner(AlphaZeroLearner, build_model, cfg, *self.deploy_spaces)
         self.best = copy.deepcopy(self.net)
         """The network self-play uses when the arena gates it (else `net`)."""
-        opt = cfg.optim
-        self.optimizer = build_optimizer(self.net.parameters(), "adam", opt.lr, opt.eps,
-                                         opt.weight_decay)  # fmt: skip
         self.replay = PositionReplay(cfg.replay_size, game.observation_shape, game.num_actions,
                                      seed=derive_seed(cfg.run.seed, "replay"))  # fmt: skip
         self.players = self._self_play_workers()
         self.env_steps = self.iteration = self.updates = self.games_finished = 0
         self.promotions = 0
+
+    @property
+    def net(self) -> PolicyValueNet:
+        """The trained network (a learner group's synchronized copy)."""
+        return self.learner.model  # type: ignore[return-value]
 
     def _self_play_workers(self) -> Any:
         """`SearchSelfPlay` workers (`self_play_pool`), each with ``env.num_envs`` games and
@@ -245,18 +251,13 @@ class AlphaZero:
 
     def _update(self) -> dict[str, float]:
         cfg = self.config
-        self.net.train()
         totals: dict[str, float] = {}
         horizon = cfg.optim.anneal_steps or cfg.run.total_steps
-        lr = scheduled(cfg.optim.lr_schedule, cfg.optim.lr, self.env_steps / horizon)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        self.learner.set_lr(
+            scheduled(cfg.optim.lr_schedule, cfg.optim.lr, self.env_steps / horizon)
+        )
         for _ in range(cfg.updates_per_iteration):
-            batch = Positions(*(x.to(self.device) for x in self.replay.sample(cfg.batch_size)))
-            logits, value = self.net(batch.obs)
-            loss, parts = alphazero_loss(logits, value, batch.policy, batch.outcome, batch.legal,
-                                         cfg.value_coef)  # fmt: skip
-            minimize({"total": loss, **parts}, self.optimizer, cfg.optim.max_grad_norm)
+            parts, _ = self.learner.update(self.replay.sample(cfg.batch_size))
             for name, value in parts.items():
                 totals[name] = totals.get(name, 0.0) + float(value) / cfg.updates_per_iteration
             self.updates += 1
@@ -304,10 +305,12 @@ class AlphaZero:
 
     def state_dict(self) -> dict[str, Any]:
         players = self.players.call_all("state_dict")
+        learner = self.learner.state_dict()
         return {
-            "policy": {"model": self.net.state_dict(), "obs_stats": None},
+            "policy": {"model": learner["model"], "obs_stats": None},
             "best": self.best.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": learner["optimizer"],
+            **({"group_rng": learner["group_rng"]} if "group_rng" in learner else {}),
             "replay": self.replay.state_dict(),
             "players": players,
             "counters": [
@@ -320,9 +323,13 @@ class AlphaZero:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> bool:
-        self.net.load_state_dict(state["policy"]["model"])
+        counters = [int(c) for c in state["counters"]]
+        learner = {"model": state["policy"]["model"], "optimizer": state["optimizer"],
+                   "grad_steps": counters[2]}  # fmt: skip
+        if "group_rng" in state:
+            learner["group_rng"] = state["group_rng"]
+        self.learner.load_state_dict(learner)
         self.best.load_state_dict(state["best"])
-        self.optimizer.load_state_dict(state["optimizer"])
         self.replay.load_state_dict(state["replay"])
         players = state["players"]
         if len(players) != len(self.players):
@@ -332,11 +339,13 @@ class AlphaZero:
             )
         self.players.call_each("load_state_dict", lambda i: (players[i],))
         (self.env_steps, self.iteration, self.updates, self.games_finished,
-         self.promotions) = (int(c) for c in state["counters"])  # fmt: skip
+         self.promotions) = counters  # fmt: skip
         return True
 
     def close(self) -> None:
         self.players.close()
+        if isinstance(self.learner, ReplayLearnerGroup):  # its Ray actors and placement group
+            self.learner.close()
 
 
 def play_matches(game: Game, net: PolicyValueNet, config: AlphaZeroConfig, games: int,
@@ -378,8 +387,7 @@ SPECS = (
         "AlphaZero: self-play with batched MCTS on a game's rules, policy-value network, arena",
         "Discrete (two-player turn-based games)",
         runners=True,
-        one_learner="has no learner groups yet (it scales its self-play on Ray runners; the "
-        "network trains in the driver)",
+        learner_groups=True,
         match_report=evaluate_run,
         own_spaces=True,
     ),

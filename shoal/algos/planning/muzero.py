@@ -30,6 +30,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from shoal.algos.cores.learner_group import ReplayLearnerGroup
+from shoal.algos.planning.learners import MuZeroLearner, group_learner
 from shoal.algos.spec import AlgorithmSpec
 from shoal.collect.search_play import FinishedEpisode, LatentSelfPlay, self_play_pool
 from shoal.config import (
@@ -49,14 +51,11 @@ from shoal.data.trajectories import Episode, TrajectoryReplay
 from shoal.envs.games import is_game_id, make_game
 from shoal.losses.search import (
     episode_value_targets,
-    muzero_loss,
-    scalar_to_support,
 )
 from shoal.losses.value import value_transform
 from shoal.nn.distributions import Categorical
 from shoal.nn.muzero import MuZeroNet
 from shoal.nn.policy import ActorPolicy
-from shoal.optim import build_optimizer, minimize
 from shoal.optim.schedules import scheduled
 from shoal.search import MCTSConfig, search, visit_policy
 from shoal.search.arena import (
@@ -66,7 +65,7 @@ from shoal.search.arena import (
     baseline_report,
     versus_baselines,
 )
-from shoal.search.models import LatentModel, decode
+from shoal.search.models import LatentModel
 
 __all__ = ["MuZero", "MuZeroConfig", "SearchPolicy", "build_model"]
 
@@ -214,9 +213,11 @@ class MuZero:
             raise ConfigError(f"muzero plays single-agent envs; {cfg.env.id} has several agents")
         self.deploy_spaces = (spaces["observation_space"], spaces["action_space"])
         self.policy_module = build_model(cfg, *self.deploy_spaces)
-        self.net: MuZeroNet = self.policy_module.net.to(self.device)
-        self.optimizer = build_optimizer(self.net.parameters(), "adam", cfg.optim.lr,
-                                         cfg.optim.eps, cfg.optim.weight_decay)  # fmt: skip
+        self.learner: MuZeroLearner | ReplayLearnerGroup
+        if cfg.run.learners == 1:
+            self.learner = MuZeroLearner(cfg, self.policy_module.net)
+        else:  # each batch of unrolls split among data-parallel copies on Ray actors
+            self.learner = group_learner(MuZeroLearner, _network, cfg, *self.deploy_spaces)
         self.replay = TrajectoryReplay(cfg.replay_size, self.deploy_spaces[0].shape,
                                        self.net.num_actions, cfg.priority_alpha,
                                        seed=derive_seed(cfg.run.seed, "replay"))  # fmt: skip
@@ -314,38 +315,15 @@ class MuZero:
             )
 
     def _update(self) -> dict[str, float]:
-        cfg, net = self.config, self.net
-        support, device = cfg.support_size, self.device
-        net.train()
-
-        def two_hot(x: torch.Tensor) -> torch.Tensor:
-            return scalar_to_support(value_transform(x.to(device)), support)
-
+        cfg = self.config
         totals: dict[str, float] = {}
         horizon = cfg.optim.anneal_steps or cfg.run.total_steps
         lr = scheduled(cfg.optim.lr_schedule, cfg.optim.lr, self.env_steps / horizon)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        self.learner.set_lr(lr)
         for _ in range(cfg.updates_per_iteration):
             batch = self.replay.sample(cfg.batch_size, cfg.unroll_steps, cfg.priority_beta)
-            state, policy, value = net.initial(batch.obs.to(device))
-            policies, values, rewards = [policy], [value], []
-            for k in range(cfg.unroll_steps):
-                state = 0.5 * state + 0.5 * state.detach()  # halve the gradient through time
-                state, reward, policy, value = net.recurrent(state, batch.actions[k].to(device))
-                policies.append(policy)
-                values.append(value)
-                rewards.append(reward)
-            loss, parts = muzero_loss(
-                torch.stack(policies), torch.stack(values), torch.stack(rewards),
-                batch.target_policy.to(device), two_hot(batch.target_value),
-                two_hot(batch.target_reward), batch.policy_mask.to(device),
-                batch.value_mask.to(device), batch.reward_mask.to(device),
-                batch.weights.to(device), cfg.value_coef,
-            )  # fmt: skip
-            minimize({"total": loss, **parts}, self.optimizer, cfg.optim.max_grad_norm)
-            errors = (decode(values[0].detach()) - batch.target_value[0].to(device)).abs()
-            self.replay.update_priorities(batch.indices, errors.cpu().numpy())
+            parts, errors = self.learner.update(batch)
+            self.replay.update_priorities(batch.indices, errors.numpy())
             for name, part in parts.items():
                 totals[name] = totals.get(name, 0.0) + float(part) / cfg.updates_per_iteration
             self.updates += 1
@@ -353,15 +331,28 @@ class MuZero:
 
     # --- deployment and checkpoints -------------------------------------------------------
 
+    @property
+    def net(self) -> MuZeroNet:
+        """The trained network (a learner group's synchronized copy)."""
+        return self.learner.model  # type: ignore[return-value]
+
+    def _module(self) -> SearchPolicy:
+        """The search policy around the trained network's weights."""
+        if self.policy_module.net is not self.net:  # a learner group's
+            self.policy_module.net.load_state_dict(self.net.state_dict())
+        return self.policy_module
+
     def policy(self) -> ActorPolicy:
-        module = copy.deepcopy(self.policy_module)
+        module = copy.deepcopy(self._module())
         obs_space, action_space = self.deploy_spaces
         return ActorPolicy(module, observation_space=obs_space, action_space=action_space)
 
     def state_dict(self) -> dict[str, Any]:
+        learner = self.learner.state_dict()
         return {
-            "policy": {"model": self.policy_module.state_dict(), "obs_stats": None},
-            "optimizer": self.optimizer.state_dict(),
+            "policy": {"model": self._module().state_dict(), "obs_stats": None},
+            "optimizer": learner["optimizer"],
+            **({"group_rng": learner["group_rng"]} if "group_rng" in learner else {}),
             "replay": self.replay.state_dict(),
             "players": self.players.call_all("state_dict"),
             "counters": [self.env_steps, self.iteration, self.updates],
@@ -369,9 +360,13 @@ class MuZero:
 
     def load_state_dict(self, state: dict[str, Any]) -> bool:
         self.policy_module.load_state_dict(state["policy"]["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.replay.load_state_dict(state["replay"])
         self.env_steps, self.iteration, self.updates = (int(c) for c in state["counters"])
+        learner = {"model": self.policy_module.net.state_dict(), "optimizer": state["optimizer"],
+                   "grad_steps": self.updates}  # fmt: skip
+        if "group_rng" in state:
+            learner["group_rng"] = state["group_rng"]
+        self.learner.load_state_dict(learner)
+        self.replay.load_state_dict(state["replay"])
         players = state["players"]
         if len(players) != len(self.players):
             raise ValueError(
@@ -384,6 +379,8 @@ class MuZero:
 
     def close(self) -> None:
         self.players.close()
+        if isinstance(self.learner, ReplayLearnerGroup):  # its Ray actors and placement group
+            self.learner.close()
 
 
 def _network(config: MuZeroConfig, obs_space: gym.Space, action_space: gym.Space) -> MuZeroNet:
@@ -424,8 +421,7 @@ SPECS = (
         "MuZero: search in a learned model, unrolled dynamics, two-hot values, prioritized replay",
         "Discrete",
         runners=True,
-        one_learner="has no learner groups yet (it scales its self-play on Ray runners; the "
-        "network trains in the driver)",
+        learner_groups=True,
         match_report=evaluate_run,
         deploys_search=True,
         own_spaces=True,
