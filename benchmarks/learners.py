@@ -30,6 +30,11 @@ runners' rows):
    iteration does), one learner against a `ReplayLearnerGroup` of ``--learners`` whose every
    batch is split among them.
 
+7. **RLlib's learner group** (``--rllib-python``): RLlib PPO's learner update with its local
+   learner and with ``--learners`` learners, the same batch, minibatches, epochs and MLPs, on
+   CartPole (the sizes that matter are the MLP's), in RLlib's own environment
+   (`rllib_side.py learners`).
+
 Each figure is the median of ``--repeats`` measurements. Usage:
 ``python benchmarks/learners.py [--hidden 1024 1024] [--quick]``.
 """
@@ -40,8 +45,10 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import gymnasium as gym
 import torch
@@ -239,6 +246,28 @@ def split_without_ray_seconds(args: argparse.Namespace) -> float:
     return seconds
 
 
+def rllib_updates(args: argparse.Namespace) -> dict:
+    """RLlib PPO's learner update with its local learner and with ``--learners`` learners
+    (`rllib_side.py learners`, in RLlib's own environment), the same sizes: medians over
+    ``--repeats`` training iterations of its learner group's update call."""
+    seconds = {}
+    for learners in (0, args.learners):
+        command = [args.rllib_python, str(Path(__file__).with_name("rllib_side.py")), "learners",
+                   "--learners", str(learners), "--batch", str(args.batch), "--minibatch",
+                   str(args.minibatch), "--epochs", str(args.epochs), "--repeats",
+                   str(args.repeats), "--hidden", *map(str, args.hidden)]  # fmt: skip
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}  # one torch thread, as shoal's learner
+        proc = subprocess.run(command, capture_output=True, text=True, env=env)
+        lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+        if not lines:
+            raise RuntimeError(f"rllib_side.py learners failed:\n{proc.stderr[-3000:]}")
+        seconds[learners] = statistics.median(json.loads(lines[0][len("RESULT ") :])["update_s"])
+    version = subprocess.run([args.rllib_python, "-c", "import ray; print(ray.__version__)"],
+                             capture_output=True, text=True).stdout.strip()  # fmt: skip
+    one, group = seconds[0], seconds[args.learners]
+    return {"version": version, "one_learner_s": one, "group_s": group, "speedup": one / group}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hidden", type=int, nargs="+", default=[1024, 1024])
@@ -257,6 +286,11 @@ def main() -> int:
     )
     parser.add_argument("--gpu-step-ms", type=float, nargs="+", default=[1.0, 5.0, 20.0])
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument(
+        "--rllib-python",
+        help="RLlib's environment's Python (make bench-scaling creates .venv-rllib): add "
+        "RLlib PPO's learner update with its local learner and with --learners learners",
+    )
     parser.add_argument("--quick", action="store_true", help="small model, one repeat (smoke)")
     args = parser.parse_args()
     if args.quick:
@@ -361,6 +395,16 @@ def main() -> int:
         print(
             f"    a {step_ms:g} ms step on one GPU: {projected:.2f}x on {gpus} "
             f"(efficiency {projected / gpus:.2f})"
+        )
+    if args.rllib_python:
+        rllib = rllib_updates(args)
+        figures["rllib"] = rllib
+        print(
+            f"  RLlib {rllib['version']} PPO, the same batch, minibatches, epochs and MLPs "
+            f"(CartPole's observations): its local learner {rllib['one_learner_s'] * 1e3:.1f} "
+            f"ms/update, {args.learners} learners {rllib['group_s'] * 1e3:.1f} ms/update, "
+            f"speed-up {rllib['speedup']:.2f}x; shoal's group against RLlib's: "
+            f"{rllib['group_s'] / grouped:.2f}x faster"
         )
     if args.json:
         with open(args.json, "w") as f:

@@ -13,6 +13,9 @@ creates it as ``.venv-rllib``) and reads one JSON line from its output.
   storing, learning) after its learning starts, with K updates of B transitions per round of
   F steps of E envs on each of N runners (``training_intensity`` set to give that round
   robin), and the updates per env step it reached.
+* ``learners --learners N --batch B --minibatch M --epochs E --hidden H [H ...]``: seconds
+  of RLlib PPO's learner update per training iteration with N learners (0: the driver's
+  local learner), as `benchmarks/learners.py` times shoal's.
 """
 
 from __future__ import annotations
@@ -134,9 +137,58 @@ def train(args: argparse.Namespace) -> dict:
     }
 
 
+def learners(args: argparse.Namespace) -> dict:
+    """RLlib PPO's learner update (seconds per call of its learner group's ``update``, one
+    per training iteration) with ``--learners`` N (0: the local learner in the driver), on one
+    fixed-size train batch of ``--batch`` steps, ``--epochs`` epochs of minibatches of
+    ``--minibatch`` (both split among the learners: RLlib's sizes are per learner), MLPs of
+    ``--hidden`` units for policy and value, one CPU and one torch thread per learner."""
+    n = max(1, args.learners)
+    ray.init(num_cpus=max(os.cpu_count() or 1, args.learners + 2), include_dashboard=False)
+    config = (
+        PPOConfig()
+        .environment("CartPole-v1")
+        .env_runners(num_env_runners=0, num_envs_per_env_runner=16)
+        .learners(num_learners=args.learners, num_cpus_per_learner=1)
+        .training(
+            train_batch_size_per_learner=args.batch // n,
+            minibatch_size=args.minibatch // n,
+            num_epochs=args.epochs,
+        )
+        .rl_module(model_config={"fcnet_hiddens": list(args.hidden), "vf_share_layers": False})
+        .debugging(seed=0, log_level="ERROR")
+        .reporting(min_time_s_per_iteration=0, min_sample_timesteps_per_iteration=0)
+    )
+    algo = config.build_algo()
+    # Each call of its learner group's update timed as it is made (RLlib's own
+    # learner_update_timer is a moving average that the first, warm-up call dominates).
+    update = algo.learner_group.update
+    updates: list[float] = []
+
+    def timed(*call_args: object, **kwargs: object) -> object:
+        start = time.perf_counter()
+        result = update(*call_args, **kwargs)
+        updates.append(time.perf_counter() - start)
+        return result
+
+    algo.learner_group.update = timed
+    algo.train()  # warm-up
+    updates.clear()
+    iterations = []
+    for _ in range(args.repeats):
+        start = time.perf_counter()
+        algo.train()
+        iterations.append(time.perf_counter() - start)
+    algo.stop()
+    return {"learners": args.learners, "update_s": updates, "iteration_s": iterations}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("mode", choices=["sample", "ppo", "train"])
+    parser.add_argument("mode", choices=["sample", "ppo", "train", "learners"])
+    parser.add_argument("--learners", type=int, default=0)
+    parser.add_argument("--minibatch", type=int, default=2048)
+    parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--algo", choices=["sac", "dqn"], default="sac")
     parser.add_argument("--env", default="Pendulum-v1")
     parser.add_argument("--fragment", type=int, default=16)
@@ -153,7 +205,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-s", type=float, default=600.0)
     args = parser.parse_args()
-    out = {"sample": sample, "ppo": ppo, "train": train}[args.mode](args)
+    modes = {"sample": sample, "ppo": ppo, "train": train, "learners": learners}
+    out = modes[args.mode](args)
     print("RESULT " + json.dumps(out), flush=True)
 
 
