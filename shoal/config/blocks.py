@@ -79,6 +79,12 @@ class RunConfig:
     """With run.learners > 1 on GPUs: let learners share a GPU where the cluster has fewer GPUs
     than learners (each takes an equal share; gradients then go through gloo on the host, as
     NCCL needs a GPU per rank). False: more learners than GPUs is refused."""
+    learner_processes: bool = False
+    """With run.learners > 1: the learners are fresh Python processes on this machine instead
+    of Ray actors (Ray need not be installed): no cluster and no placement groups. Their
+    updates are the same, to the bit, and as fast (benchmarks/README.md); a dead learner
+    restarts the group from its synchronized state, as on Ray. run.share_gpus still decides
+    whether learners may share a GPU (learner i takes GPU i mod the machine's count)."""
     ray_address: str | None = None
     """Join the Ray cluster at HOST:PORT (or 'auto'); unset: start a local Ray when needed."""
     max_worker_restarts: int = 100
@@ -100,6 +106,9 @@ class RunConfig:
             "with Ray runners or learners (run.runners > 0 or run.learners > 1)",
         ),
         "share_gpus": Gate("learners", lambda n: n > 1, "with a learner group (run.learners > 1)"),
+        "learner_processes": Gate(
+            "learners", lambda n: n > 1, "with a learner group (run.learners > 1)"
+        ),
         "max_worker_restarts": Gate(
             "runners", lambda n: n > 0, "with Ray runners (run.runners > 0)"
         ),

@@ -2,6 +2,8 @@
 data-parallel copy of a learner in a Ray actor, taking its share of each update as a share
 part says (`shoal.algos.cores.group_shares`); `RankGroup`, ``run.learners`` of them in one
 placement group and one torch.distributed process group, rebuilt as a whole when one fails.
+With ``run.learner_processes`` the ranks are processes on this machine instead, without Ray
+(`shoal.distributed.processes`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import torch
 from shoal.core.device import to_device
 from shoal.core.errors import ConfigError, DistributedError, NaNLossError
 from shoal.core.seeding import derive_seed
-from shoal.distributed import require_ray
+from shoal.distributed import processes, require_ray
 from shoal.distributed.collective import free_port, join, leave
 
 log = logging.getLogger("shoal.distributed")
@@ -35,15 +37,17 @@ class GroupRank:
         rank: int,
         world_size: int,
         seed: int,
+        host: str | None = None,
     ):
         torch.manual_seed(seed)  # every rank alike: minibatch orders are drawn equally
-        self.rank = rank
+        self.rank, self.host = rank, host
+        """``host``: where rank 0 waits for the others (None: its Ray node's IP)."""
         self.learner = make_learner()
         self.share = share_cls(self.learner, rank, world_size)
 
     def address(self) -> tuple[str, int]:
         """Rank 0: this node's IP and a free port for the others to rendezvous at."""
-        return require_ray().node_ip(), free_port()
+        return self.host or require_ray().node_ip(), free_port()
 
     def join(self, address: tuple[str, int], world_size: int, own_gpu: bool) -> str:
         return join(address, self.rank, world_size, self.learner.device, own_gpu)
@@ -90,7 +94,8 @@ class RankGroup:
         self.rebuilt = False
         """Rebuilt since the last update: the ranks hold the synchronized state."""
         self.share_cls, self.state = share_cls, state
-        rw = self.rw = require_ray()
+        # Ray actors, or processes on this machine (`shoal.distributed.processes`)
+        rw = self.rw = processes if run.learner_processes else require_ray()
         rw.connect(run.ray_address, num_cpus=max(os.cpu_count() or 1, n + run.runners + 1))
         gpus = rw.gpu_share(run.device, n)
         if 0 < gpus < 1 and not run.share_gpus:
@@ -105,6 +110,7 @@ class RankGroup:
         rank_run = dataclasses.replace(run, device="cuda" if gpus else "cpu")
         rank_config = dataclasses.replace(config, run=rank_run, model=model)
         self.make_learner = functools.partial(learner_cls, rank_config, *spaces)
+        self.host = "127.0.0.1" if run.learner_processes else None
         self.seed = derive_seed(run.seed, "learner-group-init")
         # A learner takes one CPU where the cluster has one to spare (Ray counts them; on a
         # laptop the runners and the driver may have claimed them: then an equal share).
@@ -119,7 +125,7 @@ class RankGroup:
         n = self.size
         self.pool = self.rw.WorkerPool(
             GroupRank,
-            lambda r: (self.make_learner, self.share_cls, r, n, self.seed),
+            lambda r: (self.make_learner, self.share_cls, r, n, self.seed, self.host),
             n,
             name="learner",
             max_restarts=0,  # the group restarts as a whole (`restart`)
