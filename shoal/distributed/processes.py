@@ -20,6 +20,7 @@ against 1,837 ms per update in two runs).
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
 import pickle
 import secrets
@@ -47,10 +48,11 @@ def _receive(conn: Connection) -> Any:
     return pickle.loads(conn.recv_bytes())
 
 
-def _serve(conn: Connection) -> None:
+def _serve(conn: Connection, payload: tuple | None = None) -> None:
     """A worker: its environment (its GPU), one torch thread, ``cls(*args)`` as the pool sent
-    them, then ``(method, args)`` requests answered in order until None or EOF."""
-    environment, cls, args = _receive(conn)
+    them (a forked worker has them as ``payload``), then ``(method, args)`` requests answered
+    in order until None or EOF."""
+    environment, cls, args = _receive(conn) if payload is None else payload
     os.environ.update(environment)
     torch.set_num_threads(1)
     worker = cls(*args)
@@ -84,31 +86,56 @@ class WorkerPool:
     gives worker ``i`` GPU ``i`` mod the machine's count (``CUDA_VISIBLE_DEVICES``)."""
 
     def __init__(self, cls: type, make_args: Any, num_workers: int, name: str = "worker",
-                 num_gpus: float = 0.0, **_: Any):  # fmt: skip
+                 num_gpus: float = 0.0, fork: bool = False, **_: Any):  # fmt: skip
+        """``fork``: fork the workers from this process instead (they start with everything
+        it imported; for tests, whose process runs no threads that a fork would break)."""
         self.name = name
         self.conns: list[Connection] = []
-        self.processes: list[subprocess.Popen] = []
+        self.processes: list[Any] = []
+        """`subprocess.Popen` or, forked, `multiprocessing.Process` objects."""
         devices = torch.cuda.device_count() if num_gpus else 0
-        key = secrets.token_bytes(32)
-        with Listener(("127.0.0.1", 0), authkey=key) as listener:
-            host, port = listener.address
+        with contextlib.ExitStack() as stack:
+            start = self._fork if fork else self._fresh(stack)
             for i in range(num_workers):
-                # A fresh interpreter (not fork: this process runs threads; not
-                # multiprocessing's spawn, which would run the user's script again).
-                command = [sys.executable, "-m", "shoal.distributed.processes", host, str(port)]
-                threads = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}  # as Ray's actors
-                process = subprocess.Popen(command, stdin=subprocess.PIPE, text=True,
-                                           env={**os.environ, **threads})  # fmt: skip
-                assert process.stdin is not None
-                process.stdin.write(key.hex() + "\n")
-                process.stdin.close()
-                conn = listener.accept()
                 environment = {"CUDA_VISIBLE_DEVICES": str(i % devices)} if devices else {}
-                _send(conn, (environment, cls, make_args(i)))
+                process, conn = start((environment, cls, make_args(i)))
                 self.conns.append(conn)
                 self.processes.append(process)
         for i in range(num_workers):  # built: their learners exist
             self._receive(i, "__init__")
+
+    @staticmethod
+    def _fork(payload: tuple) -> tuple[Any, Connection]:
+        """A forked worker, handed ``payload`` in memory (as it is: nothing pickled)."""
+        context = multiprocessing.get_context("fork")
+        ours, theirs = context.Pipe()
+        process = context.Process(target=_serve, args=(theirs, payload), daemon=True)
+        process.start()
+        theirs.close()
+        return process, ours
+
+    @staticmethod
+    def _fresh(stack: contextlib.ExitStack) -> Any:
+        """Starts a fresh interpreter per worker (not fork: this process runs threads; not
+        multiprocessing's spawn, which would run the user's script again), connected back
+        through ``stack``'s listener."""
+        key = secrets.token_bytes(32)
+        listener = stack.enter_context(Listener(("127.0.0.1", 0), authkey=key))
+        host, port = listener.address
+        command = [sys.executable, "-m", "shoal.distributed.processes", host, str(port)]
+        threads = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}  # as Ray's actors
+
+        def start(payload: tuple) -> tuple[Any, Connection]:
+            process = subprocess.Popen(command, stdin=subprocess.PIPE, text=True,
+                                       env={**os.environ, **threads})  # fmt: skip
+            assert process.stdin is not None
+            process.stdin.write(key.hex() + "\n")
+            process.stdin.close()
+            conn = listener.accept()
+            _send(conn, payload)
+            return process, conn
+
+        return start
 
     def __len__(self) -> int:
         return len(self.processes)
@@ -154,7 +181,7 @@ class WorkerPool:
     def kill(self, i: int) -> None:
         """Kill worker ``i``'s process, as a crash would (for tests of recovery)."""
         self.processes[i].kill()
-        self.processes[i].wait()
+        _wait(self.processes[i])
 
     def placement_nodes(self) -> list[str]:
         return ["this machine"] * len(self)
@@ -165,13 +192,23 @@ class WorkerPool:
             with contextlib.suppress(BrokenPipeError, ConnectionError, OSError):
                 _send(conn, None)
         for process in self.processes:
-            try:
-                process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
+            if not _wait(process, timeout=5):
                 process.kill()
-                process.wait()
+                _wait(process)
         for conn in self.conns:
             conn.close()
+
+
+def _wait(process: Any, timeout: float | None = None) -> bool:
+    """Wait for a worker's process to end; whether it did within ``timeout``."""
+    if isinstance(process, subprocess.Popen):
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+    process.join(timeout=timeout)
+    return not process.is_alive()
 
 
 def connect(address: str | None = None, num_cpus: int | None = None) -> None:
