@@ -21,6 +21,10 @@ needs_build = pytest.mark.skipif(
     importlib.util.find_spec("build") is None,
     reason="building the package needs the build frontend: pip install 'shoal[dev]'",
 )
+one_build = pytest.mark.xdist_group("package")
+"""The tests of the built package run in one pytest-xdist worker: the module's fixture builds
+once, and never beside another build (the sdist is assembled in a directory of the source
+tree, which two builds at once would share)."""
 
 
 def test_the_version_is_written_once():
@@ -49,6 +53,7 @@ def built(tmp_path_factory) -> Path:
 
 
 @needs_build
+@one_build
 def test_the_wheel_holds_the_package_and_its_data(built):
     (wheel,) = built.glob(f"shoal-{shoal.__version__}-*.whl")
     assert len(list(built.glob(f"shoal-{shoal.__version__}.tar.gz"))) == 1
@@ -64,6 +69,7 @@ def test_the_wheel_holds_the_package_and_its_data(built):
 
 
 @needs_build
+@one_build
 def test_the_wheel_installs_and_trains_away_from_the_source(built, tmp_path):
     """A fresh virtual environment with the wheel installed; its dependencies come from this
     environment's site-packages (a path, so that this checkout's editable install of shoal

@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -32,6 +31,7 @@ import yaml
 from shoal.config import from_dict
 from shoal.core.errors import ShoalError
 from shoal.registry import get_algorithm
+from shoal.studies.fork_server import start_command
 from shoal.studies.plan import Experiment, PlannedRun, plain, plan, read_spec
 from shoal.train.signals import forward_sigterm
 
@@ -171,12 +171,12 @@ def prepare(experiment: Experiment) -> dict[str, dict[str, Any]]:
 
 
 def command(experiment: Experiment, run: PlannedRun, threads: int) -> list[str]:
-    """The ``shoal train`` command of one run: resume from its checkpoint when it has one
-    (to the plan's budget, which may have been raised since the run started). Either way the
-    run gets this start's share of the cores, not the one it was started with under another
-    ``--jobs``."""
+    """The ``shoal train`` command of one run (its arguments after ``shoal``): resume from
+    its checkpoint when it has one (to the plan's budget, which may have been raised since
+    the run started). Either way the run gets this start's share of the cores, not the one
+    it was started with under another ``--jobs``."""
     run_dir = experiment.directory / run.name
-    train = [sys.executable, "-m", "shoal.cli", "train"]
+    train = ["train"]
     share = ["--run.torch-threads", str(threads)]
     if (run_dir / "checkpoints" / "latest").exists():
         budget = str(run.config["run"]["total_steps"])
@@ -254,7 +254,7 @@ def run_experiment(
     totals = {r.name: int(r.config["run"]["total_steps"]) for r in experiment.runs}
 
     def local_runs() -> list[Any]:  # SIGTERM to the experiment alone reaches these too
-        return [p for p, _ in active.values() if isinstance(p, subprocess.Popen)]
+        return [p for p, _ in active.values() if not hasattr(p, "cancel")]
 
     with forward_sigterm(local_runs):
         try:
@@ -314,7 +314,9 @@ def _launcher(
     jobs: int | None, ray_address: str | None
 ) -> tuple[int, int, Callable[[list[str], Path], Any]]:
     """How many runs go at once, the torch threads of each, and what starts a run's command
-    with its output to a log: a process here, or a Ray task where ``ray_address`` is given."""
+    (``shoal ARGS``) with its output to a log: a process here, forked from a process that
+    imported torch once (`shoal.studies.fork_server`), or a Ray task where ``ray_address`` is
+    given."""
     if ray_address is not None:
         from shoal.distributed import require_ray
 
@@ -322,16 +324,13 @@ def _launcher(
         workers.connect(None if ray_address == "local" else ray_address)
 
         def remote(command: list[str], log: Path) -> Any:
-            return workers.RemoteCommand(command, str(log), cpus=1)
+            shoal = [sys.executable, "-m", "shoal.cli"]  # (the same path on every node)
+            return workers.RemoteCommand([*shoal, *command], str(log), cpus=1)
 
         return max(1, jobs or int(workers.cluster_cpus())), 1, remote
     jobs = max(1, jobs or os.cpu_count() or 1)
 
-    def local(command: list[str], log: Path) -> Any:
-        with log.open("ab") as handle:  # the child keeps its own copy of the descriptor
-            return subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT)
-
-    return jobs, max(1, (os.cpu_count() or 1) // jobs), local
+    return jobs, max(1, (os.cpu_count() or 1) // jobs), start_command
 
 
 def _settle(

@@ -1,0 +1,253 @@
+"""``shoal`` commands started by fork from a process that has imported torch once: what
+`shoal.experiment` starts its runs with on this machine.
+
+A run as its own ``python -m shoal.cli train`` pays about 3 s of imports before its first step
+on a laptop core (torch, and torch's compiler stack, which every torch optimizer loads), and an
+experiment of many short runs pays it for each. `ForkServer` starts one such process (``python
+-m shoal.studies.fork_server``), which imports them once and then forks a child per command:
+the child takes the caller's environment, working directory and a log for its output, and runs
+``shoal ARGS`` as ``python -m shoal.cli ARGS`` would (the working directory first on
+``sys.path``, the same exit statuses: 2 for bad input, 130 after Ctrl-C, -15 when SIGTERM ended
+it). The server ignores Ctrl-C, which reaches the runs (they share the terminal's process
+group, as subprocesses do), and it ends when its caller closes the connection.
+
+Nothing of the caller is imported in the server or its children (multiprocessing's
+forkserver and spawn would import the caller's ``__main__`` script again). Where ``os.fork``
+is missing (Windows), `start_command` starts a subprocess instead.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import traceback
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any
+
+PRELOAD = ("numpy", "torch", "torch._dynamo", "gymnasium", "shoal.api", "shoal.train.session")
+"""What the server imports once: what every run imports before its first step. Not the
+command line (``shoal.cli``): its console reads whether output is a terminal when imported."""
+
+
+class ForkedCommand:
+    """One command forked by the server; ``poll``, ``wait``, ``terminate`` and ``returncode``
+    as `subprocess.Popen`'s."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self._ended = threading.Event()
+
+    def _exited(self, code: int) -> None:
+        self.returncode = code
+        self._ended.set()
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if not self._ended.wait(timeout):
+            raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0.0)
+        assert self.returncode is not None
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signum)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+class ForkServer:
+    """The server process and the connection to it. `start` sends a command and returns its
+    `ForkedCommand`; a thread here takes the server's reports of the commands' exits. If the
+    server dies, its commands' ``returncode`` is 255 (as multiprocessing reports a lost
+    child) and the next `start` starts a new server."""
+
+    def __init__(self) -> None:
+        ours, theirs = socket.socketpair()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "shoal.studies.fork_server", str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),),
+        )
+        theirs.close()
+        self.connection = Connection(ours.detach())
+        self._started: queue.Queue[int | BaseException] = queue.Queue()
+        self._commands: dict[int, ForkedCommand] = {}
+        self._early: dict[int, int] = {}  # exits reported before their start was taken
+        self._lock = threading.Lock()
+        self._send = threading.Lock()
+        self.alive = True
+        threading.Thread(target=self._reports, daemon=True).start()
+
+    def start(self, argv: list[str], log: Path) -> ForkedCommand:
+        """``shoal ARGS`` forked by the server, its output appended to ``log``, with this
+        process's environment and working directory."""
+        with self._send:
+            self.connection.send((list(argv), str(log), dict(os.environ), os.getcwd()))
+            reply = self._started.get()
+        if isinstance(reply, BaseException):
+            raise reply
+        with self._lock:
+            command = ForkedCommand(reply)
+            self._commands[reply] = command
+            if reply in self._early:
+                command._exited(self._early.pop(reply))
+        return command
+
+    def _reports(self) -> None:
+        try:
+            while True:
+                kind, pid, *code = self.connection.recv()
+                if kind == "started":
+                    self._started.put(pid)
+                    continue
+                with self._lock:
+                    command = self._commands.pop(pid, None)
+                    if command is None:
+                        self._early[pid] = code[0]
+                    else:
+                        command._exited(code[0])
+        except (EOFError, OSError):
+            self.alive = False
+            self._started.put(RuntimeError("the fork server of shoal's runs stopped"))
+            with self._lock:
+                for command in self._commands.values():
+                    command._exited(255)
+                self._commands.clear()
+
+    def close(self) -> None:
+        """Ends the server (commands running go on, as subprocesses would)."""
+        self.alive = False
+        with contextlib.suppress(OSError):
+            self.connection.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=10)
+
+
+_SERVER: ForkServer | None = None
+_SERVER_LOCK = threading.Lock()
+
+
+def start_command(argv: list[str], log: Path) -> Any:
+    """``shoal ARGS`` with its output appended to ``log``: forked by this process's fork
+    server (started on first use), or a subprocess where ``os.fork`` is missing."""
+    global _SERVER
+    if not hasattr(os, "fork"):
+        with log.open("ab") as handle:
+            return subprocess.Popen(
+                [sys.executable, "-m", "shoal.cli", *argv], stdout=handle,
+                stderr=subprocess.STDOUT,
+            )  # fmt: skip
+    with _SERVER_LOCK:
+        if _SERVER is None or not _SERVER.alive:
+            _SERVER = ForkServer()
+            atexit.register(_SERVER.close)
+        server = _SERVER
+    return server.start(argv, log)
+
+
+# The server's side.
+
+
+def _python_path(environ: dict[str, str] | os._Environ[str]) -> list[str]:
+    return [os.path.abspath(p) for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+
+
+def _run(argv: list[str], log: str, environ: dict[str, str], cwd: str) -> int:
+    """In the forked child: ``python -m shoal.cli ARGS`` with output to ``log``; the exit
+    status."""
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    # sys.path as a fresh ``python -m`` would set it: the working directory, then the
+    # caller's PYTHONPATH (not the server's), then the rest.
+    own = _python_path(os.environ)
+    sys.path[:] = [cwd, *_python_path(environ), *(p for p in sys.path[1:] if p not in own)]
+    os.environ.clear()
+    os.environ.update(environ)
+    os.chdir(cwd)
+    sys.argv = ["shoal", *argv]  # (runpy puts the module's path first, as ``-m`` does)
+    code: int
+    try:
+        import runpy
+
+        runpy.run_module("shoal.cli", run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            code = exc.code or 0
+        else:
+            print(exc.code, file=sys.stderr)
+            code = 1
+    except KeyboardInterrupt:
+        code = 130
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    with contextlib.suppress(BaseException):
+        atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    return code
+
+
+def serve(fd: int) -> None:
+    """The server: imports `PRELOAD`, then forks a child per command received on ``fd`` and
+    reports each child's start and exit status, until the caller closes ``fd``."""
+    connection = Connection(fd)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the runs' to act on
+    for name in PRELOAD:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
+    signal.set_wakeup_fd(wake_write)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    while True:
+        ready = wait([connection, wake_read])
+        if wake_read in ready:
+            os.read(wake_read, 4096)
+            while True:
+                try:
+                    pid, status = os.waitpid(-1, os.WNOHANG)
+                except ChildProcessError:
+                    break
+                if pid == 0:
+                    break
+                connection.send(("exited", pid, os.waitstatus_to_exitcode(status)))
+        if connection in ready:
+            try:
+                argv, log, environ, cwd = connection.recv()
+            except (EOFError, OSError):
+                return
+            pid = os.fork()
+            if pid == 0:
+                signal.set_wakeup_fd(-1)
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+                connection.close()
+                os.close(wake_read)
+                os.close(wake_write)
+                os._exit(_run(argv, log, environ, cwd))
+            connection.send(("started", pid))
+
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]))
