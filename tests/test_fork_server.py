@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 from shoal.studies.fork_server import start_command
 
@@ -53,7 +54,8 @@ def test_a_forked_run_is_the_run_of_python_m_shoal_cli(tmp_path, monkeypatch):
 
 def test_the_callers_environment_and_path_reach_the_run(tmp_path, monkeypatch):
     """A callback module found through the caller's PYTHONPATH (set after the server
-    started) and a variable of the caller's environment reach the forked run."""
+    started), a variable of the caller's environment and its working directory (where the
+    run's relative paths and its log's are) reach the forked run."""
     first = start_command(["list"], tmp_path / "list.log")  # the server is up
     assert first.wait(timeout=120) == 0
     module = tmp_path / "mods"
@@ -72,9 +74,10 @@ def test_the_callers_environment_and_path_reach_the_run(tmp_path, monkeypatch):
     work.mkdir()
     monkeypatch.chdir(work)
     run = start_command([*RUN, "--run-dir", "r", "--run.callbacks", "fork_probe:Probe()"],
-                        tmp_path / "probe.log")  # fmt: skip
-    assert run.wait(timeout=300) == 0, (tmp_path / "probe.log").read_text()
+                        Path("probe.log"))  # fmt: skip
+    assert run.wait(timeout=300) == 0, (work / "probe.log").read_text()
     assert (tmp_path / "probe.txt").read_text() == str(work)
+    assert (work / "r" / "metrics.jsonl").exists()  # relative paths are the caller's
 
 
 def test_sigterm_saves_and_ends_the_run_as_it_ends_a_process(tmp_path):

@@ -98,7 +98,8 @@ class ForkServer:
         """``shoal ARGS`` forked by the server, its output appended to ``log``, with this
         process's environment and working directory."""
         with self._send:
-            self.connection.send((list(argv), str(log), dict(os.environ), os.getcwd()))
+            where = (list(argv), str(Path(log).absolute()), dict(os.environ), os.getcwd())
+            self.connection.send(where)
             reply = self._started.get()
         if isinstance(reply, BaseException):
             raise reply
@@ -171,6 +172,7 @@ def _python_path(environ: dict[str, str] | os._Environ[str]) -> list[str]:
 def _run(argv: list[str], log: str, environ: dict[str, str], cwd: str) -> int:
     """In the forked child: ``python -m shoal.cli ARGS`` with output to ``log``; the exit
     status."""
+    os.chdir(cwd)  # (``log`` is absolute; relative paths in ``argv`` are the caller's)
     fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
@@ -181,7 +183,6 @@ def _run(argv: list[str], log: str, environ: dict[str, str], cwd: str) -> int:
     sys.path[:] = [cwd, *_python_path(environ), *(p for p in sys.path[1:] if p not in own)]
     os.environ.clear()
     os.environ.update(environ)
-    os.chdir(cwd)
     sys.argv = ["shoal", *argv]  # (runpy puts the module's path first, as ``-m`` does)
     code: int
     try:
