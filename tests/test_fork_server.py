@@ -5,6 +5,7 @@ and the caller's script is not run again (multiprocessing's forkserver and spawn
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -84,13 +85,18 @@ def test_sigterm_saves_and_ends_the_run_as_it_ends_a_process(tmp_path):
     run_dir = tmp_path / "long"
     long = [*RUN, "--total-steps", "10000000", "--run-dir", str(run_dir)]
     run = start_command(long, tmp_path / "long.log")
+    metrics = run_dir / "metrics.jsonl"
     deadline = time.time() + 120
-    while not (run_dir / "metrics.jsonl").exists() and time.time() < deadline:
+    # A logged row: the run is in its loop, its stop handlers in place.
+    while not (metrics.exists() and metrics.stat().st_size) and time.time() < deadline:
         time.sleep(0.2)
+    assert run.poll() is None
     run.terminate()
     assert run.wait(timeout=120) == -signal.SIGTERM
-    assert (run_dir / "checkpoints" / "latest").exists()
-    assert "SIGTERM: the run is saved" in (tmp_path / "long.log").read_text()
+    log = (tmp_path / "long.log").read_text()
+    saved = re.search(r"SIGTERM: the run is saved in (\S+); terminating", log)
+    assert saved, log
+    assert (run_dir / "checkpoints" / "latest").read_text().strip() == Path(saved[1]).name
 
 
 def test_a_script_that_runs_an_experiment_is_not_run_again(tmp_path):

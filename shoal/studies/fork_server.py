@@ -86,10 +86,8 @@ class ForkServer:
         )
         theirs.close()
         self.connection = Connection(ours.detach())
-        self._started: queue.Queue[int | BaseException] = queue.Queue()
-        self._commands: dict[int, ForkedCommand] = {}
-        self._early: dict[int, int] = {}  # exits reported before their start was taken
-        self._lock = threading.Lock()
+        self._started: queue.Queue[ForkedCommand | BaseException] = queue.Queue()
+        self._commands: dict[int, ForkedCommand] = {}  # (only the reports' thread uses it)
         self._send = threading.Lock()
         self.alive = True
         threading.Thread(target=self._reports, daemon=True).start()
@@ -103,33 +101,23 @@ class ForkServer:
             reply = self._started.get()
         if isinstance(reply, BaseException):
             raise reply
-        with self._lock:
-            command = ForkedCommand(reply)
-            self._commands[reply] = command
-            if reply in self._early:
-                command._exited(self._early.pop(reply))
-        return command
+        return reply
 
     def _reports(self) -> None:
+        """The server's reports, in order: a command's start always before its exit."""
         try:
             while True:
                 kind, pid, *code = self.connection.recv()
                 if kind == "started":
-                    self._started.put(pid)
-                    continue
-                with self._lock:
-                    command = self._commands.pop(pid, None)
-                    if command is None:
-                        self._early[pid] = code[0]
-                    else:
-                        command._exited(code[0])
+                    self._commands[pid] = ForkedCommand(pid)
+                    self._started.put(self._commands[pid])
+                else:
+                    self._commands.pop(pid)._exited(code[0])
         except (EOFError, OSError):
             self.alive = False
             self._started.put(RuntimeError("the fork server of shoal's runs stopped"))
-            with self._lock:
-                for command in self._commands.values():
-                    command._exited(255)
-                self._commands.clear()
+            for command in self._commands.values():
+                command._exited(255)
 
     def close(self) -> None:
         """Ends the server (commands running go on, as subprocesses would)."""
@@ -212,7 +200,11 @@ def _run(argv: list[str], log: str, environ: dict[str, str], cwd: str) -> int:
 def serve(fd: int) -> None:
     """The server: imports `PRELOAD`, then forks a child per command received on ``fd`` and
     reports each child's start and exit status, until the caller closes ``fd``."""
-    connection = Connection(fd)
+    with contextlib.suppress(EOFError, OSError):  # the caller closed the connection
+        _serve(Connection(fd))
+
+
+def _serve(connection: Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the runs' to act on
     for name in PRELOAD:
         with contextlib.suppress(ImportError):
@@ -234,10 +226,7 @@ def serve(fd: int) -> None:
                     break
                 connection.send(("exited", pid, os.waitstatus_to_exitcode(status)))
         if connection in ready:
-            try:
-                argv, log, environ, cwd = connection.recv()
-            except (EOFError, OSError):
-                return
+            argv, log, environ, cwd = connection.recv()
             pid = os.fork()
             if pid == 0:
                 signal.set_wakeup_fd(-1)
