@@ -92,11 +92,16 @@ class ForkServer:
         self.alive = True
         threading.Thread(target=self._reports, daemon=True).start()
 
-    def start(self, argv: list[str], log: Path) -> ForkedCommand:
+    def start(
+        self, argv: list[str], log: Path, environ: dict[str, str] | None = None,
+        cwd: str | Path | None = None,
+    ) -> ForkedCommand:  # fmt: skip
         """``shoal ARGS`` forked by the server, its output appended to ``log``, with this
-        process's environment and working directory."""
+        process's environment and working directory (or ``environ`` and ``cwd``)."""
+        environ = dict(os.environ) if environ is None else dict(environ)
+        cwd = os.path.abspath(cwd if cwd is not None else os.getcwd())
         with self._send:
-            where = (list(argv), str(Path(log).absolute()), dict(os.environ), os.getcwd())
+            where = (list(argv), str(Path(log).absolute()), environ, cwd)
             self.connection.send(where)
             reply = self._started.get()
         if isinstance(reply, BaseException):
@@ -132,22 +137,26 @@ _SERVER: ForkServer | None = None
 _SERVER_LOCK = threading.Lock()
 
 
-def start_command(argv: list[str], log: Path) -> Any:
+def start_command(
+    argv: list[str], log: Path, environ: dict[str, str] | None = None,
+    cwd: str | Path | None = None,
+) -> Any:  # fmt: skip
     """``shoal ARGS`` with its output appended to ``log``: forked by this process's fork
-    server (started on first use), or a subprocess where ``os.fork`` is missing."""
+    server (started on first use), or a subprocess where ``os.fork`` is missing. It runs with
+    this process's environment and working directory, or ``environ`` and ``cwd``."""
     global _SERVER
     if not hasattr(os, "fork"):
-        with log.open("ab") as handle:
+        with Path(log).open("ab") as handle:
             return subprocess.Popen(
                 [sys.executable, "-m", "shoal.cli", *argv], stdout=handle,
-                stderr=subprocess.STDOUT,
+                stderr=subprocess.STDOUT, env=environ, cwd=cwd,
             )  # fmt: skip
     with _SERVER_LOCK:
         if _SERVER is None or not _SERVER.alive:
             _SERVER = ForkServer()
             atexit.register(_SERVER.close)
         server = _SERVER
-    return server.start(argv, log)
+    return server.start(argv, log, environ, cwd)
 
 
 # The server's side.
