@@ -36,6 +36,7 @@ import time
 PRELOAD = (
     "numpy", "torch", "torch._dynamo", "gymnasium", "ray", "ray.util.collective",
     "shoal.api", "shoal.train.session", "shoal.distributed.ray_workers",
+    "shoal.studies.fork_server",
 )  # fmt: skip
 """What a test's Ray actor imports before its first call."""
 
@@ -144,12 +145,7 @@ def client() -> None:
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(signum, pass_on)
-    while True:
-        try:
-            reply = sock.recv(64)
-            break
-        except InterruptedError:
-            continue
+    reply = sock.recv(64)  # (a signal passed on does not interrupt it: PEP 475)
     code = int(reply.decode()) if reply else 255
     if code < 0:  # ended by a signal: end by it too, as the exec'ed worker would have
         signal.signal(-code, signal.SIG_DFL)
@@ -162,32 +158,16 @@ def client() -> None:
 
 def _run_worker(args: list[str], environ: dict[str, str], cwd: str) -> int:
     """In the forked child: ``python default_worker.py ARGS``; the exit status."""
-    import atexit
     import runpy
-    import traceback
+
+    from shoal.studies.fork_server import exit_status
 
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(environ)
     sys.argv = list(args)
     sys.path[0] = os.path.dirname(os.path.abspath(args[0]))
-    code: int
-    try:
-        runpy.run_path(args[0], run_name="__main__")
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except KeyboardInterrupt:
-        code = 130
-    except BaseException:
-        traceback.print_exc()
-        code = 1
-    with contextlib.suppress(BaseException):
-        atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    return code
+    return exit_status(lambda: runpy.run_path(args[0], run_name="__main__"))
 
 
 def serve(directory: str) -> None:

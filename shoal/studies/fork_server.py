@@ -181,11 +181,18 @@ def _run(argv: list[str], log: str, environ: dict[str, str], cwd: str) -> int:
     os.environ.clear()
     os.environ.update(environ)
     sys.argv = ["shoal", *argv]  # (runpy puts the module's path first, as ``-m`` does)
+    import runpy
+
+    return exit_status(lambda: runpy.run_module("shoal.cli", run_name="__main__", alter_sys=True))
+
+
+def exit_status(main: Any) -> int:
+    """``main()`` run as a script's ``__main__`` ends in a forked child: its exit status (that
+    of ``sys.exit``, 130 after Ctrl-C, 1 after a traceback), the ``atexit`` functions run and
+    the streams flushed, ready for ``os._exit``."""
     code: int
     try:
-        import runpy
-
-        runpy.run_module("shoal.cli", run_name="__main__", alter_sys=True)
+        main()
         code = 0
     except SystemExit as exc:
         if exc.code is None or isinstance(exc.code, int):
